@@ -1,0 +1,116 @@
+/*
+ * pool.h - the device memory sub-allocator (pure: no I/O, no locks, no CUDA).
+ *
+ * A pool serves one device. It carves allocations out of slabs that it gets
+ * from the backend through two callbacks. Slabs belong to one uid: a slab's
+ * bytes are never handed to two users (a slab's IPC handle is a bearer token
+ * for all of it), so each uid has its own heap of slabs.
+ *
+ * Inside a heap the fit is TLSF-style: free ranges sit in segregated lists
+ * indexed by (log2 class, linear sub-class) with bitmaps, so finding a fit is
+ * O(1); ranges are coalesced with their address neighbours on free. All sizes
+ * and offsets are multiples of the granule (256 bytes). Metadata lives in
+ * host memory, never in the device memory it describes.
+ *
+ * Requests larger than large_threshold get a dedicated slab rounded up to the
+ * slab alignment. When a slab becomes empty it is returned to the backend,
+ * except that each uid keeps up to keep_empty standard slabs as a cache
+ * (alloc/free ping-pong must not create and destroy a slab each time).
+ * A pinned slab is never returned while pinned.
+ */
+#ifndef GPB_POOL_H
+#define GPB_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define POOL_GRANULE        256u
+#define POOL_SLAB_ALIGN     (2u << 20)  /* 2 MiB: slab sizes are multiples of this */
+#define POOL_DEFAULT_SLAB   (64u << 20) /* 64 MiB */
+#define POOL_MAX_ALIGNMENT  POOL_SLAB_ALIGN
+
+struct pool;
+struct pool_slab;
+struct pool_block;
+
+struct pool_slab_ops {
+	/* Creates a backend slab of exactly `size` bytes for `uid`. Returns 0 and
+	 * sets *slab (opaque to the pool), or a negative errno (-ENOMEM when the
+	 * device is full). */
+	int (*create)(void *ctx, uint64_t size, uint32_t uid, void **slab);
+	/* Returns a slab to the backend. Never fails. */
+	void (*destroy)(void *ctx, void *slab);
+};
+
+struct pool_config {
+	uint64_t slab_size;       /* standard slab bytes; 0 = POOL_DEFAULT_SLAB */
+	uint64_t large_threshold; /* requests above get a dedicated slab; 0 = slab_size / 2 */
+	unsigned keep_empty;      /* empty standard slabs kept per uid (default 1 when
+				     the whole config is zero; set explicitly otherwise) */
+};
+
+struct pool_stats {
+	uint64_t reserved;     /* bytes in slabs */
+	uint64_t used;         /* bytes in live blocks (rounded sizes) */
+	uint64_t free;         /* reserved - used */
+	uint64_t free_blocks;  /* free ranges */
+	uint64_t largest_free; /* largest free range */
+	uint64_t peak;         /* highest `used` ever */
+	uint64_t slabs;        /* slabs held */
+	uint64_t live;         /* live blocks */
+	uint64_t allocs;       /* successful pool_alloc calls */
+	uint64_t frees;        /* pool_free calls */
+	uint64_t ooms;         /* pool_alloc calls that failed with -ENOMEM */
+};
+
+/* Returns NULL when out of memory. cfg may be NULL for defaults.
+ * -EINVAL-worthy configs (slab_size not a multiple of POOL_SLAB_ALIGN) also
+ * return NULL. */
+struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_ops *ops,
+			 void *ctx);
+/* Returns every slab to the backend (live blocks included) and frees the pool. */
+void pool_destroy(struct pool *pool);
+
+/*
+ * Allocates `size` bytes (rounded up to the granule) aligned to `align`
+ * (0 = granule; otherwise a power of two <= POOL_MAX_ALIGNMENT) from uid's
+ * heap, creating a slab when no free range fits. If slab creation fails with
+ * -ENOMEM the pool releases every unpinned empty slab (all uids) and tries
+ * once more.
+ * Returns 0 and *out, -EINVAL (size 0, bad alignment, size overflow), -ENOMEM
+ * (device full: counted in ooms), or another error from ops->create.
+ */
+int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
+	       struct pool_block **out);
+/* Frees a live block; coalesces; may return an emptied slab to the backend. */
+void pool_free(struct pool *pool, struct pool_block *block);
+
+uint64_t pool_block_offset(const struct pool_block *block);
+uint64_t pool_block_size(const struct pool_block *block);
+struct pool_slab *pool_block_slab(const struct pool_block *block);
+
+void *pool_slab_backend(const struct pool_slab *slab); /* what ops->create returned */
+uint64_t pool_slab_size(const struct pool_slab *slab);
+uint32_t pool_slab_uid(const struct pool_slab *slab);
+/* Pins keep a slab from being returned to the backend (e.g. while a client
+ * still has it mapped). Unpinning an empty slab may return it. */
+void pool_slab_pin(struct pool_slab *slab);
+void pool_slab_unpin(struct pool *pool, struct pool_slab *slab);
+
+/* Returns empty, unpinned slabs of `uid` (or of every uid when all is true)
+ * to the backend, cache included. Returns the number of slabs released. */
+unsigned pool_trim(struct pool *pool, uint32_t uid, bool all);
+
+void pool_get_stats(const struct pool *pool, struct pool_stats *out);
+/* Bytes in live blocks of one uid. */
+uint64_t pool_uid_used(const struct pool *pool, uint32_t uid);
+
+/*
+ * Walks every structure and checks the invariants: blocks tile each slab
+ * exactly in address order, no two free neighbours, every free block is in
+ * the right list and bitmap bit, counters equal what the walk finds. Returns
+ * 0 or -EFAULT (and describes the first violation in msg when msg != NULL).
+ */
+int pool_check(const struct pool *pool, char *msg, unsigned msg_len);
+
+#endif

@@ -1,0 +1,223 @@
+/*
+ * gpubroker.h - client library for gpubrokerd, the GPU memory broker.
+ *
+ * A process connects to the daemon over its Unix socket, registers one or
+ * more instances (a named consumer of one device's memory), and allocates
+ * memory for them. Each allocation comes back as a pointer usable in this
+ * process: with the simulated backend, shared memory mapped into the process;
+ * with the CUDA backend, a device pointer from an IPC handle.
+ *
+ * Errors: every call that can fail returns 0 (or a non-negative count) on
+ * success and a negative GPB_E_* code on failure. gpb_strerror() names a
+ * code; gpb_last_error() gives the daemon's message for the last failed call
+ * made by this thread.
+ *
+ * Threads: a gpb_client may be used from several threads at once; calls are
+ * serialised on the connection. Event callbacks run on the thread that calls
+ * gpb_dispatch().
+ *
+ * Ownership: the library owns every gpb_client and the mapping behind every
+ * pointer it returns. A pointer stays valid until its allocation is freed or
+ * the client is disconnected, whichever comes first. Strings returned through
+ * char ** are the caller's, released with gpb_string_free().
+ */
+#ifndef GPUBROKER_H
+#define GPUBROKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Protocol version this library speaks. */
+#define GPB_PROTOCOL_VERSION 1
+/** Socket used when neither an explicit path nor GPUBROKER_SOCKET is given. */
+#define GPB_DEFAULT_SOCKET_PATH "/run/gpubroker/gpubroker.sock"
+
+/** Error codes (negative). */
+enum gpb_error {
+	GPB_OK = 0,
+	GPB_E_INVALID = -1,       /**< a bad argument, or a request the daemon called invalid */
+	GPB_E_NOMEM = -2,         /**< this process ran out of host memory */
+	GPB_E_CONNECT = -3,       /**< no daemon listening at the socket path */
+	GPB_E_DAEMON_GONE = -4,   /**< the daemon closed the connection or died; reconnect */
+	GPB_E_PROTOCOL = -5,      /**< the daemon sent something this library cannot read */
+	GPB_E_VERSION = -6,       /**< no common protocol version */
+	GPB_E_OUT_OF_MEMORY = -7, /**< the device (or the broker's limit) has no room */
+	GPB_E_QUOTA = -8,         /**< the instance's cap would be exceeded */
+	GPB_E_NOT_FOUND = -9,     /**< unknown id (or one this process may not see) */
+	GPB_E_PERMISSION = -10,   /**< operation needs an administrator, or socket access denied */
+	GPB_E_LIMIT = -11,        /**< a connection or daemon limit is reached */
+	GPB_E_TIMEOUT = -12,      /**< a wait ran out */
+	GPB_E_NOT_SUPPORTED = -13,/**< the backend cannot serve this request */
+	GPB_E_BACKEND = -14,      /**< the device or its driver failed */
+	GPB_E_SHUTTING_DOWN = -15,/**< the daemon is stopping */
+	GPB_E_SYSTEM = -16,       /**< a system call failed; see errno via gpb_last_error() */
+};
+
+/** Returns a static, human-readable name for an error code. Never NULL. */
+const char *gpb_strerror(int err);
+
+/**
+ * The message that came with the last error returned to the calling thread
+ * (the daemon's own text when it answered with an error). Thread-local; valid
+ * until this thread's next gpb_* call. Never NULL (empty when none).
+ */
+const char *gpb_last_error(void);
+
+typedef struct gpb_client gpb_client;
+
+/**
+ * Connects and performs the hello handshake.
+ * @path: socket path; NULL means $GPUBROKER_SOCKET, else GPB_DEFAULT_SOCKET_PATH.
+ * @name: a label the daemon shows in `gpubrokerctl clients` (may be NULL).
+ * @out: receives the client; free with gpb_disconnect().
+ * Errors: GPB_E_CONNECT (nothing listening, path too long), GPB_E_PERMISSION
+ * (socket not accessible), GPB_E_VERSION, GPB_E_DAEMON_GONE, GPB_E_PROTOCOL,
+ * GPB_E_NOMEM, GPB_E_INVALID (@out NULL).
+ */
+int gpb_connect(const char *path, const char *name, gpb_client **out);
+
+/**
+ * Closes the connection, unmaps every slab this client mapped and frees the
+ * client. The daemon releases every allocation and instance the connection
+ * held. Pointers obtained through this client become invalid. NULL is a no-op.
+ */
+void gpb_disconnect(gpb_client *client);
+
+/** Options for gpb_register(). Zero-initialise, then set what you need. */
+struct gpb_register_opts {
+	const char *name;  /**< instance name, 1-64 bytes (required) */
+	int device;        /**< device index */
+	double proportion; /**< share of device memory in (0, 1], or 0 for the auto pool */
+	const char *group; /**< stream group name, NULL for "default" */
+};
+
+/**
+ * Registers an instance: a named consumer of one device's memory. Instances
+ * end with the connection.
+ * @instance: receives the instance id to pass to gpb_alloc().
+ * Errors: GPB_E_INVALID (bad name, proportion or device), GPB_E_LIMIT,
+ * GPB_E_DAEMON_GONE, GPB_E_PROTOCOL.
+ */
+int gpb_register(gpb_client *client, const struct gpb_register_opts *opts, uint64_t *instance);
+
+/** Ends an instance; it must hold no allocations. GPB_E_NOT_FOUND, GPB_E_INVALID (busy). */
+int gpb_unregister(gpb_client *client, uint64_t instance);
+
+/** One allocation as this process sees it. */
+struct gpb_allocation {
+	uint64_t id;     /**< daemon-wide allocation id (random, unguessable) */
+	void *ptr;       /**< usable address in this process */
+	uint64_t size;   /**< bytes usable at ptr (the request rounded up) */
+	int device;      /**< device index */
+	uint64_t slab;   /**< slab id the allocation lives in */
+	uint64_t offset; /**< offset of ptr inside its slab */
+};
+
+/**
+ * Allocates @size bytes on @instance's device.
+ * @alignment: 0 for the default (256), else a power of two up to 2 MiB.
+ * Errors: GPB_E_INVALID (size 0, bad alignment), GPB_E_NOT_FOUND (instance),
+ * GPB_E_OUT_OF_MEMORY, GPB_E_QUOTA, GPB_E_LIMIT, GPB_E_BACKEND,
+ * GPB_E_SYSTEM (mapping the slab failed), GPB_E_DAEMON_GONE.
+ */
+int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t alignment,
+	      struct gpb_allocation *out);
+
+/**
+ * Frees an allocation made through this client. Its pointer becomes invalid.
+ * Errors: GPB_E_NOT_FOUND (unknown, already freed, or not this client's),
+ * GPB_E_DAEMON_GONE.
+ */
+int gpb_free(gpb_client *client, uint64_t id);
+
+/**
+ * Maps an allocation made by another connection of the same user (for
+ * example in another process). The allocation stays owned by its maker; the
+ * mapping lasts until gpb_detach() or disconnect. If the maker frees it, the
+ * bytes may be reused for a later allocation of the same user.
+ * Errors: GPB_E_NOT_FOUND (unknown or another user's), GPB_E_DAEMON_GONE.
+ */
+int gpb_attach(gpb_client *client, uint64_t id, struct gpb_allocation *out);
+
+/** Drops a mapping made by gpb_attach(). GPB_E_NOT_FOUND. */
+int gpb_detach(gpb_client *client, uint64_t id);
+
+/** Memory as one instance sees it. */
+struct gpb_mem_info {
+	uint64_t cap;          /**< bytes the instance may hold (device total when uncapped) */
+	uint64_t used;         /**< bytes its allocations hold */
+	uint64_t free;         /**< bytes it may still allocate: min(cap - used, device free) */
+	uint64_t device_total; /**< device memory */
+	uint64_t device_free;  /**< device memory the broker has not handed out */
+};
+
+/** Errors: GPB_E_NOT_FOUND (instance), GPB_E_DAEMON_GONE. */
+int gpb_mem_info(gpb_client *client, uint64_t instance, struct gpb_mem_info *out);
+
+/** Pool statistics of one device (CuPy/RMM terms). */
+struct gpb_pool_stats {
+	uint64_t reserved;     /**< bytes held from the device in slabs (CuPy total_bytes) */
+	uint64_t used;         /**< bytes in live allocations (used_bytes) */
+	uint64_t free;         /**< reserved - used (free_bytes) */
+	uint64_t free_blocks;  /**< free ranges inside slabs (n_free_blocks) */
+	uint64_t largest_free; /**< largest free range */
+	uint64_t peak;         /**< highest used seen */
+	uint64_t slabs;        /**< slabs held */
+	uint64_t live;         /**< live allocations */
+	uint64_t allocs;       /**< allocations served since start */
+	uint64_t frees;        /**< frees since start */
+	uint64_t ooms;         /**< allocations refused for lack of memory */
+};
+
+/** Errors: GPB_E_NOT_FOUND (device), GPB_E_DAEMON_GONE. */
+int gpb_stats(gpb_client *client, int device, struct gpb_pool_stats *out);
+
+/**
+ * Sends any request and returns the raw JSON text of its result object.
+ * @params_json: a JSON object as text, or NULL for {}.
+ * @result_json: receives a string the caller frees with gpb_string_free().
+ * This is what gpubrokerctl uses; see PROTOCOL.md for the methods.
+ * Errors: GPB_E_INVALID (params not an object), any error the daemon answers.
+ */
+int gpb_request(gpb_client *client, const char *method, const char *params_json,
+		char **result_json);
+
+/** Frees a string returned by the library. NULL is a no-op. */
+void gpb_string_free(char *s);
+
+/**
+ * Event callback: @name is the event ("shutdown", "cap_changed", ...) and
+ * @data_json its data object as JSON text; both valid during the call only.
+ */
+typedef void (*gpb_event_fn)(gpb_client *client, const char *name, const char *data_json,
+			     void *userdata);
+
+/** Sets (or with NULL clears) the event callback. */
+void gpb_set_event_callback(gpb_client *client, gpb_event_fn fn, void *userdata);
+
+/**
+ * A file descriptor that polls readable (POLLIN) when gpb_dispatch() has work:
+ * bytes from the daemon or events already queued. Owned by the client; do not
+ * close or read it.
+ */
+int gpb_event_fd(gpb_client *client);
+
+/**
+ * Reads what the daemon has sent without blocking and runs the callback for
+ * each queued event. Returns the number of events delivered, or
+ * GPB_E_DAEMON_GONE / GPB_E_PROTOCOL.
+ */
+int gpb_dispatch(gpb_client *client);
+
+/** The library's version string, e.g. "0.1.0". */
+const char *gpb_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
