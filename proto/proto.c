@@ -11,18 +11,18 @@
 #include <string.h>
 
 const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
-	[PROTO_OP_HELLO] = {"hello", PROTO_OPF_BEFORE_HELLO},
-	[PROTO_OP_REGISTER] = {"register", 0},
-	[PROTO_OP_UNREGISTER] = {"unregister", 0},
-	[PROTO_OP_ALLOC] = {"alloc", 0},
-	[PROTO_OP_FREE] = {"free", 0},
-	[PROTO_OP_ATTACH] = {"attach", 0},
-	[PROTO_OP_DETACH] = {"detach", 0},
-	[PROTO_OP_MEM_INFO] = {"mem_info", 0},
-	[PROTO_OP_STATS] = {"stats", 0},
-	[PROTO_OP_STATUS] = {"status", 0},
-	[PROTO_OP_CLIENTS] = {"clients", 0},
-	[PROTO_OP_DEVICES] = {"devices", 0},
+    [PROTO_OP_HELLO] = {"hello", PROTO_OPF_BEFORE_HELLO},
+    [PROTO_OP_REGISTER] = {"register", 0},
+    [PROTO_OP_UNREGISTER] = {"unregister", 0},
+    [PROTO_OP_ALLOC] = {"alloc", 0},
+    [PROTO_OP_FREE] = {"free", 0},
+    [PROTO_OP_ATTACH] = {"attach", 0},
+    [PROTO_OP_DETACH] = {"detach", 0},
+    [PROTO_OP_MEM_INFO] = {"mem_info", 0},
+    [PROTO_OP_STATS] = {"stats", 0},
+    [PROTO_OP_STATUS] = {"status", 0},
+    [PROTO_OP_CLIENTS] = {"clients", 0},
+    [PROTO_OP_DEVICES] = {"devices", 0},
 };
 
 int proto_op_lookup(const char *name)
@@ -281,15 +281,15 @@ static void parse_error(struct proto_error *err, int rc)
 	switch (rc) {
 	case -EILSEQ:
 		proto_error_set(err, PROTO_E_PARSE,
-				"parse error: invalid UTF-8, control byte or \\u0000");
+		                "parse error: invalid UTF-8, control byte or \\u0000");
 		break;
 	case -EBADMSG:
 		proto_error_set(err, PROTO_E_PARSE, "parse error: not a JSON value");
 		break;
 	case -E2BIG:
 		proto_error_set(err, PROTO_E_INVALID_REQUEST,
-				"invalid request: nesting deeper than %d or more than %d members",
-				PROTO_MAX_DEPTH, PROTO_MAX_KEYS);
+		                "invalid request: nesting deeper than %d or more than %d members",
+		                PROTO_MAX_DEPTH, PROTO_MAX_KEYS);
 		break;
 	case -EEXIST:
 		proto_error_set(err, PROTO_E_INVALID_REQUEST, "invalid request: duplicate key");
@@ -303,7 +303,7 @@ static void parse_error(struct proto_error *err, int rc)
 static cJSON empty_params = {.type = cJSON_Object};
 
 int proto_request_parse(const char *frame, size_t len, struct proto_request *req,
-			struct proto_error *err)
+                        struct proto_error *err)
 {
 	memset(req, 0, sizeof(*req));
 	req->op = -1;
@@ -315,29 +315,29 @@ int proto_request_parse(const char *frame, size_t len, struct proto_request *req
 	}
 	if (!cJSON_IsObject(req->root)) {
 		proto_error_set(err, PROTO_E_INVALID_REQUEST,
-				"invalid request: a request must be a JSON object");
+		                "invalid request: a request must be a JSON object");
 		return -EINVAL;
 	}
 	const cJSON *id = cJSON_GetObjectItemCaseSensitive(req->root, "id");
 	if (!cJSON_IsString(id) || id->valuestring[0] == '\0' ||
 	    strlen(id->valuestring) > PROTO_MAX_ID) {
 		proto_error_set(err, PROTO_E_INVALID_REQUEST,
-				"invalid request: 'id' must be a string of 1-%d bytes",
-				PROTO_MAX_ID);
+		                "invalid request: 'id' must be a string of 1-%d bytes",
+		                PROTO_MAX_ID);
 		return -EINVAL;
 	}
 	req->id = id->valuestring;
 	const cJSON *method = cJSON_GetObjectItemCaseSensitive(req->root, "method");
 	if (!cJSON_IsString(method)) {
 		proto_error_set(err, PROTO_E_INVALID_REQUEST,
-				"invalid request: 'method' must be a string");
+		                "invalid request: 'method' must be a string");
 		return -EINVAL;
 	}
 	req->method = method->valuestring;
 	const cJSON *params = cJSON_GetObjectItemCaseSensitive(req->root, "params");
 	if (params && !cJSON_IsObject(params)) {
 		proto_error_set(err, PROTO_E_INVALID_REQUEST,
-				"invalid request: 'params' must be an object");
+		                "invalid request: 'params' must be an object");
 		return -EINVAL;
 	}
 	if (params)
@@ -471,8 +471,7 @@ char *proto_encode_result(const char *id, cJSON *result, size_t *len)
 	return encode(envelope(id, "result", result), len);
 }
 
-char *proto_encode_error(const char *id, int code, const char *message, cJSON *data,
-			 size_t *len)
+char *proto_encode_error(const char *id, int code, const char *message, cJSON *data, size_t *len)
 {
 	cJSON *error = cJSON_CreateObject();
 	if (!error || !cJSON_AddNumberToObject(error, "code", code) ||
@@ -677,9 +676,9 @@ void proto_error_field(struct proto_error *err, int rc, const char *key, const c
 		proto_error_set(err, PROTO_E_PARAMS, "invalid params: '%s' is required", key);
 	else if (rc == -ERANGE)
 		proto_error_set(err, PROTO_E_PARAMS, "invalid params: '%s' is out of range (%s)",
-				key, expected);
+		                key, expected);
 	else
 		proto_error_set(err, PROTO_E_PARAMS, "invalid params: '%s' must be %s", key,
-				expected);
+		                expected);
 	snprintf(err->field, sizeof(err->field), "%s", key);
 }

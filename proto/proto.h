@@ -131,10 +131,10 @@ struct proto_error {
 /* A decoded request. root owns everything the pointers point into. */
 struct proto_request {
 	cJSON *root;
-	const char *id;       /* NULL when the frame had no usable id */
-	int op;               /* enum proto_op, or -1 */
-	const char *method;   /* as sent, NULL if absent */
-	const cJSON *params;  /* an object; an empty one stands in when absent */
+	const char *id;      /* NULL when the frame had no usable id */
+	int op;              /* enum proto_op, or -1 */
+	const char *method;  /* as sent, NULL if absent */
+	const cJSON *params; /* an object; an empty one stands in when absent */
 };
 
 /*
@@ -143,18 +143,18 @@ struct proto_request {
  * Always call proto_request_finish afterwards.
  */
 int proto_request_parse(const char *frame, size_t len, struct proto_request *req,
-			struct proto_error *err);
+                        struct proto_error *err);
 void proto_request_finish(struct proto_request *req);
 
 /* A decoded reply or event, as the client sees it. */
 struct proto_reply {
 	cJSON *root;
-	const char *id;       /* replies */
-	const char *event;    /* events: the event name; id is NULL */
-	const cJSON *result;  /* success */
-	const cJSON *data;    /* event data, or error.data (may be NULL) */
-	int code;             /* 0 on success, else error.code */
-	const char *message;  /* error.message */
+	const char *id;      /* replies */
+	const char *event;   /* events: the event name; id is NULL */
+	const cJSON *result; /* success */
+	const cJSON *data;   /* event data, or error.data (may be NULL) */
+	int code;            /* 0 on success, else error.code */
+	const char *message; /* error.message */
 };
 
 /* Returns 0 or -EBADMSG / -EILSEQ / -E2BIG / -ENOMEM. */
@@ -168,8 +168,7 @@ void proto_reply_finish(struct proto_reply *rep);
  */
 char *proto_encode_request(const char *id, const char *method, cJSON *params, size_t *len);
 char *proto_encode_result(const char *id, cJSON *result, size_t *len);
-char *proto_encode_error(const char *id, int code, const char *message, cJSON *data,
-			 size_t *len);
+char *proto_encode_error(const char *id, int code, const char *message, cJSON *data, size_t *len);
 char *proto_encode_event(const char *name, cJSON *data, size_t *len);
 
 /*
@@ -198,6 +197,6 @@ int proto_hex_decode(const char *s, void *bytes, size_t n);
 /* Describes a proto_get_* failure as an error message for field `key`. */
 void proto_error_field(struct proto_error *err, int rc, const char *key, const char *expected);
 void proto_error_set(struct proto_error *err, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 #endif

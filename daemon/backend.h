@@ -1,0 +1,70 @@
+/*
+ * backend.h - where device memory comes from.
+ *
+ * Each backend is one table of functions. `sim` serves simulated devices whose
+ * slabs are sealed memfds (real shared memory a client maps); `cuda` (a later
+ * addition) serves real devices through the driver API.
+ */
+#ifndef GPB_BACKEND_H
+#define GPB_BACKEND_H
+
+#include <stdint.h>
+
+#include "proto.h"
+
+#define BACKEND_MAX_DEVICES 64
+
+struct backend_device_info {
+	char name[96];
+	char uuid[48];
+	uint64_t total;
+	int cc_major, cc_minor; /* compute capability; 0.0 for sim */
+};
+
+/* A slab: one backend allocation that the pool carves up. */
+struct backend_slab {
+	uint64_t id; /* unique for the daemon's lifetime */
+	int device;
+	uint32_t uid; /* the only user whose data it holds */
+	uint64_t size;
+	unsigned char handle[PROTO_HANDLE_SIZE]; /* what a client opens it by */
+	int fd;                                  /* sim: the memfd sent to clients; else -1 */
+};
+
+struct backend_config {
+	int sim_devices;     /* number of simulated devices */
+	uint64_t sim_memory; /* bytes per simulated device */
+};
+
+struct backend;
+
+struct backend_ops {
+	const char *name;
+	int (*init)(struct backend *b, const struct backend_config *cfg);
+	void (*finish)(struct backend *b);
+	int (*device_info)(struct backend *b, int device, struct backend_device_info *out);
+	/* 0, -ENOMEM (device full), or another negative errno. */
+	int (*slab_create)(struct backend *b, int device, uint64_t size, uint32_t uid,
+	                   struct backend_slab **out);
+	void (*slab_destroy)(struct backend *b, struct backend_slab *slab);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+	int device_count;
+	uint64_t next_slab_id;
+	void *priv;
+};
+
+extern const struct backend_ops backend_sim_ops;
+
+/*
+ * Picks and initialises a backend: kind is "auto", "sim" or "cuda". With
+ * "auto" the daemon uses cuda when a driver answers, else sim, and logs which.
+ * Returns 0 or -ENODEV (cuda requested but unavailable), -EINVAL (unknown
+ * kind), or the backend's init error.
+ */
+int backend_create(const char *kind, const struct backend_config *cfg, struct backend **out);
+void backend_destroy(struct backend *b);
+
+#endif

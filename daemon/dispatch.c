@@ -1,0 +1,345 @@
+/*
+ * dispatch.c - the request handlers: JSON in, broker calls, JSON out.
+ */
+#include "dispatch_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+cJSON *dispatch_result(struct dispatch_ctx *ctx)
+{
+	ctx->result = cJSON_CreateObject();
+	return ctx->result;
+}
+
+int dispatch_param_error(struct dispatch_ctx *ctx, int rc, const char *key, const char *expected)
+{
+	proto_error_field(&ctx->err, rc, key, expected);
+	return -EINVAL;
+}
+
+/* Maps a broker errno to a protocol error with a message. */
+static int broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
+{
+	switch (rc) {
+	case -ENOENT:
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such %s", what);
+		break;
+	case -ENODEV:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: no such device");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "device");
+		break;
+	case -EMFILE:
+		proto_error_set(&ctx->err, PROTO_E_LIMIT, "limit reached: too many %ss", what);
+		break;
+	case -ESHUTDOWN:
+		proto_error_set(&ctx->err, PROTO_E_SHUTTING_DOWN, "the daemon is shutting down");
+		break;
+	case -EBUSY:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: %s still in use", what);
+		break;
+	case -EEXIST:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: %s already attached",
+		                what);
+		break;
+	case -EIO:
+		proto_error_set(&ctx->err, PROTO_E_BACKEND, "backend error");
+		break;
+	default:
+		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: %s", strerror(-rc));
+		break;
+	}
+	return rc;
+}
+
+static int add_int(cJSON *obj, const char *key, double v)
+{
+	return cJSON_AddNumberToObject(obj, key, v) ? 0 : -ENOMEM;
+}
+
+static int add_str(cJSON *obj, const char *key, const char *v)
+{
+	return cJSON_AddStringToObject(obj, key, v) ? 0 : -ENOMEM;
+}
+
+static int on_hello(struct dispatch_ctx *ctx)
+{
+	const cJSON *versions = cJSON_GetObjectItemCaseSensitive(ctx->params, "versions");
+	const char *client = NULL;
+	bool ok = false;
+	if (!cJSON_IsArray(versions))
+		return dispatch_param_error(ctx, versions ? -EINVAL : -ENOENT, "versions",
+		                            "an array of integers");
+	const cJSON *v;
+	cJSON_ArrayForEach(v, versions)
+	{
+		if (!cJSON_IsNumber(v))
+			return dispatch_param_error(ctx, -EINVAL, "versions",
+			                            "an array of integers");
+		if (v->valuedouble == PROTO_VERSION)
+			ok = true;
+	}
+	int rc = proto_get_string(ctx->params, "client", PROTO_MAX_NAME, &client);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "client", "a string of 1-64 bytes");
+	if (!ok) {
+		proto_error_set(&ctx->err, PROTO_E_VERSION,
+		                "no common protocol version (this daemon speaks %d)",
+		                PROTO_VERSION);
+		ctx->data = cJSON_CreateObject();
+		cJSON *sup = cJSON_CreateArray();
+		if (ctx->data && sup && cJSON_AddItemToObject(ctx->data, "supported", sup))
+			cJSON_AddItemToArray(sup, cJSON_CreateNumber(PROTO_VERSION));
+		else
+			cJSON_Delete(sup);
+		return -EPROTO;
+	}
+	struct session *s = ctx->s;
+	s->hello = true;
+	snprintf(s->name, sizeof(s->name), "%s", client ? client : "");
+	const struct broker_limits *l = &ctx->b->limits;
+	cJSON *r = dispatch_result(ctx), *lim;
+	if (!r || add_int(r, "version", PROTO_VERSION) || add_str(r, "server", "gpubrokerd") ||
+	    add_str(r, "server_version", GPB_VERSION) ||
+	    add_str(r, "backend", ctx->b->backend->ops->name) ||
+	    proto_add_id64(r, "session", s->id) || add_int(r, "uid", s->uid) ||
+	    !(lim = cJSON_AddObjectToObject(r, "limits")) ||
+	    add_int(lim, "max_frame", PROTO_MAX_FRAME) ||
+	    add_int(lim, "max_depth", PROTO_MAX_DEPTH) ||
+	    add_int(lim, "max_members", PROTO_MAX_KEYS) || add_int(lim, "max_id", PROTO_MAX_ID) ||
+	    add_int(lim, "max_name", PROTO_MAX_NAME) ||
+	    add_int(lim, "max_instances", l->max_instances) ||
+	    add_int(lim, "max_allocations", l->max_allocations) ||
+	    add_int(lim, "write_high_water", (double)l->write_high_water) ||
+	    add_int(lim, "hello_timeout_ms", l->hello_timeout_ms))
+		return -ENOMEM;
+	return 0;
+}
+
+static int on_register(struct dispatch_ctx *ctx)
+{
+	const char *name, *group = NULL;
+	int64_t device = 0;
+	double proportion = 0;
+	int rc = proto_get_string(ctx->params, "name", PROTO_MAX_NAME, &name);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "name", "a string of 1-64 bytes");
+	rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, &device);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "device", "a device index");
+	rc = proto_get_double(ctx->params, "proportion", 0, 1, &proportion);
+	if (rc == 0 && proportion <= 0)
+		rc = -ERANGE;
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "proportion", "a number in (0, 1]");
+	rc = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
+	struct broker_instance *inst;
+	rc = broker_register(ctx->b, ctx->s, name, (int)device, proportion, group, &inst);
+	if (rc < 0)
+		return broker_error(ctx, rc, "instance");
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_id64(r, "instance", inst->id) || add_int(r, "device", inst->device) ||
+	    proto_add_u64(r, "cap", ctx->b->dev[inst->device].info.total))
+		return -ENOMEM;
+	return 0;
+}
+
+static int get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id)
+{
+	int rc = proto_get_id64(ctx->params, key, id);
+	return rc < 0 ? dispatch_param_error(ctx, rc, key, "16 lowercase hex digits") : 0;
+}
+
+static int on_unregister(struct dispatch_ctx *ctx)
+{
+	uint64_t id;
+	int rc = get_id(ctx, "instance", &id);
+	if (rc == 0)
+		rc = broker_unregister(ctx->b, ctx->s, id);
+	if (rc < 0)
+		return ctx->err.code ? rc : broker_error(ctx, rc, "instance");
+	return dispatch_result(ctx) ? 0 : -ENOMEM;
+}
+
+static int grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
+{
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_id64(r, "id", g->id) || add_int(r, "device", g->device) ||
+	    proto_add_id64(r, "slab", g->slab_id) || proto_add_u64(r, "slab_size", g->slab_size) ||
+	    proto_add_u64(r, "offset", g->offset) || proto_add_u64(r, "size", g->size))
+		return -ENOMEM;
+	if (g->handle && proto_add_hex(r, "handle", g->handle, PROTO_HANDLE_SIZE))
+		return -ENOMEM;
+	if (g->handle && g->fd >= 0) {
+		if (!cJSON_AddTrueToObject(r, "fd"))
+			return -ENOMEM;
+		ctx->fd = g->fd;
+	}
+	return 0;
+}
+
+static int on_alloc(struct dispatch_ctx *ctx)
+{
+	uint64_t instance, size, align = POOL_GRANULE;
+	const char *type = "device";
+	int rc = get_id(ctx, "instance", &instance);
+	if (rc < 0)
+		return rc;
+	rc = proto_get_u64(ctx->params, "size", 1, UINT64_MAX, &size);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "size",
+		                            "a decimal string of 1-20 digits, at least 1");
+	rc = proto_get_u64(ctx->params, "alignment", POOL_GRANULE, POOL_MAX_ALIGNMENT, &align);
+	if (rc == 0 && (align & (align - 1)))
+		rc = -EINVAL;
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "alignment",
+		                            "a power of two from 256 to 2097152");
+	rc = proto_get_string(ctx->params, "type", 16, &type);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "type",
+		                            "\"device\", \"pinned\", \"mapped\" or \"managed\"");
+	if (strcmp(type, "device") != 0) {
+		if (strcmp(type, "pinned") && strcmp(type, "mapped") && strcmp(type, "managed"))
+			return dispatch_param_error(
+			    ctx, -EINVAL, "type",
+			    "\"device\", \"pinned\", \"mapped\" or \"managed\"");
+		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
+		                "memory type '%s' is not supported by this version", type);
+		return -EOPNOTSUPP;
+	}
+	struct broker_grant g;
+	rc = broker_alloc(ctx->b, ctx->s, instance, size, align, &g);
+	if (rc == -EINVAL)
+		return dispatch_param_error(ctx, -ERANGE, "size", "too large to round up");
+	if (rc == -ENOMEM) {
+		struct broker_instance *inst = broker_instance_find(ctx->s, instance);
+		uint64_t dfree = broker_device_free(ctx->b, inst->device);
+		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
+		                "out of memory: %llu bytes requested on device %d, %llu free",
+		                (unsigned long long)size, inst->device, (unsigned long long)dfree);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data) {
+			proto_add_u64(ctx->data, "requested", size);
+			proto_add_u64(ctx->data, "device_free", dfree);
+		}
+		return rc;
+	}
+	if (rc == -EAGAIN)
+		return -ENOMEM;
+	if (rc < 0)
+		return broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
+	return grant_result(ctx, &g);
+}
+
+static int on_free(struct dispatch_ctx *ctx)
+{
+	uint64_t id;
+	int rc = get_id(ctx, "id", &id);
+	if (rc == 0)
+		rc = broker_free(ctx->b, ctx->s, id);
+	if (rc < 0)
+		return ctx->err.code ? rc : broker_error(ctx, rc, "allocation");
+	return dispatch_result(ctx) ? 0 : -ENOMEM;
+}
+
+static int on_attach(struct dispatch_ctx *ctx)
+{
+	uint64_t id;
+	struct broker_grant g;
+	int rc = get_id(ctx, "id", &id);
+	if (rc < 0)
+		return rc;
+	rc = broker_attach(ctx->b, ctx->s, id, &g);
+	if (rc == -EAGAIN)
+		return -ENOMEM;
+	if (rc < 0)
+		return broker_error(ctx, rc, "allocation");
+	return grant_result(ctx, &g);
+}
+
+static int on_detach(struct dispatch_ctx *ctx)
+{
+	uint64_t id;
+	int rc = get_id(ctx, "id", &id);
+	if (rc == 0)
+		rc = broker_detach(ctx->b, ctx->s, id);
+	if (rc < 0)
+		return ctx->err.code ? rc : broker_error(ctx, rc, "attachment");
+	return dispatch_result(ctx) ? 0 : -ENOMEM;
+}
+
+static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
+    [PROTO_OP_HELLO] = on_hello,
+    [PROTO_OP_REGISTER] = on_register,
+    [PROTO_OP_UNREGISTER] = on_unregister,
+    [PROTO_OP_ALLOC] = on_alloc,
+    [PROTO_OP_FREE] = on_free,
+    [PROTO_OP_ATTACH] = on_attach,
+    [PROTO_OP_DETACH] = on_detach,
+    [PROTO_OP_MEM_INFO] = dispatch_mem_info,
+    [PROTO_OP_STATS] = dispatch_stats,
+    [PROTO_OP_STATUS] = dispatch_status,
+    [PROTO_OP_CLIENTS] = dispatch_clients,
+    [PROTO_OP_DEVICES] = dispatch_devices,
+};
+
+void dispatch_error(int code, const char *message, struct dispatch_reply *out)
+{
+	out->fd = -1;
+	out->frame = proto_encode_error(NULL, code, message, NULL, &out->len);
+}
+
+void dispatch_frame(struct broker *b, struct session *s, const char *frame, size_t len,
+                    struct dispatch_reply *out)
+{
+	struct dispatch_ctx ctx = {.b = b, .s = s, .fd = -1};
+	struct proto_request req;
+	int rc = proto_request_parse(frame, len, &req, &ctx.err);
+	if (rc == 0) {
+		ctx.params = req.params;
+		bool early = proto_ops[req.op].flags & PROTO_OPF_BEFORE_HELLO;
+		if (!s->hello && !early) {
+			proto_error_set(&ctx.err, PROTO_E_STATE, "bad state: send hello first");
+			rc = -EPROTO;
+		} else if (s->hello && early) {
+			proto_error_set(&ctx.err, PROTO_E_STATE, "bad state: hello already done");
+			rc = -EPROTO;
+		} else {
+			rc = dispatch_handlers[req.op](&ctx);
+		}
+	}
+	if (rc == -ENOMEM && !ctx.err.code)
+		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
+	out->fd = -1;
+	if (rc == 0) {
+		out->frame = proto_encode_result(req.id, ctx.result, &out->len);
+		out->fd = out->frame ? ctx.fd : -1;
+		cJSON_Delete(ctx.data);
+	} else {
+		cJSON_Delete(ctx.result);
+		if (ctx.err.field[0]) {
+			cJSON_Delete(ctx.data);
+			ctx.data = cJSON_CreateObject();
+			if (ctx.data)
+				cJSON_AddStringToObject(ctx.data, "field", ctx.err.field);
+		} else if (ctx.err.code == PROTO_E_METHOD && req.method) {
+			cJSON_Delete(ctx.data);
+			ctx.data = cJSON_CreateObject();
+			if (ctx.data)
+				cJSON_AddStringToObject(ctx.data, "method", req.method);
+		}
+		log_debug("session %llu: %s: %s", (unsigned long long)s->id,
+		          req.method ? req.method : "?", ctx.err.message);
+		out->frame =
+		    proto_encode_error(req.id, ctx.err.code, ctx.err.message, ctx.data, &out->len);
+	}
+	proto_request_finish(&req);
+}

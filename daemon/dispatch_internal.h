@@ -1,0 +1,35 @@
+/*
+ * dispatch_internal.h - shared by the handler files of the dispatcher.
+ */
+#ifndef GPB_DISPATCH_INTERNAL_H
+#define GPB_DISPATCH_INTERNAL_H
+
+#include "dispatch.h"
+
+/* What a handler works with and produces: a result object or an error. */
+struct dispatch_ctx {
+	struct broker *b;
+	struct session *s;
+	const cJSON *params;
+	cJSON *result; /* set on success */
+	cJSON *data;   /* optional error data */
+	int fd;        /* descriptor to pass with the result */
+	struct proto_error err;
+};
+
+/* Handlers return 0 with ctx->result set, or a negative errno with ctx->err
+ * set (-ENOMEM without ctx->err means host memory ran out). */
+typedef int (*dispatch_fn)(struct dispatch_ctx *ctx);
+
+/* Creates ctx->result. */
+cJSON *dispatch_result(struct dispatch_ctx *ctx);
+/* Records a parameter problem and returns -EINVAL. */
+int dispatch_param_error(struct dispatch_ctx *ctx, int rc, const char *key, const char *expected);
+
+int dispatch_mem_info(struct dispatch_ctx *ctx);
+int dispatch_stats(struct dispatch_ctx *ctx);
+int dispatch_status(struct dispatch_ctx *ctx);
+int dispatch_clients(struct dispatch_ctx *ctx);
+int dispatch_devices(struct dispatch_ctx *ctx);
+
+#endif

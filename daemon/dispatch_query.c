@@ -1,0 +1,214 @@
+/*
+ * dispatch_query.c - read-only requests: mem_info, stats, status, devices,
+ * clients.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "dispatch_internal.h"
+
+/* Appends a new object to an array; NULL when out of memory. */
+static cJSON *array_push_object(cJSON *array)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o && !cJSON_AddItemToArray(array, o)) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+static cJSON *result_array(struct dispatch_ctx *ctx, const char *key)
+{
+	cJSON *r = dispatch_result(ctx);
+	return r ? cJSON_AddArrayToObject(r, key) : NULL;
+}
+
+static int add_num(cJSON *obj, const char *key, double v)
+{
+	return cJSON_AddNumberToObject(obj, key, v) ? 0 : -ENOMEM;
+}
+
+static int instance_entry(struct broker *b, cJSON *arr, const struct broker_instance *inst)
+{
+	uint64_t cap = b->dev[inst->device].info.total;
+	uint64_t dfree = broker_device_free(b, inst->device);
+	uint64_t headroom = cap > inst->used ? cap - inst->used : 0;
+	cJSON *o = array_push_object(arr);
+	if (!o || proto_add_id64(o, "instance", inst->id) ||
+	    !cJSON_AddStringToObject(o, "name", inst->name) || add_num(o, "device", inst->device) ||
+	    !cJSON_AddStringToObject(o, "group", inst->group) ||
+	    !(inst->proportion > 0 ? cJSON_AddNumberToObject(o, "proportion", inst->proportion)
+	                           : cJSON_AddNullToObject(o, "proportion")) ||
+	    proto_add_u64(o, "cap", cap) || proto_add_u64(o, "used", inst->used) ||
+	    proto_add_u64(o, "free", headroom < dfree ? headroom : dfree))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_mem_info(struct dispatch_ctx *ctx)
+{
+	uint64_t id = 0;
+	int rc = proto_get_id64(ctx->params, "instance", &id);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "instance", "16 lowercase hex digits");
+	if (rc == 0 && !broker_instance_find(ctx->s, id)) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such instance");
+		return -ENOENT;
+	}
+	cJSON *insts = result_array(ctx, "instances");
+	cJSON *devs = insts ? cJSON_AddArrayToObject(ctx->result, "devices") : NULL;
+	if (!devs)
+		return -ENOMEM;
+	bool used_dev[BACKEND_MAX_DEVICES] = {false};
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &ctx->s->instances)
+	{
+		struct broker_instance *inst = list_entry(pos, struct broker_instance, link);
+		if (id && inst->id != id)
+			continue;
+		if (instance_entry(ctx->b, insts, inst) < 0)
+			return -ENOMEM;
+		used_dev[inst->device] = true;
+	}
+	for (int i = 0; i < ctx->b->device_count; i++) {
+		if (!used_dev[i])
+			continue;
+		cJSON *o = array_push_object(devs);
+		if (!o || add_num(o, "device", i) ||
+		    proto_add_u64(o, "total", ctx->b->dev[i].info.total) ||
+		    proto_add_u64(o, "free", broker_device_free(ctx->b, i)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The optional "device" parameter of stats: -1 means all. */
+static int device_param(struct dispatch_ctx *ctx, int *device)
+{
+	int64_t d;
+	int rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, &d);
+	if (rc == -ENOENT) {
+		*device = -1;
+		return 0;
+	}
+	if (rc == 0 && d >= ctx->b->device_count)
+		rc = -ERANGE;
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "device", "a device index");
+	*device = (int)d;
+	return 0;
+}
+
+int dispatch_stats(struct dispatch_ctx *ctx)
+{
+	int only;
+	int rc = device_param(ctx, &only);
+	if (rc < 0)
+		return rc;
+	cJSON *devs = result_array(ctx, "devices");
+	if (!devs)
+		return -ENOMEM;
+	for (int i = 0; i < ctx->b->device_count; i++) {
+		struct pool_stats st;
+		if (only >= 0 && i != only)
+			continue;
+		pool_get_stats(ctx->b->dev[i].pool, &st);
+		cJSON *o = array_push_object(devs);
+		if (!o || add_num(o, "device", i) || proto_add_u64(o, "reserved", st.reserved) ||
+		    proto_add_u64(o, "used", st.used) || proto_add_u64(o, "free", st.free) ||
+		    proto_add_u64(o, "free_blocks", st.free_blocks) ||
+		    proto_add_u64(o, "largest_free", st.largest_free) ||
+		    proto_add_u64(o, "peak", st.peak) || proto_add_u64(o, "slabs", st.slabs) ||
+		    proto_add_u64(o, "live", st.live) || proto_add_u64(o, "allocs", st.allocs) ||
+		    proto_add_u64(o, "frees", st.frees) || proto_add_u64(o, "ooms", st.ooms))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* name, uuid, total, reserved, used of one device. */
+static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stats *st)
+{
+	const struct backend_device_info *info = &b->dev[i].info;
+	pool_get_stats(b->dev[i].pool, st);
+	cJSON *o = array_push_object(arr);
+	if (!o || add_num(o, "device", i) || !cJSON_AddStringToObject(o, "name", info->name) ||
+	    !cJSON_AddStringToObject(o, "uuid", info->uuid) ||
+	    proto_add_u64(o, "total", info->total) || proto_add_u64(o, "reserved", st->reserved) ||
+	    proto_add_u64(o, "used", st->used))
+		return NULL;
+	return o;
+}
+
+int dispatch_status(struct dispatch_ctx *ctx)
+{
+	struct broker *b = ctx->b;
+	uint64_t total = 0, reserved = 0, used = 0;
+	cJSON *devs = result_array(ctx, "devices");
+	if (!devs)
+		return -ENOMEM;
+	for (int i = 0; i < b->device_count; i++) {
+		struct pool_stats st;
+		if (!device_entry(b, devs, i, &st))
+			return -ENOMEM;
+		total += b->dev[i].info.total;
+		reserved += st.reserved;
+		used += st.used;
+	}
+	cJSON *r = ctx->result, *totals = cJSON_AddObjectToObject(r, "totals");
+	if (!totals || proto_add_u64(totals, "total", total) ||
+	    proto_add_u64(totals, "reserved", reserved) || proto_add_u64(totals, "used", used) ||
+	    !cJSON_AddStringToObject(r, "server_version", GPB_VERSION) ||
+	    !cJSON_AddStringToObject(r, "backend", b->backend->ops->name) ||
+	    add_num(r, "pid", getpid()) ||
+	    add_num(r, "uptime_s", (double)(time(NULL) - b->started)) ||
+	    add_num(r, "clients", b->session_count) || add_num(r, "instances", b->instance_count) ||
+	    add_num(r, "allocations", (double)b->allocs.count))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_devices(struct dispatch_ctx *ctx)
+{
+	struct broker *b = ctx->b;
+	cJSON *devs = result_array(ctx, "devices");
+	if (!devs)
+		return -ENOMEM;
+	for (int i = 0; i < b->device_count; i++) {
+		struct pool_stats st;
+		char cc[16];
+		cJSON *o = device_entry(b, devs, i, &st);
+		snprintf(cc, sizeof(cc), "%d.%d", b->dev[i].info.cc_major, b->dev[i].info.cc_minor);
+		if (!o || proto_add_u64(o, "free", broker_device_free(b, i)) ||
+		    !cJSON_AddStringToObject(o, "compute_capability", cc))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int dispatch_clients(struct dispatch_ctx *ctx)
+{
+	cJSON *arr = result_array(ctx, "clients");
+	if (!arr)
+		return -ENOMEM;
+	time_t now = time(NULL);
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &ctx->b->sessions)
+	{
+		struct session *s = list_entry(pos, struct session, link);
+		cJSON *o = array_push_object(arr);
+		if (!o || proto_add_id64(o, "session", s->id) || add_num(o, "pid", s->pid) ||
+		    add_num(o, "uid", s->uid) || add_num(o, "gid", s->gid) ||
+		    !cJSON_AddStringToObject(o, "name", s->name) ||
+		    add_num(o, "instances", s->instance_count) ||
+		    add_num(o, "allocations", (double)s->alloc_count) ||
+		    proto_add_u64(o, "used", s->used) ||
+		    add_num(o, "connected_s", (double)(now - s->connected)))
+			return -ENOMEM;
+	}
+	return 0;
+}

@@ -1,0 +1,463 @@
+/*
+ * server.c - connections over libuv.
+ *
+ * A connection's memory is freed only from the close callbacks of both of
+ * its handles (the dqlite rule: libuv owns a handle until its close callback
+ * runs). Replies that carry a slab descriptor go out with uv_write2(), which
+ * attaches SCM_RIGHTS to the first byte of that reply, so descriptors stay in
+ * order with the frames that announce them.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "dispatch.h"
+#include "log.h"
+#if GPB_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#define SERVER_DRAIN_MS 5000 /* how long shutdown waits for clients to read */
+
+struct server {
+	uv_loop_t *loop;
+	struct broker *broker;
+	struct server_config cfg;
+	uv_pipe_t listener;
+	uv_signal_t sigterm, sigint;
+	uv_timer_t drain;
+	struct list conns;
+	unsigned conn_count;
+	bool listening, stopping, unlink_socket;
+	char readbuf[PROTO_MAX_FRAME];
+};
+
+struct conn {
+	uv_pipe_t pipe;
+	uv_timer_t hello_timer;
+	uv_shutdown_t shutdown;
+	struct server *srv;
+	struct session *session;
+	struct proto_framer framer;
+	struct list link;
+	int open_handles;
+	bool closing, finishing, paused;
+};
+
+struct conn_write {
+	uv_write_t req;
+	char *frame;
+	uv_pipe_t *fd_pipe; /* wraps a dup of the descriptor being passed */
+};
+
+static void conn_process(struct conn *c);
+
+static void conn_on_handle_closed(uv_handle_t *h)
+{
+	struct conn *c = h->data;
+	if (--c->open_handles > 0)
+		return;
+	struct server *srv = c->srv;
+	free(c);
+	if (srv->stopping && list_empty(&srv->conns) && !uv_is_closing((uv_handle_t *)&srv->drain))
+		uv_close((uv_handle_t *)&srv->drain, NULL);
+}
+
+/* Ends a connection now: pending writes are cancelled, the session's
+ * allocations and instances are reclaimed. Idempotent. */
+static void conn_close(struct conn *c, const char *why)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	if (c->session) {
+		log_debug("session %llu (pid %d uid %u): closed: %s",
+		          (unsigned long long)c->session->id, (int)c->session->pid,
+		          (unsigned)c->session->uid, why);
+		broker_session_close(c->srv->broker, c->session);
+		c->session = NULL;
+	}
+	list_remove(&c->link);
+	c->srv->conn_count--;
+	proto_framer_finish(&c->framer);
+	uv_close((uv_handle_t *)&c->pipe, conn_on_handle_closed);
+	uv_close((uv_handle_t *)&c->hello_timer, conn_on_handle_closed);
+}
+
+static void conn_on_shutdown(uv_shutdown_t *req, int status)
+{
+	conn_close(req->data, "finished");
+}
+
+/* Ends a connection after the replies already queued have been written. */
+static void conn_finish(struct conn *c)
+{
+	if (c->closing || c->finishing)
+		return;
+	c->finishing = true;
+	uv_read_stop((uv_stream_t *)&c->pipe);
+	c->shutdown.data = c;
+	if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->pipe, conn_on_shutdown) < 0)
+		conn_close(c, "shutdown failed");
+}
+
+static void conn_on_write(uv_write_t *req, int status)
+{
+	struct conn_write *w = req->data;
+	struct conn *c = w->req.handle->data;
+	free(w->frame);
+	if (w->fd_pipe)
+		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
+	free(w);
+	if (status < 0) {
+		/* EPIPE/ECONNRESET: the client left before its reply. */
+		if (status != UV_ECANCELED)
+			conn_close(c, uv_strerror(status));
+		return;
+	}
+	size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
+	if (c->paused && !c->closing && !c->finishing &&
+	    queued <= c->srv->broker->limits.write_high_water / 2) {
+		c->paused = false;
+		conn_process(c);
+	}
+}
+
+/* Queues a frame (taking ownership) with an optional descriptor to pass.
+ * On failure the connection is closed: a client told "fd": true must get
+ * the descriptor or nothing. */
+static int conn_send(struct conn *c, char *frame, size_t len, int fd)
+{
+	struct conn_write *w = calloc(1, sizeof(*w));
+	int rc = -ENOMEM;
+	if (!w || !frame)
+		goto fail;
+	w->frame = frame;
+	w->req.data = w;
+	uv_buf_t buf = uv_buf_init(frame, (unsigned)len);
+	if (fd >= 0) {
+		int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+		if (dupfd < 0) {
+			rc = -errno;
+			goto fail;
+		}
+		w->fd_pipe = malloc(sizeof(*w->fd_pipe));
+		if (!w->fd_pipe || uv_pipe_init(c->srv->loop, w->fd_pipe, 0) < 0) {
+			close(dupfd);
+			free(w->fd_pipe);
+			w->fd_pipe = NULL;
+			goto fail;
+		}
+		rc = uv_pipe_open(w->fd_pipe, dupfd);
+		if (rc < 0) {
+			close(dupfd);
+			uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
+			w->fd_pipe = NULL;
+			goto fail;
+		}
+		rc = uv_write2(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, (uv_stream_t *)w->fd_pipe,
+		               conn_on_write);
+	} else {
+		rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, conn_on_write);
+	}
+	if (rc < 0)
+		goto fail;
+	return 0;
+fail:
+	if (w && w->fd_pipe)
+		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
+	free(frame);
+	free(w);
+	conn_close(c, "could not queue a reply");
+	return rc;
+}
+
+/* Answers every complete frame buffered, unless the client is too far
+ * behind reading its replies. */
+static void conn_process(struct conn *c)
+{
+	const struct broker_limits *limits = &c->srv->broker->limits;
+	while (!c->closing && !c->finishing) {
+		if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
+		    limits->write_high_water) {
+			if (!c->paused)
+				log_debug("session %llu: paused: not reading its replies",
+				          (unsigned long long)c->session->id);
+			c->paused = true;
+			uv_read_stop((uv_stream_t *)&c->pipe);
+			return;
+		}
+		char *frame;
+		size_t len;
+		struct dispatch_reply rep;
+		int rc = proto_framer_next(&c->framer, &frame, &len);
+		if (rc == 0)
+			break;
+		if (rc < 0) {
+			dispatch_error(PROTO_E_INVALID_REQUEST,
+			               "invalid request: frame exceeds 65536 bytes", &rep);
+			if (conn_send(c, rep.frame, rep.len, -1) == 0)
+				conn_finish(c);
+			return;
+		}
+		dispatch_frame(c->srv->broker, c->session, frame, len, &rep);
+		if (c->session->hello)
+			uv_timer_stop(&c->hello_timer);
+		if (conn_send(c, rep.frame, rep.len, rep.fd) < 0)
+			return;
+	}
+	if (!c->closing && !c->finishing && !c->paused)
+		uv_read_start((uv_stream_t *)&c->pipe, NULL, NULL);
+}
+
+static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	/* One loop thread, and read_cb copies the bytes into the framer
+	 * before returning: a single server-wide buffer suffices. */
+	struct conn *c = h->data;
+	*buf = uv_buf_init(c->srv->readbuf, sizeof(c->srv->readbuf));
+}
+
+static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+	struct conn *c = stream->data;
+	if (nread == UV_EOF) {
+		/* Half-close: answer what was read, then close. */
+		conn_process(c);
+		conn_finish(c);
+		return;
+	}
+	if (nread < 0) {
+		conn_close(c, uv_strerror((int)nread));
+		return;
+	}
+	if (uv_pipe_pending_count(&c->pipe) > 0) {
+		conn_close(c, "client sent file descriptors");
+		return;
+	}
+	if (proto_framer_push(&c->framer, buf->base, (size_t)nread) < 0) {
+		conn_close(c, "out of memory");
+		return;
+	}
+	conn_process(c);
+}
+
+static void conn_on_hello_timeout(uv_timer_t *t)
+{
+	struct conn *c = t->data;
+	struct dispatch_reply rep;
+	dispatch_error(PROTO_E_STATE, "bad state: no hello within the hello timeout", &rep);
+	if (conn_send(c, rep.frame, rep.len, -1) == 0)
+		conn_finish(c);
+}
+
+static void server_on_connection(uv_stream_t *listener, int status)
+{
+	struct server *srv = listener->data;
+	if (status < 0) {
+		log_warn("accept: %s", uv_strerror(status));
+		return;
+	}
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		log_error("accept: out of memory");
+		return;
+	}
+	c->srv = srv;
+	proto_framer_init(&c->framer);
+	list_init(&c->link);
+	/* ipc = 1 lets uv_write2 pass descriptors to the client. */
+	uv_pipe_init(srv->loop, &c->pipe, 1);
+	uv_timer_init(srv->loop, &c->hello_timer);
+	c->pipe.data = c->hello_timer.data = c;
+	c->open_handles = 2;
+	list_insert_tail(&srv->conns, &c->link);
+	srv->conn_count++;
+	int rc = uv_accept(listener, (uv_stream_t *)&c->pipe);
+	if (rc < 0) {
+		/* EMFILE and friends: the pending connection stays queued in
+		 * the kernel; nothing else to do but log. */
+		log_warn("accept: %s", uv_strerror(rc));
+		conn_close(c, "accept failed");
+		return;
+	}
+	struct ucred cred = {0};
+	socklen_t len = sizeof(cred);
+	uv_os_fd_t fd;
+	if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		log_warn("accept: no peer credentials: %s", strerror(errno));
+		conn_close(c, "no peer credentials");
+		return;
+	}
+	c->session = broker_session_open(srv->broker, cred.uid, cred.gid, cred.pid);
+	if (!c->session) {
+		conn_close(c, "out of memory");
+		return;
+	}
+	log_debug("session %llu: connected: pid %d uid %u gid %u",
+	          (unsigned long long)c->session->id, (int)cred.pid, (unsigned)cred.uid,
+	          (unsigned)cred.gid);
+	if (srv->conn_count > srv->broker->limits.max_clients) {
+		struct dispatch_reply rep;
+		dispatch_error(PROTO_E_LIMIT, "limit reached: too many clients", &rep);
+		if (conn_send(c, rep.frame, rep.len, -1) == 0)
+			conn_finish(c);
+		return;
+	}
+	uv_timer_start(&c->hello_timer, conn_on_hello_timeout, srv->broker->limits.hello_timeout_ms,
+	               0);
+	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
+}
+
+static void server_on_drain_timeout(uv_timer_t *t)
+{
+	struct server *srv = t->data;
+	struct list *pos, *tmp;
+	log_warn("shutdown: closing %u clients that did not finish in time", srv->conn_count);
+	list_for_each_safe(pos, tmp, &srv->conns)
+	{
+		conn_close(list_entry(pos, struct conn, link), "shutdown");
+	}
+}
+
+static void server_stop(struct server *srv, const char *reason)
+{
+	if (srv->stopping)
+		return;
+	srv->stopping = true;
+	srv->broker->stopping = true;
+	log_info("%s: stopping; %u clients connected", reason, srv->conn_count);
+#if GPB_HAVE_SYSTEMD
+	sd_notify(0, "STOPPING=1");
+#endif
+	uv_close((uv_handle_t *)&srv->sigterm, NULL);
+	uv_close((uv_handle_t *)&srv->sigint, NULL);
+	if (srv->listening) {
+		uv_close((uv_handle_t *)&srv->listener, NULL);
+		if (srv->unlink_socket)
+			unlink(srv->cfg.socket_path);
+	}
+	/* Every client hears why, gets the replies to what it sent, and is
+	 * closed once they are written (or when the drain timer runs out). */
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &srv->conns)
+	{
+		struct conn *c = list_entry(pos, struct conn, link);
+		cJSON *data = cJSON_CreateObject();
+		size_t len;
+		if (data)
+			cJSON_AddStringToObject(data, "reason", reason);
+		char *frame = proto_encode_event("shutdown", data, &len);
+		if (!c->closing && !c->finishing && conn_send(c, frame, len, -1) == 0)
+			conn_finish(c);
+	}
+	if (list_empty(&srv->conns))
+		uv_close((uv_handle_t *)&srv->drain, NULL);
+	else
+		uv_timer_start(&srv->drain, server_on_drain_timeout, SERVER_DRAIN_MS, 0);
+}
+
+static void server_on_signal(uv_signal_t *sig, int signum)
+{
+	server_stop(sig->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+int server_create(uv_loop_t *loop, struct broker *broker, const struct server_config *cfg,
+                  struct server **out)
+{
+	struct server *srv = calloc(1, sizeof(*srv));
+	if (!srv)
+		return -ENOMEM;
+	srv->loop = loop;
+	srv->broker = broker;
+	srv->cfg = *cfg;
+	list_init(&srv->conns);
+	*out = srv;
+	return 0;
+}
+
+/* Makes room for binding: refuses a path where a daemon answers or that is
+ * not a socket, removes a stale socket. */
+static int server_socket_prepare(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct stat st;
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -ENOTSOCK;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	int err = errno;
+	close(fd);
+	if (rc == 0)
+		return -EADDRINUSE;
+	if (err != ECONNREFUSED)
+		return -err;
+	log_info("removing stale socket %s", path);
+	return unlink(path) < 0 ? -errno : 0;
+}
+
+int server_start(struct server *srv)
+{
+	const char *path = srv->cfg.socket_path;
+	int rc = server_socket_prepare(path);
+	if (rc < 0)
+		return rc;
+	uv_pipe_init(srv->loop, &srv->listener, 0);
+	srv->listener.data = srv;
+	srv->listening = true;
+	/* umask so the socket never exists with wider access than asked. */
+	mode_t old = umask(0777 & ~srv->cfg.socket_mode);
+	rc = uv_pipe_bind(&srv->listener, path);
+	umask(old);
+	if (rc == 0)
+		srv->unlink_socket = true;
+	if (rc == 0 && chmod(path, srv->cfg.socket_mode) < 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&srv->listener, 128, server_on_connection);
+	if (rc < 0) {
+		/* The caller runs the loop once more to complete the close. */
+		uv_close((uv_handle_t *)&srv->listener, NULL);
+		if (srv->unlink_socket)
+			unlink(path);
+		srv->listening = false;
+		return rc;
+	}
+	uv_signal_init(srv->loop, &srv->sigterm);
+	uv_signal_init(srv->loop, &srv->sigint);
+	uv_timer_init(srv->loop, &srv->drain);
+	srv->sigterm.data = srv->sigint.data = srv->drain.data = srv;
+	uv_signal_start(&srv->sigterm, server_on_signal, SIGTERM);
+	uv_signal_start(&srv->sigint, server_on_signal, SIGINT);
+	log_info("listening on %s (backend %s, %d devices)", path, srv->broker->backend->ops->name,
+	         srv->broker->device_count);
+#if GPB_HAVE_SYSTEMD
+	sd_notify(0, "READY=1");
+#endif
+	return 0;
+}
+
+void server_destroy(struct server *srv)
+{
+	if (!srv)
+		return;
+	if (srv->listening && srv->unlink_socket && !srv->stopping)
+		unlink(srv->cfg.socket_path);
+	free(srv);
+}

@@ -1,0 +1,35 @@
+/*
+ * server.h - the libuv shell: the listening socket, connections, signals.
+ *
+ * Everything protocol-shaped happens in dispatch; everything stateful in the
+ * broker. The server moves bytes, frames them, and tears a connection down
+ * (reclaiming its session) however it ends.
+ */
+#ifndef GPB_SERVER_H
+#define GPB_SERVER_H
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include "broker.h"
+
+struct server_config {
+	const char *socket_path;
+	mode_t socket_mode; /* applied when the daemon binds the socket itself */
+};
+
+struct server;
+
+/* 0, -ENOMEM. */
+int server_create(uv_loop_t *loop, struct broker *broker, const struct server_config *cfg,
+                  struct server **out);
+/*
+ * Binds and listens (refusing a live socket, replacing a stale one) and
+ * installs SIGTERM/SIGINT handlers. -EADDRINUSE (a daemon answers there),
+ * -ENAMETOOLONG, -ENOTSOCK (path exists and is not a socket), other errnos.
+ */
+int server_start(struct server *srv);
+/* Frees what the loop no longer references; call after uv_run returns. */
+void server_destroy(struct server *srv);
+
+#endif
