@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,8 @@ static bool is_blank(const char *s, size_t n)
 
 int proto_framer_next(struct proto_framer *f, char **frame, size_t *len)
 {
+	if (!f->buf)
+		return 0;
 	for (;;) {
 		char *start = f->buf + f->head;
 		size_t avail = f->len - f->head;
@@ -188,6 +191,7 @@ int proto_frame_check(const char *frame, size_t len)
 {
 	const unsigned char *s = (const unsigned char *)frame;
 	bool in_string = false;
+	int depth = 0;
 	for (size_t i = 0; i < len;) {
 		unsigned char c = s[i];
 		if (c < 0x20 && c != '\t' && c != '\r')
@@ -201,6 +205,13 @@ int proto_frame_check(const char *frame, size_t len)
 		}
 		if (c == '"') {
 			in_string = !in_string;
+		} else if (!in_string && (c == '[' || c == '{')) {
+			/* Counted here, before cJSON recurses: its own limit
+			 * (1000) would turn deep input into a parse error. */
+			if (++depth > PROTO_MAX_DEPTH)
+				return -E2BIG;
+		} else if (!in_string && (c == ']' || c == '}')) {
+			depth--;
 		} else if (in_string && c == '\\' && i + 1 < len) {
 			/* An escaped NUL would end cJSON's C string early and
 			 * silently shorten a name. */
@@ -216,7 +227,7 @@ int proto_frame_check(const char *frame, size_t len)
 
 /* ---- JSON structure ------------------------------------------------------ */
 
-static int json_check(const cJSON *node, int depth)
+static int json_check(const cJSON *node, int depth, int max_members)
 {
 	if (!cJSON_IsObject(node) && !cJSON_IsArray(node))
 		return 0;
@@ -224,28 +235,30 @@ static int json_check(const cJSON *node, int depth)
 		return -E2BIG;
 	int count = 0;
 	for (const cJSON *c = node->child; c; c = c->next) {
-		if (++count > PROTO_MAX_KEYS)
+		if (++count > max_members)
 			return -E2BIG;
 		if (cJSON_IsObject(node)) {
-			/* Members are bounded by PROTO_MAX_KEYS, so the
+			/* Request objects are bounded by PROTO_MAX_KEYS and
+			 * reply objects are the daemon's own, so the
 			 * quadratic duplicate check stays small. */
 			for (const cJSON *p = node->child; p != c; p = p->next) {
 				if (strcmp(p->string, c->string) == 0)
 					return -EEXIST;
 			}
 		}
-		int rc = json_check(c, depth + 1);
+		int rc = json_check(c, depth + 1, max_members);
 		if (rc < 0)
 			return rc;
 	}
 	return 0;
 }
 
-int proto_json_parse(const char *frame, size_t len, cJSON **out)
+int proto_json_parse(const char *frame, size_t len, int max_members, cJSON **out)
 {
 	*out = NULL;
-	if (proto_frame_check(frame, len) < 0)
-		return -EILSEQ;
+	int rc = proto_frame_check(frame, len);
+	if (rc < 0)
+		return rc;
 	/* cJSON over-reads unterminated input: always hand it a
 	 * NUL-terminated copy and require that the NUL ends the value. */
 	char *copy = malloc(len + 1);
@@ -257,7 +270,7 @@ int proto_json_parse(const char *frame, size_t len, cJSON **out)
 	free(copy);
 	if (!root)
 		return -EBADMSG;
-	int rc = json_check(root, 1);
+	rc = json_check(root, 1, max_members);
 	if (rc < 0) {
 		cJSON_Delete(root);
 		return rc;
@@ -308,7 +321,7 @@ int proto_request_parse(const char *frame, size_t len, struct proto_request *req
 	memset(req, 0, sizeof(*req));
 	req->op = -1;
 	req->params = &empty_params;
-	int rc = proto_json_parse(frame, len, &req->root);
+	int rc = proto_json_parse(frame, len, PROTO_MAX_KEYS, &req->root);
 	if (rc < 0) {
 		parse_error(err, rc);
 		return rc;
@@ -342,11 +355,18 @@ int proto_request_parse(const char *frame, size_t len, struct proto_request *req
 	}
 	if (params)
 		req->params = params;
-	req->op = proto_op_lookup(req->method);
-	if (req->op < 0) {
-		proto_error_set(err, PROTO_E_METHOD, "unknown method '%.64s'", req->method);
+	int op = proto_op_lookup(req->method);
+	if (op < 0) {
+		/* Cut at a character boundary: the message must stay UTF-8. */
+		int n = 0;
+		while (req->method[n] && n < 64)
+			n++;
+		while (n > 0 && req->method[n] && ((unsigned char)req->method[n] & 0xc0) == 0x80)
+			n--;
+		proto_error_set(err, PROTO_E_METHOD, "unknown method '%.*s'", n, req->method);
 		return -ENOENT;
 	}
+	req->op = op;
 	return 0;
 }
 
@@ -360,7 +380,8 @@ void proto_request_finish(struct proto_request *req)
 int proto_reply_parse(const char *frame, size_t len, struct proto_reply *rep)
 {
 	memset(rep, 0, sizeof(*rep));
-	int rc = proto_json_parse(frame, len, &rep->root);
+	/* Replies list every client or device: no member limit there. */
+	int rc = proto_json_parse(frame, len, INT_MAX, &rep->root);
 	if (rc < 0)
 		return rc;
 	const cJSON *root = rep->root;
@@ -388,11 +409,14 @@ int proto_reply_parse(const char *frame, size_t len, struct proto_reply *rep)
 	if (!rep->result && cJSON_IsObject(error)) {
 		const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
 		const cJSON *msg = cJSON_GetObjectItemCaseSensitive(error, "message");
-		if (!cJSON_IsNumber(code) || !cJSON_IsString(msg) || code->valuedouble == 0)
+		if (!cJSON_IsNumber(code) || !cJSON_IsString(msg) || code->valueint == 0 ||
+		    code->valuedouble != (double)code->valueint)
+			goto bad;
+		rep->data = cJSON_GetObjectItemCaseSensitive(error, "data");
+		if (rep->data && !cJSON_IsObject(rep->data))
 			goto bad;
 		rep->code = code->valueint;
 		rep->message = msg->valuestring;
-		rep->data = cJSON_GetObjectItemCaseSensitive(error, "data");
 		return 0;
 	}
 bad:

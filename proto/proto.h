@@ -108,18 +108,18 @@ size_t proto_framer_pending(const struct proto_framer *f);
 /*
  * Checks a frame's bytes before JSON parsing: valid UTF-8 (no overlongs, no
  * surrogates), no raw control bytes other than \t \r, and no "\u0000" escape
- * inside a string (cJSON would silently truncate the string there).
- * Returns 0 or -EILSEQ.
+ * inside a string (cJSON would silently truncate the string there), and
+ * nesting no deeper than PROTO_MAX_DEPTH. Returns 0, -EILSEQ or -E2BIG.
  */
 int proto_frame_check(const char *frame, size_t len);
 
 /*
  * Parses one frame into a JSON object tree with the structural limits applied
- * (depth, members, no duplicate keys). On success *out owns the tree.
- * -EILSEQ (bytes), -EBADMSG (not JSON), -E2BIG (limits), -EEXIST (duplicate
- * key), -ENOMEM.
+ * (depth, at most max_members per object or array, no duplicate keys). On
+ * success *out owns the tree. -EILSEQ (bytes), -EBADMSG (not JSON), -E2BIG
+ * (limits), -EEXIST (duplicate key), -ENOMEM.
  */
-int proto_json_parse(const char *frame, size_t len, cJSON **out);
+int proto_json_parse(const char *frame, size_t len, int max_members, cJSON **out);
 
 /* Fixed-size description of a failure to build an error reply from. */
 struct proto_error {
@@ -157,7 +157,7 @@ struct proto_reply {
 	const char *message; /* error.message */
 };
 
-/* Returns 0 or -EBADMSG / -EILSEQ / -E2BIG / -ENOMEM. */
+/* Returns 0 or -EBADMSG / -EILSEQ / -E2BIG / -EEXIST / -ENOMEM. */
 int proto_reply_parse(const char *frame, size_t len, struct proto_reply *rep);
 void proto_reply_finish(struct proto_reply *rep);
 
@@ -187,7 +187,7 @@ int proto_get_double(const cJSON *obj, const char *key, double min, double max, 
 int proto_get_string(const cJSON *obj, const char *key, size_t max_len, const char **out);
 int proto_get_bool(const cJSON *obj, const char *key, bool *out);
 
-/* Adders: -ENOMEM on failure. */
+/* Adders: -ENOMEM on failure (-EINVAL from add_hex past PROTO_HANDLE_SIZE). */
 int proto_add_u64(cJSON *obj, const char *key, uint64_t v);
 int proto_add_id64(cJSON *obj, const char *key, uint64_t v);
 int proto_add_hex(cJSON *obj, const char *key, const void *bytes, size_t n);
