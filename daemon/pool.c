@@ -1,0 +1,957 @@
+/*
+ * pool.c - the device memory sub-allocator: per-uid TLSF-style heaps of slabs.
+ *
+ * Every uid owns one heap (found through a small hash table) and every slab
+ * belongs to one heap. A slab is tiled, in address order, by blocks that are
+ * either live (handed out) or free; two free blocks are never neighbours,
+ * because a free coalesces with both sides at once. Free blocks sit in the
+ * heap's segregated lists, so a fit never walks the blocks of a slab.
+ *
+ * Size classes count granules (g = bytes / 256). Below SL_COUNT granules a
+ * class is exact (fl 0, sl g). Above, fl is 1 + log2(g) - SL_LOG2 and each
+ * power-of-two range [2^k, 2^(k+1)) is cut into SL_COUNT equal sub-classes,
+ * so a class spans at most 1/16 of its lower bound. A request is rounded up
+ * to the next class boundary before the search: the head of the first
+ * non-empty list at or above that class always fits, which makes the search
+ * two bitmap lookups. When that fails a short, bounded scan of the lists
+ * between the request's own class and the rounded one catches the ranges
+ * that fit exactly (a hole the same size as the request, an aligned start).
+ *
+ * Nothing here touches device memory: the metadata is all malloc'd.
+ */
+#include "pool.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SL_LOG2  4
+#define SL_COUNT (1u << SL_LOG2)
+/* Sizes are < 2^64, so g < 2^56 and fl <= 55 + 1 - SL_LOG2 = 52. */
+#define FL_COUNT (64 - 8 - SL_LOG2 + 1)
+
+/* How many free ranges the fallback scan may look at before giving up and
+ * asking for a new slab: keeps the worst case of an alloc constant. */
+#define FIT_SCAN_MAX 32
+
+/* Block structs recycled by coalescing are kept for the next split rather
+ * than going back to malloc each time; capped so a mass free returns them. */
+#define SPARE_MAX 64
+
+#define BLOCK_FREE 1u
+
+/* uid -> heap table. Fixed: a machine has few users of its GPUs, and even a
+ * few thousand uids only make chains of ~10. */
+#define HEAP_BUCKET_BITS 8
+
+/*
+ * 7 x 8 = 56 bytes on LP64, which glibc serves from a 64-byte chunk. The free
+ * flag lives in bit 0 of size_flags (sizes are granule multiples) because a
+ * separate bool would pad the struct to 64 bytes and the chunk to 80.
+ */
+struct pool_block {
+	struct pool_slab *slab;
+	struct pool_block *prev_phys; /* address-order neighbours in the slab */
+	struct pool_block *next_phys;
+	struct pool_block *prev_free; /* class list links, meaningful while free */
+	struct pool_block *next_free; /* (also chains the spare list) */
+	uint64_t offset;
+	uint64_t size_flags; /* size | BLOCK_FREE */
+};
+
+_Static_assert(sizeof(struct pool_block) <= 64, "keep pool_block within 64 bytes");
+
+struct pool_slab {
+	void *backend;
+	struct pool_heap *heap;
+	struct pool_slab *prev; /* the heap's slabs, unordered */
+	struct pool_slab *next;
+	struct pool_block *first; /* the block at offset 0 */
+	uint64_t size;
+	uint64_t live; /* live blocks */
+	uint32_t uid;
+	unsigned pins;
+	bool dedicated;
+};
+
+struct pool_heap {
+	uint32_t uid;
+	unsigned cached;         /* empty, unpinned standard slabs held */
+	struct pool_heap *hnext; /* hash chain */
+	struct pool_slab *slabs; /* never empty: a heap goes with its last slab */
+	uint64_t nslabs;
+	uint64_t used;             /* bytes in live blocks */
+	uint64_t fl_map;           /* bit fl: sl_map[fl] != 0 */
+	uint32_t sl_map[FL_COUNT]; /* bit sl: lists[fl][sl] != NULL */
+	struct pool_block *lists[FL_COUNT][SL_COUNT];
+};
+
+struct pool {
+	struct pool_slab_ops ops;
+	void *ctx;
+	uint64_t slab_size;
+	uint64_t large_threshold;
+	unsigned keep_empty;
+
+	struct pool_heap *buckets[1u << HEAP_BUCKET_BITS];
+	unsigned nheaps;
+
+	struct pool_block *spare;
+	unsigned nspare;
+
+	uint64_t reserved;
+	uint64_t used;
+	uint64_t peak;
+	uint64_t slabs;
+	uint64_t live;
+	uint64_t free_blocks;
+	uint64_t allocs;
+	uint64_t frees;
+	uint64_t ooms;
+};
+
+static inline uint64_t block_size(const struct pool_block *b)
+{
+	return b->size_flags & ~(uint64_t)BLOCK_FREE;
+}
+
+static inline bool block_is_free(const struct pool_block *b)
+{
+	return b->size_flags & BLOCK_FREE;
+}
+
+static inline void block_set(struct pool_block *b, uint64_t size, bool free)
+{
+	b->size_flags = size | (free ? BLOCK_FREE : 0);
+}
+
+static inline unsigned log2_u64(uint64_t v)
+{
+	return 63 - __builtin_clzll(v);
+}
+
+/* The class a free range of `size` bytes is filed under. */
+static void class_of(uint64_t size, unsigned *fl, unsigned *sl)
+{
+	uint64_t g = size / POOL_GRANULE;
+	unsigned k;
+
+	if (g < SL_COUNT) {
+		*fl = 0;
+		*sl = (unsigned)g;
+		return;
+	}
+	k = log2_u64(g);
+	*fl = k - SL_LOG2 + 1;
+	*sl = (unsigned)(g >> (k - SL_LOG2)) - SL_COUNT;
+}
+
+/* The lowest class whose every range holds `size` bytes; false when that
+ * would be above the largest class. */
+static bool class_round(uint64_t size, unsigned *fl, unsigned *sl)
+{
+	uint64_t g = size / POOL_GRANULE;
+
+	if (g >= SL_COUNT)
+		g += (1ull << (log2_u64(g) - SL_LOG2)) - 1;
+	class_of(g * POOL_GRANULE, fl, sl);
+	return *fl < FL_COUNT;
+}
+
+static void list_insert(struct pool *pool, struct pool_heap *heap, struct pool_block *b)
+{
+	unsigned fl, sl;
+
+	class_of(block_size(b), &fl, &sl);
+	b->prev_free = NULL;
+	b->next_free = heap->lists[fl][sl];
+	if (b->next_free)
+		b->next_free->prev_free = b;
+	heap->lists[fl][sl] = b;
+	heap->sl_map[fl] |= 1u << sl;
+	heap->fl_map |= 1ull << fl;
+	pool->free_blocks++;
+}
+
+static void list_remove(struct pool *pool, struct pool_heap *heap, struct pool_block *b)
+{
+	unsigned fl, sl;
+
+	class_of(block_size(b), &fl, &sl);
+	if (b->prev_free)
+		b->prev_free->next_free = b->next_free;
+	else
+		heap->lists[fl][sl] = b->next_free;
+	if (b->next_free)
+		b->next_free->prev_free = b->prev_free;
+	if (!heap->lists[fl][sl]) {
+		heap->sl_map[fl] &= ~(1u << sl);
+		if (!heap->sl_map[fl])
+			heap->fl_map &= ~(1ull << fl);
+	}
+	b->prev_free = b->next_free = NULL;
+	pool->free_blocks--;
+}
+
+/* Head of the first non-empty list at or above (*fl, *sl); updates both. */
+static struct pool_block *list_find(const struct pool_heap *heap, unsigned *fl, unsigned *sl)
+{
+	uint32_t sm = heap->sl_map[*fl] & (~0u << *sl);
+
+	if (!sm) {
+		uint64_t fm = *fl + 1 < FL_COUNT ? heap->fl_map & (~0ull << (*fl + 1)) : 0;
+
+		if (!fm)
+			return NULL;
+		*fl = __builtin_ctzll(fm);
+		sm = heap->sl_map[*fl];
+	}
+	*sl = __builtin_ctz(sm);
+	return heap->lists[*fl][*sl];
+}
+
+static inline uint64_t align_up(uint64_t v, uint64_t align)
+{
+	return (v + align - 1) & ~(align - 1);
+}
+
+static bool block_fits(const struct pool_block *b, uint64_t size, uint64_t align)
+{
+	uint64_t front = align_up(b->offset, align) - b->offset;
+
+	return front < block_size(b) && block_size(b) - front >= size;
+}
+
+/* A free range of the heap that holds `size` bytes at `align`, or NULL.
+ * `need` is size + align - granule: any range that large fits. */
+static struct pool_block *heap_fit(const struct pool_heap *heap, uint64_t size, uint64_t align,
+                                   uint64_t need)
+{
+	unsigned fl, sl, budget = FIT_SCAN_MAX;
+	struct pool_block *b;
+
+	if (class_round(need, &fl, &sl)) {
+		b = list_find(heap, &fl, &sl);
+		if (b)
+			return b;
+	}
+	/* Nothing at or above the rounded class, so whatever fits is in the
+	 * few lists below it: look at a bounded number of ranges. */
+	class_of(size, &fl, &sl);
+	while (budget && (b = list_find(heap, &fl, &sl))) {
+		for (; b && budget; b = b->next_free, budget--) {
+			if (block_fits(b, size, align))
+				return b;
+		}
+		if (++sl == SL_COUNT) {
+			sl = 0;
+			if (++fl == FL_COUNT)
+				break;
+		}
+	}
+	return NULL;
+}
+
+/* Makes sure `n` block structs are at hand so that a split cannot fail
+ * halfway through changing the lists. */
+static int spare_reserve(struct pool *pool, unsigned n)
+{
+	while (pool->nspare < n) {
+		struct pool_block *b = malloc(sizeof(*b));
+
+		if (!b)
+			return -ENOMEM;
+		b->next_free = pool->spare;
+		pool->spare = b;
+		pool->nspare++;
+	}
+	return 0;
+}
+
+static struct pool_block *spare_take(struct pool *pool)
+{
+	struct pool_block *b = pool->spare;
+
+	pool->spare = b->next_free;
+	pool->nspare--;
+	memset(b, 0, sizeof(*b));
+	return b;
+}
+
+static void spare_put(struct pool *pool, struct pool_block *b)
+{
+	if (pool->nspare >= SPARE_MAX) {
+		free(b);
+		return;
+	}
+	b->next_free = pool->spare;
+	pool->spare = b;
+	pool->nspare++;
+}
+
+/* Inserts n after b in address order, as a piece of b's slab. */
+static void phys_link_after(struct pool_block *b, struct pool_block *n)
+{
+	n->slab = b->slab;
+	n->prev_phys = b;
+	n->next_phys = b->next_phys;
+	if (b->next_phys)
+		b->next_phys->prev_phys = n;
+	b->next_phys = n;
+}
+
+static void phys_unlink(struct pool_block *b)
+{
+	if (b->prev_phys)
+		b->prev_phys->next_phys = b->next_phys;
+	if (b->next_phys)
+		b->next_phys->prev_phys = b->prev_phys;
+}
+
+static unsigned heap_hash(uint32_t uid)
+{
+	return (uint32_t)(uid * 0x9e3779b1u) >> (32 - HEAP_BUCKET_BITS);
+}
+
+static struct pool_heap *heap_find(const struct pool *pool, uint32_t uid)
+{
+	struct pool_heap *heap = pool->buckets[heap_hash(uid)];
+
+	while (heap && heap->uid != uid)
+		heap = heap->hnext;
+	return heap;
+}
+
+static struct pool_heap *heap_get(struct pool *pool, uint32_t uid)
+{
+	struct pool_heap *heap = heap_find(pool, uid);
+	unsigned h;
+
+	if (heap)
+		return heap;
+	heap = calloc(1, sizeof(*heap));
+	if (!heap)
+		return NULL;
+	heap->uid = uid;
+	h = heap_hash(uid);
+	heap->hnext = pool->buckets[h];
+	pool->buckets[h] = heap;
+	pool->nheaps++;
+	return heap;
+}
+
+/* Frees a heap that has no slab left: it holds nothing worth keeping, and
+ * daemons see many short-lived uids. */
+static void heap_put(struct pool *pool, struct pool_heap *heap)
+{
+	struct pool_heap **p = &pool->buckets[heap_hash(heap->uid)];
+
+	if (heap->nslabs)
+		return;
+	while (*p != heap)
+		p = &(*p)->hnext;
+	*p = heap->hnext;
+	pool->nheaps--;
+	free(heap);
+}
+
+/* Hands an empty slab back to the backend. The caller settles the heap's
+ * cache count and calls heap_put. */
+static void slab_release(struct pool *pool, struct pool_slab *slab)
+{
+	struct pool_heap *heap = slab->heap;
+
+	list_remove(pool, heap, slab->first);
+	spare_put(pool, slab->first);
+	if (slab->prev)
+		slab->prev->next = slab->next;
+	else
+		heap->slabs = slab->next;
+	if (slab->next)
+		slab->next->prev = slab->prev;
+	heap->nslabs--;
+	pool->slabs--;
+	pool->reserved -= slab->size;
+	pool->ops.destroy(pool->ctx, slab->backend);
+	free(slab);
+}
+
+/* A slab has just become empty and unpinned: cache it or give it back. */
+static void slab_idle(struct pool *pool, struct pool_slab *slab)
+{
+	struct pool_heap *heap = slab->heap;
+
+	if (!slab->dedicated && heap->cached < pool->keep_empty) {
+		heap->cached++;
+		return;
+	}
+	slab_release(pool, slab);
+	heap_put(pool, heap);
+}
+
+/* Adds a backend slab to the heap as one free range. */
+static struct pool_slab *slab_add(struct pool *pool, struct pool_heap *heap, void *backend,
+                                  uint64_t size, bool dedicated)
+{
+	struct pool_slab *slab = calloc(1, sizeof(*slab));
+	struct pool_block *b;
+
+	if (!slab)
+		return NULL;
+	slab->backend = backend;
+	slab->heap = heap;
+	slab->size = size;
+	slab->uid = heap->uid;
+	slab->dedicated = dedicated;
+	slab->next = heap->slabs;
+	if (heap->slabs)
+		heap->slabs->prev = slab;
+	heap->slabs = slab;
+	heap->nslabs++;
+	/* Empty and unpinned: counted as cache until its first block goes
+	 * live, which keeps block_take's bookkeeping uniform. */
+	if (!dedicated)
+		heap->cached++;
+
+	b = spare_take(pool);
+	b->slab = slab;
+	block_set(b, size, true);
+	slab->first = b;
+	list_insert(pool, heap, b);
+
+	pool->slabs++;
+	pool->reserved += size;
+	return slab;
+}
+
+/* Asks the backend for a slab; on -ENOMEM releases every idle slab of every
+ * uid and asks once more, since a cached slab of another uid is memory this
+ * one cannot use. */
+static int backend_create(struct pool *pool, uint64_t size, uint32_t uid, void **backend)
+{
+	int err = pool->ops.create(pool->ctx, size, uid, backend);
+
+	if (err == -ENOMEM) {
+		pool_trim(pool, 0, true);
+		err = pool->ops.create(pool->ctx, size, uid, backend);
+	}
+	if (err > 0)
+		err = -EIO;
+	return err;
+}
+
+/* Carves a live block of `size` bytes at `align` out of the free range b.
+ * Needs two spare block structs. */
+static struct pool_block *block_take(struct pool *pool, struct pool_block *b, uint64_t size,
+                                     uint64_t align)
+{
+	struct pool_slab *slab = b->slab;
+	struct pool_heap *heap = slab->heap;
+	uint64_t front = align_up(b->offset, align) - b->offset;
+
+	list_remove(pool, heap, b);
+	if (front) {
+		/* The front remainder stays free in b; its left neighbour is
+		 * live (no two free neighbours), so no coalescing is due. */
+		struct pool_block *rest = spare_take(pool);
+
+		phys_link_after(b, rest);
+		rest->offset = b->offset + front;
+		block_set(rest, block_size(b) - front, false);
+		block_set(b, front, true);
+		list_insert(pool, heap, b);
+		b = rest;
+	}
+	if (block_size(b) > size) {
+		struct pool_block *tail = spare_take(pool);
+
+		phys_link_after(b, tail);
+		tail->offset = b->offset + size;
+		block_set(tail, block_size(b) - size, true);
+		list_insert(pool, heap, tail);
+	}
+	block_set(b, size, false);
+
+	if (slab->live++ == 0 && !slab->pins && !slab->dedicated)
+		heap->cached--;
+	heap->used += size;
+	pool->used += size;
+	pool->live++;
+	pool->allocs++;
+	if (pool->used > pool->peak)
+		pool->peak = pool->used;
+	return b;
+}
+
+struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_ops *ops, void *ctx)
+{
+	uint64_t slab_size = POOL_DEFAULT_SLAB, threshold = 0;
+	unsigned keep_empty = 1;
+	struct pool *pool;
+
+	if (!ops || !ops->create || !ops->destroy)
+		return NULL;
+	/* An all-zero config means "defaults", like NULL (see pool.h). */
+	if (cfg && (cfg->slab_size || cfg->large_threshold || cfg->keep_empty)) {
+		if (cfg->slab_size)
+			slab_size = cfg->slab_size;
+		threshold = cfg->large_threshold;
+		keep_empty = cfg->keep_empty;
+	}
+	if (slab_size % POOL_SLAB_ALIGN)
+		return NULL;
+	if (!threshold)
+		threshold = slab_size / 2;
+	/* A request bigger than a standard slab cannot come from one. */
+	if (threshold > slab_size)
+		threshold = slab_size;
+
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return NULL;
+	pool->ops = *ops;
+	pool->ctx = ctx;
+	pool->slab_size = slab_size;
+	pool->large_threshold = threshold;
+	pool->keep_empty = keep_empty;
+	return pool;
+}
+
+void pool_destroy(struct pool *pool)
+{
+	if (!pool)
+		return;
+	for (unsigned i = 0; i < 1u << HEAP_BUCKET_BITS; i++) {
+		struct pool_heap *heap, *hnext;
+
+		for (heap = pool->buckets[i]; heap; heap = hnext) {
+			struct pool_slab *slab, *snext;
+
+			hnext = heap->hnext;
+			for (slab = heap->slabs; slab; slab = snext) {
+				struct pool_block *b, *bnext;
+
+				snext = slab->next;
+				for (b = slab->first; b; b = bnext) {
+					bnext = b->next_phys;
+					free(b);
+				}
+				pool->ops.destroy(pool->ctx, slab->backend);
+				free(slab);
+			}
+			free(heap);
+		}
+	}
+	while (pool->spare) {
+		struct pool_block *b = pool->spare;
+
+		pool->spare = b->next_free;
+		free(b);
+	}
+	free(pool);
+}
+
+int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
+               struct pool_block **out)
+{
+	struct pool_heap *heap;
+	struct pool_slab *slab;
+	struct pool_block *b = NULL;
+	uint64_t rsize, need, slab_bytes;
+	bool dedicated;
+	void *backend;
+	int err;
+
+	if (!pool || !out || !size)
+		return -EINVAL;
+	if ((align & (align - 1)) || align > POOL_MAX_ALIGNMENT)
+		return -EINVAL;
+	if (align < POOL_GRANULE)
+		align = POOL_GRANULE;
+	if (size > UINT64_MAX - (POOL_GRANULE - 1))
+		return -EINVAL;
+	rsize = align_up(size, POOL_GRANULE);
+	if (rsize > UINT64_MAX - (align - POOL_GRANULE))
+		return -EINVAL;
+	need = rsize + (align - POOL_GRANULE);
+	dedicated = size > pool->large_threshold;
+	slab_bytes = pool->slab_size;
+	if (dedicated) {
+		if (rsize > UINT64_MAX - (POOL_SLAB_ALIGN - 1))
+			return -EINVAL;
+		slab_bytes = align_up(rsize, POOL_SLAB_ALIGN);
+	}
+
+	err = spare_reserve(pool, 2);
+	if (err)
+		goto fail;
+
+	heap = heap_find(pool, uid);
+	if (heap && !dedicated)
+		b = heap_fit(heap, rsize, align, need);
+	if (!b) {
+		/* May trim, which may free the heap we just found. */
+		err = backend_create(pool, slab_bytes, uid, &backend);
+		if (err)
+			goto fail;
+		heap = heap_get(pool, uid);
+		slab = heap ? slab_add(pool, heap, backend, slab_bytes, dedicated) : NULL;
+		if (!slab) {
+			pool->ops.destroy(pool->ctx, backend);
+			if (heap)
+				heap_put(pool, heap);
+			err = -ENOMEM;
+			goto fail;
+		}
+		/* Offset 0 of a fresh slab suits every alignment. */
+		b = slab->first;
+	}
+	*out = block_take(pool, b, rsize, align);
+	return 0;
+fail:
+	if (err == -ENOMEM)
+		pool->ooms++;
+	return err;
+}
+
+void pool_free(struct pool *pool, struct pool_block *block)
+{
+	struct pool_slab *slab;
+	struct pool_heap *heap;
+	struct pool_block *n;
+	uint64_t size;
+
+	if (!pool || !block)
+		return;
+	slab = block->slab;
+	heap = slab->heap;
+	size = block_size(block);
+
+	heap->used -= size;
+	pool->used -= size;
+	pool->live--;
+	pool->frees++;
+	slab->live--;
+	block_set(block, size, true);
+
+	n = block->prev_phys;
+	if (n && block_is_free(n)) {
+		list_remove(pool, heap, n);
+		block_set(n, block_size(n) + block_size(block), true);
+		phys_unlink(block);
+		spare_put(pool, block);
+		block = n;
+	}
+	n = block->next_phys;
+	if (n && block_is_free(n)) {
+		list_remove(pool, heap, n);
+		block_set(block, block_size(block) + block_size(n), true);
+		phys_unlink(n);
+		spare_put(pool, n);
+	}
+	list_insert(pool, heap, block);
+
+	if (!slab->live && !slab->pins)
+		slab_idle(pool, slab);
+}
+
+uint64_t pool_block_offset(const struct pool_block *block)
+{
+	return block->offset;
+}
+
+uint64_t pool_block_size(const struct pool_block *block)
+{
+	return block_size(block);
+}
+
+struct pool_slab *pool_block_slab(const struct pool_block *block)
+{
+	return block->slab;
+}
+
+void *pool_slab_backend(const struct pool_slab *slab)
+{
+	return slab->backend;
+}
+
+uint64_t pool_slab_size(const struct pool_slab *slab)
+{
+	return slab->size;
+}
+
+uint32_t pool_slab_uid(const struct pool_slab *slab)
+{
+	return slab->uid;
+}
+
+void pool_slab_pin(struct pool_slab *slab)
+{
+	/* A pinned empty slab is held for its pin, not as cache. */
+	if (slab->pins++ == 0 && !slab->live && !slab->dedicated)
+		slab->heap->cached--;
+}
+
+void pool_slab_unpin(struct pool *pool, struct pool_slab *slab)
+{
+	if (!slab->pins)
+		return;
+	if (--slab->pins == 0 && !slab->live)
+		slab_idle(pool, slab);
+}
+
+static unsigned heap_trim(struct pool *pool, struct pool_heap *heap)
+{
+	struct pool_slab *slab, *next;
+	unsigned n = 0;
+
+	for (slab = heap->slabs; slab; slab = next) {
+		next = slab->next;
+		if (slab->live || slab->pins)
+			continue;
+		if (!slab->dedicated)
+			heap->cached--;
+		slab_release(pool, slab);
+		n++;
+	}
+	heap_put(pool, heap);
+	return n;
+}
+
+unsigned pool_trim(struct pool *pool, uint32_t uid, bool all)
+{
+	struct pool_heap *heap, *next;
+	unsigned n = 0;
+
+	if (!pool)
+		return 0;
+	if (!all) {
+		heap = heap_find(pool, uid);
+		return heap ? heap_trim(pool, heap) : 0;
+	}
+	for (unsigned i = 0; i < 1u << HEAP_BUCKET_BITS; i++) {
+		for (heap = pool->buckets[i]; heap; heap = next) {
+			next = heap->hnext;
+			n += heap_trim(pool, heap);
+		}
+	}
+	return n;
+}
+
+/* Every range in a higher class is larger than every range in a lower one,
+ * so the largest is in the highest non-empty list. */
+static uint64_t heap_largest_free(const struct pool_heap *heap)
+{
+	const struct pool_block *b;
+	unsigned fl, sl;
+	uint64_t max = 0;
+
+	if (!heap->fl_map)
+		return 0;
+	fl = log2_u64(heap->fl_map);
+	sl = 31 - __builtin_clz(heap->sl_map[fl]);
+	for (b = heap->lists[fl][sl]; b; b = b->next_free) {
+		if (block_size(b) > max)
+			max = block_size(b);
+	}
+	return max;
+}
+
+void pool_get_stats(const struct pool *pool, struct pool_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!pool)
+		return;
+	out->reserved = pool->reserved;
+	out->used = pool->used;
+	out->free = pool->reserved - pool->used;
+	out->free_blocks = pool->free_blocks;
+	out->peak = pool->peak;
+	out->slabs = pool->slabs;
+	out->live = pool->live;
+	out->allocs = pool->allocs;
+	out->frees = pool->frees;
+	out->ooms = pool->ooms;
+	for (unsigned i = 0; i < 1u << HEAP_BUCKET_BITS; i++) {
+		for (const struct pool_heap *heap = pool->buckets[i]; heap; heap = heap->hnext) {
+			uint64_t l = heap_largest_free(heap);
+
+			if (l > out->largest_free)
+				out->largest_free = l;
+		}
+	}
+}
+
+uint64_t pool_uid_used(const struct pool *pool, uint32_t uid)
+{
+	const struct pool_heap *heap = pool ? heap_find(pool, uid) : NULL;
+
+	return heap ? heap->used : 0;
+}
+
+/* What a check walk adds up, to compare with the running counters. */
+struct check_sum {
+	uint64_t reserved, used, slabs, live, free_blocks;
+};
+
+__attribute__((format(printf, 3, 4))) static int check_fail(char *msg, unsigned msg_len,
+                                                            const char *fmt, ...)
+{
+	va_list ap;
+
+	if (msg && msg_len) {
+		va_start(ap, fmt);
+		vsnprintf(msg, msg_len, fmt, ap);
+		va_end(ap);
+	}
+	return -EFAULT;
+}
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			return check_fail(msg, msg_len, __VA_ARGS__);                              \
+	} while (0)
+
+static int slab_check(const struct pool *pool, const struct pool_slab *slab, struct check_sum *sum,
+                      uint64_t *used, char *msg, unsigned msg_len)
+{
+	const struct pool_block *b, *prev = NULL;
+	uint64_t off = 0, live = 0;
+	uint32_t uid = slab->uid;
+
+	CHECK(slab->size % POOL_SLAB_ALIGN == 0 && slab->size && slab->first &&
+	          (slab->dedicated || slab->size == pool->slab_size),
+	      "uid %u: bad slab of %" PRIu64 " bytes", uid, slab->size);
+	for (b = slab->first; b; prev = b, b = b->next_phys) {
+		uint64_t size = block_size(b);
+
+		CHECK(b->slab == slab && b->prev_phys == prev, "uid %u: bad links at %" PRIu64, uid,
+		      off);
+		CHECK(b->offset == off, "uid %u: block at %" PRIu64 ", expected %" PRIu64, uid,
+		      b->offset, off);
+		CHECK(size && size % POOL_GRANULE == 0 && size <= slab->size - off,
+		      "uid %u: block at %" PRIu64 " of %" PRIu64 " bytes", uid, off, size);
+		if (block_is_free(b)) {
+			CHECK(!prev || !block_is_free(prev), "uid %u: free neighbours at %" PRIu64,
+			      uid, off);
+			sum->free_blocks++;
+		} else {
+			live++;
+			*used += size;
+		}
+		off += size;
+	}
+	CHECK(off == slab->size, "uid %u: blocks cover %" PRIu64 " of %" PRIu64 " bytes", uid, off,
+	      slab->size);
+	CHECK(live == slab->live, "uid %u: slab has %" PRIu64 " live, counts %" PRIu64, uid, live,
+	      slab->live);
+	CHECK(live || slab->pins || !slab->dedicated, "uid %u: idle dedicated slab held", uid);
+	sum->live += live;
+	sum->reserved += slab->size;
+	sum->slabs++;
+	return 0;
+}
+
+/* Every free range of the heap is in exactly the list of its class, and the
+ * bitmaps say which lists are non-empty. */
+static int heap_check_lists(const struct pool_heap *heap, uint64_t free_blocks, char *msg,
+                            unsigned msg_len)
+{
+	uint64_t seen = 0;
+	unsigned bfl, bsl;
+
+	CHECK(!(heap->fl_map >> FL_COUNT), "uid %u: fl bitmap overflows", heap->uid);
+	for (unsigned fl = 0; fl < FL_COUNT; fl++) {
+		CHECK(!!(heap->fl_map & (1ull << fl)) == !!heap->sl_map[fl] &&
+		          !(heap->sl_map[fl] >> SL_COUNT),
+		      "uid %u: bitmap of class %u", heap->uid, fl);
+		for (unsigned sl = 0; sl < SL_COUNT; sl++) {
+			const struct pool_block *b, *prev = NULL;
+
+			CHECK(!!(heap->sl_map[fl] & (1u << sl)) == !!heap->lists[fl][sl],
+			      "uid %u: bitmap of class %u/%u", heap->uid, fl, sl);
+			for (b = heap->lists[fl][sl]; b; prev = b, b = b->next_free) {
+				CHECK(++seen <= free_blocks && block_is_free(b) &&
+				          b->slab->heap == heap && b->prev_free == prev,
+				      "uid %u: bad entry in list %u/%u", heap->uid, fl, sl);
+				class_of(block_size(b), &bfl, &bsl);
+				CHECK(bfl == fl && bsl == sl,
+				      "uid %u: %" PRIu64 " bytes filed in %u/%u", heap->uid,
+				      block_size(b), fl, sl);
+			}
+		}
+	}
+	CHECK(seen == free_blocks, "uid %u: %" PRIu64 " free blocks, %" PRIu64 " listed", heap->uid,
+	      free_blocks, seen);
+	return 0;
+}
+
+static int heap_check(const struct pool *pool, const struct pool_heap *heap, struct check_sum *sum,
+                      char *msg, unsigned msg_len)
+{
+	const struct pool_slab *slab, *prev = NULL;
+	uint64_t nslabs = 0, used = 0, free_before = sum->free_blocks;
+	unsigned cached = 0;
+	int err;
+
+	CHECK(heap->slabs, "uid %u: heap without slabs", heap->uid);
+	for (slab = heap->slabs; slab; prev = slab, slab = slab->next) {
+		CHECK(++nslabs <= heap->nslabs && slab->prev == prev && slab->heap == heap &&
+		          slab->uid == heap->uid,
+		      "uid %u: bad slab list", heap->uid);
+		err = slab_check(pool, slab, sum, &used, msg, msg_len);
+		if (err)
+			return err;
+		if (!slab->live && !slab->pins && !slab->dedicated)
+			cached++;
+	}
+	CHECK(nslabs == heap->nslabs, "uid %u: %" PRIu64 " slabs, counts %" PRIu64, heap->uid,
+	      nslabs, heap->nslabs);
+	CHECK(used == heap->used, "uid %u: %" PRIu64 " used, counts %" PRIu64, heap->uid, used,
+	      heap->used);
+	CHECK(cached == heap->cached && cached <= pool->keep_empty,
+	      "uid %u: %u cached slabs, counts %u, keeps %u", heap->uid, cached, heap->cached,
+	      pool->keep_empty);
+	sum->used += used;
+	return heap_check_lists(heap, sum->free_blocks - free_before, msg, msg_len);
+}
+
+int pool_check(const struct pool *pool, char *msg, unsigned msg_len)
+{
+	struct check_sum sum = {0};
+	const struct pool_block *b;
+	unsigned nheaps = 0, nspare = 0;
+	int err;
+
+	CHECK(pool, "no pool");
+	for (unsigned i = 0; i < 1u << HEAP_BUCKET_BITS; i++) {
+		for (const struct pool_heap *heap = pool->buckets[i]; heap; heap = heap->hnext) {
+			CHECK(++nheaps <= pool->nheaps && heap_hash(heap->uid) == i &&
+			          heap_find(pool, heap->uid) == heap,
+			      "uid %u: bad heap table", heap->uid);
+			err = heap_check(pool, heap, &sum, msg, msg_len);
+			if (err)
+				return err;
+		}
+	}
+	CHECK(nheaps == pool->nheaps, "%u heaps, counts %u", nheaps, pool->nheaps);
+	for (b = pool->spare; b; b = b->next_free)
+		CHECK(++nspare <= pool->nspare, "spare list longer than %u", pool->nspare);
+	CHECK(nspare == pool->nspare, "%u spares, counts %u", nspare, pool->nspare);
+	CHECK(sum.reserved == pool->reserved && sum.slabs == pool->slabs,
+	      "%" PRIu64 " bytes in %" PRIu64 " slabs, counts %" PRIu64 " in %" PRIu64,
+	      sum.reserved, sum.slabs, pool->reserved, pool->slabs);
+	CHECK(sum.used == pool->used && sum.live == pool->live,
+	      "%" PRIu64 " bytes in %" PRIu64 " live blocks, counts %" PRIu64 " in %" PRIu64,
+	      sum.used, sum.live, pool->used, pool->live);
+	CHECK(sum.free_blocks == pool->free_blocks, "%" PRIu64 " free blocks, counts %" PRIu64,
+	      sum.free_blocks, pool->free_blocks);
+	CHECK(pool->peak >= pool->used && pool->allocs - pool->frees == pool->live,
+	      "peak %" PRIu64 ", %" PRIu64 " allocs, %" PRIu64 " frees", pool->peak, pool->allocs,
+	      pool->frees);
+	return 0;
+}
