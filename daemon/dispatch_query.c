@@ -105,7 +105,7 @@ static int device_param(struct dispatch_ctx *ctx, int *device)
 
 int dispatch_stats(struct dispatch_ctx *ctx)
 {
-	int only;
+	int only = -1;
 	int rc = device_param(ctx, &only);
 	if (rc < 0)
 		return rc;

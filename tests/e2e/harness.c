@@ -1,0 +1,329 @@
+/*
+ * harness.c - end-to-end test helpers.
+ */
+#include "harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+const char *th_env(const char *name)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		fail_msg("environment variable %s is not set (run through meson test)", name);
+	return v;
+}
+
+static void th_sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* Fills a socket address; false when the path does not fit. */
+static bool th_sockaddr(const char *path, struct sockaddr_un *sa)
+{
+	size_t n = strlen(path);
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	if (n >= sizeof(sa->sun_path))
+		return false;
+	memcpy(sa->sun_path, path, n + 1);
+	return true;
+}
+
+static bool th_socket_ready(void *arg)
+{
+	const struct th_daemon *d = arg;
+	struct sockaddr_un sa;
+	assert_true(th_sockaddr(d->socket, &sa));
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok || !th_daemon_alive(d);
+}
+
+void th_daemon_start(struct th_daemon *d, const char *const *extra)
+{
+	const char *daemon = th_env("GPB_DAEMON");
+	snprintf(d->dir, sizeof(d->dir), "/tmp/gpb-test-XXXXXX");
+	assert_non_null(mkdtemp(d->dir));
+	snprintf(d->socket, sizeof(d->socket), "%s/gpubroker.sock", d->dir);
+	const char *argv[64] = {daemon, "--socket",      d->socket, "--backend",
+	                        "sim",  "--sim-devices", "2",       "--sim-memory",
+	                        "1GiB", "--slab-size",   "2MiB",    "--log-level",
+	                        "warn"};
+	int n = 13;
+	for (int i = 0; extra && extra[i] && n < 62; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	d->pid = fork();
+	assert_true(d->pid >= 0);
+	if (d->pid == 0) {
+		execv(daemon, (char *const *)argv);
+		_exit(127);
+	}
+	assert_true(th_wait_for(th_socket_ready, d, 10000));
+	assert_true(th_daemon_alive(d));
+}
+
+bool th_daemon_alive(const struct th_daemon *d)
+{
+	return d->pid > 0 && waitpid(d->pid, NULL, WNOHANG) == 0;
+}
+
+int th_daemon_stop(struct th_daemon *d)
+{
+	int status = -1, st;
+	if (d->pid > 0) {
+		kill(d->pid, SIGTERM);
+		for (int i = 0; i < 1000; i++) {
+			pid_t r = waitpid(d->pid, &st, WNOHANG);
+			if (r == d->pid) {
+				status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+				break;
+			}
+			if (r < 0)
+				break;
+			th_sleep_ms(10);
+		}
+		if (status == -1 && kill(d->pid, SIGKILL) == 0)
+			waitpid(d->pid, NULL, 0);
+		d->pid = 0;
+	}
+	unlink(d->socket);
+	rmdir(d->dir);
+	return status;
+}
+
+int th_daemon_fds(const struct th_daemon *d)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+	DIR *dir = opendir(path);
+	int n = 0;
+	if (!dir)
+		return -1;
+	for (struct dirent *e; (e = readdir(dir));)
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+long th_daemon_rss_kib(const struct th_daemon *d)
+{
+	char path[64], line[256];
+	long kib = -1;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	}
+	fclose(f);
+	return kib;
+}
+
+int th_connect(const char *path)
+{
+	struct sockaddr_un sa;
+	assert_true(th_sockaddr(path, &sa));
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+int th_send(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Bytes read past the last line, per descriptor (tests use few). */
+#define TH_MAX_FD 1024
+static struct {
+	char *buf;
+	size_t len;
+} th_pending[TH_MAX_FD];
+
+int th_read_line(int fd, char *buf, size_t cap, int timeout_ms)
+{
+	assert_true(fd >= 0 && fd < TH_MAX_FD);
+	for (;;) {
+		char *p = th_pending[fd].buf;
+		char *nl = p ? memchr(p, '\n', th_pending[fd].len) : NULL;
+		if (nl) {
+			size_t n = (size_t)(nl - p);
+			size_t copy = n < cap - 1 ? n : cap - 1;
+			memcpy(buf, p, copy);
+			buf[copy] = '\0';
+			th_pending[fd].len -= n + 1;
+			memmove(p, nl + 1, th_pending[fd].len);
+			return (int)copy;
+		}
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int rc = poll(&pfd, 1, timeout_ms);
+		if (rc == 0)
+			return -ETIMEDOUT;
+		if (rc < 0)
+			return -errno;
+		char chunk[65536];
+		ssize_t got = recv(fd, chunk, sizeof(chunk), 0);
+		if (got < 0)
+			return errno == ECONNRESET ? 0 : -errno;
+		if (got == 0)
+			return 0;
+		th_pending[fd].buf = realloc(th_pending[fd].buf, th_pending[fd].len + (size_t)got);
+		assert_non_null(th_pending[fd].buf);
+		memcpy(th_pending[fd].buf + th_pending[fd].len, chunk, (size_t)got);
+		th_pending[fd].len += (size_t)got;
+	}
+}
+
+void th_close(int fd)
+{
+	if (fd >= 0 && fd < TH_MAX_FD) {
+		free(th_pending[fd].buf);
+		th_pending[fd].buf = NULL;
+		th_pending[fd].len = 0;
+	}
+	close(fd);
+}
+
+int th_call(int fd, const char *line, char *reply, size_t cap)
+{
+	size_t n = strlen(line);
+	char *msg = malloc(n + 1);
+	assert_non_null(msg);
+	memcpy(msg, line, n);
+	msg[n] = '\n';
+	int rc = th_send(fd, msg, n + 1);
+	free(msg);
+	if (rc < 0)
+		return rc;
+	return th_read_line(fd, reply, cap, 5000);
+}
+
+void th_hello(int fd)
+{
+	char reply[4096];
+	assert_true(th_call(fd, "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1]}}",
+	                    reply, sizeof(reply)) > 0);
+	assert_non_null(strstr(reply, "\"result\""));
+}
+
+gpb_client *th_client(const struct th_daemon *d, const char *name)
+{
+	gpb_client *c = NULL;
+	int rc = gpb_connect(d->socket, name, &c);
+	if (rc < 0)
+		fail_msg("gpb_connect: %s: %s", gpb_strerror(rc), gpb_last_error());
+	return c;
+}
+
+static uint64_t th_json_u64(const cJSON *v)
+{
+	if (cJSON_IsString(v))
+		return strtoull(v->valuestring, NULL, 10);
+	if (cJSON_IsNumber(v))
+		return (uint64_t)v->valuedouble;
+	fail_msg("not a number");
+	return 0;
+}
+
+uint64_t th_status_field(gpb_client *c, const char *key)
+{
+	char *json = NULL;
+	int rc = gpb_request(c, "status", NULL, &json);
+	if (rc < 0)
+		fail_msg("status: %s: %s", gpb_strerror(rc), gpb_last_error());
+	cJSON *root = cJSON_Parse(json);
+	assert_non_null(root);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+	if (!v)
+		v = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(root, "totals"), key);
+	assert_non_null(v);
+	uint64_t x = th_json_u64(v);
+	cJSON_Delete(root);
+	gpb_string_free(json);
+	return x;
+}
+
+uint64_t th_status_used(gpb_client *c)
+{
+	return th_status_field(c, "used");
+}
+
+int th_run(char *const argv[], char *const env[], char *out, size_t cap)
+{
+	int pipefd[2];
+	assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pipefd[1], STDOUT_FILENO);
+		for (int i = 0; env && env[i]; i++)
+			putenv(env[i]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	size_t len = 0;
+	for (;;) {
+		ssize_t n = read(pipefd[0], out + len, cap - 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		if (len == cap - 1)
+			break;
+	}
+	out[len] = '\0';
+	close(pipefd[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms)
+{
+	for (int waited = 0;; waited += 10) {
+		if (cond(arg))
+			return true;
+		if (waited >= timeout_ms)
+			return false;
+		th_sleep_ms(10);
+	}
+}

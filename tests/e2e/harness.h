@@ -1,0 +1,69 @@
+/*
+ * harness.h - end-to-end test helpers: start the real gpubrokerd on a
+ * temporary socket, talk to it over raw sockets, run the CLI.
+ *
+ * Programs are found through the environment Meson sets for each test
+ * (GPB_DAEMON, GPB_CTL, GPB_EXAMPLE), never through absolute paths baked in
+ * at configure time, so the build tree can be moved (the GPU bundle does).
+ */
+#ifndef GPB_TEST_HARNESS_H
+#define GPB_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gpubroker.h"
+
+struct th_daemon {
+	pid_t pid;
+	char dir[64];
+	char socket[128];
+};
+
+/* Starts gpubrokerd (sim backend, 2 devices of 1 GiB, 2 MiB slabs unless
+ * extra arguments say otherwise) and waits until it accepts connections.
+ * extra: NULL-terminated, may be NULL. Fails the test on error. */
+void th_daemon_start(struct th_daemon *d, const char *const *extra);
+/* SIGTERM, wait (10 s at most); returns the exit status, or -1 if it had to
+ * be killed or died of a signal. Removes the temporary directory. */
+int th_daemon_stop(struct th_daemon *d);
+bool th_daemon_alive(const struct th_daemon *d);
+/* Descriptors the daemon holds open (from /proc). */
+int th_daemon_fds(const struct th_daemon *d);
+/* Resident memory of the daemon in KiB (from /proc). */
+long th_daemon_rss_kib(const struct th_daemon *d);
+
+/* A raw connection (no library). Fails the test on error. */
+int th_connect(const char *path);
+/* Sends all bytes; returns 0 or -errno. */
+int th_send(int fd, const void *buf, size_t len);
+/* Reads one line (without '\n') into buf; returns its length, 0 on EOF, or
+ * -ETIMEDOUT / -errno. Keeps bytes after the line in a per-fd buffer. */
+int th_read_line(int fd, char *buf, size_t cap, int timeout_ms);
+/* Sends line + '\n' and reads the reply line; returns th_read_line's value. */
+int th_call(int fd, const char *line, char *reply, size_t cap);
+/* Raw hello; fails the test unless it succeeds. */
+void th_hello(int fd);
+/* Forgets buffered bytes of fd and closes it. */
+void th_close(int fd);
+
+/* Connects through the library, failing the test on error. */
+gpb_client *th_client(const struct th_daemon *d, const char *name);
+/* totals.used from `status`. */
+uint64_t th_status_used(gpb_client *c);
+/* A numeric or u64-string member of a `status` result's top level or totals. */
+uint64_t th_status_field(gpb_client *c, const char *key);
+
+/* Runs argv (argv[0] a path), captures stdout into out (NUL-terminated) and
+ * returns the exit status (or -1 when killed). env: extra NAME=VALUE pairs,
+ * NULL-terminated, may be NULL. */
+int th_run(char *const argv[], char *const env[], char *out, size_t cap);
+
+/* Polls cond(arg) every 10 ms for up to timeout_ms; returns its last value. */
+bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms);
+
+const char *th_env(const char *name);
+
+#endif

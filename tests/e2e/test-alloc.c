@@ -1,0 +1,218 @@
+/*
+ * test-alloc.c - allocations through the real library against the real
+ * daemon: bytes cross processes, counters follow, slabs are mapped once.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct th_daemon daemon_;
+
+static int setup(void **state)
+{
+	th_daemon_start(&daemon_, NULL);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	assert_int_equal(th_daemon_stop(&daemon_), 0);
+	return 0;
+}
+
+static uint64_t reg(gpb_client *c, int device)
+{
+	struct gpb_register_opts opts = {.name = "test", .device = device};
+	uint64_t inst = 0;
+	assert_int_equal(gpb_register(c, &opts, &inst), 0);
+	assert_true(inst != 0);
+	return inst;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(i * 31 + seed);
+}
+
+static bool check(const unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] != (unsigned char)(i * 31 + seed))
+			return false;
+	}
+	return true;
+}
+
+/* A pattern written in this process is read by another process through its
+ * own connection and mapping, and that process's answer is read back here. */
+static void test_pattern_across_processes(void **state)
+{
+	gpb_client *c = th_client(&daemon_, "writer");
+	uint64_t inst = reg(c, 0);
+	struct gpb_allocation a;
+	const size_t size = 3 * 1024 * 1024 + 17; /* dedicated slab, odd size */
+	assert_int_equal(gpb_alloc(c, inst, size, 0, &a), 0);
+	assert_non_null(a.ptr);
+	assert_true(a.size >= size && a.size % 256 == 0);
+	fill(a.ptr, size, 7);
+
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* A new process: new connection, new mapping of the slab. */
+		gpb_client *r = NULL;
+		struct gpb_allocation b;
+		int ok = gpb_connect(daemon_.socket, "reader", &r) == 0 &&
+		         gpb_attach(r, a.id, &b) == 0 && b.size == a.size && check(b.ptr, size, 7);
+		if (ok)
+			fill(b.ptr, size, 99);
+		if (ok)
+			ok = gpb_detach(r, a.id) == 0 && gpb_detach(r, a.id) == GPB_E_NOT_FOUND;
+		gpb_disconnect(r);
+		_exit(ok ? 0 : 1);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_true(check(a.ptr, size, 99));
+	assert_int_equal(gpb_free(c, a.id), 0);
+	gpb_disconnect(c);
+}
+
+/* mem_info and stats follow allocations and frees exactly. */
+static void test_counters(void **state)
+{
+	gpb_client *c = th_client(&daemon_, "counters");
+	uint64_t inst = reg(c, 1);
+	struct gpb_mem_info mi;
+	struct gpb_pool_stats st0, st;
+	assert_int_equal(gpb_stats(c, 1, &st0), 0);
+	assert_int_equal(gpb_mem_info(c, inst, &mi), 0);
+	assert_int_equal(mi.used, 0);
+	assert_int_equal(mi.device_total, 1ull << 30);
+
+	struct gpb_allocation a[10];
+	uint64_t total = 0;
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(gpb_alloc(c, inst, 1000 + (uint64_t)i * 4096, 0, &a[i]), 0);
+		assert_int_equal(a[i].device, 1);
+		total += a[i].size;
+	}
+	assert_int_equal(gpb_mem_info(c, inst, &mi), 0);
+	assert_int_equal(mi.used, total);
+	assert_int_equal(mi.device_free, (1ull << 30) - total);
+	assert_int_equal(gpb_stats(c, 1, &st), 0);
+	assert_int_equal(st.used, total);
+	assert_int_equal(st.live, 10);
+	assert_int_equal(st.allocs - st0.allocs, 10);
+	assert_true(st.reserved >= total);
+	assert_int_equal(st.free, st.reserved - st.used);
+	assert_true(st.peak >= total);
+	assert_int_equal(th_status_used(c), total);
+
+	/* Two allocations in one slab share one mapping: pointer distance
+	 * equals offset distance. */
+	assert_int_equal(a[0].slab, a[1].slab);
+	assert_int_equal((char *)a[1].ptr - (char *)a[0].ptr, (int64_t)(a[1].offset - a[0].offset));
+
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(gpb_free(c, a[i].id), 0);
+	assert_int_equal(gpb_free(c, a[0].id), GPB_E_NOT_FOUND);
+	assert_int_equal(gpb_stats(c, 1, &st), 0);
+	assert_int_equal(st.used, 0);
+	assert_int_equal(st.live, 0);
+	assert_int_equal(st.frees - st0.frees, 10);
+	assert_int_equal(th_status_used(c), 0);
+	gpb_disconnect(c);
+}
+
+/* Memory survives a free/alloc cycle that drops and re-sends the slab. */
+static void test_slab_reopen(void **state)
+{
+	gpb_client *c = th_client(&daemon_, "reopen");
+	uint64_t inst = reg(c, 0);
+	for (int round = 0; round < 50; round++) {
+		struct gpb_allocation a;
+		assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a), 0);
+		fill(a.ptr, 4096, (unsigned)round);
+		assert_true(check(a.ptr, 4096, (unsigned)round));
+		assert_int_equal(gpb_free(c, a.id), 0);
+	}
+	gpb_disconnect(c);
+}
+
+static void test_alignment_and_errors(void **state)
+{
+	gpb_client *c = th_client(&daemon_, "align");
+	uint64_t inst = reg(c, 0);
+	for (uint64_t align = 256; align <= (2u << 20); align *= 2) {
+		struct gpb_allocation a;
+		assert_int_equal(gpb_alloc(c, inst, 300, align, &a), 0);
+		assert_int_equal(a.offset % align, 0);
+		assert_int_equal(gpb_free(c, a.id), 0);
+	}
+	struct gpb_allocation a;
+	assert_int_equal(gpb_alloc(c, inst, 0, 0, &a), GPB_E_INVALID);
+	assert_int_equal(gpb_alloc(c, inst, 100, 300, &a), GPB_E_INVALID);
+	assert_int_equal(gpb_alloc(c, inst + 1000, 100, 0, &a), GPB_E_NOT_FOUND);
+	assert_int_equal(gpb_alloc(c, inst, 2ull << 30, 0, &a), GPB_E_OUT_OF_MEMORY);
+	assert_non_null(strstr(gpb_last_error(), "out of memory"));
+	assert_int_equal(gpb_free(c, 0x1234), GPB_E_NOT_FOUND);
+	struct gpb_register_opts bad = {.name = "x", .device = 5};
+	uint64_t id;
+	assert_int_equal(gpb_register(c, &bad, &id), GPB_E_INVALID);
+	bad.device = 0;
+	bad.proportion = 1.5;
+	assert_int_equal(gpb_register(c, &bad, &id), GPB_E_INVALID);
+	gpb_disconnect(c);
+}
+
+/* Another uid's allocations are invisible; same answer as an unknown id. */
+static void test_other_connection_cannot_free(void **state)
+{
+	gpb_client *a = th_client(&daemon_, "owner");
+	gpb_client *b = th_client(&daemon_, "other");
+	uint64_t inst = reg(a, 0);
+	struct gpb_allocation x;
+	assert_int_equal(gpb_alloc(a, inst, 1024, 0, &x), 0);
+	assert_int_equal(gpb_free(b, x.id), GPB_E_NOT_FOUND);
+	assert_int_equal(gpb_free(a, x.id), 0);
+	gpb_disconnect(b);
+	gpb_disconnect(a);
+}
+
+/* The example program works against the daemon. */
+static void test_example(void **state)
+{
+	char out[4096];
+	char *argv[] = {(char *)th_env("GPB_EXAMPLE"), "--socket", daemon_.socket, NULL};
+	assert_int_equal(th_run(argv, NULL, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "ok"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_pattern_across_processes),
+	    cmocka_unit_test(test_counters),
+	    cmocka_unit_test(test_slab_reopen),
+	    cmocka_unit_test(test_alignment_and_errors),
+	    cmocka_unit_test(test_other_connection_cannot_free),
+	    cmocka_unit_test(test_example),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,31 @@
+#!/bin/sh
+# Installs the Debian 12 packages gpubroker needs to build and test, when
+# any is missing. Sourced by quickstart.sh and test.sh.
+GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev"
+
+gpb_install_deps() {
+	missing=""
+	for p in $GPB_PACKAGES; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	if [ "$(id -u)" != 0 ]; then
+		echo "gpubroker: missing packages:$missing (run as root, or: sudo apt-get install$missing)" >&2
+		return 1
+	fi
+	echo "gpubroker: installing$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y --no-install-recommends $missing ||
+		{ apt-get update && apt-get install -y --no-install-recommends $missing; }
+}
+
+# Configures (once) and builds a build directory: gpb_build DIR [meson args]
+gpb_build() {
+	dir=$1
+	shift
+	if [ ! -f "$dir/build.ninja" ]; then
+		meson setup "$dir" -Dwerror=true "$@" || return 1
+	fi
+	ninja -C "$dir"
+}

@@ -1,0 +1,17 @@
+#!/bin/sh
+# The full test suite: unit and end-to-end tests on a normal build, then the
+# same suite on an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# Warnings are errors in both.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+. tools/deps.sh
+gpb_install_deps
+
+gpb_build build
+meson test -C build --print-errorlogs
+
+gpb_build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	meson test -C build-asan --print-errorlogs
+echo "gpubroker: all tests passed (normal and ASan+UBSan builds)"
