@@ -10,6 +10,7 @@
  * needed between users.
  */
 #include "backend.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,9 +104,11 @@ fail_errno:;
 	if (fd >= 0)
 		close(fd);
 	free(slab);
-	/* Host memory or descriptor exhaustion: report it as a backend
-	 * failure, not as a full device. */
-	return rc == -ENOMEM ? -EIO : rc;
+	/* Host memory or descriptor exhaustion is not a full device: report
+	 * a backend failure and say what the host ran out of. */
+	log_warn("sim: cannot create a slab of %llu bytes: %s", (unsigned long long)size,
+	         strerror(-rc));
+	return -EIO;
 }
 
 static void sim_slab_destroy(struct backend *b, struct backend_slab *slab)

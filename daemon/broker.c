@@ -185,13 +185,15 @@ static void broker_alloc_release(struct broker *b, struct session *s, struct bro
 	free(a);
 }
 
-static void broker_detach_slab(struct broker *b, struct session *s, uint64_t id,
-                               struct pool_slab *slab)
+/* Drops what one attachment holds: the session's hold on the slab and the
+ * pin. The attachment map entry is the caller's to remove. */
+static void broker_unpin(struct broker *b, struct session *s, struct pool_slab *slab)
 {
 	struct backend_slab *bs = pool_slab_backend(slab);
+	int device = bs->device;
 	session_release(s, bs->id);
-	idmap_remove(&s->attached, id);
-	pool_slab_unpin(b->dev[bs->device].pool, slab);
+	/* Last: this may hand the slab back to the backend. */
+	pool_slab_unpin(b->dev[device].pool, slab);
 }
 
 void broker_session_close(struct broker *b, struct session *s)
@@ -201,15 +203,10 @@ void broker_session_close(struct broker *b, struct session *s)
 	{
 		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
 	}
-	/* Attachments: drain the map one entry at a time (removal reshuffles
-	 * slots, so rescan from the start). */
-	for (size_t i = 0; s->attached.count > 0 && i <= s->attached.mask; i++) {
-		struct idmap_slot *slot = &s->attached.slots[i];
-		if (slot->key) {
-			broker_detach_slab(b, s, slot->key, slot->value);
-			i = (size_t)-1;
-		}
-	}
+	size_t it = 0;
+	struct pool_slab *slab;
+	while ((slab = idmap_next(&s->attached, &it, NULL)))
+		broker_unpin(b, s, slab);
 	list_for_each_safe(pos, tmp, &s->instances)
 	{
 		struct broker_instance *inst = list_entry(pos, struct broker_instance, link);
@@ -377,6 +374,9 @@ int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broke
 		return -ENOENT;
 	if (idmap_get(&s->attached, id))
 		return -EEXIST;
+	/* Attachments pin slabs: they count against the same limit. */
+	if (s->alloc_count + s->attached.count >= b->limits.max_allocations)
+		return -EMFILE;
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
 	int fresh = session_hold(s, bs->id);
@@ -394,10 +394,10 @@ int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broke
 
 int broker_detach(struct broker *b, struct session *s, uint64_t id)
 {
-	struct pool_slab *slab = idmap_get(&s->attached, id);
+	struct pool_slab *slab = idmap_remove(&s->attached, id);
 	if (!slab)
 		return -ENOENT;
-	broker_detach_slab(b, s, id, slab);
+	broker_unpin(b, s, slab);
 	return 0;
 }
 

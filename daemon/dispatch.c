@@ -34,14 +34,25 @@ static int broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: no such device");
 		snprintf(ctx->err.field, sizeof(ctx->err.field), "device");
 		break;
-	case -EMFILE:
-		proto_error_set(&ctx->err, PROTO_E_LIMIT, "limit reached: too many %ss", what);
+	case -EMFILE: {
+		bool instances = strcmp(what, "instance") == 0;
+		unsigned value =
+		    instances ? ctx->b->limits.max_instances : ctx->b->limits.max_allocations;
+		const char *limit = instances ? "max_instances" : "max_allocations";
+		proto_error_set(&ctx->err, PROTO_E_LIMIT, "limit reached: %s is %u", limit, value);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data) {
+			cJSON_AddStringToObject(ctx->data, "limit", limit);
+			cJSON_AddNumberToObject(ctx->data, "value", value);
+		}
 		break;
+	}
 	case -ESHUTDOWN:
 		proto_error_set(&ctx->err, PROTO_E_SHUTTING_DOWN, "the daemon is shutting down");
 		break;
 	case -EBUSY:
 		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: %s still in use", what);
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "%s", what);
 		break;
 	case -EEXIST:
 		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: %s already attached",
@@ -110,6 +121,7 @@ static int on_hello(struct dispatch_ctx *ctx)
 	    proto_add_id64(r, "session", s->id) || add_int(r, "uid", s->uid) ||
 	    !(lim = cJSON_AddObjectToObject(r, "limits")) ||
 	    add_int(lim, "max_frame", PROTO_MAX_FRAME) ||
+	    add_int(lim, "max_reply", PROTO_MAX_REPLY) ||
 	    add_int(lim, "max_depth", PROTO_MAX_DEPTH) ||
 	    add_int(lim, "max_members", PROTO_MAX_KEYS) || add_int(lim, "max_id", PROTO_MAX_ID) ||
 	    add_int(lim, "max_name", PROTO_MAX_NAME) ||
@@ -330,7 +342,8 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
 			ctx.data = cJSON_CreateObject();
 			if (ctx.data)
 				cJSON_AddStringToObject(ctx.data, "field", ctx.err.field);
-		} else if (ctx.err.code == PROTO_E_METHOD && req.method) {
+		} else if (ctx.err.code == PROTO_E_METHOD && req.method &&
+		           strlen(req.method) <= PROTO_MAX_NAME) {
 			cJSON_Delete(ctx.data);
 			ctx.data = cJSON_CreateObject();
 			if (ctx.data)

@@ -24,10 +24,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define POOL_GRANULE        256u
-#define POOL_SLAB_ALIGN     (2u << 20)  /* 2 MiB: slab sizes are multiples of this */
-#define POOL_DEFAULT_SLAB   (64u << 20) /* 64 MiB */
-#define POOL_MAX_ALIGNMENT  POOL_SLAB_ALIGN
+#define POOL_GRANULE       256u
+#define POOL_SLAB_ALIGN    (2u << 20)  /* 2 MiB: slab sizes are multiples of this */
+#define POOL_DEFAULT_SLAB  (64u << 20) /* 64 MiB */
+#define POOL_MAX_ALIGNMENT POOL_SLAB_ALIGN
 
 struct pool;
 struct pool_slab;
@@ -46,7 +46,7 @@ struct pool_config {
 	uint64_t slab_size;       /* standard slab bytes; 0 = POOL_DEFAULT_SLAB */
 	uint64_t large_threshold; /* requests above get a dedicated slab; 0 = slab_size / 2 */
 	unsigned keep_empty;      /* empty standard slabs kept per uid (default 1 when
-				     the whole config is zero; set explicitly otherwise) */
+	                             the whole config is zero; set explicitly otherwise) */
 };
 
 struct pool_stats {
@@ -66,8 +66,7 @@ struct pool_stats {
 /* Returns NULL when out of memory. cfg may be NULL for defaults.
  * -EINVAL-worthy configs (slab_size not a multiple of POOL_SLAB_ALIGN) also
  * return NULL. */
-struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_ops *ops,
-			 void *ctx);
+struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_ops *ops, void *ctx);
 /* Returns every slab to the backend (live blocks included) and frees the pool. */
 void pool_destroy(struct pool *pool);
 
@@ -81,7 +80,7 @@ void pool_destroy(struct pool *pool);
  * (device full: counted in ooms), or another error from ops->create.
  */
 int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
-	       struct pool_block **out);
+               struct pool_block **out);
 /* Frees a live block; coalesces; may return an emptied slab to the backend. */
 void pool_free(struct pool *pool, struct pool_block *block);
 

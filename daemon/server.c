@@ -272,7 +272,7 @@ static void server_on_connection(uv_stream_t *listener, int status)
 		return;
 	}
 	c->srv = srv;
-	proto_framer_init(&c->framer);
+	proto_framer_init(&c->framer, PROTO_MAX_FRAME);
 	list_init(&c->link);
 	/* ipc = 1 lets uv_write2 pass descriptors to the client. */
 	uv_pipe_init(srv->loop, &c->pipe, 1);

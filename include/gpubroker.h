@@ -39,22 +39,22 @@ extern "C" {
 /** Error codes (negative). */
 enum gpb_error {
 	GPB_OK = 0,
-	GPB_E_INVALID = -1,       /**< a bad argument, or a request the daemon called invalid */
-	GPB_E_NOMEM = -2,         /**< this process ran out of host memory */
-	GPB_E_CONNECT = -3,       /**< no daemon listening at the socket path */
-	GPB_E_DAEMON_GONE = -4,   /**< the daemon closed the connection or died; reconnect */
-	GPB_E_PROTOCOL = -5,      /**< the daemon sent something this library cannot read */
-	GPB_E_VERSION = -6,       /**< no common protocol version */
-	GPB_E_OUT_OF_MEMORY = -7, /**< the device (or the broker's limit) has no room */
-	GPB_E_QUOTA = -8,         /**< the instance's cap would be exceeded */
-	GPB_E_NOT_FOUND = -9,     /**< unknown id (or one this process may not see) */
-	GPB_E_PERMISSION = -10,   /**< operation needs an administrator, or socket access denied */
-	GPB_E_LIMIT = -11,        /**< a connection or daemon limit is reached */
-	GPB_E_TIMEOUT = -12,      /**< a wait ran out */
-	GPB_E_NOT_SUPPORTED = -13,/**< the backend cannot serve this request */
-	GPB_E_BACKEND = -14,      /**< the device or its driver failed */
-	GPB_E_SHUTTING_DOWN = -15,/**< the daemon is stopping */
-	GPB_E_SYSTEM = -16,       /**< a system call failed; see errno via gpb_last_error() */
+	GPB_E_INVALID = -1,        /**< a bad argument, or a request the daemon called invalid */
+	GPB_E_NOMEM = -2,          /**< this process ran out of host memory */
+	GPB_E_CONNECT = -3,        /**< no daemon listening at the socket path */
+	GPB_E_DAEMON_GONE = -4,    /**< the daemon closed the connection or died; reconnect */
+	GPB_E_PROTOCOL = -5,       /**< the daemon sent something this library cannot read */
+	GPB_E_VERSION = -6,        /**< no common protocol version */
+	GPB_E_OUT_OF_MEMORY = -7,  /**< the device (or the broker's limit) has no room */
+	GPB_E_QUOTA = -8,          /**< the instance's cap would be exceeded */
+	GPB_E_NOT_FOUND = -9,      /**< unknown id (or one this process may not see) */
+	GPB_E_PERMISSION = -10,    /**< operation needs an administrator, or socket access denied */
+	GPB_E_LIMIT = -11,         /**< a connection or daemon limit is reached */
+	GPB_E_TIMEOUT = -12,       /**< a wait ran out */
+	GPB_E_NOT_SUPPORTED = -13, /**< the backend cannot serve this request */
+	GPB_E_BACKEND = -14,       /**< the device or its driver failed */
+	GPB_E_SHUTTING_DOWN = -15, /**< the daemon is stopping */
+	GPB_E_SYSTEM = -16,        /**< a system call failed; see errno via gpb_last_error() */
 };
 
 /** Returns a static, human-readable name for an error code. Never NULL. */
@@ -125,7 +125,7 @@ struct gpb_allocation {
  * GPB_E_SYSTEM (mapping the slab failed), GPB_E_DAEMON_GONE.
  */
 int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t alignment,
-	      struct gpb_allocation *out);
+              struct gpb_allocation *out);
 
 /**
  * Frees an allocation made through this client. Its pointer becomes invalid.
@@ -184,7 +184,7 @@ int gpb_stats(gpb_client *client, int device, struct gpb_pool_stats *out);
  * Errors: GPB_E_INVALID (params not an object), any error the daemon answers.
  */
 int gpb_request(gpb_client *client, const char *method, const char *params_json,
-		char **result_json);
+                char **result_json);
 
 /** Frees a string returned by the library. NULL is a no-op. */
 void gpb_string_free(char *s);
@@ -194,7 +194,7 @@ void gpb_string_free(char *s);
  * @data_json its data object as JSON text; both valid during the call only.
  */
 typedef void (*gpb_event_fn)(gpb_client *client, const char *name, const char *data_json,
-			     void *userdata);
+                             void *userdata);
 
 /** Sets (or with NULL clears) the event callback. */
 void gpb_set_event_callback(gpb_client *client, gpb_event_fn fn, void *userdata);

@@ -77,15 +77,16 @@ const char *proto_code_name(int code)
 
 /* ---- framing ---------------------------------------------------------- */
 
-void proto_framer_init(struct proto_framer *f)
+void proto_framer_init(struct proto_framer *f, size_t max)
 {
 	memset(f, 0, sizeof(*f));
+	f->max = max;
 }
 
 void proto_framer_finish(struct proto_framer *f)
 {
 	free(f->buf);
-	memset(f, 0, sizeof(*f));
+	proto_framer_init(f, f->max);
 }
 
 size_t proto_framer_pending(const struct proto_framer *f)
@@ -136,12 +137,12 @@ int proto_framer_next(struct proto_framer *f, char **frame, size_t *len)
 		char *nl = avail > f->scan ? memchr(start + f->scan, '\n', avail - f->scan) : NULL;
 		if (!nl) {
 			f->scan = avail;
-			return avail >= PROTO_MAX_FRAME ? -E2BIG : 0;
+			return avail >= f->max ? -E2BIG : 0;
 		}
 		size_t n = (size_t)(nl - start);
 		f->head += n + 1;
 		f->scan = 0;
-		if (n + 1 > PROTO_MAX_FRAME)
+		if (n + 1 > f->max)
 			return -E2BIG;
 		if (is_blank(start, n))
 			continue;
@@ -433,14 +434,14 @@ void proto_reply_finish(struct proto_reply *rep)
 /* ---- encoders ------------------------------------------------------------ */
 
 /* Serialises and frames `root`, which it consumes. */
-static char *encode(cJSON *root, size_t *len)
+static char *encode(cJSON *root, size_t max, size_t *len)
 {
 	char *text = root ? cJSON_PrintUnformatted(root) : NULL;
 	cJSON_Delete(root);
 	if (!text)
 		return NULL;
 	size_t n = strlen(text);
-	if (n + 1 > PROTO_MAX_FRAME) {
+	if (n + 1 > max) {
 		cJSON_free(text);
 		return NULL;
 	}
@@ -485,14 +486,14 @@ char *proto_encode_request(const char *id, const char *method, cJSON *params, si
 		cJSON_Delete(root);
 		root = NULL;
 	}
-	return encode(root, len);
+	return encode(root, PROTO_MAX_FRAME, len);
 }
 
 char *proto_encode_result(const char *id, cJSON *result, size_t *len)
 {
 	if (!result)
 		result = cJSON_CreateObject();
-	return encode(envelope(id, "result", result), len);
+	return encode(envelope(id, "result", result), PROTO_MAX_REPLY, len);
 }
 
 char *proto_encode_error(const char *id, int code, const char *message, cJSON *data, size_t *len)
@@ -506,7 +507,7 @@ char *proto_encode_error(const char *id, int code, const char *message, cJSON *d
 		cJSON_Delete(error);
 		return NULL;
 	}
-	return encode(envelope(id, "error", error), len);
+	return encode(envelope(id, "error", error), PROTO_MAX_REPLY, len);
 }
 
 char *proto_encode_event(const char *name, cJSON *data, size_t *len)
@@ -521,7 +522,7 @@ char *proto_encode_event(const char *name, cJSON *data, size_t *len)
 		cJSON_Delete(root);
 		return NULL;
 	}
-	return encode(root, len);
+	return encode(root, PROTO_MAX_REPLY, len);
 }
 
 /* ---- fields -------------------------------------------------------------- */

@@ -16,12 +16,13 @@
 #include <cjson/cJSON.h>
 
 #define PROTO_VERSION     1
-#define PROTO_MAX_FRAME   65536 /* bytes, including the terminating '\n' */
-#define PROTO_MAX_DEPTH   8     /* nesting of objects/arrays, top level = 1 */
-#define PROTO_MAX_KEYS    64    /* members per object, elements per array */
-#define PROTO_MAX_ID      64    /* bytes of a request id */
-#define PROTO_MAX_NAME    64    /* bytes of instance, group and client names */
-#define PROTO_HANDLE_SIZE 64    /* bytes of an IPC handle (CUipcMemHandle shape) */
+#define PROTO_MAX_FRAME   65536       /* request bytes, including the terminating '\n' */
+#define PROTO_MAX_REPLY   (16u << 20) /* reply and event bytes: lists of clients grow */
+#define PROTO_MAX_DEPTH   8           /* nesting of objects/arrays, top level = 1 */
+#define PROTO_MAX_KEYS    64          /* members per object, elements per array */
+#define PROTO_MAX_ID      64          /* bytes of a request id */
+#define PROTO_MAX_NAME    64          /* bytes of instance, group and client names */
+#define PROTO_HANDLE_SIZE 64          /* bytes of an IPC handle (CUipcMemHandle shape) */
 
 /* Error codes carried in error.code: JSON-RPC 2.0's reserved ones plus the
  * broker's range -32000..-32099. */
@@ -85,20 +86,23 @@ int proto_op_lookup(const char *name);
  */
 struct proto_framer {
 	char *buf;
+	size_t max;  /* largest frame accepted, newline included */
 	size_t len;  /* bytes held */
 	size_t cap;  /* bytes allocated */
 	size_t head; /* start of the first unconsumed byte */
 	size_t scan; /* bytes after head already known to hold no '\n' */
 };
 
-void proto_framer_init(struct proto_framer *f);
+/* max: PROTO_MAX_FRAME for requests (the daemon), PROTO_MAX_REPLY for
+ * replies (the client). */
+void proto_framer_init(struct proto_framer *f, size_t max);
 void proto_framer_finish(struct proto_framer *f);
 /* Appends bytes. -ENOMEM. */
 int proto_framer_push(struct proto_framer *f, const char *data, size_t n);
 /*
  * Yields the next frame (without its '\n', NUL-terminated in place, valid until
  * the next push). Returns 1 and sets *frame and *len, 0 when no complete frame is
- * buffered, -E2BIG when the pending bytes exceed PROTO_MAX_FRAME without a
+ * buffered, -E2BIG when the pending bytes exceed the framer's max without a
  * newline (the stream cannot be resynchronised: close it).
  */
 int proto_framer_next(struct proto_framer *f, char **frame, size_t *len);
@@ -164,7 +168,8 @@ void proto_reply_finish(struct proto_reply *rep);
 /*
  * Encoders. Each consumes the cJSON object passed in (even on failure) and
  * returns a malloc'd, newline-terminated frame with its length, or NULL when
- * out of memory or when the frame would exceed PROTO_MAX_FRAME.
+ * out of memory or when the frame would exceed PROTO_MAX_FRAME (requests) or
+ * PROTO_MAX_REPLY (results, errors, events).
  */
 char *proto_encode_request(const char *id, const char *method, cJSON *params, size_t *len);
 char *proto_encode_result(const char *id, cJSON *result, size_t *len);

@@ -331,8 +331,14 @@ static void test_rss_flat(void **state)
 	}
 	long after = th_daemon_rss_kib(&daemon_);
 	gpb_disconnect(c);
-	/* Allow a little allocator noise, not growth per cycle. */
+	/* Allow a little allocator noise, not growth per cycle. ASan's
+	 * quarantine holds freed memory on purpose: RSS means nothing there. */
+#ifndef __SANITIZE_ADDRESS__
 	assert_true(after - before < 1024);
+#else
+	(void)before;
+	(void)after;
+#endif
 	assert_no_leak();
 }
 

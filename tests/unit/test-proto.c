@@ -229,7 +229,7 @@ static void test_framer_empty(void **state)
 	struct proto_framer f;
 	char *frame = NULL;
 	size_t len = 0;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_pending(&f), 0);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), 0);
 	assert_int_equal(proto_framer_push(&f, "", 0), 0);
@@ -256,7 +256,7 @@ static void test_framer_many_frames_one_push(void **state)
 	struct proto_framer f;
 	char *frames[8];
 	size_t count = 0;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, stream, strlen(stream)), 0);
 	assert_int_equal(drain(&f, frames, ARRAY_SIZE(frames), &count), 0);
 	assert_int_equal(count, ARRAY_SIZE(want));
@@ -285,7 +285,7 @@ static void test_framer_one_byte_at_a_time(void **state)
 	struct proto_framer f;
 	char *frames[4];
 	size_t count = 0;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	size_t consumed = 0;
 	for (size_t i = 0; i < total; i++) {
 		assert_int_equal(proto_framer_push(&f, stream + i, 1), 0);
@@ -320,7 +320,7 @@ static void test_framer_split_everywhere(void **state)
 			struct proto_framer f;
 			char *frames[8];
 			size_t count = 0;
-			proto_framer_init(&f);
+			proto_framer_init(&f, PROTO_MAX_FRAME);
 			assert_int_equal(proto_framer_push(&f, stream, i), 0);
 			assert_int_equal(drain(&f, frames, ARRAY_SIZE(frames), &count), 0);
 			assert_int_equal(proto_framer_push(&f, stream + i, j - i), 0);
@@ -343,7 +343,7 @@ static void test_framer_split_at_newline(void **state)
 	struct proto_framer f;
 	char *frame = NULL;
 	size_t len = 0;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	/* Cut just before the delimiter: nothing until it arrives. */
 	assert_int_equal(proto_framer_push(&f, "{\"a\":1}", 7), 0);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), 0);
@@ -375,7 +375,7 @@ static void test_framer_blank_lines(void **state)
 	struct proto_framer f;
 	char *frames[8];
 	size_t count = 0;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, stream, strlen(stream)), 0);
 	assert_int_equal(drain(&f, frames, ARRAY_SIZE(frames), &count), 0);
 	assert_int_equal(count, 2);
@@ -411,7 +411,7 @@ static void test_framer_max_frame_exact(void **state)
 	size_t len = 0;
 
 	/* In one push. */
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, data, PROTO_MAX_FRAME), 0);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), 1);
 	assert_int_equal(len, PROTO_MAX_FRAME - 1);
@@ -424,7 +424,7 @@ static void test_framer_max_frame_exact(void **state)
 
 	/* One byte at a time: PROTO_MAX_FRAME - 1 bytes without a newline are
 	 * not yet an error. */
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	for (size_t i = 0; i < PROTO_MAX_FRAME; i++) {
 		assert_int_equal(proto_framer_push(&f, data + i, 1), 0);
 		int rc = proto_framer_next(&f, &frame, &len);
@@ -446,14 +446,14 @@ static void test_framer_max_frame_plus_one(void **state)
 	size_t len = 0;
 
 	/* Newline present but one byte too far. */
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, data, PROTO_MAX_FRAME + 1), 0);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), -E2BIG);
 	proto_framer_finish(&f);
 
 	/* Without the newline, PROTO_MAX_FRAME bytes already cannot become a
 	 * frame: refused before the newline arrives. */
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, data, PROTO_MAX_FRAME - 1), 0);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), 0);
 	assert_int_equal(proto_framer_push(&f, data, 1), 0);
@@ -461,7 +461,7 @@ static void test_framer_max_frame_plus_one(void **state)
 	proto_framer_finish(&f);
 
 	/* A good frame before the oversized one is still delivered first. */
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, "{}\n", 3), 0);
 	assert_int_equal(proto_framer_push(&f, data, PROTO_MAX_FRAME + 1), 0);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), 1);
@@ -478,7 +478,7 @@ static void test_framer_no_newline_past_cap(void **state)
 	struct proto_framer f;
 	char *frame = NULL;
 	size_t len = 0;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, data, 40000), 0);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), 0);
 	assert_int_equal(proto_framer_pending(&f), 40000);
@@ -493,7 +493,7 @@ static void test_framer_no_newline_past_cap(void **state)
 
 	/* Blanks count too: a huge blank line is not silently skipped. */
 	memset(data, ' ', PROTO_MAX_FRAME);
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, data, PROTO_MAX_FRAME), 0);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), -E2BIG);
 	proto_framer_finish(&f);
@@ -506,7 +506,7 @@ static void test_framer_pending(void **state)
 	struct proto_framer f;
 	char *frame = NULL;
 	size_t len = 0;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, "abc", 3), 0);
 	assert_int_equal(proto_framer_pending(&f), 3);
 	assert_int_equal(proto_framer_next(&f, &frame, &len), 0);
@@ -535,7 +535,7 @@ static void test_framer_reuse(void **state)
 	char want[64];
 
 	/* One frame per push, consumed at once. */
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	for (int i = 0; i < FRAMES; i++) {
 		int n = snprintf(want, sizeof(want), "{\"id\":\"%d\",\"method\":\"free\"}\n", i);
 		assert_int_equal(proto_framer_push(&f, want, (size_t)n), 0);
@@ -551,7 +551,7 @@ static void test_framer_reuse(void **state)
 	proto_framer_finish(&f);
 
 	/* A continuous stream in 7-byte reads: frames straddle pushes. */
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	max_cap = 0;
 	int next_want = 0;
 	char buf[128];
@@ -1216,7 +1216,7 @@ static void test_request_every_op_round_trip(void **state)
 	/* All of them pipelined through the framer in one push. */
 	char *all = sb_take(&stream);
 	struct proto_framer f;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, all, strlen(all)), 0);
 	free(all);
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
@@ -1341,7 +1341,7 @@ static void test_request_huge_id(void **state)
 	struct proto_framer f;
 	char *out = NULL;
 	size_t out_len = 0;
-	proto_framer_init(&f);
+	proto_framer_init(&f, PROTO_MAX_FRAME);
 	assert_int_equal(proto_framer_push(&f, frame, len), 0);
 	assert_int_equal(proto_framer_next(&f, &out, &out_len), -E2BIG);
 	proto_framer_finish(&f);
@@ -1869,21 +1869,24 @@ static void test_encode_too_big(void **state)
 		char *frame = encode_kind(kind, padded(0), &base);
 		assert_non_null(frame);
 		free(frame);
-		size_t fill = PROTO_MAX_FRAME - base;
+		/* Requests are capped at PROTO_MAX_FRAME, what the daemon
+		 * sends at PROTO_MAX_REPLY. */
+		size_t max = kind == ENC_REQUEST ? PROTO_MAX_FRAME : PROTO_MAX_REPLY;
+		size_t fill = max - base;
 
 		size_t len = 0;
 		frame = encode_kind(kind, padded(fill), &len);
 		assert_non_null(frame);
-		assert_int_equal(len, PROTO_MAX_FRAME);
-		assert_int_equal(strlen(frame), PROTO_MAX_FRAME);
+		assert_int_equal(len, max);
+		assert_int_equal(strlen(frame), max);
 		/* The largest frame goes through the framer and decoder. */
 		struct proto_framer f;
 		char *out = NULL;
 		size_t out_len = 0;
-		proto_framer_init(&f);
+		proto_framer_init(&f, max);
 		assert_int_equal(proto_framer_push(&f, frame, len), 0);
 		assert_int_equal(proto_framer_next(&f, &out, &out_len), 1);
-		assert_int_equal(out_len, PROTO_MAX_FRAME - 1);
+		assert_int_equal(out_len, max - 1);
 		cJSON *root = NULL;
 		assert_int_equal(proto_json_parse(out, out_len, PROTO_MAX_KEYS, &root), 0);
 		cJSON_Delete(root);
@@ -1892,7 +1895,7 @@ static void test_encode_too_big(void **state)
 
 		len = 12345;
 		assert_null(encode_kind(kind, padded(fill + 1), &len));
-		assert_null(encode_kind(kind, padded(PROTO_MAX_FRAME * 2), &len));
+		assert_null(encode_kind(kind, padded(max * 2), &len));
 	}
 	/* Consumed on other failures too. */
 	size_t len = 0;

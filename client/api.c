@@ -1,0 +1,504 @@
+/*
+ * api.c - the gpb_* calls: connection, instances, statistics, raw requests
+ * and events. Allocation calls are in memory.c.
+ */
+#include "client.h"
+#include "config.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- connection ------------------------------------------------------------ */
+
+static void client_read_limits(gpb_client *c, const cJSON *limits)
+{
+	/* Informative only: the daemon enforces its limits itself, so a
+	 * missing or odd value is not worth failing the handshake over. */
+	const struct {
+		const char *key;
+		uint64_t *out;
+	} fields[] = {
+	    {"max_frame", &c->limits.max_frame},
+	    {"max_instances", &c->limits.max_instances},
+	    {"max_allocations", &c->limits.max_allocations},
+	    {"write_high_water", &c->limits.write_high_water},
+	};
+
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		int64_t v;
+
+		if (proto_get_int(limits, fields[i].key, 0, INT64_MAX, &v) == 0)
+			*fields[i].out = (uint64_t)v;
+		else
+			proto_get_u64(limits, fields[i].key, 0, UINT64_MAX, fields[i].out);
+	}
+}
+
+static int client_hello(gpb_client *c, const char *name)
+{
+	const int offered[] = {GPB_PROTOCOL_VERSION};
+	cJSON *params = cJSON_CreateObject();
+	cJSON *versions = cJSON_CreateIntArray(offered, 1);
+	struct proto_reply rep;
+	const char *backend;
+	int64_t version;
+	int rc;
+
+	if (!params || !versions || !cJSON_AddItemToObject(params, "versions", versions)) {
+		cJSON_Delete(versions);
+		cJSON_Delete(params);
+		return error_set(GPB_E_NOMEM, "out of memory");
+	}
+	if (name && !cJSON_AddStringToObject(params, "client", name)) {
+		cJSON_Delete(params);
+		return error_set(GPB_E_NOMEM, "out of memory");
+	}
+	rc = conn_call(&c->conn, "hello", params, &rep, NULL);
+	if (rc < 0)
+		return rc;
+	if (proto_get_int(rep.result, "version", 0, INT_MAX, &version) < 0 ||
+	    version != GPB_PROTOCOL_VERSION) {
+		rc = error_set(GPB_E_VERSION, "the daemon chose a protocol version not offered");
+		goto out;
+	}
+	if (proto_get_string(rep.result, "backend", sizeof(c->backend) - 1, &backend) < 0 ||
+	    proto_get_id64(rep.result, "session", &c->session) < 0) {
+		rc = error_set(GPB_E_PROTOCOL, "hello reply without a valid backend or session");
+		goto out;
+	}
+	strcpy(c->backend, backend);
+	c->uid = -1;
+	proto_get_int(rep.result, "uid", 0, INT64_MAX, &c->uid);
+	client_read_limits(c, cJSON_GetObjectItemCaseSensitive(rep.result, "limits"));
+	c->track.opener = slab_opener_find(c->backend);
+out:
+	proto_reply_finish(&rep);
+	return rc;
+}
+
+GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
+{
+	gpb_client *c;
+	int rc;
+
+	error_clear();
+	if (!out)
+		return error_set(GPB_E_INVALID, "gpb_connect: out is NULL");
+	*out = NULL;
+	if (!path) {
+		path = getenv("GPUBROKER_SOCKET");
+		if (!path || !*path)
+			path = GPB_DEFAULT_SOCKET_PATH;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return error_set(GPB_E_NOMEM, "out of memory");
+	rc = conn_init(&c->conn, path);
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	/* Until hello names the backend nothing can be mapped. */
+	track_init(&c->track, NULL);
+	rc = client_hello(c, name);
+	if (rc < 0) {
+		gpb_disconnect(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+GPB_EXPORT void gpb_disconnect(gpb_client *c)
+{
+	if (!c)
+		return;
+	/* Closing the socket first: the daemon releases what the connection
+	 * held while this process unmaps its side. */
+	conn_finish(&c->conn);
+	track_finish(&c->track);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* Validates the client and takes its lock; clears the last error. */
+int client_enter(gpb_client *c)
+{
+	error_clear();
+	if (!c)
+		return error_set(GPB_E_INVALID, "client is NULL");
+	pthread_mutex_lock(&c->lock);
+	return 0;
+}
+
+void client_leave(gpb_client *c)
+{
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* A request whose parameters are one id64 and whose result is ignored. */
+int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id)
+{
+	cJSON *params = cJSON_CreateObject();
+	struct proto_reply rep;
+	int rc;
+
+	if (!params || proto_add_id64(params, key, id) < 0) {
+		cJSON_Delete(params);
+		return error_set(GPB_E_NOMEM, "out of memory");
+	}
+	rc = conn_call(&c->conn, method, params, &rep, NULL);
+	if (rc == 0)
+		proto_reply_finish(&rep);
+	return rc;
+}
+
+/* ---- instances ------------------------------------------------------------- */
+
+static cJSON *register_params(const struct gpb_register_opts *opts)
+{
+	cJSON *params = cJSON_CreateObject();
+
+	if (!params || !cJSON_AddStringToObject(params, "name", opts->name) ||
+	    !cJSON_AddNumberToObject(params, "device", opts->device) ||
+	    (opts->proportion != 0 &&
+	     !cJSON_AddNumberToObject(params, "proportion", opts->proportion)) ||
+	    (opts->group && !cJSON_AddStringToObject(params, "group", opts->group))) {
+		cJSON_Delete(params);
+		return NULL;
+	}
+	return params;
+}
+
+GPB_EXPORT int gpb_register(gpb_client *c, const struct gpb_register_opts *opts, uint64_t *instance)
+{
+	struct proto_reply rep;
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!opts || !opts->name || !instance) {
+		rc = error_set(GPB_E_INVALID,
+		               "gpb_register: opts, opts->name and instance are required");
+		goto out;
+	}
+	/* Written so that NaN fails too. */
+	if (!(opts->proportion >= 0 && opts->proportion <= 1) || opts->device < 0) {
+		rc = error_set(
+		    GPB_E_INVALID,
+		    "gpb_register: proportion must be in (0, 1] (0 = auto) and device >= 0");
+		goto out;
+	}
+	params = register_params(opts);
+	if (!params) {
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = conn_call(&c->conn, "register", params, &rep, NULL);
+	if (rc < 0)
+		goto out;
+	if (proto_get_id64(rep.result, "instance", instance) < 0)
+		rc = error_set(GPB_E_PROTOCOL, "register reply without a valid 'instance'");
+	proto_reply_finish(&rep);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_unregister(gpb_client *c, uint64_t instance)
+{
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	rc = client_call_id(c, "unregister", "instance", instance);
+	client_leave(c);
+	return rc;
+}
+
+/* ---- memory information ------------------------------------------------------- */
+
+/* The element of result[@array] whose @key equals @want (an id64 when
+ * @is_id, else a small integer), or NULL. */
+static const cJSON *find_member(const cJSON *result, const char *array, const char *key, bool is_id,
+                                uint64_t want)
+{
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(result, array);
+	const cJSON *it;
+
+	if (!cJSON_IsArray(arr))
+		return NULL;
+	cJSON_ArrayForEach(it, arr)
+	{
+		uint64_t id;
+		int64_t n;
+
+		if (is_id && proto_get_id64(it, key, &id) == 0 && id == want)
+			return it;
+		if (!is_id && proto_get_int(it, key, 0, INT_MAX, &n) == 0 && (uint64_t)n == want)
+			return it;
+	}
+	return NULL;
+}
+
+static int mem_info_parse(const cJSON *result, uint64_t instance, struct gpb_mem_info *out)
+{
+	const cJSON *inst = find_member(result, "instances", "instance", true, instance);
+	const cJSON *dev;
+	int64_t device;
+
+	if (!inst || proto_get_int(inst, "device", 0, INT_MAX, &device) < 0 ||
+	    proto_get_u64(inst, "cap", 0, UINT64_MAX, &out->cap) < 0 ||
+	    proto_get_u64(inst, "used", 0, UINT64_MAX, &out->used) < 0 ||
+	    proto_get_u64(inst, "free", 0, UINT64_MAX, &out->free) < 0)
+		return error_set(GPB_E_PROTOCOL, "mem_info reply without the instance's figures");
+	dev = find_member(result, "devices", "device", false, (uint64_t)device);
+	if (!dev || proto_get_u64(dev, "total", 0, UINT64_MAX, &out->device_total) < 0 ||
+	    proto_get_u64(dev, "free", 0, UINT64_MAX, &out->device_free) < 0)
+		return error_set(GPB_E_PROTOCOL, "mem_info reply without the device's figures");
+	return 0;
+}
+
+GPB_EXPORT int gpb_mem_info(gpb_client *c, uint64_t instance, struct gpb_mem_info *out)
+{
+	struct gpb_mem_info info;
+	struct proto_reply rep;
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out) {
+		rc = error_set(GPB_E_INVALID, "gpb_mem_info: out is NULL");
+		goto out;
+	}
+	params = cJSON_CreateObject();
+	if (!params || proto_add_id64(params, "instance", instance) < 0) {
+		cJSON_Delete(params);
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = conn_call(&c->conn, "mem_info", params, &rep, NULL);
+	if (rc < 0)
+		goto out;
+	rc = mem_info_parse(rep.result, instance, &info);
+	if (rc == 0)
+		*out = info;
+	proto_reply_finish(&rep);
+out:
+	client_leave(c);
+	return rc;
+}
+
+static int stats_parse(const cJSON *result, int device, struct gpb_pool_stats *out)
+{
+	const cJSON *dev = find_member(result, "devices", "device", false, (uint64_t)device);
+	const struct {
+		const char *key;
+		uint64_t *out;
+	} fields[] = {
+	    {"reserved", &out->reserved},
+	    {"used", &out->used},
+	    {"free", &out->free},
+	    {"free_blocks", &out->free_blocks},
+	    {"largest_free", &out->largest_free},
+	    {"peak", &out->peak},
+	    {"slabs", &out->slabs},
+	    {"live", &out->live},
+	    {"allocs", &out->allocs},
+	    {"frees", &out->frees},
+	    {"ooms", &out->ooms},
+	};
+
+	if (!dev)
+		return error_set(GPB_E_PROTOCOL, "stats reply without device %d", device);
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		if (proto_get_u64(dev, fields[i].key, 0, UINT64_MAX, fields[i].out) < 0)
+			return error_set(GPB_E_PROTOCOL, "stats reply without a valid '%s'",
+			                 fields[i].key);
+	}
+	return 0;
+}
+
+GPB_EXPORT int gpb_stats(gpb_client *c, int device, struct gpb_pool_stats *out)
+{
+	struct gpb_pool_stats stats;
+	struct proto_reply rep;
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out || device < 0) {
+		rc = error_set(GPB_E_INVALID, "gpb_stats: out is NULL or device negative");
+		goto out;
+	}
+	params = cJSON_CreateObject();
+	if (!params || !cJSON_AddNumberToObject(params, "device", device)) {
+		cJSON_Delete(params);
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = conn_call(&c->conn, "stats", params, &rep, NULL);
+	if (rc < 0)
+		goto out;
+	rc = stats_parse(rep.result, device, &stats);
+	if (rc == 0)
+		*out = stats;
+	proto_reply_finish(&rep);
+out:
+	client_leave(c);
+	return rc;
+}
+
+/* ---- raw requests -------------------------------------------------------------- */
+
+/* Parses @params_json (NULL = {}) into an object that fits in one frame. */
+static int request_params(const char *method, const char *params_json, cJSON **out)
+{
+	cJSON *params;
+	char *text;
+	size_t len;
+
+	*out = NULL;
+	if (!params_json) {
+		*out = cJSON_CreateObject();
+		return *out ? 0 : error_set(GPB_E_NOMEM, "out of memory");
+	}
+	params = cJSON_ParseWithOpts(params_json, NULL, 1);
+	if (!cJSON_IsObject(params)) {
+		cJSON_Delete(params);
+		return error_set(GPB_E_INVALID, "gpb_request: params must be a JSON object");
+	}
+	/* The encoder refuses an oversized frame without saying why; the
+	 * caller deserves GPB_E_INVALID rather than GPB_E_NOMEM. */
+	text = cJSON_PrintUnformatted(params);
+	if (!text) {
+		cJSON_Delete(params);
+		return error_set(GPB_E_NOMEM, "out of memory");
+	}
+	len = strlen(text) + strlen(method);
+	cJSON_free(text);
+	if (len + 64 > PROTO_MAX_FRAME) {
+		cJSON_Delete(params);
+		return error_set(GPB_E_INVALID, "gpb_request: request exceeds %d bytes",
+		                 PROTO_MAX_FRAME);
+	}
+	*out = params;
+	return 0;
+}
+
+GPB_EXPORT int gpb_request(gpb_client *c, const char *method, const char *params_json,
+                           char **result_json)
+{
+	struct proto_reply rep;
+	cJSON *params;
+	int rc;
+
+	if (result_json)
+		*result_json = NULL;
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!method || !*method || strlen(method) > PROTO_MAX_NAME) {
+		rc = error_set(GPB_E_INVALID, "gpb_request: invalid method");
+		goto out;
+	}
+	rc = request_params(method, params_json, &params);
+	if (rc < 0)
+		goto out;
+	switch (proto_op_lookup(method)) {
+	case PROTO_OP_ALLOC:
+	case PROTO_OP_ATTACH:
+	case PROTO_OP_FREE:
+	case PROTO_OP_DETACH:
+		/* These change what the connection holds: keep the library's
+		 * bookkeeping (and mappings) in step with the daemon's. */
+		rc = memory_request(c, method, params, result_json);
+		goto out;
+	default:
+		break;
+	}
+	rc = conn_call(&c->conn, method, params, &rep, NULL);
+	if (rc < 0)
+		goto out;
+	if (result_json) {
+		*result_json = conn_json_text(rep.result);
+		if (!*result_json)
+			rc = error_set(GPB_E_NOMEM, "out of memory");
+	}
+	proto_reply_finish(&rep);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT void gpb_string_free(char *s)
+{
+	free(s);
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+GPB_EXPORT void gpb_set_event_callback(gpb_client *c, gpb_event_fn fn, void *userdata)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->event_fn = fn;
+	c->event_data = fn ? userdata : NULL;
+	pthread_mutex_unlock(&c->lock);
+}
+
+GPB_EXPORT int gpb_event_fd(gpb_client *c)
+{
+	error_clear();
+	if (!c)
+		return error_set(GPB_E_INVALID, "client is NULL");
+	/* Set at connect and constant until disconnect: no lock needed. */
+	return c->conn.epfd;
+}
+
+GPB_EXPORT int gpb_dispatch(gpb_client *c)
+{
+	struct conn_event *events, *ev;
+	gpb_event_fn fn;
+	void *data;
+	int rc, n = 0;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	rc = conn_pump(&c->conn);
+	events = conn_take_events(&c->conn);
+	fn = c->event_fn;
+	data = c->event_data;
+	client_leave(c);
+
+	/* Callbacks run unlocked so that they may issue requests on the same
+	 * client; the events were detached from the queue above. */
+	while ((ev = events)) {
+		events = ev->next;
+		if (fn)
+			fn(c, ev->name, ev->data, data);
+		conn_event_free(ev);
+		n++;
+	}
+	/* Events that arrived before the connection died are still worth
+	 * delivering; the next call reports the death. */
+	return n > 0 ? n : rc;
+}
+
+GPB_EXPORT const char *gpb_version(void)
+{
+	return GPB_VERSION;
+}

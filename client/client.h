@@ -1,0 +1,53 @@
+/*
+ * client.h - the gpb_client object behind the public API.
+ *
+ * Thread-safety: one mutex per client serialises whole request/reply
+ * exchanges together with the bookkeeping they imply, so requests from
+ * several threads never interleave on the socket and a free cannot race the
+ * alloc it undoes. Event callbacks run from gpb_dispatch() without the mutex
+ * held, so a callback may call gpb_* on the same client (except
+ * gpb_disconnect()). The process-wide slab cache has its own mutex
+ * (slab.c), always taken inside the client's, never the other way round.
+ */
+#ifndef GPB_CLIENT_CLIENT_H
+#define GPB_CLIENT_CLIENT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "conn.h"
+#include "gpubroker.h"
+#include "track.h"
+
+/* What hello's result said about the daemon. */
+struct client_limits {
+	uint64_t max_frame;
+	uint64_t max_instances;
+	uint64_t max_allocations;
+	uint64_t write_high_water;
+};
+
+struct gpb_client {
+	pthread_mutex_t lock;
+	struct conn conn;
+	struct track track;
+	char backend[16];
+	uint64_t session;
+	int64_t uid;
+	struct client_limits limits;
+	gpb_event_fn event_fn;
+	void *event_data;
+};
+
+/* Validates @c and takes its lock; clears the thread's last error. */
+int client_enter(gpb_client *c);
+void client_leave(gpb_client *c);
+/* Sends a request whose only parameter is the id64 @key and ignores its
+ * result. Called with the lock held. */
+int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id);
+
+/* memory.c: gpb_request() for alloc, attach, free and detach, which must
+ * update the connection's bookkeeping. Consumes @params; lock held. */
+int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json);
+
+#endif

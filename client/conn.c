@@ -1,0 +1,542 @@
+/*
+ * conn.c - socket I/O, framing, descriptor FIFO and event queue of one
+ * connection to gpubrokerd.
+ */
+#include "conn.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* Descriptors one recvmsg() can take. The daemon sends at most one per reply
+ * and the kernel hands over one message's worth per call, so this is ample;
+ * too small a buffer would make the kernel drop (close) the surplus. */
+#define CONN_FDS_PER_READ 32
+/* Descriptors waiting for their reply. Only a broken daemon gets near this. */
+#define CONN_MAX_FDS 4096
+/* Events kept for an application that never calls gpb_dispatch(): beyond
+ * this the oldest are dropped so that memory stays bounded. */
+#define CONN_MAX_EVENTS 1024
+/* Reads per conn_pump(), so that a chatty daemon cannot keep gpb_dispatch()
+ * from returning; what is left keeps the socket readable. */
+#define CONN_PUMP_READS 64
+#define CONN_READ_SIZE  16384
+
+static void conn_close_fds(struct conn *c)
+{
+	while (c->fd_count) {
+		close(c->fds[c->fd_head]);
+		c->fd_head = (c->fd_head + 1) % c->fd_cap;
+		c->fd_count--;
+	}
+	c->fd_head = 0;
+}
+
+int conn_fail(struct conn *c, int err, const char *fmt, ...)
+{
+	char msg[sizeof(c->dead_reason)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	/* A second failure (while salvaging events, say) keeps the first
+	 * reason: that is the one later calls report. */
+	if (!c->dead) {
+		memcpy(c->dead_reason, msg, sizeof(msg));
+		c->dead = true;
+		/* Keep the descriptor open until gpb_disconnect(): it stays in
+		 * the epoll set and, shut down, polls readable, so a poll loop
+		 * wakes up and learns from gpb_dispatch() that it is over. */
+		shutdown(c->sock, SHUT_RDWR);
+		conn_close_fds(c);
+	}
+	return error_set(err, "%s", msg);
+}
+
+int conn_dead_error(const struct conn *c)
+{
+	return error_set(GPB_E_DAEMON_GONE, "connection to the daemon is closed: %s",
+	                 c->dead_reason);
+}
+
+/* connect() interrupted by a signal completes in the background: wait for it. */
+static int conn_connect(int sock, const struct sockaddr_un *addr)
+{
+	struct pollfd pfd = {.fd = sock, .events = POLLOUT};
+	socklen_t len = sizeof(int);
+	int err = 0;
+
+	if (connect(sock, (const struct sockaddr *)addr, sizeof(*addr)) == 0)
+		return 0;
+	if (errno != EINTR && errno != EINPROGRESS)
+		return -errno;
+	while (poll(&pfd, 1, -1) < 0) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	if (getsockopt(sock, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		return -errno;
+	return -err;
+}
+
+int conn_init(struct conn *c, const char *path)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	struct epoll_event ev = {.events = EPOLLIN};
+	size_t len = strlen(path);
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	c->sock = c->evfd = c->epfd = -1;
+	c->next_id = 1;
+	c->ev_tail = &c->ev_head;
+	proto_framer_init(&c->framer, PROTO_MAX_REPLY);
+
+	if (len == 0)
+		return error_set(GPB_E_CONNECT, "empty socket path");
+	if (len >= sizeof(addr.sun_path))
+		return error_set(GPB_E_CONNECT, "socket path is %zu bytes long, at most %zu fit",
+		                 len, sizeof(addr.sun_path) - 1);
+	memcpy(addr.sun_path, path, len);
+
+	c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->sock < 0) {
+		rc = error_set_errno(GPB_E_SYSTEM, errno, "socket");
+		goto fail;
+	}
+	rc = conn_connect(c->sock, &addr);
+	if (rc < 0) {
+		int err = (rc == -EACCES || rc == -EPERM) ? GPB_E_PERMISSION : GPB_E_CONNECT;
+
+		rc = error_set_errno(err, -rc, "cannot connect to %s", path);
+		goto fail;
+	}
+	c->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (c->evfd < 0 || c->epfd < 0) {
+		rc = error_set_errno(GPB_E_SYSTEM, errno, "event descriptors");
+		goto fail;
+	}
+	ev.data.fd = c->sock;
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->sock, &ev) < 0) {
+		rc = error_set_errno(GPB_E_SYSTEM, errno, "epoll_ctl");
+		goto fail;
+	}
+	ev.data.fd = c->evfd;
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->evfd, &ev) < 0) {
+		rc = error_set_errno(GPB_E_SYSTEM, errno, "epoll_ctl");
+		goto fail;
+	}
+	return 0;
+fail:
+	conn_finish(c);
+	return rc;
+}
+
+void conn_finish(struct conn *c)
+{
+	struct conn_event *ev = c->ev_head;
+
+	if (c->sock >= 0)
+		close(c->sock);
+	if (c->evfd >= 0)
+		close(c->evfd);
+	if (c->epfd >= 0)
+		close(c->epfd);
+	c->sock = c->evfd = c->epfd = -1;
+	conn_close_fds(c);
+	free(c->fds);
+	c->fds = NULL;
+	c->fd_cap = 0;
+	proto_framer_finish(&c->framer);
+	while (ev) {
+		struct conn_event *next = ev->next;
+
+		conn_event_free(ev);
+		ev = next;
+	}
+	c->ev_head = NULL;
+	c->ev_tail = &c->ev_head;
+	c->ev_count = 0;
+}
+
+/* ---- received descriptors ---------------------------------------------- */
+
+static int conn_fd_push(struct conn *c, int fd)
+{
+	if (c->fd_count == c->fd_cap) {
+		size_t cap = c->fd_cap ? c->fd_cap * 2 : 8;
+		int *fds;
+
+		if (cap > CONN_MAX_FDS)
+			return -E2BIG;
+		fds = malloc(cap * sizeof(*fds));
+		if (!fds)
+			return -ENOMEM;
+		/* Unwrap the ring into the new array, oldest first. */
+		for (size_t i = 0; i < c->fd_count; i++)
+			fds[i] = c->fds[(c->fd_head + i) % c->fd_cap];
+		free(c->fds);
+		c->fds = fds;
+		c->fd_cap = cap;
+		c->fd_head = 0;
+	}
+	c->fds[(c->fd_head + c->fd_count) % c->fd_cap] = fd;
+	c->fd_count++;
+	return 0;
+}
+
+static int conn_fd_pop(struct conn *c)
+{
+	int fd;
+
+	if (!c->fd_count)
+		return -1;
+	fd = c->fds[c->fd_head];
+	c->fd_head = (c->fd_head + 1) % c->fd_cap;
+	c->fd_count--;
+	return fd;
+}
+
+/* ---- events ---------------------------------------------------------------- */
+
+void conn_event_free(struct conn_event *ev)
+{
+	if (!ev)
+		return;
+	free(ev->name);
+	free(ev->data);
+	free(ev);
+}
+
+char *conn_json_text(const cJSON *json)
+{
+	char *text = json ? cJSON_PrintUnformatted(json) : NULL;
+	char *copy;
+
+	if (!json)
+		return strdup("{}");
+	if (!text)
+		return NULL;
+	/* Strings leave the library as malloc'd memory whatever allocator
+	 * hooks cJSON was given. */
+	copy = strdup(text);
+	cJSON_free(text);
+	return copy;
+}
+
+static int conn_queue_event(struct conn *c, const struct proto_reply *r)
+{
+	struct conn_event *ev = calloc(1, sizeof(*ev));
+
+	if (ev) {
+		ev->name = strdup(r->event);
+		ev->data = conn_json_text(r->data);
+	}
+	if (!ev || !ev->name || !ev->data) {
+		conn_event_free(ev);
+		/* Dropping it silently could hide a "shutdown". */
+		return conn_fail(c, GPB_E_NOMEM, "out of memory queueing an event");
+	}
+	if (c->ev_count == CONN_MAX_EVENTS) {
+		struct conn_event *old = c->ev_head;
+
+		c->ev_head = old->next;
+		if (!c->ev_head)
+			c->ev_tail = &c->ev_head;
+		conn_event_free(old);
+		c->ev_count--;
+	}
+	*c->ev_tail = ev;
+	c->ev_tail = &ev->next;
+	if (c->ev_count++ == 0) {
+		uint64_t one = 1;
+
+		/* Cannot fail short of a counter overflow, which one write per
+		 * empty-to-non-empty transition never reaches. */
+		ssize_t unused = write(c->evfd, &one, sizeof(one));
+
+		(void)unused;
+	}
+	return 0;
+}
+
+struct conn_event *conn_take_events(struct conn *c)
+{
+	struct conn_event *head = c->ev_head;
+	uint64_t count;
+
+	c->ev_head = NULL;
+	c->ev_tail = &c->ev_head;
+	c->ev_count = 0;
+	/* Non-blocking: fails with EAGAIN when nothing was signalled. */
+	ssize_t unused = read(c->evfd, &count, sizeof(count));
+
+	(void)unused;
+	return head;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+/*
+ * One recvmsg(). Returns 1 when bytes were read, 0 when none were available
+ * (@flags with MSG_DONTWAIT), or the error that killed the connection.
+ */
+static int conn_read(struct conn *c, int flags)
+{
+	char buf[CONN_READ_SIZE];
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * CONN_FDS_PER_READ)];
+	} control;
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+	struct msghdr msg = {
+	    .msg_iov = &iov,
+	    .msg_iovlen = 1,
+	    .msg_control = control.buf,
+	    .msg_controllen = sizeof(control.buf),
+	};
+	int push_rc = 0;
+	ssize_t n;
+
+	for (;;) {
+		n = recvmsg(c->sock, &msg, flags | MSG_CMSG_CLOEXEC);
+		if (n >= 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		if (errno == ECONNRESET)
+			return conn_fail(c, GPB_E_DAEMON_GONE, "the daemon reset the connection");
+		return conn_fail(c, GPB_E_SYSTEM, "reading from the daemon: %s", strerror(errno));
+	}
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		size_t nfds;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfds; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			/* Queue every descriptor even after a failure, so that
+			 * conn_fail() below closes them all. */
+			if (push_rc == 0)
+				push_rc = conn_fd_push(c, fd);
+			if (push_rc < 0)
+				close(fd);
+		}
+	}
+	if (push_rc == -ENOMEM)
+		return conn_fail(c, GPB_E_NOMEM, "out of memory receiving a descriptor");
+	if (push_rc < 0)
+		return conn_fail(c, GPB_E_PROTOCOL,
+		                 "too many unclaimed descriptors from the daemon");
+	if (msg.msg_flags & MSG_CTRUNC)
+		return conn_fail(c, GPB_E_PROTOCOL,
+		                 "descriptors from the daemon were dropped (descriptor limit?)");
+	if (n == 0)
+		return conn_fail(c, GPB_E_DAEMON_GONE, "the daemon closed the connection");
+	if (proto_framer_push(&c->framer, buf, (size_t)n) < 0)
+		return conn_fail(c, GPB_E_NOMEM, "out of memory reading from the daemon");
+	return 1;
+}
+
+/*
+ * Handles one frame. Returns 1 when it is the reply to @want_id (moved into
+ * *rep), 0 when it was an event, or the error that killed the connection.
+ * With @want_id NULL no request is outstanding, so a reply is a protocol error.
+ */
+static int conn_handle_frame(struct conn *c, const char *frame, size_t len, const char *want_id,
+                             struct proto_reply *rep)
+{
+	struct proto_reply r;
+	int rc = proto_reply_parse(frame, len, &r);
+
+	if (rc == -ENOMEM)
+		return conn_fail(c, GPB_E_NOMEM, "out of memory reading a reply");
+	if (rc < 0)
+		return conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a frame that is not a reply");
+	if (r.event) {
+		rc = conn_queue_event(c, &r);
+		proto_reply_finish(&r);
+		return rc;
+	}
+	if (!want_id) {
+		proto_reply_finish(&r);
+		return conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a reply to no request");
+	}
+	/* A null id is the daemon's answer to a request whose id it could not
+	 * read; with one request in flight it can only be ours. */
+	if (r.id && strcmp(r.id, want_id) != 0) {
+		rc = conn_fail(c, GPB_E_PROTOCOL, "reply to request %.64s while waiting for %s",
+		               r.id, want_id);
+		proto_reply_finish(&r);
+		return rc;
+	}
+	*rep = r;
+	return 1;
+}
+
+/* Queues the events among the complete frames already buffered. */
+static int conn_process_buffered(struct conn *c)
+{
+	for (;;) {
+		char *frame;
+		size_t len;
+		int rc = proto_framer_next(&c->framer, &frame, &len);
+
+		if (rc == 0)
+			return 0;
+		if (rc < 0)
+			return conn_fail(c, GPB_E_PROTOCOL,
+			                 "frame from the daemon exceeds %u bytes", PROTO_MAX_REPLY);
+		rc = conn_handle_frame(c, frame, len, NULL, NULL);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+int conn_pump(struct conn *c)
+{
+	int rc;
+
+	if (c->dead)
+		return conn_dead_error(c);
+	rc = conn_process_buffered(c);
+	for (int i = 0; rc == 0 && i < CONN_PUMP_READS; i++) {
+		rc = conn_read(c, MSG_DONTWAIT);
+		if (rc <= 0)
+			break;
+		rc = conn_process_buffered(c);
+	}
+	return rc < 0 ? rc : 0;
+}
+
+/* ---- writing and exchanges ------------------------------------------------ */
+
+static int conn_send(struct conn *c, const char *buf, size_t len)
+{
+	while (len) {
+		/* MSG_NOSIGNAL: a daemon that went away must not kill the
+		 * application with SIGPIPE. */
+		ssize_t n = send(c->sock, buf, len, MSG_NOSIGNAL);
+
+		if (n >= 0) {
+			buf += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EPIPE || errno == ECONNRESET) {
+			/* What the daemon said before closing (a "shutdown"
+			 * event) is still readable: keep it for dispatch. */
+			if (conn_pump(c) == 0)
+				conn_fail(c, GPB_E_DAEMON_GONE, "the daemon closed the connection");
+			return conn_dead_error(c);
+		}
+		return conn_fail(c, GPB_E_SYSTEM, "writing to the daemon: %s", strerror(errno));
+	}
+	return 0;
+}
+
+int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd)
+{
+	struct proto_reply r;
+	char id[24];
+	bool has_fd = false;
+	size_t len;
+	char *frame;
+	int rc;
+
+	memset(rep, 0, sizeof(*rep));
+	if (fd)
+		*fd = -1;
+	if (c->dead) {
+		cJSON_Delete(params);
+		return conn_dead_error(c);
+	}
+	snprintf(id, sizeof(id), "%" PRIu64, c->next_id++);
+	frame = proto_encode_request(id, method, params, &len);
+	if (!frame)
+		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
+	rc = conn_send(c, frame, len);
+	free(frame);
+	if (rc < 0)
+		return rc;
+
+	for (;;) {
+		char *f;
+		size_t flen;
+
+		rc = proto_framer_next(&c->framer, &f, &flen);
+		if (rc < 0)
+			return conn_fail(c, GPB_E_PROTOCOL,
+			                 "frame from the daemon exceeds %u bytes", PROTO_MAX_REPLY);
+		if (rc == 1) {
+			rc = conn_handle_frame(c, f, flen, id, &r);
+			if (rc < 0)
+				return rc;
+			if (rc == 1)
+				break;
+			continue;
+		}
+		rc = conn_read(c, 0);
+		if (rc < 0)
+			return rc;
+	}
+
+	if (r.result) {
+		rc = proto_get_bool(r.result, "fd", &has_fd);
+		if (rc < 0 && rc != -ENOENT) {
+			proto_reply_finish(&r);
+			return conn_fail(c, GPB_E_PROTOCOL, "'fd' in a reply is not a boolean");
+		}
+	}
+	if (has_fd) {
+		int got = conn_fd_pop(c);
+
+		if (got < 0) {
+			proto_reply_finish(&r);
+			return conn_fail(c, GPB_E_PROTOCOL,
+			                 "a reply announced a descriptor that did not arrive");
+		}
+		if (fd)
+			*fd = got;
+		else
+			close(got);
+	}
+	/*
+	 * Frames behind the reply in the same read are events: queue them now,
+	 * or poll() on the event fd would not report them (their bytes have
+	 * already left the socket). A failure here kills the connection for
+	 * the next call but does not undo this reply.
+	 */
+	conn_process_buffered(c);
+
+	if (r.code) {
+		rc = error_from_daemon(r.code, r.message);
+		proto_reply_finish(&r);
+		if (fd && *fd >= 0) {
+			close(*fd);
+			*fd = -1;
+		}
+		return rc;
+	}
+	*rep = r;
+	return 0;
+}

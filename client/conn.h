@@ -1,0 +1,78 @@
+/*
+ * conn.h - one connection to gpubrokerd: socket, framing, received
+ * descriptors, request/reply exchange and the queue of events.
+ *
+ * Not thread-safe by itself: the owning gpb_client holds its mutex around
+ * every call. Functions return 0 (or a count) or a GPB_E_* code with the
+ * thread's last-error message set.
+ *
+ * Once the stream is unusable (EOF, reset, a frame this library cannot read,
+ * a descriptor missing) the connection is "dead": the socket is shut down,
+ * pending descriptors are closed, and every later exchange fails fast with
+ * GPB_E_DAEMON_GONE. Events queued before that can still be taken.
+ */
+#ifndef GPB_CLIENT_CONN_H
+#define GPB_CLIENT_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+struct conn_event {
+	struct conn_event *next;
+	char *name;
+	char *data; /* JSON text of the data object */
+};
+
+struct conn {
+	int sock;
+	int evfd; /* readable while events are queued */
+	int epfd; /* sock + evfd: what gpb_event_fd() hands out */
+	bool dead;
+	char dead_reason[160];
+	uint64_t next_id;
+	struct proto_framer framer;
+	/* Descriptors received but not yet claimed by a reply, oldest first. */
+	int *fds;
+	size_t fd_head, fd_count, fd_cap;
+	struct conn_event *ev_head, **ev_tail;
+	size_t ev_count;
+};
+
+/* Connects to @path (not NULL). Returns GPB_E_CONNECT, GPB_E_PERMISSION,
+ * GPB_E_SYSTEM or GPB_E_NOMEM; on failure nothing needs finishing. */
+int conn_init(struct conn *c, const char *path);
+/* Closes every descriptor and frees queued events. */
+void conn_finish(struct conn *c);
+
+/*
+ * Sends @method with @params (consumed, NULL = {}) and waits for its reply,
+ * queueing events that arrive meanwhile.
+ * On 0, *rep holds a success reply (release with proto_reply_finish) and, if
+ * @fd is not NULL, *fd the descriptor the reply carried ("fd": true) or -1;
+ * the caller owns it. A descriptor arriving where @fd is NULL is closed.
+ * An error reply is mapped with error_from_daemon() and returned (*rep is
+ * then empty). Any failure of the stream kills the connection.
+ */
+int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd);
+
+/* Reads what is available without blocking and queues the events in it.
+ * Returns 0, or the error that killed the connection. */
+int conn_pump(struct conn *c);
+
+/* Detaches the queued events (oldest first) and clears the event fd. */
+struct conn_event *conn_take_events(struct conn *c);
+void conn_event_free(struct conn_event *ev);
+
+/* Kills the connection (see above) and records @err with a message. */
+int conn_fail(struct conn *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Prints @json (NULL = {}) compactly into a malloc'd string, or NULL. */
+char *conn_json_text(const cJSON *json);
+
+/* GPB_E_DAEMON_GONE with the reason the connection died. */
+int conn_dead_error(const struct conn *c);
+
+#endif

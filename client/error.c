@@ -1,0 +1,146 @@
+/*
+ * error.c - error names, the thread-local last-error message and the mapping
+ * of daemon error codes to GPB_E_*.
+ */
+#include "internal.h"
+#include "proto.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Long enough for the daemon's messages (proto_error caps them at 160 bytes)
+ * plus the code and name we prepend. */
+static __thread char last_error[320];
+
+GPB_EXPORT const char *gpb_strerror(int err)
+{
+	switch (err) {
+	case GPB_OK:
+		return "success";
+	case GPB_E_INVALID:
+		return "invalid argument";
+	case GPB_E_NOMEM:
+		return "out of host memory";
+	case GPB_E_CONNECT:
+		return "cannot connect to the daemon";
+	case GPB_E_DAEMON_GONE:
+		return "the daemon closed the connection";
+	case GPB_E_PROTOCOL:
+		return "protocol error";
+	case GPB_E_VERSION:
+		return "no common protocol version";
+	case GPB_E_OUT_OF_MEMORY:
+		return "out of device memory";
+	case GPB_E_QUOTA:
+		return "quota exceeded";
+	case GPB_E_NOT_FOUND:
+		return "not found";
+	case GPB_E_PERMISSION:
+		return "permission denied";
+	case GPB_E_LIMIT:
+		return "limit reached";
+	case GPB_E_TIMEOUT:
+		return "timed out";
+	case GPB_E_NOT_SUPPORTED:
+		return "not supported";
+	case GPB_E_BACKEND:
+		return "backend error";
+	case GPB_E_SHUTTING_DOWN:
+		return "the daemon is shutting down";
+	case GPB_E_SYSTEM:
+		return "system error";
+	default:
+		return "unknown error";
+	}
+}
+
+GPB_EXPORT const char *gpb_last_error(void)
+{
+	return last_error;
+}
+
+const char *error_message(void)
+{
+	return last_error;
+}
+
+void error_clear(void)
+{
+	last_error[0] = '\0';
+}
+
+int error_set(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+int error_set_errno(int err, int errnum, const char *fmt, ...)
+{
+	va_list ap;
+	size_t n;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	n = strlen(last_error);
+	snprintf(last_error + n, sizeof(last_error) - n, ": %s", strerror(errnum));
+	return err;
+}
+
+int error_from_daemon(int code, const char *message)
+{
+	int err;
+
+	switch (code) {
+	case PROTO_E_PARSE:
+	case PROTO_E_INVALID_REQUEST:
+	case PROTO_E_METHOD:
+	case PROTO_E_PARAMS:
+		err = GPB_E_INVALID;
+		break;
+	case PROTO_E_VERSION:
+		err = GPB_E_VERSION;
+		break;
+	case PROTO_E_NO_MEMORY:
+		err = GPB_E_OUT_OF_MEMORY;
+		break;
+	case PROTO_E_QUOTA:
+		err = GPB_E_QUOTA;
+		break;
+	case PROTO_E_NOT_FOUND:
+		err = GPB_E_NOT_FOUND;
+		break;
+	case PROTO_E_PERMISSION:
+		err = GPB_E_PERMISSION;
+		break;
+	case PROTO_E_LIMIT:
+		err = GPB_E_LIMIT;
+		break;
+	case PROTO_E_SHUTTING_DOWN:
+		err = GPB_E_SHUTTING_DOWN;
+		break;
+	case PROTO_E_TIMEOUT:
+		err = GPB_E_TIMEOUT;
+		break;
+	case PROTO_E_NOT_SUPPORTED:
+		err = GPB_E_NOT_SUPPORTED;
+		break;
+	case PROTO_E_BACKEND:
+		err = GPB_E_BACKEND;
+		break;
+	case PROTO_E_STATE:
+	default:
+		/* -32000 (bad_state), -32603 (internal_error) and codes this
+		 * version does not know: nothing the caller can fix by
+		 * changing an argument. */
+		err = GPB_E_PROTOCOL;
+		break;
+	}
+	return error_set(err, "%d %s: %s", code, proto_code_name(code), message ? message : "");
+}

@@ -1,0 +1,398 @@
+/*
+ * gpubrokerctl - show what gpubrokerd is doing.
+ *
+ * Each command is the protocol method of the same name sent through
+ * gpb_request(); the result is printed as JSON (verbatim), CSV or a table.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "config.h"
+#include "ctl_output.h"
+#include "gpubroker.h"
+
+/* Exit codes (documented in --help). */
+enum {
+	EXIT_OK = 0,
+	EXIT_ERROR = 1,
+	EXIT_USAGE = 2,
+	EXIT_UNREACHABLE = 3,
+	EXIT_PERMISSION = 4,
+};
+
+#define CTL_MAX_INTERVAL 86400.0 /* seconds: a day between refreshes is plenty */
+
+struct ctl_options {
+	const char *socket;
+	enum ctl_format format;
+	bool header;
+	double interval; /* 0: run once */
+	long device;     /* stats --device; -1 = all */
+	const char *command;
+};
+
+struct ctl_command {
+	const char *name;
+	/* Prints @result (parsed) as a table or CSV. Returns an exit code. */
+	int (*print)(const cJSON *result, const struct ctl_options *o, bool header);
+};
+
+static volatile sig_atomic_t ctl_stop;
+
+static void ctl_on_sigint(int sig)
+{
+	(void)sig;
+	ctl_stop = 1;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(
+	    out,
+	    "Usage: gpubrokerctl [OPTIONS] COMMAND\n"
+	    "\n"
+	    "Shows the state of gpubrokerd, the GPU memory broker.\n"
+	    "\n"
+	    "Commands:\n"
+	    "  status               daemon summary and one row per device\n"
+	    "  devices              devices with their memory\n"
+	    "  clients              connected clients\n"
+	    "  stats [--device N]   pool statistics (all devices, or device N)\n"
+	    "\n"
+	    "Options:\n"
+	    "  -s, --socket PATH    daemon socket (default: $GPUBROKER_SOCKET, else %s)\n"
+	    "  -o, --output FORMAT  table (default), json (the result object, one line) or csv\n"
+	    "  -H, --no-header      omit the header line of table and csv output\n"
+	    "  -l SECONDS           repeat every SECONDS until interrupted\n"
+	    "  -d, --device N       with stats: only device N\n"
+	    "  -h, --help           show this help and exit\n"
+	    "  -V, --version        show the version and exit\n"
+	    "\n"
+	    "Exit status: 0 success, 1 the daemon answered an error, 2 usage error,\n"
+	    "3 daemon unreachable, 4 permission denied.\n",
+	    GPB_DEFAULT_SOCKET_PATH);
+}
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("gpubrokerctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'gpubrokerctl --help' for more information.\n", stderr);
+	return EXIT_USAGE;
+}
+
+/* The exit code for a library error, after printing its message. */
+static int ctl_fail(int err)
+{
+	const char *msg = gpb_last_error();
+
+	fprintf(stderr, "gpubrokerctl: %s\n", *msg ? msg : gpb_strerror(err));
+	switch (err) {
+	case GPB_E_CONNECT:
+	case GPB_E_DAEMON_GONE:
+		return EXIT_UNREACHABLE;
+	case GPB_E_PERMISSION:
+		return EXIT_PERMISSION;
+	default:
+		return EXIT_ERROR;
+	}
+}
+
+static int ctl_bad_reply(const char *what)
+{
+	fprintf(stderr, "gpubrokerctl: unexpected reply from the daemon: %s\n", what);
+	return EXIT_ERROR;
+}
+
+/* Prints the rows of result[@key] with @cols. */
+static int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols,
+                      size_t ncols, const struct ctl_options *o, bool header)
+{
+	struct ctl_table t;
+	int rc;
+
+	ctl_table_init(&t, cols, ncols, o->format);
+	rc = ctl_table_add_rows(&t, cJSON_GetObjectItemCaseSensitive(result, key));
+	if (rc == 0)
+		ctl_table_print(&t, stdout, header);
+	ctl_table_finish(&t);
+	if (rc == -ENOMEM) {
+		fputs("gpubrokerctl: out of memory\n", stderr);
+		return EXIT_ERROR;
+	}
+	if (rc < 0)
+		return ctl_bad_reply(key);
+	return EXIT_OK;
+}
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static int print_status(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	static const struct ctl_column cols[] = {
+	    {"device", "DEVICE", CTL_NUM}, {"name", "NAME", CTL_TEXT},
+	    {"total", "TOTAL", CTL_SIZE},  {"reserved", "RESERVED", CTL_SIZE},
+	    {"used", "USED", CTL_SIZE},
+	};
+	static const struct {
+		const char *key, *label;
+	} summary[] = {
+	    {"backend", "backend"},
+	    {"server_version", "version"},
+	    {"pid", "pid"},
+	    {"uptime_s", "uptime"},
+	    {"clients", "clients"},
+	    {"instances", "instances"},
+	    {"allocations", "allocations"},
+	};
+
+	/* CSV is for machines: only the device rows (json has the rest). */
+	if (o->format == CTL_TABLE) {
+		for (size_t i = 0; i < ARRAY_SIZE(summary); i++) {
+			const cJSON *v = cJSON_GetObjectItemCaseSensitive(result, summary[i].key);
+			char buf[64], *text;
+
+			if (strcmp(summary[i].key, "uptime_s") == 0 && cJSON_IsNumber(v) &&
+			    v->valuedouble >= 0) {
+				ctl_format_duration((uint64_t)v->valuedouble, buf, sizeof(buf));
+				text = strdup(buf);
+			} else {
+				text = ctl_format_value(v, CTL_TEXT, o->format);
+			}
+			if (!text) {
+				fputs("gpubrokerctl: out of memory\n", stderr);
+				return EXIT_ERROR;
+			}
+			printf("%-13s%s\n", summary[i].label, text);
+			free(text);
+		}
+		putchar('\n');
+	}
+	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+}
+
+static int print_devices(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	static const struct ctl_column cols[] = {
+	    {"device", "DEVICE", CTL_NUM}, {"name", "NAME", CTL_TEXT}, {"uuid", "UUID", CTL_TEXT},
+	    {"total", "TOTAL", CTL_SIZE},  {"free", "FREE", CTL_SIZE}, {"used", "USED", CTL_SIZE},
+	};
+
+	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+}
+
+static int print_clients(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	static const struct ctl_column cols[] = {
+	    {"session", "SESSION", CTL_TEXT},
+	    {"pid", "PID", CTL_NUM},
+	    {"uid", "UID", CTL_NUM},
+	    {"name", "NAME", CTL_TEXT},
+	    {"instances", "INSTANCES", CTL_NUM},
+	    {"allocations", "ALLOCATIONS", CTL_NUM},
+	    {"used", "USED", CTL_SIZE},
+	};
+
+	return print_rows(result, "clients", cols, ARRAY_SIZE(cols), o, header);
+}
+
+static int print_stats(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	static const struct ctl_column cols[] = {
+	    {"device", "DEVICE", CTL_NUM},
+	    {"reserved", "RESERVED", CTL_SIZE},
+	    {"used", "USED", CTL_SIZE},
+	    {"free", "FREE", CTL_SIZE},
+	    {"free_blocks", "FREE_BLOCKS", CTL_NUM},
+	    {"largest_free", "LARGEST_FREE", CTL_SIZE},
+	    {"peak", "PEAK", CTL_SIZE},
+	    {"slabs", "SLABS", CTL_NUM},
+	    {"live", "LIVE", CTL_NUM},
+	    {"allocs", "ALLOCS", CTL_NUM},
+	    {"frees", "FREES", CTL_NUM},
+	    {"ooms", "OOMS", CTL_NUM},
+	};
+
+	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+}
+
+static const struct ctl_command ctl_commands[] = {
+    {"status", print_status},
+    {"devices", print_devices},
+    {"clients", print_clients},
+    {"stats", print_stats},
+};
+
+/* Runs @cmd once. @first tells whether to print the CSV header when
+ * repeating (once is enough for a stream of rows). */
+static int run_once(gpb_client *client, const struct ctl_command *cmd, const struct ctl_options *o,
+                    bool first)
+{
+	char params[64] = "{}";
+	char *text = NULL;
+	cJSON *result;
+	int rc;
+
+	if (strcmp(cmd->name, "stats") == 0 && o->device >= 0)
+		snprintf(params, sizeof(params), "{\"device\":%ld}", o->device);
+	rc = gpb_request(client, cmd->name, params, &text);
+	if (rc < 0)
+		return ctl_fail(rc);
+	if (o->format == CTL_JSON) {
+		printf("%s\n", text);
+		gpb_string_free(text);
+		return EXIT_OK;
+	}
+	result = cJSON_Parse(text);
+	gpb_string_free(text);
+	if (!result)
+		return ctl_bad_reply("not JSON");
+	if (o->interval > 0 && o->format == CTL_TABLE && !first)
+		putchar('\n');
+	rc = cmd->print(result, o, o->header && (first || o->format == CTL_TABLE));
+	cJSON_Delete(result);
+	return rc;
+}
+
+/* Sleeps @seconds; false when interrupted by SIGINT. */
+static bool ctl_sleep(double seconds)
+{
+	struct timespec ts = {
+	    .tv_sec = (time_t)seconds,
+	    .tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9),
+	};
+
+	while (!ctl_stop && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	return !ctl_stop;
+}
+
+static int parse_options(int argc, char **argv, struct ctl_options *o)
+{
+	static const struct option longopts[] = {
+	    {"socket", required_argument, NULL, 's'},
+	    {"output", required_argument, NULL, 'o'},
+	    {"no-header", no_argument, NULL, 'H'},
+	    {"device", required_argument, NULL, 'd'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
+	};
+	char *end;
+	int c;
+
+	*o = (struct ctl_options){.format = CTL_TABLE, .header = true, .device = -1};
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":s:o:Hl:d:hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			o->socket = optarg;
+			break;
+		case 'o':
+			if (strcmp(optarg, "table") == 0)
+				o->format = CTL_TABLE;
+			else if (strcmp(optarg, "json") == 0)
+				o->format = CTL_JSON;
+			else if (strcmp(optarg, "csv") == 0)
+				o->format = CTL_CSV;
+			else
+				return usage_error("unknown output format '%s' (table, json, csv)",
+				                   optarg);
+			break;
+		case 'H':
+			o->header = false;
+			break;
+		case 'l':
+			errno = 0;
+			o->interval = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(o->interval > 0) ||
+			    o->interval > CTL_MAX_INTERVAL)
+				return usage_error("-l needs a number of seconds, not '%s'",
+				                   optarg);
+			break;
+		case 'd':
+			errno = 0;
+			o->device = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || o->device < 0 ||
+			    o->device > INT32_MAX)
+				return usage_error("--device needs a device index, not '%s'",
+				                   optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			exit(EXIT_OK);
+		case 'V':
+			printf("gpubrokerctl %s (libgpubroker %s)\n", GPB_VERSION, gpb_version());
+			exit(EXIT_OK);
+		case ':':
+			if (optopt)
+				return usage_error("option '-%c' needs an argument", optopt);
+			return usage_error("option '%s' needs an argument", argv[optind - 1]);
+		default:
+			if (optopt)
+				return usage_error("unknown option '-%c'", optopt);
+			return usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind >= argc)
+		return usage_error("no command given");
+	o->command = argv[optind];
+	if (optind + 1 < argc)
+		return usage_error("unexpected argument '%s'", argv[optind + 1]);
+	if (o->device >= 0 && strcmp(o->command, "stats") != 0)
+		return usage_error("--device only applies to stats, not %s", o->command);
+	return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	const struct ctl_command *cmd = NULL;
+	struct ctl_options o;
+	gpb_client *client;
+	int rc;
+
+	rc = parse_options(argc, argv, &o);
+	if (rc != EXIT_OK)
+		return rc;
+	for (size_t i = 0; i < ARRAY_SIZE(ctl_commands); i++) {
+		if (strcmp(ctl_commands[i].name, o.command) == 0)
+			cmd = &ctl_commands[i];
+	}
+	if (!cmd)
+		return usage_error("unknown command '%s'", o.command);
+
+	if (o.interval > 0) {
+		struct sigaction sa = {.sa_handler = ctl_on_sigint};
+
+		/* No SA_RESTART: the sleep between rounds must end at once. */
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+	}
+	/* NULL lets the library apply $GPUBROKER_SOCKET, then the default. */
+	rc = gpb_connect(o.socket, "gpubrokerctl", &client);
+	if (rc < 0)
+		return ctl_fail(rc);
+	for (bool first = true;; first = false) {
+		rc = run_once(client, cmd, &o, first);
+		fflush(stdout);
+		if (rc != EXIT_OK || o.interval <= 0 || !ctl_sleep(o.interval))
+			break;
+	}
+	gpb_disconnect(client);
+	/* Interrupting a repeating command is how it is meant to end. */
+	return ctl_stop ? EXIT_OK : rc;
+}

@@ -1,0 +1,230 @@
+/*
+ * memory.c - gpb_alloc, gpb_free, gpb_attach and gpb_detach: the exchanges
+ * that change which slabs a connection holds, kept in step with track.c.
+ */
+#include "client.h"
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MEMORY_GRANULE       256u       /* the daemon's minimum alignment */
+#define MEMORY_MAX_ALIGNMENT (2u << 20) /* and its maximum */
+
+/* What gives back an alloc or an attach. */
+static const char *const memory_undo_method[TRACK_KINDS] = {
+    [TRACK_ALLOC] = "free",
+    [TRACK_ATTACH] = "detach",
+};
+
+/*
+ * The daemon committed an allocation or attachment that this process cannot
+ * use (its slab could not be mapped): give it back, so that both sides agree
+ * on which slabs the connection holds. Returns @err with its message kept.
+ * If even that fails the two sides disagree for good: drop the connection,
+ * which makes the daemon release everything it held.
+ */
+static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err)
+{
+	char saved[256];
+
+	snprintf(saved, sizeof(saved), "%s", error_message());
+	if (client_call_id(c, memory_undo_method[kind], "id", id) < 0)
+		conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64 ": %s", id,
+		          error_message());
+	return error_set(err, "%s", saved);
+}
+
+/*
+ * Sends an alloc or attach (@params consumed) and records its result; fills
+ * @out and/or *result_json (the raw result) when not NULL. Lock held.
+ */
+static int memory_call(gpb_client *c, enum track_kind kind, const char *method, cJSON *params,
+                       struct gpb_allocation *out, char **result_json)
+{
+	struct track_prep prep;
+	struct proto_reply rep;
+	uint64_t id;
+	int fd, rc;
+
+	if (c->conn.dead) {
+		cJSON_Delete(params);
+		return conn_dead_error(&c->conn);
+	}
+	if (!c->track.opener) {
+		cJSON_Delete(params);
+		return error_set(GPB_E_NOT_SUPPORTED,
+		                 "this libgpubroker cannot map memory of the '%s' backend",
+		                 c->backend);
+	}
+	rc = track_prepare(&c->track, kind, &prep);
+	if (rc < 0) {
+		cJSON_Delete(params);
+		return rc;
+	}
+	rc = conn_call(&c->conn, method, params, &rep, &fd);
+	if (rc < 0)
+		goto out;
+	if (result_json) {
+		/* Printed before adopting: nothing to unwind locally if it fails. */
+		*result_json = conn_json_text(rep.result);
+		if (!*result_json) {
+			if (fd >= 0)
+				close(fd);
+			rc = error_set(GPB_E_NOMEM, "out of memory");
+			if (proto_get_id64(rep.result, "id", &id) < 0)
+				rc = conn_fail(&c->conn, GPB_E_PROTOCOL,
+				               "reply without a valid 'id'");
+			else
+				rc = memory_undo(c, kind, id, rc);
+			goto out_reply;
+		}
+	}
+	rc = track_adopt(&c->track, kind, &prep, rep.result, fd, out, &id);
+	if (rc == GPB_E_PROTOCOL)
+		rc = conn_fail(&c->conn, rc, "%s", error_message());
+	else if (rc < 0)
+		rc = memory_undo(c, kind, id, rc);
+	if (rc < 0 && result_json) {
+		free(*result_json);
+		*result_json = NULL;
+	}
+out_reply:
+	proto_reply_finish(&rep);
+out:
+	track_prep_release(&prep);
+	return rc;
+}
+
+/* free or detach of @id, which this connection must hold. Lock held. */
+static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
+{
+	int rc;
+
+	if (c->conn.dead)
+		return conn_dead_error(&c->conn);
+	/* The daemon would answer not_found too; asking it is a round trip
+	 * that could only disagree with what this connection recorded. */
+	if (!track_lookup(&c->track, kind, id))
+		return error_set(GPB_E_NOT_FOUND, "no %s %016" PRIx64 " on this connection",
+		                 kind == TRACK_ALLOC ? "allocation" : "attachment", id);
+	rc = client_call_id(c, memory_undo_method[kind], "id", id);
+	if (rc == 0)
+		track_release(&c->track, kind, id);
+	return rc;
+}
+
+GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                         struct gpb_allocation *out)
+{
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out || size == 0) {
+		rc = error_set(GPB_E_INVALID, "gpb_alloc: size must be at least 1 and out set");
+		goto out;
+	}
+	if (alignment && ((alignment & (alignment - 1)) || alignment > MEMORY_MAX_ALIGNMENT)) {
+		rc =
+		    error_set(GPB_E_INVALID, "gpb_alloc: alignment must be a power of two up to %u",
+		              MEMORY_MAX_ALIGNMENT);
+		goto out;
+	}
+	/* Every allocation is granule-aligned, which satisfies any smaller
+	 * power of two; the daemon only accepts the granule and up. */
+	if (alignment && alignment < MEMORY_GRANULE)
+		alignment = MEMORY_GRANULE;
+	params = cJSON_CreateObject();
+	if (!params || proto_add_id64(params, "instance", instance) < 0 ||
+	    proto_add_u64(params, "size", size) < 0 ||
+	    (alignment && proto_add_u64(params, "alignment", alignment) < 0)) {
+		cJSON_Delete(params);
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = memory_call(c, TRACK_ALLOC, "alloc", params, out, NULL);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
+{
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	rc = memory_release(c, TRACK_ALLOC, id);
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_attach(gpb_client *c, uint64_t id, struct gpb_allocation *out)
+{
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out) {
+		rc = error_set(GPB_E_INVALID, "gpb_attach: out is NULL");
+		goto out;
+	}
+	params = cJSON_CreateObject();
+	if (!params || proto_add_id64(params, "id", id) < 0) {
+		cJSON_Delete(params);
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = memory_call(c, TRACK_ATTACH, "attach", params, out, NULL);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_detach(gpb_client *c, uint64_t id)
+{
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	rc = memory_release(c, TRACK_ATTACH, id);
+	client_leave(c);
+	return rc;
+}
+
+int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json)
+{
+	int op = proto_op_lookup(method);
+	enum track_kind kind =
+	    (op == PROTO_OP_ALLOC || op == PROTO_OP_FREE) ? TRACK_ALLOC : TRACK_ATTACH;
+	struct proto_reply rep;
+	bool have_id;
+	uint64_t id;
+	int rc;
+
+	if (op == PROTO_OP_ALLOC || op == PROTO_OP_ATTACH)
+		return memory_call(c, kind, method, params, NULL, result_json);
+
+	/* free / detach: passed to the daemon as they are (it judges the
+	 * parameters); on success, forget what it released. */
+	have_id = proto_get_id64(params, "id", &id) == 0;
+	rc = conn_call(&c->conn, method, params, &rep, NULL);
+	if (rc < 0)
+		return rc;
+	if (have_id)
+		track_release(&c->track, kind, id);
+	if (result_json) {
+		*result_json = conn_json_text(rep.result);
+		if (!*result_json)
+			rc = error_set(GPB_E_NOMEM, "out of memory");
+	}
+	proto_reply_finish(&rep);
+	return rc;
+}

@@ -1,0 +1,61 @@
+/*
+ * slab.h - the process-wide cache of slab mappings.
+ *
+ * Several connections of one process (same uid) can be given the same slab:
+ * the daemon sends each of them the slab's handle. Mapping it once per
+ * process keeps the address space small and makes a pointer obtained through
+ * one connection equal to the one another connection gets for the same bytes.
+ *
+ * Mappings are keyed by the 64 handle bytes and reference counted: each
+ * connection that holds the slab owns one reference, taken with
+ * slab_cache_get() when the daemon hands it the slab and dropped with
+ * slab_cache_put() when the connection's last allocation or attachment in it
+ * goes away. The last put unmaps. All of this is protected by one mutex.
+ *
+ * How a handle becomes an address is the backend's business: an opener per
+ * backend ("sim": mmap of a memfd received over the socket; "cuda" will open
+ * an IPC handle).
+ */
+#ifndef GPB_CLIENT_SLAB_H
+#define GPB_CLIENT_SLAB_H
+
+#include <stdint.h>
+
+#include "proto.h"
+
+struct slab_opener {
+	const char *backend; /* hello's "backend" value */
+	/* Whether the backend passes a descriptor with each handle. */
+	int needs_fd;
+	/* Maps @size bytes of the slab. Does not take ownership of @fd.
+	 * Returns 0 with *base set, or a GPB_E_* code with the message set. */
+	int (*open)(const uint8_t *handle, int fd, uint64_t size, void **base);
+	/* Unmaps what open() mapped. */
+	void (*close)(void *base, uint64_t size);
+};
+
+struct slab_map {
+	uint8_t handle[PROTO_HANDLE_SIZE];
+	const struct slab_opener *opener;
+	void *base;
+	uint64_t size;
+	unsigned long refs;
+	struct slab_map *prev, *next;
+};
+
+/* The opener for a backend name, or NULL when this library cannot map its
+ * slabs (then allocation is GPB_E_NOT_SUPPORTED). */
+const struct slab_opener *slab_opener_find(const char *backend);
+
+/*
+ * Returns a reference to the mapping of the slab with @handle, mapping it if
+ * no connection of this process holds it yet. Always closes @fd (when >= 0):
+ * once mapped, the descriptor is not needed. A cached slab whose size differs
+ * from @size is GPB_E_PROTOCOL. Returns 0 or a GPB_E_* code (message set).
+ */
+int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int fd, uint64_t size,
+                   struct slab_map **out);
+/* Drops a reference; the last one unmaps the slab. */
+void slab_cache_put(struct slab_map *map);
+
+#endif

@@ -1,0 +1,236 @@
+/*
+ * track.c - a connection's allocations, attachments and held slabs.
+ */
+#include "track.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void track_init(struct track *t, const struct slab_opener *opener)
+{
+	t->opener = opener;
+	idmap_init(&t->slabs);
+	for (int k = 0; k < TRACK_KINDS; k++)
+		idmap_init(&t->entries[k]);
+}
+
+void track_finish(struct track *t)
+{
+	struct track_entry *e;
+	struct track_slab *s = NULL;
+	size_t pos;
+
+	for (int k = 0; k < TRACK_KINDS; k++) {
+		pos = 0;
+		while ((e = idmap_next(&t->entries[k], &pos, NULL)))
+			free(e);
+		idmap_finish(&t->entries[k]);
+	}
+	pos = 0;
+	while ((s = idmap_next(&t->slabs, &pos, NULL))) {
+		slab_cache_put(s->map);
+		free(s);
+	}
+	idmap_finish(&t->slabs);
+}
+
+int track_prepare(struct track *t, enum track_kind kind, struct track_prep *prep)
+{
+	prep->entry = malloc(sizeof(*prep->entry));
+	prep->slab = malloc(sizeof(*prep->slab));
+	if (!prep->entry || !prep->slab || idmap_reserve(&t->entries[kind], 1) < 0 ||
+	    idmap_reserve(&t->slabs, 1) < 0) {
+		track_prep_release(prep);
+		return error_set(GPB_E_NOMEM, "out of memory");
+	}
+	return 0;
+}
+
+void track_prep_release(struct track_prep *prep)
+{
+	free(prep->entry);
+	free(prep->slab);
+	prep->entry = NULL;
+	prep->slab = NULL;
+}
+
+struct track_entry *track_lookup(struct track *t, enum track_kind kind, uint64_t id)
+{
+	return idmap_get(&t->entries[kind], id);
+}
+
+/* Lets go of a slab this connection no longer has anything in. */
+static void track_slab_drop(struct track *t, struct track_slab *s)
+{
+	if (s->holds)
+		return;
+	idmap_remove(&t->slabs, s->id);
+	slab_cache_put(s->map);
+	free(s);
+}
+
+/* The fields of an alloc/attach result, checked against each other. */
+struct track_result {
+	uint64_t id, slab, slab_size, offset, size;
+	int64_t device;
+	const char *handle;
+};
+
+static int track_parse(const cJSON *result, struct track_result *r)
+{
+	int rc;
+
+	r->handle = NULL;
+	if (proto_get_id64(result, "id", &r->id) < 0)
+		return error_set(GPB_E_PROTOCOL, "reply without a valid 'id'");
+	if (proto_get_int(result, "device", 0, INT_MAX, &r->device) < 0 ||
+	    proto_get_id64(result, "slab", &r->slab) < 0 ||
+	    proto_get_u64(result, "slab_size", 1, UINT64_MAX, &r->slab_size) < 0 ||
+	    proto_get_u64(result, "offset", 0, UINT64_MAX, &r->offset) < 0 ||
+	    proto_get_u64(result, "size", 1, UINT64_MAX, &r->size) < 0)
+		return error_set(GPB_E_PROTOCOL,
+		                 "reply lacks a valid 'device', 'slab', 'slab_size', 'offset' "
+		                 "or 'size'");
+	if (r->offset > r->slab_size || r->size > r->slab_size - r->offset)
+		return error_set(GPB_E_PROTOCOL, "allocation does not fit its slab");
+	rc = proto_get_string(result, "handle", 2 * PROTO_HANDLE_SIZE, &r->handle);
+	if (rc < 0 && rc != -ENOENT)
+		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'handle'");
+	return 0;
+}
+
+/*
+ * Finds the slab a result refers to, or takes it when the reply hands it
+ * over (then with no holds yet: track_slab_drop() undoes it). Consumes @fd.
+ */
+static int track_slab_get(struct track *t, struct track_prep *prep, const struct track_result *r,
+                          int fd, struct track_slab **out)
+{
+	struct track_slab *s = idmap_get(&t->slabs, r->slab);
+	uint8_t handle[PROTO_HANDLE_SIZE];
+	struct slab_map *map;
+	int rc;
+
+	if (!r->handle) {
+		if (fd >= 0) {
+			close(fd);
+			return error_set(GPB_E_PROTOCOL, "a descriptor came without a slab handle");
+		}
+		if (!s)
+			return error_set(GPB_E_PROTOCOL,
+			                 "reply puts the allocation in slab %016" PRIx64
+			                 " without handing that slab over",
+			                 r->slab);
+		if (s->map->size != r->slab_size)
+			return error_set(GPB_E_PROTOCOL, "slab %016" PRIx64 " changed size",
+			                 r->slab);
+		*out = s;
+		return 0;
+	}
+	if (proto_hex_decode(r->handle, handle, sizeof(handle)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'handle'");
+	}
+	if (s) {
+		/* Handed again while held: harmless if it is the same slab. */
+		if (fd >= 0)
+			close(fd);
+		if (memcmp(s->map->handle, handle, sizeof(handle)) != 0 ||
+		    s->map->size != r->slab_size)
+			return error_set(
+			    GPB_E_PROTOCOL,
+			    "slab %016" PRIx64 " handed over again with another handle", r->slab);
+		*out = s;
+		return 0;
+	}
+	rc = slab_cache_get(t->opener, handle, fd, r->slab_size, &map);
+	if (rc < 0)
+		return rc;
+	s = prep->slab;
+	prep->slab = NULL;
+	s->id = r->slab;
+	s->holds = 0;
+	s->map = map;
+	/* Reserved by track_prepare(): cannot fail. */
+	idmap_put(&t->slabs, s->id, s);
+	*out = s;
+	return 0;
+}
+
+int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, const cJSON *result,
+                int fd, struct gpb_allocation *out, uint64_t *id)
+{
+	struct track_result r;
+	struct track_entry *e;
+	struct track_slab *s = NULL;
+	int rc;
+
+	*id = 0;
+	rc = track_parse(result, &r);
+	if (rc < 0) {
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	*id = r.id;
+	rc = track_slab_get(t, prep, &r, fd, &s);
+	if (rc < 0)
+		return rc;
+
+	e = idmap_get(&t->entries[kind], r.id);
+	if (e) {
+		/* Attaching twice is two holds on one mapping; an allocation
+		 * id given out twice is a daemon bug. */
+		if (kind == TRACK_ALLOC || e->slab != s || e->offset != r.offset ||
+		    e->size != r.size) {
+			track_slab_drop(t, s);
+			return error_set(GPB_E_PROTOCOL, "allocation %016" PRIx64 " reported twice",
+			                 r.id);
+		}
+		e->refs++;
+	} else {
+		e = prep->entry;
+		prep->entry = NULL;
+		e->id = r.id;
+		e->slab = s;
+		e->ptr = (char *)s->map->base + r.offset;
+		e->size = r.size;
+		e->offset = r.offset;
+		e->device = (int)r.device;
+		e->refs = 1;
+		idmap_put(&t->entries[kind], e->id, e);
+	}
+	s->holds++;
+
+	if (out) {
+		out->id = e->id;
+		out->ptr = e->ptr;
+		out->size = e->size;
+		out->device = e->device;
+		out->slab = s->id;
+		out->offset = e->offset;
+	}
+	return 0;
+}
+
+void track_release(struct track *t, enum track_kind kind, uint64_t id)
+{
+	struct track_entry *e = idmap_get(&t->entries[kind], id);
+	struct track_slab *s = NULL;
+
+	if (!e)
+		return;
+	s = e->slab;
+	if (--e->refs == 0) {
+		idmap_remove(&t->entries[kind], id);
+		free(e);
+	}
+	s->holds--;
+	track_slab_drop(t, s);
+}

@@ -1,0 +1,89 @@
+/*
+ * track.h - what one connection holds: its allocations, its attachments and
+ * the slabs they live in, mirroring the daemon's bookkeeping.
+ *
+ * The daemon and the library agree on when a connection "holds" a slab: from
+ * the reply that hands it the slab's handle until its last allocation or
+ * attachment there is freed or detached (PROTOCOL.md, alloc). The library
+ * keeps one slab_map reference per held slab, so a slab is unmapped exactly
+ * when both sides consider it let go, and the next reply putting this
+ * connection there carries the handle again.
+ *
+ * Entries are found by id in O(1) (idmap): a connection may hold 100k+
+ * allocations. Not thread-safe: the owning client's mutex protects it.
+ */
+#ifndef GPB_CLIENT_TRACK_H
+#define GPB_CLIENT_TRACK_H
+
+#include <stdint.h>
+
+#include "gpubroker.h"
+#include "idmap.h"
+#include "slab.h"
+
+enum track_kind { TRACK_ALLOC, TRACK_ATTACH, TRACK_KINDS };
+
+struct track_slab {
+	uint64_t id;
+	uint64_t holds; /* this connection's allocations + attachments in it */
+	struct slab_map *map;
+};
+
+struct track_entry {
+	uint64_t id;
+	struct track_slab *slab;
+	void *ptr;
+	uint64_t size;
+	uint64_t offset;
+	int device;
+	/* Attachments: how many gpb_attach() calls the id has outstanding
+	 * (each is one hold, released by one gpb_detach()). Allocations: 1. */
+	unsigned long refs;
+};
+
+struct track {
+	/* NULL when this library cannot map the backend's slabs. */
+	const struct slab_opener *opener;
+	struct idmap slabs;
+	struct idmap entries[TRACK_KINDS];
+};
+
+/*
+ * Memory an adoption may need, taken before the request is sent: once the
+ * daemon has committed an allocation the bookkeeping must not fail for lack
+ * of host memory (only mapping the slab can still fail).
+ */
+struct track_prep {
+	struct track_entry *entry;
+	struct track_slab *slab;
+};
+
+void track_init(struct track *t, const struct slab_opener *opener);
+/* Forgets everything and drops every slab reference (unmapping). */
+void track_finish(struct track *t);
+
+/* 0 or GPB_E_NOMEM. Release with track_prep_release() (always). */
+int track_prepare(struct track *t, enum track_kind kind, struct track_prep *prep);
+void track_prep_release(struct track_prep *prep);
+
+/*
+ * Records the result of a successful alloc or attach (@result, with @fd
+ * the descriptor the reply carried or -1; always consumed) and fills @out.
+ * *id receives the allocation id as soon as it is read (0 before).
+ * Returns 0; GPB_E_PROTOCOL when the reply contradicts the protocol or what
+ * this connection holds (the caller must drop the connection); or
+ * GPB_E_SYSTEM / GPB_E_NOMEM when the slab could not be mapped (the daemon
+ * committed: the caller undoes it with free/detach). On failure nothing was
+ * recorded.
+ */
+int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, const cJSON *result,
+                int fd, struct gpb_allocation *out, uint64_t *id);
+
+/* The entry for @id, or NULL. */
+struct track_entry *track_lookup(struct track *t, enum track_kind kind, uint64_t id);
+
+/* Forgets one hold on @id after the daemon accepted its free/detach; the
+ * slab's last hold unmaps it. Unknown ids are ignored. */
+void track_release(struct track *t, enum track_kind kind, uint64_t id);
+
+#endif
