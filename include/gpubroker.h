@@ -62,7 +62,8 @@ const char *gpb_strerror(int err);
 
 /**
  * The message that came with the last error returned to the calling thread
- * (the daemon's own text when it answered with an error). Thread-local; valid
+ * (when the daemon answered with an error: "<code> <name>: <daemon's message>",
+ * e.g. "-32004 not_found: no such allocation"). Thread-local; valid
  * until this thread's next gpb_* call. Never NULL (empty when none).
  */
 const char *gpb_last_error(void);
@@ -119,7 +120,8 @@ struct gpb_allocation {
 
 /**
  * Allocates @size bytes on @instance's device.
- * @alignment: 0 for the default (256), else a power of two up to 2 MiB.
+ * @alignment: 0 for the default (256), else a power of two up to 2 MiB;
+ * values below 256 are raised to 256.
  * Errors: GPB_E_INVALID (size 0, bad alignment), GPB_E_NOT_FOUND (instance),
  * GPB_E_OUT_OF_MEMORY, GPB_E_QUOTA, GPB_E_LIMIT, GPB_E_BACKEND,
  * GPB_E_SYSTEM (mapping the slab failed), GPB_E_DAEMON_GONE.
@@ -139,7 +141,8 @@ int gpb_free(gpb_client *client, uint64_t id);
  * example in another process). The allocation stays owned by its maker; the
  * mapping lasts until gpb_detach() or disconnect. If the maker frees it, the
  * bytes may be reused for a later allocation of the same user.
- * Errors: GPB_E_NOT_FOUND (unknown or another user's), GPB_E_DAEMON_GONE.
+ * Errors: GPB_E_NOT_FOUND (unknown or another user's), GPB_E_INVALID
+ * (already attached through this client), GPB_E_LIMIT, GPB_E_DAEMON_GONE.
  */
 int gpb_attach(gpb_client *client, uint64_t id, struct gpb_allocation *out);
 
@@ -173,7 +176,7 @@ struct gpb_pool_stats {
 	uint64_t ooms;         /**< allocations refused for lack of memory */
 };
 
-/** Errors: GPB_E_NOT_FOUND (device), GPB_E_DAEMON_GONE. */
+/** Errors: GPB_E_INVALID (no such device), GPB_E_DAEMON_GONE. */
 int gpb_stats(gpb_client *client, int device, struct gpb_pool_stats *out);
 
 /**
@@ -192,6 +195,8 @@ void gpb_string_free(char *s);
 /**
  * Event callback: @name is the event ("shutdown", "cap_changed", ...) and
  * @data_json its data object as JSON text; both valid during the call only.
+ * It runs without the client's lock held, so it may call gpb_* on the same
+ * client, except gpb_disconnect().
  */
 typedef void (*gpb_event_fn)(gpb_client *client, const char *name, const char *data_json,
                              void *userdata);
