@@ -315,7 +315,7 @@ int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_
 	struct broker_instance *inst = broker_instance_find(s, instance);
 	if (!inst)
 		return -ENOENT;
-	if (s->alloc_count >= b->limits.max_allocations)
+	if (s->alloc_count + s->attached.count >= b->limits.max_allocations)
 		return -EMFILE;
 	struct broker_alloc *a = calloc(1, sizeof(*a));
 	if (!a)

@@ -57,9 +57,16 @@ static int broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 	case -EEXIST:
 		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: %s already attached",
 		                what);
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "id");
 		break;
 	case -EIO:
-		proto_error_set(&ctx->err, PROTO_E_BACKEND, "backend error");
+		proto_error_set(&ctx->err, PROTO_E_BACKEND,
+		                "backend error: the %s backend could not provide memory (see the "
+		                "daemon's log)",
+		                ctx->b->backend->ops->name);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data)
+			cJSON_AddStringToObject(ctx->data, "backend_error", "EIO");
 		break;
 	default:
 		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: %s", strerror(-rc));
