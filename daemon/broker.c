@@ -401,6 +401,30 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id)
 	return 0;
 }
 
+void broker_set_sender(struct broker *b, broker_send_fn fn, void *ctx)
+{
+	b->send = fn;
+	b->send_ctx = ctx;
+}
+
+void broker_send(struct broker *b, struct session *s, char *frame, size_t len, int fd)
+{
+	if (b->send && frame)
+		b->send(b->send_ctx, s, frame, len, fd);
+	else
+		free(frame);
+}
+
+void broker_send_event(struct broker *b, struct session *s, const char *name, cJSON *data)
+{
+	size_t len;
+	char *frame = proto_encode_event(name, data, &len);
+	if (!frame)
+		log_warn("session %llu: event %s dropped: out of memory", (unsigned long long)s->id,
+		         name);
+	broker_send(b, s, frame, len, -1);
+}
+
 uint64_t broker_device_free(const struct broker *b, int device)
 {
 	struct pool_stats st;

@@ -54,6 +54,7 @@ struct broker_alloc {
 
 struct session {
 	uint64_t id;
+	void *conn;       /* the server's connection (opaque here) */
 	struct list link; /* broker->sessions */
 	uid_t uid;
 	gid_t gid;
@@ -70,8 +71,18 @@ struct session {
 	struct idmap attached; /* allocation id -> struct pool_slab (pinned) */
 };
 
+/*
+ * How the broker reaches a client outside the reply to its current request:
+ * pushed events and deferred replies. Takes ownership of frame (a complete,
+ * newline-terminated frame); fd (not owned) rides along when >= 0. The server
+ * installs it; without one (unit tests) frames are dropped.
+ */
+typedef void (*broker_send_fn)(void *ctx, struct session *s, char *frame, size_t len, int fd);
+
 struct broker {
 	struct backend *backend;
+	broker_send_fn send;
+	void *send_ctx;
 	struct broker_limits limits;
 	struct broker_device dev[BACKEND_MAX_DEVICES];
 	int device_count;
@@ -130,6 +141,12 @@ int broker_free(struct broker *b, struct session *s, uint64_t id);
 /* Same-uid allocations only; -ENOENT otherwise; -EEXIST if already attached. */
 int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out);
 int broker_detach(struct broker *b, struct session *s, uint64_t id);
+
+void broker_set_sender(struct broker *b, broker_send_fn fn, void *ctx);
+/* Sends a frame to a session through the sender (frees it when none). */
+void broker_send(struct broker *b, struct session *s, char *frame, size_t len, int fd);
+/* Encodes and sends an event; data is consumed. */
+void broker_send_event(struct broker *b, struct session *s, const char *name, cJSON *data);
 
 /* Bytes of device memory not in live allocations. */
 uint64_t broker_device_free(const struct broker *b, int device);

@@ -313,6 +313,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)
 {
 	out->fd = -1;
+	out->deferred = false;
 	out->frame = proto_encode_error(NULL, code, message, NULL, &out->len);
 }
 
@@ -338,7 +339,13 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
 	if (rc == -ENOMEM && !ctx.err.code)
 		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
 	out->fd = -1;
-	if (rc == 0) {
+	out->deferred = false;
+	if (rc == 0 && ctx.deferred) {
+		out->frame = NULL;
+		out->deferred = true;
+		cJSON_Delete(ctx.result);
+		cJSON_Delete(ctx.data);
+	} else if (rc == 0) {
 		out->frame = proto_encode_result(req.id, ctx.result, &out->len);
 		out->fd = out->frame ? ctx.fd : -1;
 		cJSON_Delete(ctx.data);

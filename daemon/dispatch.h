@@ -7,6 +7,7 @@
 #ifndef GPB_DISPATCH_H
 #define GPB_DISPATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "broker.h"
@@ -14,7 +15,8 @@
 struct dispatch_reply {
 	char *frame; /* malloc'd, newline-terminated; NULL = could not encode (close) */
 	size_t len;
-	int fd; /* descriptor to send with the frame (not owned), or -1 */
+	int fd;        /* descriptor to send with the frame (not owned), or -1 */
+	bool deferred; /* no reply now: it goes out later through broker_send */
 };
 
 /* Answers one frame from session s. Never fails without a reply except when

@@ -14,6 +14,7 @@ struct dispatch_ctx {
 	cJSON *result; /* set on success */
 	cJSON *data;   /* optional error data */
 	int fd;        /* descriptor to pass with the result */
+	bool deferred; /* a handler will answer later (keeping what it needs, e.g. the id) */
 	struct proto_error err;
 };
 

@@ -211,7 +211,7 @@ static void conn_process(struct conn *c)
 		dispatch_frame(c->srv->broker, c->session, frame, len, &rep);
 		if (c->session->hello)
 			uv_timer_stop(&c->hello_timer);
-		if (conn_send(c, rep.frame, rep.len, rep.fd) < 0)
+		if (!rep.deferred && conn_send(c, rep.frame, rep.len, rep.fd) < 0)
 			return;
 	}
 	if (!c->closing && !c->finishing && !c->paused)
@@ -303,6 +303,7 @@ static void server_on_connection(uv_stream_t *listener, int status)
 		conn_close(c, "out of memory");
 		return;
 	}
+	c->session->conn = c;
 	log_debug("session %llu: connected: pid %d uid %u gid %u",
 	          (unsigned long long)c->session->id, (int)cred.pid, (unsigned)cred.uid,
 	          (unsigned)cred.gid);
@@ -316,6 +317,17 @@ static void server_on_connection(uv_stream_t *listener, int status)
 	uv_timer_start(&c->hello_timer, conn_on_hello_timeout, srv->broker->limits.hello_timeout_ms,
 	               0);
 	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
+}
+
+/* broker_send_fn: frames for a session outside its current reply. */
+static void server_send(void *ctx, struct session *s, char *frame, size_t len, int fd)
+{
+	struct conn *c = s->conn;
+	if (!c || c->closing || c->finishing) {
+		free(frame);
+		return;
+	}
+	conn_send(c, frame, len, fd);
 }
 
 static void server_on_drain_timeout(uv_timer_t *t)
@@ -352,13 +364,13 @@ static void server_stop(struct server *srv, const char *reason)
 	list_for_each_safe(pos, tmp, &srv->conns)
 	{
 		struct conn *c = list_entry(pos, struct conn, link);
+		if (c->closing || c->finishing)
+			continue;
 		cJSON *data = cJSON_CreateObject();
-		size_t len;
 		if (data)
 			cJSON_AddStringToObject(data, "reason", reason);
-		char *frame = proto_encode_event("shutdown", data, &len);
-		if (!c->closing && !c->finishing && conn_send(c, frame, len, -1) == 0)
-			conn_finish(c);
+		broker_send_event(srv->broker, c->session, "shutdown", data);
+		conn_finish(c);
 	}
 	if (list_empty(&srv->conns))
 		uv_close((uv_handle_t *)&srv->drain, NULL);
@@ -381,6 +393,7 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct server_co
 	srv->broker = broker;
 	srv->cfg = *cfg;
 	list_init(&srv->conns);
+	broker_set_sender(broker, server_send, srv);
 	*out = srv;
 	return 0;
 }
