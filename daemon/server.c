@@ -458,7 +458,7 @@ int server_start(struct server *srv)
 	srv->sigterm.data = srv->sigint.data = srv->drain.data = srv;
 	uv_signal_start(&srv->sigterm, server_on_signal, SIGTERM);
 	uv_signal_start(&srv->sigint, server_on_signal, SIGINT);
-	log_info("listening on %s (backend %s, %d devices)", path, srv->broker->backend->ops->name,
+	log_info("listening on %s (backend %s, devices: %d)", path, srv->broker->backend->ops->name,
 	         srv->broker->device_count);
 #if GPB_HAVE_SYSTEMD
 	sd_notify(0, "READY=1");
