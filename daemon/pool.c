@@ -5,21 +5,13 @@
  * belongs to one heap. A slab is tiled, in address order, by blocks that are
  * either live (handed out) or free; two free blocks are never neighbours,
  * because a free coalesces with both sides at once. Free blocks sit in the
- * heap's segregated lists, so a fit never walks the blocks of a slab.
- *
- * Size classes count granules (g = bytes / 256). Below SL_COUNT granules a
- * class is exact (fl 0, sl g). Above, fl is 1 + log2(g) - SL_LOG2 and each
- * power-of-two range [2^k, 2^(k+1)) is cut into SL_COUNT equal sub-classes,
- * so a class spans at most 1/16 of its lower bound. A request is rounded up
- * to the next class boundary before the search: the head of the first
- * non-empty list at or above that class always fits, which makes the search
- * two bitmap lookups. When that fails a short, bounded scan of the lists
- * between the request's own class and the rounded one catches the ranges
- * that fit exactly (a hole the same size as the request, an aligned start).
+ * heap's segregated lists (pool_tlsf.c), so a fit never walks the blocks of a
+ * slab. This file keeps the heaps and their slabs, the slab cache and pins,
+ * and the counters behind the stats and the check.
  *
  * Nothing here touches device memory: the metadata is all malloc'd.
  */
-#include "pool.h"
+#include "pool_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -27,289 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SL_LOG2  4
-#define SL_COUNT (1u << SL_LOG2)
-/* Sizes are < 2^64, so g < 2^56 and fl <= 55 + 1 - SL_LOG2 = 52. */
-#define FL_COUNT (64 - 8 - SL_LOG2 + 1)
-
-/* How many free ranges the fallback scan may look at before giving up and
- * asking for a new slab: keeps the worst case of an alloc constant. */
-#define FIT_SCAN_MAX 32
-
-/* Block structs recycled by coalescing are kept for the next split rather
- * than going back to malloc each time; capped so a mass free returns them. */
-#define SPARE_MAX 64
-
-#define BLOCK_FREE 1u
-
-/* uid -> heap table. Fixed: a machine has few users of its GPUs, and even a
- * few thousand uids only make chains of ~10. */
-#define HEAP_BUCKET_BITS 8
-
-/*
- * 7 x 8 = 56 bytes on LP64, which glibc serves from a 64-byte chunk. The free
- * flag lives in bit 0 of size_flags (sizes are granule multiples) because a
- * separate bool would pad the struct to 64 bytes and the chunk to 80.
- */
-struct pool_block {
-	struct pool_slab *slab;
-	struct pool_block *prev_phys; /* address-order neighbours in the slab */
-	struct pool_block *next_phys;
-	struct pool_block *prev_free; /* class list links, meaningful while free */
-	struct pool_block *next_free; /* (also chains the spare list) */
-	uint64_t offset;
-	uint64_t size_flags; /* size | BLOCK_FREE */
-};
-
-_Static_assert(sizeof(struct pool_block) <= 64, "keep pool_block within 64 bytes");
-
-struct pool_slab {
-	void *backend;
-	struct pool_heap *heap;
-	struct pool_slab *prev; /* the heap's slabs, unordered */
-	struct pool_slab *next;
-	struct pool_block *first; /* the block at offset 0 */
-	uint64_t size;
-	uint64_t live; /* live blocks */
-	uint32_t uid;
-	unsigned pins;
-	bool dedicated;
-};
-
-struct pool_heap {
-	uint32_t uid;
-	unsigned cached;         /* empty, unpinned standard slabs held */
-	struct pool_heap *hnext; /* hash chain */
-	struct pool_slab *slabs; /* never empty: a heap goes with its last slab */
-	uint64_t nslabs;
-	uint64_t used;             /* bytes in live blocks */
-	uint64_t fl_map;           /* bit fl: sl_map[fl] != 0 */
-	uint32_t sl_map[FL_COUNT]; /* bit sl: lists[fl][sl] != NULL */
-	struct pool_block *lists[FL_COUNT][SL_COUNT];
-};
-
-struct pool {
-	struct pool_slab_ops ops;
-	void *ctx;
-	uint64_t slab_size;
-	uint64_t large_threshold;
-	unsigned keep_empty;
-
-	struct pool_heap *buckets[1u << HEAP_BUCKET_BITS];
-	unsigned nheaps;
-
-	struct pool_block *spare;
-	unsigned nspare;
-
-	uint64_t reserved;
-	uint64_t used;
-	uint64_t peak;
-	uint64_t slabs;
-	uint64_t live;
-	uint64_t free_blocks;
-	uint64_t allocs;
-	uint64_t frees;
-	uint64_t ooms;
-};
-
-static inline uint64_t block_size(const struct pool_block *b)
-{
-	return b->size_flags & ~(uint64_t)BLOCK_FREE;
-}
-
-static inline bool block_is_free(const struct pool_block *b)
-{
-	return b->size_flags & BLOCK_FREE;
-}
-
-static inline void block_set(struct pool_block *b, uint64_t size, bool free)
-{
-	b->size_flags = size | (free ? BLOCK_FREE : 0);
-}
-
-static inline unsigned log2_u64(uint64_t v)
-{
-	return 63 - __builtin_clzll(v);
-}
-
-/* The class a free range of `size` bytes is filed under. */
-static void class_of(uint64_t size, unsigned *fl, unsigned *sl)
-{
-	uint64_t g = size / POOL_GRANULE;
-	unsigned k;
-
-	if (g < SL_COUNT) {
-		*fl = 0;
-		*sl = (unsigned)g;
-		return;
-	}
-	k = log2_u64(g);
-	*fl = k - SL_LOG2 + 1;
-	*sl = (unsigned)(g >> (k - SL_LOG2)) - SL_COUNT;
-}
-
-/* The lowest class whose every range holds `size` bytes; false when that
- * would be above the largest class. */
-static bool class_round(uint64_t size, unsigned *fl, unsigned *sl)
-{
-	uint64_t g = size / POOL_GRANULE;
-
-	if (g >= SL_COUNT)
-		g += (1ull << (log2_u64(g) - SL_LOG2)) - 1;
-	class_of(g * POOL_GRANULE, fl, sl);
-	return *fl < FL_COUNT;
-}
-
-static void list_insert(struct pool *pool, struct pool_heap *heap, struct pool_block *b)
-{
-	unsigned fl, sl;
-
-	class_of(block_size(b), &fl, &sl);
-	b->prev_free = NULL;
-	b->next_free = heap->lists[fl][sl];
-	if (b->next_free)
-		b->next_free->prev_free = b;
-	heap->lists[fl][sl] = b;
-	heap->sl_map[fl] |= 1u << sl;
-	heap->fl_map |= 1ull << fl;
-	pool->free_blocks++;
-}
-
-static void list_remove(struct pool *pool, struct pool_heap *heap, struct pool_block *b)
-{
-	unsigned fl, sl;
-
-	class_of(block_size(b), &fl, &sl);
-	if (b->prev_free)
-		b->prev_free->next_free = b->next_free;
-	else
-		heap->lists[fl][sl] = b->next_free;
-	if (b->next_free)
-		b->next_free->prev_free = b->prev_free;
-	if (!heap->lists[fl][sl]) {
-		heap->sl_map[fl] &= ~(1u << sl);
-		if (!heap->sl_map[fl])
-			heap->fl_map &= ~(1ull << fl);
-	}
-	b->prev_free = b->next_free = NULL;
-	pool->free_blocks--;
-}
-
-/* Head of the first non-empty list at or above (*fl, *sl); updates both. */
-static struct pool_block *list_find(const struct pool_heap *heap, unsigned *fl, unsigned *sl)
-{
-	uint32_t sm = heap->sl_map[*fl] & (~0u << *sl);
-
-	if (!sm) {
-		uint64_t fm = *fl + 1 < FL_COUNT ? heap->fl_map & (~0ull << (*fl + 1)) : 0;
-
-		if (!fm)
-			return NULL;
-		*fl = __builtin_ctzll(fm);
-		sm = heap->sl_map[*fl];
-	}
-	*sl = __builtin_ctz(sm);
-	return heap->lists[*fl][*sl];
-}
-
-static inline uint64_t align_up(uint64_t v, uint64_t align)
-{
-	return (v + align - 1) & ~(align - 1);
-}
-
-static bool block_fits(const struct pool_block *b, uint64_t size, uint64_t align)
-{
-	uint64_t front = align_up(b->offset, align) - b->offset;
-
-	return front < block_size(b) && block_size(b) - front >= size;
-}
-
-/* A free range of the heap that holds `size` bytes at `align`, or NULL.
- * `need` is size + align - granule: any range that large fits. */
-static struct pool_block *heap_fit(const struct pool_heap *heap, uint64_t size, uint64_t align,
-                                   uint64_t need)
-{
-	unsigned fl, sl, budget = FIT_SCAN_MAX;
-	struct pool_block *b;
-
-	if (class_round(need, &fl, &sl)) {
-		b = list_find(heap, &fl, &sl);
-		if (b)
-			return b;
-	}
-	/* Nothing at or above the rounded class, so whatever fits is in the
-	 * few lists below it: look at a bounded number of ranges. */
-	class_of(size, &fl, &sl);
-	while (budget && (b = list_find(heap, &fl, &sl))) {
-		for (; b && budget; b = b->next_free, budget--) {
-			if (block_fits(b, size, align))
-				return b;
-		}
-		if (++sl == SL_COUNT) {
-			sl = 0;
-			if (++fl == FL_COUNT)
-				break;
-		}
-	}
-	return NULL;
-}
-
-/* Makes sure `n` block structs are at hand so that a split cannot fail
- * halfway through changing the lists. */
-static int spare_reserve(struct pool *pool, unsigned n)
-{
-	while (pool->nspare < n) {
-		struct pool_block *b = malloc(sizeof(*b));
-
-		if (!b)
-			return -ENOMEM;
-		b->next_free = pool->spare;
-		pool->spare = b;
-		pool->nspare++;
-	}
-	return 0;
-}
-
-static struct pool_block *spare_take(struct pool *pool)
-{
-	struct pool_block *b = pool->spare;
-
-	pool->spare = b->next_free;
-	pool->nspare--;
-	memset(b, 0, sizeof(*b));
-	return b;
-}
-
-static void spare_put(struct pool *pool, struct pool_block *b)
-{
-	if (pool->nspare >= SPARE_MAX) {
-		free(b);
-		return;
-	}
-	b->next_free = pool->spare;
-	pool->spare = b;
-	pool->nspare++;
-}
-
-/* Inserts n after b in address order, as a piece of b's slab. */
-static void phys_link_after(struct pool_block *b, struct pool_block *n)
-{
-	n->slab = b->slab;
-	n->prev_phys = b;
-	n->next_phys = b->next_phys;
-	if (b->next_phys)
-		b->next_phys->prev_phys = n;
-	b->next_phys = n;
-}
-
-static void phys_unlink(struct pool_block *b)
-{
-	if (b->prev_phys)
-		b->prev_phys->next_phys = b->next_phys;
-	if (b->next_phys)
-		b->next_phys->prev_phys = b->prev_phys;
-}
 
 static unsigned heap_hash(uint32_t uid)
 {
@@ -364,8 +73,8 @@ static void slab_release(struct pool *pool, struct pool_slab *slab)
 {
 	struct pool_heap *heap = slab->heap;
 
-	list_remove(pool, heap, slab->first);
-	spare_put(pool, slab->first);
+	tlsf_remove(pool, heap, slab->first);
+	tlsf_spare_put(pool, slab->first);
 	if (slab->prev)
 		slab->prev->next = slab->next;
 	else
@@ -416,11 +125,11 @@ static struct pool_slab *slab_add(struct pool *pool, struct pool_heap *heap, voi
 	if (!dedicated)
 		heap->cached++;
 
-	b = spare_take(pool);
+	b = tlsf_spare_take(pool);
 	b->slab = slab;
 	block_set(b, size, true);
 	slab->first = b;
-	list_insert(pool, heap, b);
+	tlsf_insert(pool, heap, b);
 
 	pool->slabs++;
 	pool->reserved += size;
@@ -442,38 +151,15 @@ static int backend_create(struct pool *pool, uint64_t size, uint32_t uid, void *
 		err = -EIO;
 	return err;
 }
-
-/* Carves a live block of `size` bytes at `align` out of the free range b.
- * Needs two spare block structs. */
+/* Carves a live block of `size` bytes at `align` out of the free range b and
+ * counts it. Needs two spare block structs. */
 static struct pool_block *block_take(struct pool *pool, struct pool_block *b, uint64_t size,
                                      uint64_t align)
 {
 	struct pool_slab *slab = b->slab;
 	struct pool_heap *heap = slab->heap;
-	uint64_t front = align_up(b->offset, align) - b->offset;
 
-	list_remove(pool, heap, b);
-	if (front) {
-		/* The front remainder stays free in b; its left neighbour is
-		 * live (no two free neighbours), so no coalescing is due. */
-		struct pool_block *rest = spare_take(pool);
-
-		phys_link_after(b, rest);
-		rest->offset = b->offset + front;
-		block_set(rest, block_size(b) - front, false);
-		block_set(b, front, true);
-		list_insert(pool, heap, b);
-		b = rest;
-	}
-	if (block_size(b) > size) {
-		struct pool_block *tail = spare_take(pool);
-
-		phys_link_after(b, tail);
-		tail->offset = b->offset + size;
-		block_set(tail, block_size(b) - size, true);
-		list_insert(pool, heap, tail);
-	}
-	block_set(b, size, false);
+	b = tlsf_split(pool, b, size, align);
 
 	if (slab->live++ == 0 && !slab->pins && !slab->dedicated)
 		heap->cached--;
@@ -585,13 +271,13 @@ int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
 		slab_bytes = align_up(rsize, POOL_SLAB_ALIGN);
 	}
 
-	err = spare_reserve(pool, 2);
+	err = tlsf_spare_reserve(pool, 2);
 	if (err)
 		goto fail;
 
 	heap = heap_find(pool, uid);
 	if (heap && !dedicated)
-		b = heap_fit(heap, rsize, align, need);
+		b = tlsf_fit(heap, rsize, align, need);
 	if (!b) {
 		/* May trim, which may free the heap we just found. */
 		err = backend_create(pool, slab_bytes, uid, &backend);
@@ -621,7 +307,6 @@ void pool_free(struct pool *pool, struct pool_block *block)
 {
 	struct pool_slab *slab;
 	struct pool_heap *heap;
-	struct pool_block *n;
 	uint64_t size;
 
 	if (!pool || !block)
@@ -635,24 +320,7 @@ void pool_free(struct pool *pool, struct pool_block *block)
 	pool->live--;
 	pool->frees++;
 	slab->live--;
-	block_set(block, size, true);
-
-	n = block->prev_phys;
-	if (n && block_is_free(n)) {
-		list_remove(pool, heap, n);
-		block_set(n, block_size(n) + block_size(block), true);
-		phys_unlink(block);
-		spare_put(pool, block);
-		block = n;
-	}
-	n = block->next_phys;
-	if (n && block_is_free(n)) {
-		list_remove(pool, heap, n);
-		block_set(block, block_size(block) + block_size(n), true);
-		phys_unlink(n);
-		spare_put(pool, n);
-	}
-	list_insert(pool, heap, block);
+	tlsf_merge(pool, heap, block);
 
 	if (!slab->live && !slab->pins)
 		slab_idle(pool, slab);
@@ -740,26 +408,6 @@ unsigned pool_trim(struct pool *pool, uint32_t uid, bool all)
 	}
 	return n;
 }
-
-/* Every range in a higher class is larger than every range in a lower one,
- * so the largest is in the highest non-empty list. */
-static uint64_t heap_largest_free(const struct pool_heap *heap)
-{
-	const struct pool_block *b;
-	unsigned fl, sl;
-	uint64_t max = 0;
-
-	if (!heap->fl_map)
-		return 0;
-	fl = log2_u64(heap->fl_map);
-	sl = 31 - __builtin_clz(heap->sl_map[fl]);
-	for (b = heap->lists[fl][sl]; b; b = b->next_free) {
-		if (block_size(b) > max)
-			max = block_size(b);
-	}
-	return max;
-}
-
 void pool_get_stats(const struct pool *pool, struct pool_stats *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -777,7 +425,7 @@ void pool_get_stats(const struct pool *pool, struct pool_stats *out)
 	out->ooms = pool->ooms;
 	for (unsigned i = 0; i < 1u << HEAP_BUCKET_BITS; i++) {
 		for (const struct pool_heap *heap = pool->buckets[i]; heap; heap = heap->hnext) {
-			uint64_t l = heap_largest_free(heap);
+			uint64_t l = tlsf_largest_free(heap);
 
 			if (l > out->largest_free)
 				out->largest_free = l;
@@ -797,8 +445,7 @@ struct check_sum {
 	uint64_t reserved, used, slabs, live, free_blocks;
 };
 
-__attribute__((format(printf, 3, 4))) static int check_fail(char *msg, unsigned msg_len,
-                                                            const char *fmt, ...)
+int pool_check_fail(char *msg, unsigned msg_len, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -809,12 +456,6 @@ __attribute__((format(printf, 3, 4))) static int check_fail(char *msg, unsigned 
 	}
 	return -EFAULT;
 }
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond))                                                                       \
-			return check_fail(msg, msg_len, __VA_ARGS__);                              \
-	} while (0)
 
 static int slab_check(const struct pool *pool, const struct pool_slab *slab, struct check_sum *sum,
                       uint64_t *used, char *msg, unsigned msg_len)
@@ -856,40 +497,6 @@ static int slab_check(const struct pool *pool, const struct pool_slab *slab, str
 	return 0;
 }
 
-/* Every free range of the heap is in exactly the list of its class, and the
- * bitmaps say which lists are non-empty. */
-static int heap_check_lists(const struct pool_heap *heap, uint64_t free_blocks, char *msg,
-                            unsigned msg_len)
-{
-	uint64_t seen = 0;
-	unsigned bfl, bsl;
-
-	CHECK(!(heap->fl_map >> FL_COUNT), "uid %u: fl bitmap overflows", heap->uid);
-	for (unsigned fl = 0; fl < FL_COUNT; fl++) {
-		CHECK(!!(heap->fl_map & (1ull << fl)) == !!heap->sl_map[fl] &&
-		          !(heap->sl_map[fl] >> SL_COUNT),
-		      "uid %u: bitmap of class %u", heap->uid, fl);
-		for (unsigned sl = 0; sl < SL_COUNT; sl++) {
-			const struct pool_block *b, *prev = NULL;
-
-			CHECK(!!(heap->sl_map[fl] & (1u << sl)) == !!heap->lists[fl][sl],
-			      "uid %u: bitmap of class %u/%u", heap->uid, fl, sl);
-			for (b = heap->lists[fl][sl]; b; prev = b, b = b->next_free) {
-				CHECK(++seen <= free_blocks && block_is_free(b) &&
-				          b->slab->heap == heap && b->prev_free == prev,
-				      "uid %u: bad entry in list %u/%u", heap->uid, fl, sl);
-				class_of(block_size(b), &bfl, &bsl);
-				CHECK(bfl == fl && bsl == sl,
-				      "uid %u: %" PRIu64 " bytes filed in %u/%u", heap->uid,
-				      block_size(b), fl, sl);
-			}
-		}
-	}
-	CHECK(seen == free_blocks, "uid %u: %" PRIu64 " free blocks, %" PRIu64 " listed", heap->uid,
-	      free_blocks, seen);
-	return 0;
-}
-
 static int heap_check(const struct pool *pool, const struct pool_heap *heap, struct check_sum *sum,
                       char *msg, unsigned msg_len)
 {
@@ -917,7 +524,7 @@ static int heap_check(const struct pool *pool, const struct pool_heap *heap, str
 	      "uid %u: %u cached slabs, counts %u, keeps %u", heap->uid, cached, heap->cached,
 	      pool->keep_empty);
 	sum->used += used;
-	return heap_check_lists(heap, sum->free_blocks - free_before, msg, msg_len);
+	return tlsf_check_lists(heap, sum->free_blocks - free_before, msg, msg_len);
 }
 
 int pool_check(const struct pool *pool, char *msg, unsigned msg_len)
