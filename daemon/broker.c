@@ -119,6 +119,8 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 	s->uid = uid;
 	s->gid = gid;
 	s->pid = pid;
+	/* The server refines this with the peer's groups. */
+	s->admin = uid == 0;
 	s->connected = time(NULL);
 	list_init(&s->instances);
 	list_init(&s->allocs);

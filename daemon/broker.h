@@ -60,6 +60,8 @@ struct session {
 	gid_t gid;
 	pid_t pid;
 	char name[PROTO_MAX_NAME + 1];
+	bool admin; /* root or a member of the admin group (set by the server from
+	               SO_PEERCRED and SO_PEERGROUPS): may use admin operations */
 	bool hello;
 	time_t connected;
 	struct list instances;
@@ -79,10 +81,20 @@ struct session {
  */
 typedef void (*broker_send_fn)(void *ctx, struct session *s, char *frame, size_t len, int fd);
 
+/*
+ * Re-reads the daemon's configuration and applies what can change live
+ * (the server installs it). Fills result with {"applied": [keys],
+ * "needs_restart": [keys]}; returns 0 or -EINVAL with message set (the old
+ * configuration stays in force).
+ */
+typedef int (*broker_reload_fn)(void *ctx, cJSON *result, char *message, size_t size);
+
 struct broker {
 	struct backend *backend;
 	broker_send_fn send;
 	void *send_ctx;
+	broker_reload_fn reload;
+	void *reload_ctx;
 	struct broker_limits limits;
 	struct broker_device dev[BACKEND_MAX_DEVICES];
 	int device_count;
