@@ -38,46 +38,42 @@ static void client_read_limits(gpb_client *c, const cJSON *limits)
 	}
 }
 
-static int client_hello(gpb_client *c, const char *name)
+static cJSON *hello_params(const char *name)
 {
 	const int offered[] = {GPB_PROTOCOL_VERSION};
 	cJSON *params = cJSON_CreateObject();
 	cJSON *versions = cJSON_CreateIntArray(offered, 1);
-	struct proto_reply rep;
-	const char *backend;
-	int64_t version;
-	int rc;
 
 	if (!params || !versions || !cJSON_AddItemToObject(params, "versions", versions)) {
 		cJSON_Delete(versions);
 		cJSON_Delete(params);
-		return error_set(GPB_E_NOMEM, "out of memory");
+		return NULL;
 	}
 	if (name && !cJSON_AddStringToObject(params, "client", name)) {
 		cJSON_Delete(params);
-		return error_set(GPB_E_NOMEM, "out of memory");
+		return NULL;
 	}
-	rc = conn_call(&c->conn, "hello", params, &rep, NULL);
-	if (rc < 0)
-		return rc;
-	if (proto_get_int(rep.result, "version", 0, INT_MAX, &version) < 0 ||
-	    version != GPB_PROTOCOL_VERSION) {
-		rc = error_set(GPB_E_VERSION, "the daemon chose a protocol version not offered");
-		goto out;
-	}
-	if (proto_get_string(rep.result, "backend", sizeof(c->backend) - 1, &backend) < 0 ||
-	    proto_get_id64(rep.result, "session", &c->session) < 0) {
-		rc = error_set(GPB_E_PROTOCOL, "hello reply without a valid backend or session");
-		goto out;
-	}
+	return params;
+}
+
+static int hello_parse(const cJSON *result, void *arg)
+{
+	gpb_client *c = arg;
+	const char *backend;
+	int64_t version;
+
+	if (proto_get_int(result, "version", 0, INT_MAX, &version) < 0 ||
+	    version != GPB_PROTOCOL_VERSION)
+		return error_set(GPB_E_VERSION, "the daemon chose a protocol version not offered");
+	if (proto_get_string(result, "backend", sizeof(c->backend) - 1, &backend) < 0 ||
+	    proto_get_id64(result, "session", &c->session) < 0)
+		return error_set(GPB_E_PROTOCOL, "hello reply without a valid backend or session");
 	strcpy(c->backend, backend);
 	c->uid = -1;
-	proto_get_int(rep.result, "uid", 0, INT64_MAX, &c->uid);
-	client_read_limits(c, cJSON_GetObjectItemCaseSensitive(rep.result, "limits"));
+	proto_get_int(result, "uid", 0, INT64_MAX, &c->uid);
+	client_read_limits(c, cJSON_GetObjectItemCaseSensitive(result, "limits"));
 	c->track.opener = slab_opener_find(c->backend);
-out:
-	proto_reply_finish(&rep);
-	return rc;
+	return 0;
 }
 
 GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
@@ -105,7 +101,7 @@ GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
 	pthread_mutex_init(&c->lock, NULL);
 	/* Until hello names the backend nothing can be mapped. */
 	track_init(&c->track, NULL);
-	rc = client_hello(c, name);
+	rc = client_call(c, "hello", hello_params(name), hello_parse, c);
 	if (rc < 0) {
 		gpb_disconnect(c);
 		return rc;
@@ -141,21 +137,46 @@ void client_leave(gpb_client *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* A request whose parameters are one id64 and whose result is ignored. */
-int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id)
+int client_call(gpb_client *c, const char *method, cJSON *params, client_parse_fn parse, void *arg)
 {
-	cJSON *params = cJSON_CreateObject();
 	struct proto_reply rep;
 	int rc;
 
+	if (!params)
+		return error_set(GPB_E_NOMEM, "out of memory");
+	rc = conn_call(&c->conn, method, params, &rep, NULL);
+	if (rc < 0)
+		return rc;
+	if (parse)
+		rc = parse(rep.result, arg);
+	proto_reply_finish(&rep);
+	return rc;
+}
+
+cJSON *client_params_id(const char *key, uint64_t id)
+{
+	cJSON *params = cJSON_CreateObject();
+
 	if (!params || proto_add_id64(params, key, id) < 0) {
 		cJSON_Delete(params);
-		return error_set(GPB_E_NOMEM, "out of memory");
+		return NULL;
 	}
-	rc = conn_call(&c->conn, method, params, &rep, NULL);
-	if (rc == 0)
-		proto_reply_finish(&rep);
-	return rc;
+	return params;
+}
+
+int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id)
+{
+	return client_call(c, method, client_params_id(key, id), NULL, NULL);
+}
+
+int client_result_json(const cJSON *result, void *result_json)
+{
+	char **out = result_json;
+
+	if (!out)
+		return 0;
+	*out = conn_json_text(result);
+	return *out ? 0 : error_set(GPB_E_NOMEM, "out of memory");
 }
 
 /* ---- instances ------------------------------------------------------------- */
@@ -175,10 +196,15 @@ static cJSON *register_params(const struct gpb_register_opts *opts)
 	return params;
 }
 
+static int register_parse(const cJSON *result, void *instance)
+{
+	if (proto_get_id64(result, "instance", instance) < 0)
+		return error_set(GPB_E_PROTOCOL, "register reply without a valid 'instance'");
+	return 0;
+}
+
 GPB_EXPORT int gpb_register(gpb_client *c, const struct gpb_register_opts *opts, uint64_t *instance)
 {
-	struct proto_reply rep;
-	cJSON *params;
 	int rc;
 
 	rc = client_enter(c);
@@ -196,17 +222,7 @@ GPB_EXPORT int gpb_register(gpb_client *c, const struct gpb_register_opts *opts,
 		    "gpb_register: proportion must be in (0, 1] (0 = auto) and device >= 0");
 		goto out;
 	}
-	params = register_params(opts);
-	if (!params) {
-		rc = error_set(GPB_E_NOMEM, "out of memory");
-		goto out;
-	}
-	rc = conn_call(&c->conn, "register", params, &rep, NULL);
-	if (rc < 0)
-		goto out;
-	if (proto_get_id64(rep.result, "instance", instance) < 0)
-		rc = error_set(GPB_E_PROTOCOL, "register reply without a valid 'instance'");
-	proto_reply_finish(&rep);
+	rc = client_call(c, "register", register_params(opts), register_parse, instance);
 out:
 	client_leave(c);
 	return rc;
@@ -248,9 +264,17 @@ static const cJSON *find_member(const cJSON *result, const char *array, const ch
 	return NULL;
 }
 
-static int mem_info_parse(const cJSON *result, uint64_t instance, struct gpb_mem_info *out)
+/* What gpb_mem_info asks about, and the answer. */
+struct mem_info_query {
+	uint64_t instance;
+	struct gpb_mem_info info;
+};
+
+static int mem_info_parse(const cJSON *result, void *arg)
 {
-	const cJSON *inst = find_member(result, "instances", "instance", true, instance);
+	struct mem_info_query *q = arg;
+	struct gpb_mem_info *out = &q->info;
+	const cJSON *inst = find_member(result, "instances", "instance", true, q->instance);
 	const cJSON *dev;
 	int64_t device;
 
@@ -268,9 +292,7 @@ static int mem_info_parse(const cJSON *result, uint64_t instance, struct gpb_mem
 
 GPB_EXPORT int gpb_mem_info(gpb_client *c, uint64_t instance, struct gpb_mem_info *out)
 {
-	struct gpb_mem_info info;
-	struct proto_reply rep;
-	cJSON *params;
+	struct mem_info_query q = {.instance = instance};
 	int rc;
 
 	rc = client_enter(c);
@@ -280,26 +302,36 @@ GPB_EXPORT int gpb_mem_info(gpb_client *c, uint64_t instance, struct gpb_mem_inf
 		rc = error_set(GPB_E_INVALID, "gpb_mem_info: out is NULL");
 		goto out;
 	}
-	params = cJSON_CreateObject();
-	if (!params || proto_add_id64(params, "instance", instance) < 0) {
-		cJSON_Delete(params);
-		rc = error_set(GPB_E_NOMEM, "out of memory");
-		goto out;
-	}
-	rc = conn_call(&c->conn, "mem_info", params, &rep, NULL);
-	if (rc < 0)
-		goto out;
-	rc = mem_info_parse(rep.result, instance, &info);
+	rc = client_call(c, "mem_info", client_params_id("instance", instance), mem_info_parse, &q);
 	if (rc == 0)
-		*out = info;
-	proto_reply_finish(&rep);
+		*out = q.info;
 out:
 	client_leave(c);
 	return rc;
 }
 
-static int stats_parse(const cJSON *result, int device, struct gpb_pool_stats *out)
+/* What gpb_stats asks about, and the answer. */
+struct stats_query {
+	int device;
+	struct gpb_pool_stats stats;
+};
+
+static cJSON *stats_params(int device)
 {
+	cJSON *params = cJSON_CreateObject();
+
+	if (!params || !cJSON_AddNumberToObject(params, "device", device)) {
+		cJSON_Delete(params);
+		return NULL;
+	}
+	return params;
+}
+
+static int stats_parse(const cJSON *result, void *arg)
+{
+	struct stats_query *q = arg;
+	struct gpb_pool_stats *out = &q->stats;
+	int device = q->device;
 	const cJSON *dev = find_member(result, "devices", "device", false, (uint64_t)device);
 	const struct {
 		const char *key;
@@ -330,9 +362,7 @@ static int stats_parse(const cJSON *result, int device, struct gpb_pool_stats *o
 
 GPB_EXPORT int gpb_stats(gpb_client *c, int device, struct gpb_pool_stats *out)
 {
-	struct gpb_pool_stats stats;
-	struct proto_reply rep;
-	cJSON *params;
+	struct stats_query q = {.device = device};
 	int rc;
 
 	rc = client_enter(c);
@@ -342,19 +372,9 @@ GPB_EXPORT int gpb_stats(gpb_client *c, int device, struct gpb_pool_stats *out)
 		rc = error_set(GPB_E_INVALID, "gpb_stats: out is NULL or device negative");
 		goto out;
 	}
-	params = cJSON_CreateObject();
-	if (!params || !cJSON_AddNumberToObject(params, "device", device)) {
-		cJSON_Delete(params);
-		rc = error_set(GPB_E_NOMEM, "out of memory");
-		goto out;
-	}
-	rc = conn_call(&c->conn, "stats", params, &rep, NULL);
-	if (rc < 0)
-		goto out;
-	rc = stats_parse(rep.result, device, &stats);
+	rc = client_call(c, "stats", stats_params(device), stats_parse, &q);
 	if (rc == 0)
-		*out = stats;
-	proto_reply_finish(&rep);
+		*out = q.stats;
 out:
 	client_leave(c);
 	return rc;
@@ -400,7 +420,6 @@ static int request_params(const char *method, const char *params_json, cJSON **o
 GPB_EXPORT int gpb_request(gpb_client *c, const char *method, const char *params_json,
                            char **result_json)
 {
-	struct proto_reply rep;
 	cJSON *params;
 	int rc;
 
@@ -428,15 +447,7 @@ GPB_EXPORT int gpb_request(gpb_client *c, const char *method, const char *params
 	default:
 		break;
 	}
-	rc = conn_call(&c->conn, method, params, &rep, NULL);
-	if (rc < 0)
-		goto out;
-	if (result_json) {
-		*result_json = conn_json_text(rep.result);
-		if (!*result_json)
-			rc = error_set(GPB_E_NOMEM, "out of memory");
-	}
-	proto_reply_finish(&rep);
+	rc = client_call(c, method, params, client_result_json, result_json);
 out:
 	client_leave(c);
 	return rc;

@@ -42,9 +42,26 @@ struct gpb_client {
 /* Validates @c and takes its lock; clears the thread's last error. */
 int client_enter(gpb_client *c);
 void client_leave(gpb_client *c);
+
+/* Reads a success reply's result (@arg: what to fill); returns 0 or a GPB_E_*
+ * error it recorded. */
+typedef int (*client_parse_fn)(const cJSON *result, void *arg);
+
+/*
+ * Sends @method with @params (consumed; NULL when building them ran out of
+ * memory, which is reported as such) and, when @parse is set, hands it the
+ * reply's result. Returns the error of the exchange or of @parse, or 0.
+ * Called with the lock held (or before the client is shared).
+ */
+int client_call(gpb_client *c, const char *method, cJSON *params, client_parse_fn parse, void *arg);
+/* The parameters {@key: @id as id64}, or NULL when out of memory. */
+cJSON *client_params_id(const char *key, uint64_t id);
 /* Sends a request whose only parameter is the id64 @key and ignores its
  * result. Called with the lock held. */
 int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id);
+/* A client_parse_fn: *(char **)@result_json = @result as compact JSON text
+ * (free with free()); nothing when @result_json is NULL. */
+int client_result_json(const cJSON *result, void *result_json);
 
 /* memory.c: gpb_request() for alloc, attach, free and detach, which must
  * update the connection's bookkeeping. Consumes @params; lock held. */

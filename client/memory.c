@@ -38,8 +38,9 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err
 }
 
 /*
- * Sends an alloc or attach (@params consumed) and records its result; fills
- * @out and/or *result_json (the raw result) when not NULL. Lock held.
+ * Sends an alloc or attach (@params consumed; NULL when building them ran out
+ * of memory) and records its result; fills @out and/or *result_json (the raw
+ * result) when not NULL. Lock held.
  */
 static int memory_call(gpb_client *c, enum track_kind kind, const char *method, cJSON *params,
                        struct gpb_allocation *out, char **result_json)
@@ -49,6 +50,8 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 	uint64_t id;
 	int fd, rc;
 
+	if (!params)
+		return error_set(GPB_E_NOMEM, "out of memory");
 	if (c->conn.dead) {
 		cJSON_Delete(params);
 		return conn_dead_error(&c->conn);
@@ -67,20 +70,16 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 	rc = conn_call(&c->conn, method, params, &rep, &fd);
 	if (rc < 0)
 		goto out;
-	if (result_json) {
-		/* Printed before adopting: nothing to unwind locally if it fails. */
-		*result_json = conn_json_text(rep.result);
-		if (!*result_json) {
-			if (fd >= 0)
-				close(fd);
-			rc = error_set(GPB_E_NOMEM, "out of memory");
-			if (proto_get_id64(rep.result, "id", &id) < 0)
-				rc = conn_fail(&c->conn, GPB_E_PROTOCOL,
-				               "reply without a valid 'id'");
-			else
-				rc = memory_undo(c, kind, id, rc);
-			goto out_reply;
-		}
+	/* Printed before adopting: nothing to unwind locally if it fails. */
+	rc = client_result_json(rep.result, result_json);
+	if (rc < 0) {
+		if (fd >= 0)
+			close(fd);
+		if (proto_get_id64(rep.result, "id", &id) < 0)
+			rc = conn_fail(&c->conn, GPB_E_PROTOCOL, "reply without a valid 'id'");
+		else
+			rc = memory_undo(c, kind, id, rc);
+		goto out_reply;
 	}
 	rc = track_adopt(&c->track, kind, &prep, rep.result, fd, out, &id);
 	if (rc == GPB_E_PROTOCOL)
@@ -98,28 +97,47 @@ out:
 	return rc;
 }
 
-/* free or detach of @id, which this connection must hold. Lock held. */
+/* gpb_free and gpb_detach: free or detach of @id, which this connection must
+ * hold. */
 static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 {
-	int rc;
+	int rc = client_enter(c);
 
-	if (c->conn.dead)
-		return conn_dead_error(&c->conn);
-	/* The daemon would answer not_found too; asking it is a round trip
-	 * that could only disagree with what this connection recorded. */
-	if (!track_lookup(&c->track, kind, id))
-		return error_set(GPB_E_NOT_FOUND, "no %s %016" PRIx64 " on this connection",
-		                 kind == TRACK_ALLOC ? "allocation" : "attachment", id);
-	rc = client_call_id(c, memory_undo_method[kind], "id", id);
-	if (rc == 0)
-		track_release(&c->track, kind, id);
+	if (rc < 0)
+		return rc;
+	if (c->conn.dead) {
+		rc = conn_dead_error(&c->conn);
+	} else if (!track_lookup(&c->track, kind, id)) {
+		/* The daemon would answer not_found too; asking it is a round
+		 * trip that could only disagree with what this connection
+		 * recorded. */
+		rc = error_set(GPB_E_NOT_FOUND, "no %s %016" PRIx64 " on this connection",
+		               kind == TRACK_ALLOC ? "allocation" : "attachment", id);
+	} else {
+		rc = client_call_id(c, memory_undo_method[kind], "id", id);
+		if (rc == 0)
+			track_release(&c->track, kind, id);
+	}
+	client_leave(c);
 	return rc;
+}
+
+static cJSON *alloc_params(uint64_t instance, uint64_t size, uint64_t alignment)
+{
+	cJSON *params = cJSON_CreateObject();
+
+	if (!params || proto_add_id64(params, "instance", instance) < 0 ||
+	    proto_add_u64(params, "size", size) < 0 ||
+	    (alignment && proto_add_u64(params, "alignment", alignment) < 0)) {
+		cJSON_Delete(params);
+		return NULL;
+	}
+	return params;
 }
 
 GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                          struct gpb_allocation *out)
 {
-	cJSON *params;
 	int rc;
 
 	rc = client_enter(c);
@@ -139,15 +157,8 @@ GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < MEMORY_GRANULE)
 		alignment = MEMORY_GRANULE;
-	params = cJSON_CreateObject();
-	if (!params || proto_add_id64(params, "instance", instance) < 0 ||
-	    proto_add_u64(params, "size", size) < 0 ||
-	    (alignment && proto_add_u64(params, "alignment", alignment) < 0)) {
-		cJSON_Delete(params);
-		rc = error_set(GPB_E_NOMEM, "out of memory");
-		goto out;
-	}
-	rc = memory_call(c, TRACK_ALLOC, "alloc", params, out, NULL);
+	rc = memory_call(c, TRACK_ALLOC, "alloc", alloc_params(instance, size, alignment), out,
+	                 NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -155,18 +166,11 @@ out:
 
 GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 {
-	int rc = client_enter(c);
-
-	if (rc < 0)
-		return rc;
-	rc = memory_release(c, TRACK_ALLOC, id);
-	client_leave(c);
-	return rc;
+	return memory_release(c, TRACK_ALLOC, id);
 }
 
 GPB_EXPORT int gpb_attach(gpb_client *c, uint64_t id, struct gpb_allocation *out)
 {
-	cJSON *params;
 	int rc;
 
 	rc = client_enter(c);
@@ -176,13 +180,7 @@ GPB_EXPORT int gpb_attach(gpb_client *c, uint64_t id, struct gpb_allocation *out
 		rc = error_set(GPB_E_INVALID, "gpb_attach: out is NULL");
 		goto out;
 	}
-	params = cJSON_CreateObject();
-	if (!params || proto_add_id64(params, "id", id) < 0) {
-		cJSON_Delete(params);
-		rc = error_set(GPB_E_NOMEM, "out of memory");
-		goto out;
-	}
-	rc = memory_call(c, TRACK_ATTACH, "attach", params, out, NULL);
+	rc = memory_call(c, TRACK_ATTACH, "attach", client_params_id("id", id), out, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -190,13 +188,7 @@ out:
 
 GPB_EXPORT int gpb_detach(gpb_client *c, uint64_t id)
 {
-	int rc = client_enter(c);
-
-	if (rc < 0)
-		return rc;
-	rc = memory_release(c, TRACK_ATTACH, id);
-	client_leave(c);
-	return rc;
+	return memory_release(c, TRACK_ATTACH, id);
 }
 
 int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json)
@@ -220,11 +212,7 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 		return rc;
 	if (have_id)
 		track_release(&c->track, kind, id);
-	if (result_json) {
-		*result_json = conn_json_text(rep.result);
-		if (!*result_json)
-			rc = error_set(GPB_E_NOMEM, "out of memory");
-	}
+	rc = client_result_json(rep.result, result_json);
 	proto_reply_finish(&rep);
 	return rc;
 }
