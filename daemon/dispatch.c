@@ -295,6 +295,23 @@ static int on_detach(struct dispatch_ctx *ctx)
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
+static int on_reload(struct dispatch_ctx *ctx)
+{
+	char message[sizeof(ctx->err.message)];
+	if (!ctx->b->reload) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED, "reload is not available here");
+		return -EOPNOTSUPP;
+	}
+	cJSON *r = dispatch_result(ctx);
+	if (!r)
+		return -ENOMEM;
+	if (ctx->b->reload(ctx->b->reload_ctx, r, message, sizeof(message)) < 0) {
+		proto_error_set(&ctx->err, PROTO_E_PARAMS, "%s", message);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_HELLO] = on_hello,
     [PROTO_OP_REGISTER] = on_register,
@@ -308,6 +325,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_STATUS] = dispatch_status,
     [PROTO_OP_CLIENTS] = dispatch_clients,
     [PROTO_OP_DEVICES] = dispatch_devices,
+    [PROTO_OP_RELOAD] = on_reload,
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)
@@ -332,6 +350,11 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
 		} else if (s->hello && early) {
 			proto_error_set(&ctx.err, PROTO_E_STATE, "bad state: hello already done");
 			rc = -EPROTO;
+		} else if ((proto_ops[req.op].flags & PROTO_OPF_ADMIN) && !s->admin) {
+			proto_error_set(&ctx.err, PROTO_E_PERMISSION,
+			                "permission denied: '%s' is for root and the admin group",
+			                req.method);
+			rc = -EPERM;
 		} else {
 			rc = dispatch_handlers[req.op](&ctx);
 		}

@@ -1,5 +1,10 @@
 /*
- * main.c - gpubrokerd: command line, start-up and shutdown.
+ * main.c - gpubrokerd: command line, configuration, start-up and shutdown.
+ *
+ * Settings come from, in rising precedence: built-in defaults, the
+ * configuration file, $GPUBROKER_SOCKET, command-line flags. Flags are
+ * applied through the same conf_set() as file keys, so both are validated by
+ * one piece of code.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -7,142 +12,99 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <uv.h>
 
 #include "broker.h"
+#include "conf.h"
 #include "config.h"
 #include "log.h"
 #include "server.h"
-#include "util.h"
 
-struct options {
-	const char *socket_path;
-	const char *backend;
-	struct backend_config backend_cfg;
-	struct broker_limits limits;
-	mode_t socket_mode;
-	int log_level;
+#define MAX_FLAGS 64
+
+struct flag {
+	const char *key;
+	const char *value;
+};
+
+/* What the command line said, kept for reloads: the file is re-read and the
+ * flags applied on top again. */
+struct cmdline {
+	const char *config_path;
+	bool config_explicit;
+	struct flag flags[MAX_FLAGS];
+	int nflags;
 };
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-	        "Usage: gpubrokerd [OPTIONS]\n"
-	        "GPU memory broker daemon.\n\n"
-	        "  -s, --socket PATH          listen here (default $GPUBROKER_SOCKET, else %s)\n"
-	        "      --socket-mode MODE     octal mode of the socket (default 0660)\n"
-	        "  -b, --backend KIND         auto, sim or cuda (default auto)\n"
-	        "      --sim-devices N        simulated devices (default 1)\n"
-	        "      --sim-memory SIZE      memory per simulated device (default 16GiB)\n"
-	        "      --slab-size SIZE       pool slab size, a multiple of 2MiB (default 64MiB)\n"
-	        "      --max-clients N        connections at once (default 1024)\n"
-	        "      --max-allocations N    live allocations per connection (default 65536)\n"
-	        "      --max-instances N      instances per connection (default 64)\n"
-	        "      --hello-timeout MS     time a client has to say hello (default 10000)\n"
-	        "  -l, --log-level LEVEL      error, warn, info or debug (default info)\n"
-	        "  -h, --help                 show this help\n"
-	        "  -V, --version              show the version\n",
-	        GPB_DEFAULT_SOCKET);
-}
-
-enum {
-	OPT_SOCKET_MODE = 256,
-	OPT_SIM_DEVICES,
-	OPT_SIM_MEMORY,
-	OPT_SLAB_SIZE,
-	OPT_MAX_CLIENTS,
-	OPT_MAX_ALLOCS,
-	OPT_MAX_INSTANCES,
-	OPT_HELLO_TIMEOUT,
-};
-
-static int bad_value(const char *opt, const char *value)
-{
-	fprintf(stderr, "gpubrokerd: invalid value '%s' for %s\n", value, opt);
-	return 2;
+	fprintf(
+	    out,
+	    "Usage: gpubrokerd [OPTIONS]\n"
+	    "GPU memory broker daemon.\n\n"
+	    "  -c, --config PATH          configuration file (default %s)\n"
+	    "  -s, --socket PATH          listen here (default $GPUBROKER_SOCKET, else %s)\n"
+	    "      --socket-mode MODE     octal mode of the socket (default 0660)\n"
+	    "      --socket-group GROUP   group of the socket (default gpubroker, if it exists)\n"
+	    "  -b, --backend KIND         auto, sim or cuda (default auto)\n"
+	    "      --sim-devices N        simulated devices (default 1)\n"
+	    "      --sim-memory SIZE      memory per simulated device (default 16GiB)\n"
+	    "      --slab-size SIZE       pool slab size, a multiple of 2MiB (default 64MiB)\n"
+	    "      --max-clients N        connections at once (default 1024)\n"
+	    "      --max-clients-per-uid N  connections of one user (default 256)\n"
+	    "      --max-allocations N    live allocations per connection (default 65536)\n"
+	    "      --max-instances N      instances per connection (default 64)\n"
+	    "      --hello-timeout MS     time a client has to say hello (default 10000)\n"
+	    "  -l, --log-level LEVEL      error, warn, info or debug (default info)\n"
+	    "  -h, --help                 show this help\n"
+	    "  -V, --version              show the version\n\n"
+	    "Every option also exists as a key of the configuration file; see\n"
+	    "gpubroker.conf(5). SIGHUP or `gpubrokerctl reload` re-reads the file.\n",
+	    CONF_DEFAULT_PATH, GPB_DEFAULT_SOCKET);
 }
 
 /* Returns -1 to go on, else the exit status. */
-static int parse_options(int argc, char **argv, struct options *o)
+static int parse_cmdline(int argc, char **argv, struct cmdline *cl)
 {
 	static const struct option longopts[] = {
+	    {"config", required_argument, NULL, 'c'},
 	    {"socket", required_argument, NULL, 's'},
-	    {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
+	    {"socket-mode", required_argument, NULL, 0},
+	    {"socket-group", required_argument, NULL, 0},
 	    {"backend", required_argument, NULL, 'b'},
-	    {"sim-devices", required_argument, NULL, OPT_SIM_DEVICES},
-	    {"sim-memory", required_argument, NULL, OPT_SIM_MEMORY},
-	    {"slab-size", required_argument, NULL, OPT_SLAB_SIZE},
-	    {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
-	    {"max-allocations", required_argument, NULL, OPT_MAX_ALLOCS},
-	    {"max-instances", required_argument, NULL, OPT_MAX_INSTANCES},
-	    {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+	    {"sim-devices", required_argument, NULL, 0},
+	    {"sim-memory", required_argument, NULL, 0},
+	    {"slab-size", required_argument, NULL, 0},
+	    {"max-clients", required_argument, NULL, 0},
+	    {"max-clients-per-uid", required_argument, NULL, 0},
+	    {"max-allocations", required_argument, NULL, 0},
+	    {"max-instances", required_argument, NULL, 0},
+	    {"hello-timeout", required_argument, NULL, 0},
 	    {"log-level", required_argument, NULL, 'l'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {0},
 	};
-	int c;
-	unsigned long n;
-	uint64_t size;
-	char *end;
-	while ((c = getopt_long(argc, argv, "s:b:l:hV", longopts, NULL)) != -1) {
+	int c, index;
+	cl->config_path = CONF_DEFAULT_PATH;
+	while ((c = getopt_long(argc, argv, "c:s:b:l:hV", longopts, &index)) != -1) {
+		const char *key = NULL;
 		switch (c) {
-		case 's':
-			o->socket_path = optarg;
+		case 0:
+			key = longopts[index].name;
 			break;
-		case OPT_SOCKET_MODE:
-			n = strtoul(optarg, &end, 8);
-			if (!*optarg || *end || n > 0777)
-				return bad_value("--socket-mode", optarg);
-			o->socket_mode = (mode_t)n;
+		case 'c':
+			cl->config_path = optarg;
+			cl->config_explicit = true;
+			continue;
+		case 's':
+			key = "socket";
 			break;
 		case 'b':
-			if (strcmp(optarg, "auto") && strcmp(optarg, "sim") &&
-			    strcmp(optarg, "cuda"))
-				return bad_value("--backend", optarg);
-			o->backend = optarg;
-			break;
-		case OPT_SIM_DEVICES:
-			if (util_parse_uint(optarg, 1, BACKEND_MAX_DEVICES, &n) < 0)
-				return bad_value("--sim-devices", optarg);
-			o->backend_cfg.sim_devices = (int)n;
-			break;
-		case OPT_SIM_MEMORY:
-			if (util_parse_size(optarg, &size) < 0 || size < POOL_GRANULE)
-				return bad_value("--sim-memory", optarg);
-			o->backend_cfg.sim_memory = size;
-			break;
-		case OPT_SLAB_SIZE:
-			if (util_parse_size(optarg, &size) < 0 || size == 0 ||
-			    size % POOL_SLAB_ALIGN)
-				return bad_value("--slab-size", optarg);
-			o->limits.slab_size = size;
-			break;
-		case OPT_MAX_CLIENTS:
-			if (util_parse_uint(optarg, 1, 1u << 20, &n) < 0)
-				return bad_value("--max-clients", optarg);
-			o->limits.max_clients = (unsigned)n;
-			break;
-		case OPT_MAX_ALLOCS:
-			if (util_parse_uint(optarg, 1, 1u << 24, &n) < 0)
-				return bad_value("--max-allocations", optarg);
-			o->limits.max_allocations = (unsigned)n;
-			break;
-		case OPT_MAX_INSTANCES:
-			if (util_parse_uint(optarg, 1, 4096, &n) < 0)
-				return bad_value("--max-instances", optarg);
-			o->limits.max_instances = (unsigned)n;
-			break;
-		case OPT_HELLO_TIMEOUT:
-			if (util_parse_uint(optarg, 1, 3600000, &n) < 0)
-				return bad_value("--hello-timeout", optarg);
-			o->limits.hello_timeout_ms = (unsigned)n;
+			key = "backend";
 			break;
 		case 'l':
-			o->log_level = log_level_parse(optarg);
-			if (o->log_level < 0)
-				return bad_value("--log-level", optarg);
+			key = "log-level";
 			break;
 		case 'h':
 			usage(stdout);
@@ -154,6 +116,11 @@ static int parse_options(int argc, char **argv, struct options *o)
 			usage(stderr);
 			return 2;
 		}
+		if (cl->nflags == MAX_FLAGS) {
+			fprintf(stderr, "gpubrokerd: too many options\n");
+			return 2;
+		}
+		cl->flags[cl->nflags++] = (struct flag){key, optarg};
 	}
 	if (optind < argc) {
 		fprintf(stderr, "gpubrokerd: unexpected argument '%s'\n", argv[optind]);
@@ -162,33 +129,82 @@ static int parse_options(int argc, char **argv, struct options *o)
 	return -1;
 }
 
+/* Flag spelling to file key: --sim-memory is sim_memory; --hello-timeout
+ * is hello_timeout_ms. */
+static void flag_to_key(const char *flag, char *key, size_t size)
+{
+	snprintf(key, size, "%s", strcmp(flag, "hello-timeout") == 0 ? "hello_timeout_ms" : flag);
+	for (char *p = key; *p; p++) {
+		if (*p == '-')
+			*p = '_';
+	}
+}
+
+/*
+ * Builds the effective configuration: defaults, file, environment, flags.
+ * Returns 0, or -EINVAL after printing what is wrong (usage errors in flags
+ * name the flag; file errors name the file, line and key).
+ */
+static int conf_build(const struct cmdline *cl, struct conf *cfg)
+{
+	struct conf_error err;
+	conf_defaults(cfg);
+	int rc = conf_load(cl->config_path, !cl->config_explicit, cfg, &err);
+	if (rc < 0) {
+		if (err.line)
+			log_error("%s:%u: %s", cl->config_path, err.line, err.message);
+		else
+			log_error("%s: %s", cl->config_path, err.message);
+		return -EINVAL;
+	}
+	const char *env = getenv("GPUBROKER_SOCKET");
+	if (env && *env && conf_set(cfg, "socket", env, &err) < 0) {
+		log_error("GPUBROKER_SOCKET: %s", err.message);
+		return -EINVAL;
+	}
+	for (int i = 0; i < cl->nflags; i++) {
+		char key[64];
+		flag_to_key(cl->flags[i].key, key, sizeof(key));
+		if (conf_set(cfg, key, cl->flags[i].value, &err) < 0) {
+			log_error("--%s: %s", cl->flags[i].key, err.message);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static const struct cmdline *reload_cmdline;
+
+/* server_reload_fn: re-reads the configuration; the server applies it. */
+static int reload_conf(struct conf *out)
+{
+	return conf_build(reload_cmdline, out);
+}
+
 int main(int argc, char **argv)
 {
-	struct options o = {
-	    .backend = "auto",
-	    .backend_cfg = {.sim_devices = 1, .sim_memory = 16ull << 30},
-	    .socket_mode = 0660,
-	    .log_level = LOG_LEVEL_INFO,
-	};
-	broker_limits_default(&o.limits);
-	o.socket_path = getenv("GPUBROKER_SOCKET");
-	if (!o.socket_path || !*o.socket_path)
-		o.socket_path = GPB_DEFAULT_SOCKET;
-	int status = parse_options(argc, argv, &o);
+	struct cmdline cl = {0};
+	int status = parse_cmdline(argc, argv, &cl);
 	if (status >= 0)
 		return status;
-	log_init(o.log_level);
+	log_init(LOG_LEVEL_INFO);
+	struct conf cfg;
+	if (conf_build(&cl, &cfg) < 0)
+		return 2;
+	log_init(cfg.log_level);
+	reload_cmdline = &cl;
 	/* A client that vanishes mid-reply must cost an EPIPE, not the daemon. */
 	signal(SIGPIPE, SIG_IGN);
 
+	struct backend_config bcfg = {.sim_devices = cfg.sim_devices, .sim_memory = cfg.sim_memory};
 	struct backend *backend;
-	int rc = backend_create(o.backend, &o.backend_cfg, &backend);
+	int rc = backend_create(cfg.backend, &bcfg, &backend);
 	if (rc < 0) {
-		log_error("backend %s: %s", o.backend, strerror(-rc));
+		log_error("backend %s: %s", cfg.backend, strerror(-rc));
 		return 1;
 	}
 	struct broker *broker;
-	rc = broker_create(backend, &o.limits, &broker);
+	rc = broker_create(backend, &cfg.limits, &broker);
 	if (rc < 0) {
 		log_error("broker: %s", strerror(-rc));
 		backend_destroy(backend);
@@ -202,18 +218,17 @@ int main(int argc, char **argv)
 		broker_destroy(broker);
 		return 1;
 	}
-	struct server_config scfg = {.socket_path = o.socket_path, .socket_mode = o.socket_mode};
-	rc = server_create(&loop, broker, &scfg, &srv);
+	rc = server_create(&loop, broker, &cfg, reload_conf, &srv);
 	if (rc == 0) {
 		rc = server_start(srv);
 		if (rc == -EADDRINUSE)
-			log_error("%s: another daemon is listening there", o.socket_path);
+			log_error("%s: another daemon is listening there", cfg.socket);
 		else if (rc == -ENAMETOOLONG)
-			log_error("%s: socket path too long (at most 107 bytes)", o.socket_path);
+			log_error("%s: socket path too long (at most 107 bytes)", cfg.socket);
 		else if (rc == -ENOTSOCK)
-			log_error("%s: exists and is not a socket", o.socket_path);
+			log_error("%s: exists and is not a socket", cfg.socket);
 		else if (rc < 0)
-			log_error("%s: %s", o.socket_path, strerror(-rc));
+			log_error("%s: %s", cfg.socket, strerror(-rc));
 	}
 	if (rc == 0)
 		status = 0;

@@ -18,22 +18,22 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "dispatch.h"
 #include "log.h"
-#if GPB_HAVE_SYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
+#include "service.h"
 
 #define SERVER_DRAIN_MS 5000 /* how long shutdown waits for clients to read */
 
 struct server {
 	uv_loop_t *loop;
 	struct broker *broker;
-	struct server_config cfg;
+	struct conf cfg;
+	server_reload_fn reload;
+	gid_t admin_gid; /* (gid_t)-1: no admin group on this machine */
 	uv_pipe_t listener;
-	uv_signal_t sigterm, sigint;
+	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t drain;
+	struct service_watchdog watchdog;
 	struct list conns;
 	unsigned conn_count;
 	bool listening, stopping, unlink_socket;
@@ -259,6 +259,19 @@ static void conn_on_hello_timeout(uv_timer_t *t)
 		conn_finish(c);
 }
 
+/* Connections of one uid that are still being served. */
+static unsigned server_uid_connections(struct server *srv, uid_t uid)
+{
+	unsigned n = 0;
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &srv->conns)
+	{
+		struct conn *c = list_entry(pos, struct conn, link);
+		n += c->session && !c->closing && !c->finishing && c->session->uid == uid;
+	}
+	return n;
+}
+
 static void server_on_connection(uv_stream_t *listener, int status)
 {
 	struct server *srv = listener->data;
@@ -289,27 +302,35 @@ static void server_on_connection(uv_stream_t *listener, int status)
 		conn_close(c, "accept failed");
 		return;
 	}
-	struct ucred cred = {0};
-	socklen_t len = sizeof(cred);
+	struct service_peer peer;
 	uv_os_fd_t fd;
-	if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0 ||
-	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
-		log_warn("accept: no peer credentials: %s", strerror(errno));
+	rc = uv_fileno((uv_handle_t *)&c->pipe, &fd);
+	if (rc == 0)
+		rc = service_peer(fd, srv->admin_gid, &peer);
+	if (rc < 0) {
+		log_warn("accept: no peer credentials: %s", strerror(-rc));
 		conn_close(c, "no peer credentials");
 		return;
 	}
-	c->session = broker_session_open(srv->broker, cred.uid, cred.gid, cred.pid);
+	unsigned same_uid = server_uid_connections(srv, peer.uid);
+	c->session = broker_session_open(srv->broker, peer.uid, peer.gid, peer.pid);
 	if (!c->session) {
 		conn_close(c, "out of memory");
 		return;
 	}
 	c->session->conn = c;
-	log_debug("session %llu: connected: pid %d uid %u gid %u",
-	          (unsigned long long)c->session->id, (int)cred.pid, (unsigned)cred.uid,
-	          (unsigned)cred.gid);
-	if (srv->conn_count > srv->broker->limits.max_clients) {
+	c->session->admin = peer.admin;
+	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
+	          (unsigned long long)c->session->id, (int)peer.pid, (unsigned)peer.uid,
+	          (unsigned)peer.gid, peer.admin ? " (admin)" : "");
+	const char *limit = NULL;
+	if (srv->conn_count > srv->broker->limits.max_clients)
+		limit = "limit reached: too many clients";
+	else if (same_uid >= srv->cfg.max_clients_per_uid)
+		limit = "limit reached: too many clients of this user";
+	if (limit) {
 		struct dispatch_reply rep;
-		dispatch_error(PROTO_E_LIMIT, "limit reached: too many clients", &rep);
+		dispatch_error(PROTO_E_LIMIT, limit, &rep);
 		if (conn_send(c, rep.frame, rep.len, -1) == 0)
 			conn_finish(c);
 		return;
@@ -348,15 +369,15 @@ static void server_stop(struct server *srv, const char *reason)
 	srv->stopping = true;
 	srv->broker->stopping = true;
 	log_info("%s: stopping; %u clients connected", reason, srv->conn_count);
-#if GPB_HAVE_SYSTEMD
-	sd_notify(0, "STOPPING=1");
-#endif
+	service_notify("STOPPING=1\nSTATUS=stopping (%s)", reason);
+	service_watchdog_stop(&srv->watchdog);
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
+	uv_close((uv_handle_t *)&srv->sighup, NULL);
 	if (srv->listening) {
 		uv_close((uv_handle_t *)&srv->listener, NULL);
 		if (srv->unlink_socket)
-			unlink(srv->cfg.socket_path);
+			unlink(srv->cfg.socket);
 	}
 	/* Every client hears why, gets the replies to what it sent, and is
 	 * closed once they are written (or when the drain timer runs out). */
@@ -378,13 +399,73 @@ static void server_stop(struct server *srv, const char *reason)
 		uv_timer_start(&srv->drain, server_on_drain_timeout, SERVER_DRAIN_MS, 0);
 }
 
+/* Appends a key name to a JSON array (result may be NULL). */
+static void server_list_key(cJSON *list, enum conf_key key)
+{
+	if (list)
+		cJSON_AddItemToArray(list, cJSON_CreateString(conf_key_name(key)));
+}
+
+/*
+ * Re-reads the configuration and applies what can change live; keys that
+ * need a restart keep their running value and are reported. On a bad file
+ * the running configuration stays in force.
+ */
+static int server_reload(struct server *srv, cJSON *result, char *message, size_t size)
+{
+	struct conf next;
+	if (srv->reload(&next) < 0) {
+		snprintf(message, size,
+		         "the configuration has errors (see the daemon's log); "
+		         "the running configuration stays in force");
+		return -EINVAL;
+	}
+	uint64_t changed = conf_diff(&srv->cfg, &next);
+	cJSON *applied = result ? cJSON_AddArrayToObject(result, "applied") : NULL;
+	cJSON *restart = result ? cJSON_AddArrayToObject(result, "needs_restart") : NULL;
+	for (int k = 0; k < CONF_KEY_COUNT; k++) {
+		if (!(changed & (1ull << k)))
+			continue;
+		if (conf_key_needs_restart(k)) {
+			server_list_key(restart, k);
+			log_warn("reload: %s changed; it takes effect after a restart",
+			         conf_key_name(k));
+			continue;
+		}
+		conf_copy_key(&srv->cfg, &next, k);
+		server_list_key(applied, k);
+		log_info("reload: %s changed", conf_key_name(k));
+	}
+	uint64_t slab_size = srv->broker->limits.slab_size;
+	srv->broker->limits = srv->cfg.limits;
+	srv->broker->limits.slab_size = slab_size;
+	srv->admin_gid = service_group(srv->cfg.admin_group);
+	log_init(srv->cfg.log_level);
+	return 0;
+}
+
+/* broker_reload_fn: the `reload` request. */
+static int server_reload_op(void *ctx, cJSON *result, char *message, size_t size)
+{
+	return server_reload(ctx, result, message, size);
+}
+
+static void server_on_sighup(uv_signal_t *sig, int signum)
+{
+	char message[256];
+	service_notify("RELOADING=1");
+	if (server_reload(sig->data, NULL, message, sizeof(message)) < 0)
+		log_error("SIGHUP: %s", message);
+	service_notify("READY=1");
+}
+
 static void server_on_signal(uv_signal_t *sig, int signum)
 {
 	server_stop(sig->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-int server_create(uv_loop_t *loop, struct broker *broker, const struct server_config *cfg,
-                  struct server **out)
+int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg,
+                  server_reload_fn reload, struct server **out)
 {
 	struct server *srv = calloc(1, sizeof(*srv));
 	if (!srv)
@@ -392,8 +473,12 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct server_co
 	srv->loop = loop;
 	srv->broker = broker;
 	srv->cfg = *cfg;
+	srv->reload = reload;
+	srv->admin_gid = service_group(cfg->admin_group);
 	list_init(&srv->conns);
 	broker_set_sender(broker, server_send, srv);
+	broker->reload = server_reload_op;
+	broker->reload_ctx = srv;
 	*out = srv;
 	return 0;
 }
@@ -425,23 +510,53 @@ static int server_socket_prepare(const char *path)
 	return unlink(path) < 0 ? -errno : 0;
 }
 
-int server_start(struct server *srv)
+/* Binds the configured path ourselves: mode under umask so the socket never
+ * exists with wider access than asked, then the socket group if it exists. */
+static int server_bind(struct server *srv, const char *path)
 {
-	const char *path = srv->cfg.socket_path;
 	int rc = server_socket_prepare(path);
 	if (rc < 0)
 		return rc;
-	uv_pipe_init(srv->loop, &srv->listener, 0);
-	srv->listener.data = srv;
-	srv->listening = true;
-	/* umask so the socket never exists with wider access than asked. */
 	mode_t old = umask(0777 & ~srv->cfg.socket_mode);
 	rc = uv_pipe_bind(&srv->listener, path);
 	umask(old);
-	if (rc == 0)
-		srv->unlink_socket = true;
-	if (rc == 0 && chmod(path, srv->cfg.socket_mode) < 0)
-		rc = -errno;
+	if (rc < 0)
+		return rc;
+	srv->unlink_socket = true;
+	gid_t gid = service_group(srv->cfg.socket_group);
+	if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0)
+		log_warn("%s: cannot give the socket to group %s: %s", path, srv->cfg.socket_group,
+		         strerror(errno));
+	else if (gid == (gid_t)-1 && (srv->cfg.set & (1ull << CONF_SOCKET_GROUP)))
+		log_warn("%s: no group %s: the socket keeps the daemon's group", path,
+		         srv->cfg.socket_group);
+	if (chmod(path, srv->cfg.socket_mode) < 0)
+		return -errno;
+	return 0;
+}
+
+static void server_status(void *ctx, char *buf, size_t size)
+{
+	struct server *srv = ctx;
+	snprintf(buf, size, "serving %d %s devices; %u clients, %llu allocations",
+	         srv->broker->device_count, srv->broker->backend->ops->name, srv->conn_count,
+	         (unsigned long long)srv->broker->allocs.count);
+}
+
+int server_start(struct server *srv)
+{
+	const char *path = srv->cfg.socket;
+	uv_pipe_init(srv->loop, &srv->listener, 0);
+	srv->listener.data = srv;
+	srv->listening = true;
+	int fd = service_listen_fd(path), rc;
+	if (fd >= 0) {
+		/* Socket activation: systemd owns the socket file. */
+		rc = uv_pipe_open(&srv->listener, fd);
+		path = "the socket from systemd";
+	} else {
+		rc = fd == -ENOENT ? server_bind(srv, path) : fd;
+	}
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&srv->listener, 128, server_on_connection);
 	if (rc < 0) {
@@ -454,15 +569,19 @@ int server_start(struct server *srv)
 	}
 	uv_signal_init(srv->loop, &srv->sigterm);
 	uv_signal_init(srv->loop, &srv->sigint);
+	uv_signal_init(srv->loop, &srv->sighup);
 	uv_timer_init(srv->loop, &srv->drain);
-	srv->sigterm.data = srv->sigint.data = srv->drain.data = srv;
+	srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv->drain.data = srv;
 	uv_signal_start(&srv->sigterm, server_on_signal, SIGTERM);
 	uv_signal_start(&srv->sigint, server_on_signal, SIGINT);
+	uv_signal_start(&srv->sighup, server_on_sighup, SIGHUP);
 	log_info("listening on %s (backend %s, devices: %d)", path, srv->broker->backend->ops->name,
 	         srv->broker->device_count);
-#if GPB_HAVE_SYSTEMD
-	sd_notify(0, "READY=1");
-#endif
+	/* Devices are initialised (the broker exists) and the socket listens. */
+	char status[256];
+	server_status(srv, status, sizeof(status));
+	service_notify("READY=1\nSTATUS=%s", status);
+	service_watchdog_start(srv->loop, &srv->watchdog, server_status, srv);
 	return 0;
 }
 
@@ -471,6 +590,6 @@ void server_destroy(struct server *srv)
 	if (!srv)
 		return;
 	if (srv->listening && srv->unlink_socket && !srv->stopping)
-		unlink(srv->cfg.socket_path);
+		unlink(srv->cfg.socket);
 	free(srv);
 }

@@ -12,17 +12,17 @@
 #include <uv.h>
 
 #include "broker.h"
+#include "conf.h"
 
-struct server_config {
-	const char *socket_path;
-	mode_t socket_mode; /* applied when the daemon binds the socket itself */
-};
+/* Builds the configuration afresh (file, environment, flags) for a reload.
+ * 0 or -EINVAL (errors already logged). */
+typedef int (*server_reload_fn)(struct conf *out);
 
 struct server;
 
-/* 0, -ENOMEM. */
-int server_create(uv_loop_t *loop, struct broker *broker, const struct server_config *cfg,
-                  struct server **out);
+/* cfg is copied. 0, -ENOMEM. */
+int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg,
+                  server_reload_fn reload, struct server **out);
 /*
  * Binds and listens (refusing a live socket, replacing a stale one) and
  * installs SIGTERM/SIGINT handlers. -EADDRINUSE (a daemon answers there),

@@ -24,6 +24,7 @@ const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
     [PROTO_OP_STATUS] = {"status", 0},
     [PROTO_OP_CLIENTS] = {"clients", 0},
     [PROTO_OP_DEVICES] = {"devices", 0},
+    [PROTO_OP_RELOAD] = {"reload", PROTO_OPF_ADMIN},
 };
 
 int proto_op_lookup(const char *name)

@@ -1,0 +1,297 @@
+/*
+ * conf.c - parsing gpubroker.conf.
+ */
+#include "conf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "util.h"
+
+enum conf_type { TYPE_STRING, TYPE_MODE, TYPE_UINT, TYPE_SIZE, TYPE_LEVEL, TYPE_BACKEND };
+
+struct conf_keydef {
+	const char *name;
+	enum conf_type type;
+	bool restart;      /* a running daemon cannot change it */
+	unsigned long min; /* TYPE_UINT, TYPE_SIZE */
+	unsigned long long max;
+	size_t offset; /* into struct conf */
+	size_t size;   /* of the field */
+};
+
+#define FIELD(f) offsetof(struct conf, f), sizeof(((struct conf *)0)->f)
+
+static const struct conf_keydef conf_keys[CONF_KEY_COUNT] = {
+    [CONF_BACKEND] = {"backend", TYPE_BACKEND, true, 0, 0, FIELD(backend)},
+    [CONF_SOCKET] = {"socket", TYPE_STRING, true, 1, 0, FIELD(socket)},
+    [CONF_SOCKET_MODE] = {"socket_mode", TYPE_MODE, true, 0, 0777, FIELD(socket_mode)},
+    [CONF_SOCKET_GROUP] = {"socket_group", TYPE_STRING, true, 0, 0, FIELD(socket_group)},
+    [CONF_ADMIN_GROUP] = {"admin_group", TYPE_STRING, false, 0, 0, FIELD(admin_group)},
+    [CONF_SIM_DEVICES] = {"sim_devices", TYPE_UINT, true, 1, BACKEND_MAX_DEVICES,
+                          FIELD(sim_devices)},
+    [CONF_SIM_MEMORY] = {"sim_memory", TYPE_SIZE, true, POOL_GRANULE, 1ull << 50,
+                         FIELD(sim_memory)},
+    [CONF_SLAB_SIZE] = {"slab_size", TYPE_SIZE, true, POOL_SLAB_ALIGN, 1ull << 40,
+                        FIELD(limits.slab_size)},
+    [CONF_LOG_LEVEL] = {"log_level", TYPE_LEVEL, false, 0, 0, FIELD(log_level)},
+    [CONF_MAX_CLIENTS] = {"max_clients", TYPE_UINT, false, 1, 1u << 20, FIELD(limits.max_clients)},
+    [CONF_MAX_CLIENTS_PER_UID] = {"max_clients_per_uid", TYPE_UINT, false, 1, 1u << 20,
+                                  FIELD(max_clients_per_uid)},
+    [CONF_MAX_INSTANCES] = {"max_instances", TYPE_UINT, false, 1, 4096,
+                            FIELD(limits.max_instances)},
+    [CONF_MAX_ALLOCATIONS] = {"max_allocations", TYPE_UINT, false, 1, 1u << 24,
+                              FIELD(limits.max_allocations)},
+    [CONF_HELLO_TIMEOUT_MS] = {"hello_timeout_ms", TYPE_UINT, false, 1, 3600000,
+                               FIELD(limits.hello_timeout_ms)},
+    [CONF_WRITE_HIGH_WATER] = {"write_high_water", TYPE_SIZE, false, 4096, 1ull << 32,
+                               FIELD(limits.write_high_water)},
+};
+
+void conf_defaults(struct conf *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->backend, sizeof(cfg->backend), "auto");
+	snprintf(cfg->socket, sizeof(cfg->socket), "%s", GPB_DEFAULT_SOCKET);
+	cfg->socket_mode = 0660;
+	snprintf(cfg->socket_group, sizeof(cfg->socket_group), "gpubroker");
+	snprintf(cfg->admin_group, sizeof(cfg->admin_group), "gpubroker-admin");
+	cfg->sim_devices = 1;
+	cfg->sim_memory = 16ull << 30;
+	cfg->log_level = LOG_LEVEL_INFO;
+	cfg->max_clients_per_uid = 256;
+	broker_limits_default(&cfg->limits);
+}
+
+const char *conf_key_name(enum conf_key key)
+{
+	return key < CONF_KEY_COUNT ? conf_keys[key].name : "?";
+}
+
+bool conf_key_needs_restart(enum conf_key key)
+{
+	return key < CONF_KEY_COUNT && conf_keys[key].restart;
+}
+
+uint64_t conf_diff(const struct conf *a, const struct conf *b)
+{
+	uint64_t changed = 0;
+	for (int k = 0; k < CONF_KEY_COUNT; k++) {
+		const struct conf_keydef *d = &conf_keys[k];
+		const char *fa = (const char *)a + d->offset, *fb = (const char *)b + d->offset;
+		bool differs = d->type == TYPE_STRING || d->type == TYPE_BACKEND
+		                   ? strcmp(fa, fb) != 0
+		                   : memcmp(fa, fb, d->size) != 0;
+		if (differs)
+			changed |= 1ull << k;
+	}
+	return changed;
+}
+
+void conf_copy_key(struct conf *dst, const struct conf *src, enum conf_key key)
+{
+	const struct conf_keydef *d = &conf_keys[key];
+	memcpy((char *)dst + d->offset, (const char *)src + d->offset, d->size);
+}
+
+static int conf_fail(struct conf_error *err, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int conf_fail(struct conf_error *err, const char *key, const char *fmt, ...)
+{
+	va_list ap;
+	snprintf(err->key, sizeof(err->key), "%s", key);
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* Stores an integer into a field of the size the table gives: every
+ * numeric field is 4 (unsigned, int, mode_t) or 8 bytes (uint64_t). */
+static void conf_store(void *field, size_t size, unsigned long long v)
+{
+	if (size == sizeof(uint64_t)) {
+		uint64_t x = v;
+		memcpy(field, &x, sizeof(x));
+	} else {
+		uint32_t x = (uint32_t)v;
+		memcpy(field, &x, sizeof(x));
+	}
+}
+
+int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_error *err)
+{
+	int k;
+	for (k = 0; k < CONF_KEY_COUNT; k++) {
+		if (strcmp(conf_keys[k].name, key) == 0)
+			break;
+	}
+	if (k == CONF_KEY_COUNT) {
+		conf_fail(err, key, "unknown key '%s'", key);
+		return -ENOENT;
+	}
+	const struct conf_keydef *d = &conf_keys[k];
+	char *field = (char *)cfg + d->offset;
+	uint64_t size;
+	unsigned long n;
+	char *end;
+	switch (d->type) {
+	case TYPE_STRING:
+		if (strlen(value) < d->min || strlen(value) >= d->size)
+			return conf_fail(err, key, "'%s' must be %lu to %zu bytes long", key,
+			                 d->min, d->size - 1);
+		memcpy(field, value, strlen(value) + 1);
+		break;
+	case TYPE_BACKEND:
+		if (strcmp(value, "auto") && strcmp(value, "sim") && strcmp(value, "cuda"))
+			return conf_fail(err, key, "'%s' must be auto, sim or cuda", key);
+		memcpy(field, value, strlen(value) + 1);
+		break;
+	case TYPE_LEVEL: {
+		int level = log_level_parse(value);
+		if (level < 0)
+			return conf_fail(err, key, "'%s' must be error, warn, info or debug", key);
+		memcpy(field, &level, sizeof(level));
+		break;
+	}
+	case TYPE_MODE:
+		n = strtoul(value, &end, 8);
+		if (!*value || *end || n > d->max)
+			return conf_fail(err, key, "'%s' must be an octal mode such as 0660", key);
+		conf_store(field, d->size, n);
+		break;
+	case TYPE_UINT:
+		if (util_parse_uint(value, d->min, (unsigned long)d->max, &n) < 0)
+			return conf_fail(err, key, "'%s' must be an integer from %lu to %llu", key,
+			                 d->min, d->max);
+		conf_store(field, d->size, n);
+		break;
+	case TYPE_SIZE:
+		if (util_parse_size(value, &size) < 0 || size < d->min || size > d->max)
+			return conf_fail(err, key,
+			                 "'%s' must be a size from %lu to %llu bytes (e.g. 64MiB)",
+			                 key, d->min, d->max);
+		if (k == CONF_SLAB_SIZE && size % POOL_SLAB_ALIGN)
+			return conf_fail(err, key, "'%s' must be a multiple of 2MiB", key);
+		conf_store(field, d->size, size);
+		break;
+	}
+	cfg->set |= 1ull << k;
+	return 0;
+}
+
+/* Trims blanks at both ends, in place. */
+static char *conf_trim(char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	size_t n = strlen(s);
+	while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+		s[--n] = '\0';
+	return s;
+}
+
+int conf_parse(const char *text, size_t len, struct conf *cfg, struct conf_error *err)
+{
+	struct conf next = *cfg;
+	uint64_t seen = 0;
+	unsigned line = 0;
+	size_t pos = 0;
+	memset(err, 0, sizeof(*err));
+	while (pos < len) {
+		const char *nl = memchr(text + pos, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - (text + pos)) : len - pos;
+		char buf[512];
+		line++;
+		err->line = line;
+		if (n >= sizeof(buf))
+			return conf_fail(err, "", "line longer than %zu bytes", sizeof(buf) - 1);
+		memcpy(buf, text + pos, n);
+		buf[n] = '\0';
+		pos += n + 1;
+		if (memchr(buf, '\0', n))
+			return conf_fail(err, "", "NUL byte in line");
+		char *hash = strchr(buf, '#');
+		if (hash)
+			*hash = '\0';
+		char *s = conf_trim(buf);
+		if (!*s)
+			continue;
+		char *eq = strchr(s, '=');
+		if (!eq)
+			return conf_fail(err, "", "expected 'key = value'");
+		*eq = '\0';
+		char *key = conf_trim(s), *value = conf_trim(eq + 1);
+		if (!*key)
+			return conf_fail(err, "", "missing key before '='");
+		uint64_t before = next.set;
+		next.set = 0;
+		int rc = conf_set(&next, key, value, err);
+		if (rc < 0)
+			return -EINVAL;
+		/* A key given twice is almost always an editing slip. */
+		if (seen & next.set)
+			return conf_fail(err, key, "'%s' is given twice", key);
+		seen |= next.set;
+		next.set |= before;
+	}
+	err->line = 0;
+	*cfg = next;
+	return 0;
+}
+
+int conf_load(const char *path, bool optional, struct conf *cfg, struct conf_error *err)
+{
+	memset(err, 0, sizeof(*err));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		if (e == ENOENT && optional)
+			return 0;
+		conf_fail(err, "", "%s", strerror(e));
+		return -e;
+	}
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+	int rc = 0;
+	for (;;) {
+		if (len == cap) {
+			cap = cap ? cap * 2 : 4096;
+			if (cap > (1u << 20)) {
+				rc = conf_fail(err, "", "file larger than 1 MiB");
+				break;
+			}
+			char *grown = realloc(text, cap);
+			if (!grown) {
+				rc = -ENOMEM;
+				conf_fail(err, "", "out of memory");
+				break;
+			}
+			text = grown;
+		}
+		ssize_t got = read(fd, text + len, cap - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			rc = -errno;
+			conf_fail(err, "", "%s", strerror(errno));
+			break;
+		}
+		if (got == 0)
+			break;
+		len += (size_t)got;
+	}
+	close(fd);
+	if (rc == 0)
+		rc = conf_parse(text ? text : "", len, cfg, err);
+	free(text);
+	return rc;
+}

@@ -1,0 +1,90 @@
+/*
+ * conf.h - gpubroker.conf: the daemon's configuration file.
+ *
+ * The format is for people editing by hand: one `key = value` per line, `#`
+ * starts a comment, blank lines are ignored, keys are lowercase with
+ * underscores, sizes take binary units ("64MiB"). Every key is optional; an
+ * unknown key is an error, because a misspelt limit that silently does
+ * nothing is worse than a daemon that refuses to start. The parser is pure
+ * (text in, struct out); conf_load does the file I/O.
+ */
+#ifndef GPB_CONF_H
+#define GPB_CONF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "broker.h"
+
+#define CONF_DEFAULT_PATH "/etc/gpubroker/gpubroker.conf"
+
+struct conf {
+	char backend[8]; /* auto, sim, cuda */
+	char socket[1024];
+	mode_t socket_mode;
+	char socket_group[64]; /* group the socket is given when the daemon binds it */
+	char admin_group[64];  /* members may use admin operations */
+	int sim_devices;
+	uint64_t sim_memory;
+	int log_level; /* enum log_level */
+	unsigned max_clients_per_uid;
+	struct broker_limits limits;
+	uint64_t set; /* bit per key (enum conf_key) given explicitly */
+};
+
+enum conf_key {
+	CONF_BACKEND,
+	CONF_SOCKET,
+	CONF_SOCKET_MODE,
+	CONF_SOCKET_GROUP,
+	CONF_ADMIN_GROUP,
+	CONF_SIM_DEVICES,
+	CONF_SIM_MEMORY,
+	CONF_SLAB_SIZE,
+	CONF_LOG_LEVEL,
+	CONF_MAX_CLIENTS,
+	CONF_MAX_CLIENTS_PER_UID,
+	CONF_MAX_INSTANCES,
+	CONF_MAX_ALLOCATIONS,
+	CONF_HELLO_TIMEOUT_MS,
+	CONF_WRITE_HIGH_WATER,
+	CONF_KEY_COUNT
+};
+
+struct conf_error {
+	unsigned line; /* 0 when not about one line */
+	char key[32];
+	char message[160];
+};
+
+/* The built-in defaults (what an absent file means). */
+void conf_defaults(struct conf *cfg);
+/* Name of a key as written in the file. */
+const char *conf_key_name(enum conf_key key);
+/* True when changing this key needs a restart (reload reports it). */
+bool conf_key_needs_restart(enum conf_key key);
+
+/*
+ * Parses text into cfg (which should hold the defaults). Returns 0, or
+ * -EINVAL with err describing the first bad line (cfg is then unchanged).
+ */
+int conf_parse(const char *text, size_t len, struct conf *cfg, struct conf_error *err);
+/*
+ * Sets one key from its textual value, as the parser and the command line do.
+ * 0, -ENOENT (unknown key) or -EINVAL (bad value; err->message says why).
+ */
+int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_error *err);
+
+/* Bit per key (1 << enum conf_key) whose value differs between a and b. */
+uint64_t conf_diff(const struct conf *a, const struct conf *b);
+/* Copies the value of one key from src to dst. */
+void conf_copy_key(struct conf *dst, const struct conf *src, enum conf_key key);
+
+/*
+ * Reads and parses a file. A missing file is not an error when optional is
+ * true (cfg keeps what it had). -errno for I/O errors, -EINVAL for content.
+ */
+int conf_load(const char *path, bool optional, struct conf *cfg, struct conf_error *err);
+
+#endif
