@@ -30,8 +30,8 @@ static void test_op_table(void **state)
 	(void)state;
 	/* The wire-visible order of PROTOCOL.md. */
 	static const char *const names[PROTO_OP_COUNT] = {
-	    "hello",  "register", "unregister", "alloc",  "free",    "attach",
-	    "detach", "mem_info", "stats",      "status", "clients", "devices",
+	    "hello",    "register", "unregister", "alloc",   "free",    "attach", "detach",
+	    "mem_info", "stats",    "status",     "clients", "devices", "reload",
 	};
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);
@@ -40,6 +40,8 @@ static void test_op_table(void **state)
 		assert_int_equal(!!(proto_ops[i].flags & PROTO_OPF_BEFORE_HELLO),
 		                 i == PROTO_OP_HELLO);
 	}
+	assert_true(proto_ops[PROTO_OP_RELOAD].flags & PROTO_OPF_ADMIN);
+	assert_false(proto_ops[PROTO_OP_ALLOC].flags & PROTO_OPF_ADMIN);
 }
 
 static void test_op_lookup(void **state)
