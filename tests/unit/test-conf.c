@@ -1,0 +1,210 @@
+/*
+ * test-conf.c - the configuration file parser: every key, every bad line.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "log.h"
+
+static int parse(const char *text, struct conf *cfg, struct conf_error *err)
+{
+	conf_defaults(cfg);
+	return conf_parse(text, strlen(text), cfg, err);
+}
+
+static void test_defaults(void **state)
+{
+	struct conf cfg;
+	conf_defaults(&cfg);
+	assert_string_equal(cfg.backend, "auto");
+	assert_string_equal(cfg.socket, "/run/gpubroker/gpubroker.sock");
+	assert_int_equal(cfg.socket_mode, 0660);
+	assert_string_equal(cfg.socket_group, "gpubroker");
+	assert_string_equal(cfg.admin_group, "gpubroker-admin");
+	assert_int_equal(cfg.sim_devices, 1);
+	assert_int_equal(cfg.sim_memory, 16ull << 30);
+	assert_int_equal(cfg.limits.slab_size, 64u << 20);
+	assert_int_equal(cfg.limits.max_clients, 1024);
+	assert_int_equal(cfg.set, 0);
+}
+
+/* Every key, set to a non-default value, lands in its field. */
+static void test_every_key(void **state)
+{
+	const char *text = "# a comment\n"
+	                   "backend = sim\n"
+	                   "socket = /tmp/x.sock   # trailing comment\n"
+	                   "socket_mode = 0600\n"
+	                   "socket_group = gpu\n"
+	                   "admin_group = ops\n"
+	                   "\n"
+	                   "   sim_devices=3\n"
+	                   "sim_memory = 2GiB\n"
+	                   "slab_size = 4MiB\n"
+	                   "log_level = debug\n"
+	                   "max_clients = 10\n"
+	                   "max_clients_per_uid = 5\n"
+	                   "max_instances = 7\n"
+	                   "max_allocations = 100\n"
+	                   "hello_timeout_ms = 1500\n"
+	                   "write_high_water = 1MiB\r\n";
+	struct conf cfg;
+	struct conf_error err;
+	assert_int_equal(parse(text, &cfg, &err), 0);
+	assert_string_equal(cfg.backend, "sim");
+	assert_string_equal(cfg.socket, "/tmp/x.sock");
+	assert_int_equal(cfg.socket_mode, 0600);
+	assert_string_equal(cfg.socket_group, "gpu");
+	assert_string_equal(cfg.admin_group, "ops");
+	assert_int_equal(cfg.sim_devices, 3);
+	assert_int_equal(cfg.sim_memory, 2ull << 30);
+	assert_int_equal(cfg.limits.slab_size, 4u << 20);
+	assert_int_equal(cfg.log_level, LOG_LEVEL_DEBUG);
+	assert_int_equal(cfg.limits.max_clients, 10);
+	assert_int_equal(cfg.max_clients_per_uid, 5);
+	assert_int_equal(cfg.limits.max_instances, 7);
+	assert_int_equal(cfg.limits.max_allocations, 100);
+	assert_int_equal(cfg.limits.hello_timeout_ms, 1500);
+	assert_int_equal(cfg.limits.write_high_water, 1u << 20);
+	assert_int_equal(cfg.set, (1ull << CONF_KEY_COUNT) - 1);
+	for (int k = 0; k < CONF_KEY_COUNT; k++)
+		assert_non_null(strstr(text, conf_key_name(k)));
+}
+
+/* Each bad line: -EINVAL, the line number and key in the error, the
+ * configuration untouched. */
+static void test_bad_lines(void **state)
+{
+	static const struct {
+		const char *text;
+		unsigned line;
+		const char *key;
+		const char *says;
+	} cases[] = {
+	    {"backend = gpu\n", 1, "backend", "auto, sim or cuda"},
+	    {"\n\nnosuch = 1\n", 3, "nosuch", "unknown key"},
+	    {"max_clients\n", 1, "", "key = value"},
+	    {"= 5\n", 1, "", "missing key"},
+	    {"max_clients = 0\n", 1, "max_clients", "from 1"},
+	    {"max_clients = -1\n", 1, "max_clients", "integer"},
+	    {"max_clients = 1x\n", 1, "max_clients", "integer"},
+	    {"max_clients = \n", 1, "max_clients", "integer"},
+	    {"max_clients = 99999999999999999999\n", 1, "max_clients", "integer"},
+	    {"sim_devices = 65\n", 1, "sim_devices", "from 1 to 64"},
+	    {"sim_memory = lots\n", 1, "sim_memory", "size"},
+	    {"sim_memory = 100\n", 1, "sim_memory", "size"},
+	    {"slab_size = 3MiB\n", 1, "slab_size", "multiple of 2MiB"},
+	    {"socket_mode = 0999\n", 1, "socket_mode", "octal"},
+	    {"socket_mode = 01777\n", 1, "socket_mode", "octal"},
+	    {"log_level = loud\n", 1, "log_level", "error, warn"},
+	    {"socket = \n", 1, "socket", "bytes long"},
+	    {"max_clients = 5\nmax_clients = 6\n", 2, "max_clients", "twice"},
+	    {"Max_Clients = 5\n", 1, "Max_Clients", "unknown key"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct conf cfg, before;
+		struct conf_error err;
+		conf_defaults(&cfg);
+		before = cfg;
+		int rc = conf_parse(cases[i].text, strlen(cases[i].text), &cfg, &err);
+		if (rc != -EINVAL || err.line != cases[i].line ||
+		    strcmp(err.key, cases[i].key) != 0 || !strstr(err.message, cases[i].says))
+			fail_msg("case %zu (%s): rc %d line %u key '%s' message '%s'", i,
+			         cases[i].text, rc, err.line, err.key, err.message);
+		assert_memory_equal(&cfg, &before, sizeof(cfg));
+	}
+}
+
+static void test_long_line_and_nul(void **state)
+{
+	char text[1200];
+	struct conf cfg;
+	struct conf_error err;
+	memset(text, 'a', sizeof(text) - 2);
+	text[sizeof(text) - 2] = '\n';
+	text[sizeof(text) - 1] = '\0';
+	assert_int_equal(parse(text, &cfg, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "longer"));
+	const char nul[] = "max_clients = 5\0\n";
+	conf_defaults(&cfg);
+	assert_int_equal(conf_parse(nul, sizeof(nul) - 1, &cfg, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "NUL"));
+}
+
+static void test_empty_and_comments_only(void **state)
+{
+	struct conf cfg;
+	struct conf_error err;
+	assert_int_equal(parse("", &cfg, &err), 0);
+	assert_int_equal(parse("# nothing\n   \n\t# more\n", &cfg, &err), 0);
+	assert_int_equal(cfg.set, 0);
+	/* No newline at the end of the last line. */
+	assert_int_equal(parse("max_clients = 9", &cfg, &err), 0);
+	assert_int_equal(cfg.limits.max_clients, 9);
+}
+
+static void test_set_and_diff(void **state)
+{
+	struct conf a, b;
+	struct conf_error err;
+	conf_defaults(&a);
+	conf_defaults(&b);
+	assert_int_equal(conf_diff(&a, &b), 0);
+	assert_int_equal(conf_set(&b, "max_clients", "5", &err), 0);
+	assert_int_equal(conf_set(&b, "socket", "/tmp/y", &err), 0);
+	assert_int_equal(conf_diff(&a, &b), (1ull << CONF_MAX_CLIENTS) | (1ull << CONF_SOCKET));
+	assert_int_equal(conf_set(&b, "nosuch", "1", &err), -ENOENT);
+	assert_int_equal(conf_set(&b, "max_clients", "zero", &err), -EINVAL);
+	assert_int_equal(b.limits.max_clients, 5);
+	conf_copy_key(&a, &b, CONF_MAX_CLIENTS);
+	assert_int_equal(conf_diff(&a, &b), 1ull << CONF_SOCKET);
+	assert_true(conf_key_needs_restart(CONF_SOCKET));
+	assert_true(conf_key_needs_restart(CONF_BACKEND));
+	assert_false(conf_key_needs_restart(CONF_MAX_CLIENTS));
+	assert_false(conf_key_needs_restart(CONF_LOG_LEVEL));
+}
+
+static void test_load(void **state)
+{
+	char path[] = "/tmp/gpb-conf-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	const char *text = "max_instances = 3\nbogus line\n";
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	struct conf cfg;
+	struct conf_error err;
+	conf_defaults(&cfg);
+	assert_int_equal(conf_load(path, false, &cfg, &err), -EINVAL);
+	assert_int_equal(err.line, 2);
+	assert_int_equal(cfg.limits.max_instances, 64);
+	unlink(path);
+	/* Missing: fine when optional, an error naming the cause otherwise. */
+	assert_int_equal(conf_load(path, true, &cfg, &err), 0);
+	assert_int_equal(conf_load(path, false, &cfg, &err), -ENOENT);
+	assert_non_null(strstr(err.message, "No such file"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_defaults),
+	    cmocka_unit_test(test_every_key),
+	    cmocka_unit_test(test_bad_lines),
+	    cmocka_unit_test(test_long_line_and_nul),
+	    cmocka_unit_test(test_empty_and_comments_only),
+	    cmocka_unit_test(test_set_and_diff),
+	    cmocka_unit_test(test_load),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
