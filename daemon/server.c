@@ -136,13 +136,26 @@ static void conn_on_write(uv_write_t *req, int status)
  * the descriptor or nothing. */
 static int conn_send(struct conn *c, char *frame, size_t len, int fd)
 {
-	struct conn_write *w = calloc(1, sizeof(*w));
+	struct conn_write *w = NULL;
+	uv_buf_t buf = uv_buf_init(frame, (unsigned)len);
 	int rc = -ENOMEM;
+	if (frame && fd < 0) {
+		/* Nothing queued: write now. A write request would cost a loop
+		 * turn for its callback and an epoll_ctl on every reply. What
+		 * the socket does not take (or all of it) is queued below. */
+		int n = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
+		if (n == (int)len) {
+			free(frame);
+			return 0;
+		}
+		if (n > 0)
+			buf = uv_buf_init(frame + n, (unsigned)(len - (size_t)n));
+	}
+	w = calloc(1, sizeof(*w));
 	if (!w || !frame)
 		goto fail;
 	w->frame = frame;
 	w->req.data = w;
-	uv_buf_t buf = uv_buf_init(frame, (unsigned)len);
 	if (fd >= 0) {
 		int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 		if (dupfd < 0) {
