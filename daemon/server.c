@@ -59,6 +59,8 @@ struct conn_write {
 };
 
 static void conn_process(struct conn *c);
+static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 
 static void conn_on_handle_closed(uv_handle_t *h)
 {
@@ -227,8 +229,9 @@ static void conn_process(struct conn *c)
 		if (!rep.deferred && conn_send(c, rep.frame, rep.len, rep.fd) < 0)
 			return;
 	}
+	/* Resumes a connection paused above (UV_EALREADY when reading). */
 	if (!c->closing && !c->finishing && !c->paused)
-		uv_read_start((uv_stream_t *)&c->pipe, NULL, NULL);
+		uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
 }
 
 static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
