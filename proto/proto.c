@@ -274,14 +274,17 @@ int proto_json_parse(const char *frame, size_t len, int max_members, cJSON **out
 	if (rc < 0)
 		return rc;
 	/* cJSON over-reads unterminated input: always hand it a
-	 * NUL-terminated copy and require that the NUL ends the value. */
-	char *copy = malloc(len + 1);
+	 * NUL-terminated copy and require that the NUL ends the value.
+	 * Frames are small: most copies fit on the stack. */
+	char small[1024];
+	char *copy = len < sizeof(small) ? small : malloc(len + 1);
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, frame, len);
 	copy[len] = '\0';
 	cJSON *root = cJSON_ParseWithLengthOpts(copy, len + 1, NULL, 1);
-	free(copy);
+	if (copy != small)
+		free(copy);
 	if (!root)
 		return -EBADMSG;
 	rc = json_check(root, 1, max_members);
@@ -449,13 +452,21 @@ void proto_reply_finish(struct proto_reply *rep)
 /* Serialises and frames `root`, which it consumes. */
 static char *encode(cJSON *root, size_t max, size_t *len)
 {
-	char *text = root ? cJSON_PrintUnformatted(root) : NULL;
+	/* Printed on the stack when it fits (every frame of the alloc path
+	 * does): cJSON's own buffer costs a malloc, a realloc and a free. */
+	char small[1024];
+	char *text = NULL;
+	if (root && cJSON_PrintPreallocated(root, small, sizeof(small), 0))
+		text = small;
+	else if (root)
+		text = cJSON_PrintUnformatted(root);
 	cJSON_Delete(root);
 	if (!text)
 		return NULL;
 	size_t n = strlen(text);
 	if (n + 1 > max) {
-		cJSON_free(text);
+		if (text != small)
+			cJSON_free(text);
 		return NULL;
 	}
 	/* cJSON may use its own allocator hooks: copy into a malloc'd frame
@@ -467,7 +478,8 @@ static char *encode(cJSON *root, size_t max, size_t *len)
 		frame[n + 1] = '\0';
 		*len = n + 1;
 	}
-	cJSON_free(text);
+	if (text != small)
+		cJSON_free(text);
 	return frame;
 }
 
