@@ -454,6 +454,22 @@ static int conn_send(struct conn *c, const char *buf, size_t len)
 	return 0;
 }
 
+/* A request id in decimal, without snprintf: that costs about 700
+ * instructions, and runs twice per alloc+free. @buf holds 21 bytes. */
+static void conn_format_id(char *buf, uint64_t v)
+{
+	char tmp[20], *p = tmp + sizeof(tmp);
+	size_t n;
+
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	n = (size_t)(tmp + sizeof(tmp) - p);
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+}
+
 int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd)
 {
 	struct proto_reply r;
@@ -470,7 +486,7 @@ int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_re
 		cJSON_Delete(params);
 		return conn_dead_error(c);
 	}
-	snprintf(id, sizeof(id), "%" PRIu64, c->next_id++);
+	conn_format_id(id, c->next_id++);
 	frame = proto_encode_request(id, method, params, &len);
 	if (!frame)
 		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
