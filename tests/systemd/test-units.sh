@@ -1,0 +1,127 @@
+#!/bin/sh
+# Checks of the systemd units and snippets, without a running systemd:
+#
+#   test-units.sh verify SERVICE_IN SOCKET
+#       systemd-analyze verify on the units; any line it prints fails the test.
+#   test-units.sh security SERVICE_IN
+#       systemd-analyze security --offline: overall exposure at most 2.0.
+#   test-units.sh sysusers SYSUSERS TMPFILES_IN
+#       systemd-sysusers and systemd-tmpfiles into a temporary root: the
+#       gpubroker user and groups, /run/gpubroker and the configuration dir.
+#
+# The service template gets the build tree's programs (GPB_DAEMON, GPB_CTL)
+# in place of @sbindir@ and @bindir@, since verify wants ExecStart= to exist.
+# Exit 77 (skipped) when the systemd tool needed is not installed.
+set -u
+mode=$1
+shift
+
+skip() {
+	echo "$*: skipped"
+	exit 77
+}
+
+fail() {
+	echo "FAIL: $*"
+	exit 1
+}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpb-units.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+# The service unit with build-tree paths; the same variables as
+# systemd/meson.build fills in at install time.
+make_service() {
+	: "${GPB_DAEMON:?run through meson test}" "${GPB_CTL:?run through meson test}"
+	sed -e "s|@sbindir@|$(dirname "$GPB_DAEMON")|g" \
+		-e "s|@bindir@|$(dirname "$GPB_CTL")|g" \
+		-e "s|@sysconfdir@|/etc|g" \
+		-e "s|@conffile@|/etc/gpubroker/gpubroker.conf|g" \
+		-e "s|@conf_arg@||g" "$1" >"$tmp/gpubroker.service" || exit 1
+	if grep -n '@[a-z_]*@' "$tmp/gpubroker.service"; then
+		fail "a template variable is not filled in (update systemd/meson.build and this test)"
+	fi
+}
+
+case $mode in
+verify)
+	command -v systemd-analyze >/dev/null 2>&1 || skip "systemd-analyze not found"
+	make_service "$1"
+	cp "$2" "$tmp/gpubroker.socket" || exit 1
+	# Documentation=man: entries are checked against the pages built here
+	# when there are some (and man is installed), else not at all.
+	man=--man=no
+	if [ -n "${GPB_MAN_DIR:-}" ] && [ -f "$GPB_MAN_DIR/gpubrokerd.8" ] &&
+		command -v man >/dev/null 2>&1; then
+		for page in "$GPB_MAN_DIR"/*.[0-9]; do
+			section=${page##*.}
+			mkdir -p "$tmp/man/man$section"
+			cp "$page" "$tmp/man/man$section/"
+		done
+		man=--man=yes
+		MANPATH=$tmp/man
+		export MANPATH
+	fi
+	out=$(cd "$tmp" && systemd-analyze verify "$man" "$tmp/gpubroker.socket" "$tmp/gpubroker.service" 2>&1)
+	rc=$?
+	echo "systemd-analyze verify $man: exit $rc"
+	if [ -n "$out" ]; then
+		printf '%s\n' "$out"
+		fail "systemd-analyze verify printed the warnings above"
+	fi
+	[ "$rc" -eq 0 ] || fail "systemd-analyze verify failed"
+	echo "units verified"
+	;;
+security)
+	command -v systemd-analyze >/dev/null 2>&1 || skip "systemd-analyze not found"
+	systemd-analyze --help 2>/dev/null | grep -q -- '--offline' ||
+		skip "systemd-analyze has no --offline (systemd older than 250)"
+	make_service "$1"
+	# --threshold is in tenths: 20 is an exposure of 2.0.
+	out=$(cd "$tmp" && systemd-analyze security --offline=true --threshold=20 \
+		"$tmp/gpubroker.service" 2>&1)
+	rc=$?
+	printf '%s\n' "$out"
+	level=$(printf '%s\n' "$out" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+	[ -n "$level" ] || fail "no overall exposure level in the output"
+	awk -v l="$level" 'BEGIN { exit !(l <= 2.0) }' ||
+		fail "exposure $level is above 2.0: harden gpubroker.service"
+	[ "$rc" -eq 0 ] || fail "systemd-analyze security exited with $rc"
+	echo "exposure $level (at most 2.0)"
+	;;
+sysusers)
+	command -v systemd-sysusers >/dev/null 2>&1 || skip "systemd-sysusers not found"
+	root=$tmp/root
+	mkdir -p "$root/etc"
+	systemd-sysusers --root="$root" - <"$1" || fail "systemd-sysusers failed"
+	grep -q '^gpubroker:x:[0-9]*:$' "$root/etc/group" || fail "no gpubroker group"
+	grep -q '^gpubroker-admin:x:[0-9]*:$' "$root/etc/group" || fail "no gpubroker-admin group"
+	gid=$(sed -n 's/^gpubroker:x:\([0-9]*\):$/\1/p' "$root/etc/group")
+	line=$(grep '^gpubroker:' "$root/etc/passwd") || fail "no gpubroker user"
+	echo "user: $line"
+	case $line in
+	gpubroker:x:*:"$gid":*:*:*nologin) ;;
+	*) fail "the gpubroker user should have the gpubroker group ($gid) and no login shell" ;;
+	esac
+	command -v systemd-tmpfiles >/dev/null 2>&1 || skip "systemd-tmpfiles not found"
+	if [ "$(id -u)" != 0 ]; then
+		echo "not root: systemd-tmpfiles (which sets owners) not checked"
+		exit 0
+	fi
+	sed -e "s|@sysconfdir@|/etc|g" "$2" >"$tmp/tmpfiles.conf"
+	if grep -n '@[a-z_]*@' "$tmp/tmpfiles.conf"; then
+		fail "a template variable is not filled in"
+	fi
+	systemd-tmpfiles --root="$root" --create "$tmp/tmpfiles.conf" || fail "systemd-tmpfiles failed"
+	for d in run/gpubroker etc/gpubroker; do
+		[ -d "$root/$d" ] || fail "/$d not created"
+		perm=$(stat -c '%a %U' "$root/$d")
+		[ "$perm" = "755 root" ] || fail "/$d is '$perm', expected '755 root'"
+	done
+	echo "users, groups and directories created"
+	;;
+*)
+	echo "usage: $0 verify|security|sysusers ..." >&2
+	exit 2
+	;;
+esac
