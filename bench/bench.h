@@ -1,0 +1,153 @@
+/*
+ * bench.h - gpb-bench: the benchmark harness of issue 7.
+ *
+ * Every figure is a ratio against a baseline measured in the same run:
+ * library round trips against a bare Unix-socket ping-pong of the same
+ * message sizes, the daemon's pool against a direct allocator, the pool at
+ * many live allocations against the pool at few. See bench/README.md.
+ */
+#ifndef GPB_BENCH_H
+#define GPB_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- time, randomness, statistics (util.c) ---- */
+
+uint64_t bench_now_ns(void);
+void bench_sleep_ns(uint64_t ns);
+
+/* splitmix64: deterministic, seedable, good enough for traces. */
+struct bench_rng {
+	uint64_t s;
+};
+uint64_t bench_rng_next(struct bench_rng *r);
+/* Uniform in [0, n). */
+uint64_t bench_rng_below(struct bench_rng *r, uint64_t n);
+/* Uniform in [0, 1). */
+double bench_rng_unit(struct bench_rng *r);
+/* Log-uniform in [lo, hi]. */
+uint64_t bench_rng_loguniform(struct bench_rng *r, uint64_t lo, uint64_t hi);
+
+/* Sorts v in place and returns the q-quantile (0 <= q <= 1), nearest rank. */
+double bench_quantile(double *v, size_t n, double q);
+/* Median of a few values (sorted in place). */
+double bench_median(double *v, size_t n);
+
+void *bench_xmalloc(size_t n);
+void *bench_xcalloc(size_t n, size_t size);
+__attribute__((noreturn, format(printf, 1, 2))) void bench_die(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void bench_log(const char *fmt, ...);
+extern bool bench_verbose;
+
+/* Full write / read; 0 or -errno (-EPIPE at EOF for reads). */
+int bench_write_all(int fd, const void *buf, size_t len);
+int bench_read_all(int fd, void *buf, size_t len);
+
+/* ---- the daemon under test (daemon.c) ---- */
+
+struct bench_daemon {
+	pid_t pid;
+	char dir[64];
+	char socket[128];
+	char command[1024]; /* the command line, for the results file */
+};
+
+/* Starts @path (gpubrokerd) on a socket in a fresh temporary directory with
+ * the flags the benchmark needs, and waits until it accepts connections. */
+void bench_daemon_start(struct bench_daemon *d, const char *path);
+void bench_daemon_stop(struct bench_daemon *d);
+/* Resident set of a process, in bytes (VmRSS), or -1. */
+long bench_rss_bytes(pid_t pid);
+
+/* ---- the bare baseline (pingpong.c) ---- */
+
+/* Sizes of the real frames, newline included, measured against the daemon:
+ * alloc request/reply (slab already held) and free request/reply. */
+struct bench_sizes {
+	size_t alloc_req, alloc_rep, free_req, free_rep;
+};
+
+/* Measures the sizes with raw frames built by proto.c, as the library
+ * builds them. */
+void bench_measure_sizes(const char *socket, struct bench_sizes *out);
+
+struct bench_echo {
+	pid_t pid;
+	char socket[128];
+};
+
+/* Forks a single-threaded epoll server (like the daemon: one thread, one
+ * loop) that answers each request line of alloc_req bytes with an alloc_rep
+ * line and every other line with a free_rep line. */
+void bench_echo_start(struct bench_echo *e, const char *dir, const struct bench_sizes *sz);
+void bench_echo_stop(struct bench_echo *e);
+
+/* A bare client: a connected socket and the two request frames. */
+struct bench_bare {
+	int fd;
+	const struct bench_sizes *sz;
+	char *req_alloc, *req_free;
+	char buf[4096];
+	size_t have;
+};
+
+void bench_bare_open(struct bench_bare *b, const char *socket, const struct bench_sizes *sz);
+void bench_bare_close(struct bench_bare *b);
+/* One alloc-sized and one free-sized round trip. */
+void bench_bare_pair(struct bench_bare *b);
+
+/* ---- library workloads (libclient.c) ---- */
+
+struct gpb_client;
+struct bench_lib {
+	struct gpb_client *c;
+	uint64_t instance;
+	uint64_t anchor; /* a live allocation that keeps the slab held, or 0 */
+};
+
+/* Connects, registers and, with @anchor, allocates one allocation that stays
+ * live so that the slab stays held (the steady state of an application). */
+void bench_lib_open(struct bench_lib *l, const char *socket, bool anchor);
+void bench_lib_close(struct bench_lib *l);
+/* gpb_alloc + gpb_free of BENCH_ALLOC_SIZE bytes. */
+void bench_lib_pair(struct bench_lib *l);
+
+#define BENCH_ALLOC_SIZE (1u << 20)
+
+/* Allocates @n allocations of 256 bytes over a raw pipelined connection
+ * and returns the daemon's RSS growth per allocation (bytes). With @keep
+ * the connection (and so the allocations) stays open: *keep is its fd. */
+double bench_footprint(const struct bench_daemon *d, unsigned n, int *keep);
+
+/* ---- multi-process throughput (libclient.c) ---- */
+
+enum bench_kind { BENCH_LIB, BENCH_BARE };
+
+/* @nproc processes each running pairs of @kind for @seconds; returns the
+ * aggregate pairs per second. */
+double bench_throughput(enum bench_kind kind, unsigned nproc, double seconds,
+                        const char *lib_socket, const char *bare_socket,
+                        const struct bench_sizes *sz);
+
+/* ---- the pool (poolbench.c) ---- */
+
+struct bench_frag {
+	double pool_live;   /* requested bytes live at the first OOM / capacity */
+	double pool_used;   /* the pool's rounded bytes in use / capacity */
+	double direct_live; /* the same trace through the direct allocator */
+	double direct2m_live;
+	double whole_live; /* the pool with large_threshold = slab size */
+	uint64_t steps, live_count, failed_size;
+	uint64_t direct_steps;
+};
+
+void bench_fragmentation(uint64_t capacity, uint64_t seed, struct bench_frag *out);
+
+/* Mean ns per pool operation (half an alloc+free pair) in a random churn at
+ * @live live allocations; @lifo biases frees to the newest allocations. */
+double bench_pool_op_ns(unsigned live, unsigned ops, bool lifo);
+
+#endif

@@ -1,0 +1,63 @@
+#!/bin/sh
+# Runs every benchmark of issue 7 against the simulated backend and writes
+# bench/results/<date>-sim.md: machine, kernel, commit, command, table.
+#
+#   bench/run.sh [BUILD_DIR]        (default: build; configured if missing)
+#
+# gpb-bench starts its own gpubrokerd (sim) and its own echo server on
+# sockets in a fresh /tmp directory, so nothing else needs to be running.
+# Takes about three minutes. bench/README.md says what each row measures.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-build}
+case $build in
+/*) ;;
+*) build=$top/$build ;;
+esac
+cd "$top"
+if [ ! -f "$build/build.ninja" ]; then
+	meson setup "$build" -Dwerror=true
+fi
+ninja -C "$build" bench/gpb-bench daemon/gpubrokerd >/dev/null
+
+date=$(date -u +%Y-%m-%d)
+mkdir -p bench/results
+out=bench/results/$date-sim.md
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT INT TERM
+
+cmd="GPB_DAEMON=$build/daemon/gpubrokerd $build/bench/gpb-bench"
+echo "gpb-bench: running the full set (about three minutes)..." >&2
+GPB_DAEMON=$build/daemon/gpubrokerd "$build/bench/gpb-bench" >"$tmp"
+
+model=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
+cpus=$(nproc)
+threads=$(lscpu | sed -n 's/^Thread(s) per core: *//p' | head -n 1)
+hyper=$(lscpu | sed -n 's/^Hypervisor vendor: *//p' | head -n 1)
+l3=$(lscpu | sed -n 's/^L3 cache: *//p' | head -n 1)
+mem=$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+	commit="$commit (working tree has uncommitted changes)"
+fi
+cc=$(sed -n 's/^CC *= *//p' "$build/build.ninja" 2>/dev/null | head -n 1)
+ccver=$(${cc:-cc} --version 2>/dev/null | head -n 1)
+buildtype=$(meson introspect --buildoptions "$build" 2>/dev/null |
+	tr '{' '\n' | sed -n 's/.*"name": "buildtype", "value": "\([a-z]*\)".*/\1/p' | head -n 1)
+
+{
+	echo "# gpubroker benchmarks, sim backend, $date"
+	echo
+	echo "- Machine: $model, $cpus CPUs ($threads thread(s) per core)${hyper:+, $hyper guest}, L3 $l3, $mem"
+	echo "- Kernel: $(uname -sr)"
+	echo "- Commit: $commit"
+	echo "- Build: ${buildtype:-?}, $ccver, libuv $(pkg-config --modversion libuv), cJSON $(pkg-config --modversion libcjson)"
+	echo "- Command: \`bench/run.sh\` (runs \`$cmd\`)"
+	echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo
+	echo "Every ratio compares figures taken in this run; absolute times mean"
+	echo "little on a shared $cpus-CPU virtual machine. See bench/README.md."
+	echo
+	cat "$tmp"
+} >"$out"
+echo "gpb-bench: wrote $out" >&2
