@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "dispatch.h"
 #include "log.h"
 
 struct session_slab {
@@ -31,6 +32,8 @@ void broker_limits_default(struct broker_limits *limits)
 	limits->write_high_water = 4u << 20;
 	limits->hello_timeout_ms = 10000;
 	limits->max_clients = 1024;
+	limits->mode = POLICY_PASSIVE;
+	limits->min_auto_share = POLICY_MIN_AUTO_SHARE;
 }
 
 /* The pool reaches the backend through its device's entry. */
@@ -66,7 +69,10 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	b->backend = backend;
 	b->limits = *limits;
 	list_init(&b->sessions);
+	list_init(&b->waits);
 	idmap_init(&b->allocs);
+	idmap_init(&b->instances);
+	b->timer_deadline = UINT64_MAX;
 	b->next_session_id = 1;
 	b->next_instance_id = 1;
 	b->started = time(NULL);
@@ -86,6 +92,14 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 		}
 		b->device_count = i + 1;
 	}
+	if (rc == 0) {
+		uint64_t totals[BACKEND_MAX_DEVICES];
+		struct policy_config pc = {.mode = limits->mode,
+		                           .min_auto_share = limits->min_auto_share};
+		for (int i = 0; i < b->device_count; i++)
+			totals[i] = b->dev[i].info.total;
+		rc = policy_init(&b->policy, &pc, b->device_count, totals);
+	}
 	if (rc < 0) {
 		broker_destroy(b);
 		return rc;
@@ -98,14 +112,27 @@ void broker_destroy(struct broker *b)
 {
 	if (!b)
 		return;
+	/* The server is gone by now: nothing may be sent or armed, and
+	 * nothing waiting is served while the sessions are taken apart. */
+	b->send = NULL;
+	b->timer = NULL;
+	b->stopping = true;
 	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &b->sessions)
+	{
+		struct session *s = list_entry(pos, struct session, link);
+		broker_waits_drop(b, s);
+	}
 	list_for_each_safe(pos, tmp, &b->sessions)
 	{
 		broker_session_close(b, list_entry(pos, struct session, link));
 	}
 	for (int i = 0; i < b->device_count; i++)
 		pool_destroy(b->dev[i].pool);
+	if (b->policy.device_count) /* policy_init succeeded */
+		policy_finish(&b->policy);
 	idmap_finish(&b->allocs);
+	idmap_finish(&b->instances);
 	backend_destroy(b->backend);
 	free(b);
 }
@@ -180,6 +207,7 @@ static void broker_alloc_release(struct broker *b, struct session *s, struct bro
 	session_release(s, bs->id);
 	a->inst->used -= size;
 	a->inst->live--;
+	policy_uncharge(&b->policy, &a->inst->pol, size);
 	s->used -= size;
 	s->alloc_count--;
 	/* Last: this may hand the slab back to the backend. */
@@ -198,9 +226,45 @@ static void broker_unpin(struct broker *b, struct session *s, struct pool_slab *
 	pool_slab_unpin(b->dev[device].pool, slab);
 }
 
+/* Tells the owner of every instance whose cap moved, then serves the waits
+ * that fit now: the tail of everything that changes the policy or frees
+ * memory. */
+static void broker_policy_changed(struct broker *b)
+{
+	struct policy_instance *pi;
+	while ((pi = policy_take_changed(&b->policy))) {
+		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
+		cJSON *data = cJSON_CreateObject();
+		if (!data || proto_add_id64(data, "instance", inst->id) ||
+		    proto_add_u64(data, "cap", pi->cap) ||
+		    !cJSON_AddNumberToObject(data, "share", pi->share) ||
+		    !cJSON_AddStringToObject(data, "mode", policy_mode_name(b->policy.cfg.mode))) {
+			/* The client misses one update; its next mem_info is right. */
+			log_warn("session %llu: cap_changed dropped: out of memory",
+			         (unsigned long long)inst->owner->id);
+			cJSON_Delete(data);
+			continue;
+		}
+		broker_send_event(b, inst->owner, "cap_changed", data);
+	}
+	broker_waits_run(b);
+}
+
+/* Takes an instance out of the policy and the instance table and frees it. */
+static void broker_instance_free(struct broker *b, struct session *s, struct broker_instance *inst)
+{
+	policy_remove(&b->policy, &inst->pol);
+	idmap_remove(&b->instances, inst->id);
+	list_remove(&inst->link);
+	s->instance_count--;
+	b->instance_count--;
+	free(inst);
+}
+
 void broker_session_close(struct broker *b, struct session *s)
 {
 	struct list *pos, *tmp;
+	broker_waits_drop(b, s);
 	list_for_each_safe(pos, tmp, &s->allocs)
 	{
 		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
@@ -211,10 +275,7 @@ void broker_session_close(struct broker *b, struct session *s)
 		broker_unpin(b, s, slab);
 	list_for_each_safe(pos, tmp, &s->instances)
 	{
-		struct broker_instance *inst = list_entry(pos, struct broker_instance, link);
-		list_remove(&inst->link);
-		free(inst);
-		b->instance_count--;
+		broker_instance_free(b, s, list_entry(pos, struct broker_instance, link));
 	}
 	list_remove(&s->link);
 	b->session_count--;
@@ -226,6 +287,9 @@ void broker_session_close(struct broker *b, struct session *s)
 	idmap_finish(&s->held);
 	idmap_finish(&s->attached);
 	free(s);
+	/* A dead client's share goes to the others, and its memory to
+	 * whoever waits for it. */
+	broker_policy_changed(b);
 }
 
 int broker_register(struct broker *b, struct session *s, const char *name, int device,
@@ -236,19 +300,70 @@ int broker_register(struct broker *b, struct session *s, const char *name, int d
 	if (s->instance_count >= b->limits.max_instances)
 		return -EMFILE;
 	struct broker_instance *inst = calloc(1, sizeof(*inst));
-	if (!inst)
+	if (!inst || idmap_reserve(&b->instances, 1) < 0) {
+		free(inst);
 		return -ENOMEM;
+	}
+	/* The policy judges first: a refused registration uses no id. */
+	int rc = policy_add(&b->policy, &inst->pol, b->next_instance_id, device, proportion, group,
+	                    NULL);
+	if (rc < 0) {
+		free(inst);
+		return rc;
+	}
 	inst->id = b->next_instance_id++;
 	inst->owner = s;
 	inst->device = device;
-	inst->proportion = proportion;
 	snprintf(inst->name, sizeof(inst->name), "%s", name);
-	snprintf(inst->group, sizeof(inst->group), "%s", group ? group : "default");
+	idmap_put(&b->instances, inst->id, inst); /* reserved above: cannot fail */
 	list_insert_tail(&s->instances, &inst->link);
 	s->instance_count++;
 	b->instance_count++;
 	*out = inst;
+	broker_policy_changed(b);
 	return 0;
+}
+
+struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance)
+{
+	return idmap_get(&b->instances, instance);
+}
+
+int broker_set_proportion(struct broker *b, struct broker_instance *inst, double proportion)
+{
+	int rc = policy_set_proportion(&b->policy, &inst->pol, proportion, NULL);
+	if (rc == 0)
+		broker_policy_changed(b);
+	return rc;
+}
+
+int broker_set_auto(struct broker *b, struct broker_instance *inst)
+{
+	int rc = policy_set_auto(&b->policy, &inst->pol, NULL);
+	if (rc == 0)
+		broker_policy_changed(b);
+	return rc;
+}
+
+int broker_set_group(struct broker *b, struct broker_instance *inst, const char *group)
+{
+	return policy_set_group(&b->policy, &inst->pol, group);
+}
+
+int broker_set_mode(struct broker *b, enum policy_mode mode)
+{
+	int rc = policy_set_mode(&b->policy, mode);
+	if (rc == 0)
+		broker_policy_changed(b);
+	return rc;
+}
+
+int broker_set_limit(struct broker *b, int device, uint64_t bytes, double fraction)
+{
+	int rc = policy_set_limit(&b->policy, device, bytes, fraction);
+	if (rc == 0)
+		broker_policy_changed(b);
+	return rc;
 }
 
 struct broker_instance *broker_instance_find(struct session *s, uint64_t instance)
@@ -270,10 +385,8 @@ int broker_unregister(struct broker *b, struct session *s, uint64_t instance)
 		return -ENOENT;
 	if (inst->live > 0)
 		return -EBUSY;
-	list_remove(&inst->link);
-	s->instance_count--;
-	b->instance_count--;
-	free(inst);
+	broker_instance_free(b, s, inst);
+	broker_policy_changed(b);
 	return 0;
 }
 
@@ -309,6 +422,19 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
 	out->fd = fresh ? bs->fd : -1;
 }
 
+/*
+ * The policy's verdict on charging bytes more to inst. Without a limit the
+ * capacity is the device's memory, and there the pool is the better judge:
+ * it fails just the same when the device is full, but first hands back
+ * cached empty slabs, and counts the refusal in its statistics (ooms).
+ */
+static int broker_admit(struct broker *b, struct broker_instance *inst, uint64_t bytes)
+{
+	const struct policy_device *dev = &b->policy.dev[inst->device];
+	int rc = policy_admit(&b->policy, &inst->pol, bytes, NULL);
+	return rc == -ENOMEM && dev->capacity == dev->total ? 0 : rc;
+}
+
 int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
                  uint64_t align, struct broker_grant *out)
 {
@@ -319,16 +445,30 @@ int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_
 		return -ENOENT;
 	if (s->alloc_count + s->attached.count >= b->limits.max_allocations)
 		return -EMFILE;
+	/* The policy counts what the pool will hand out: the size rounded
+	 * up to the granule. */
+	if (size > UINT64_MAX - (POOL_GRANULE - 1))
+		return -EINVAL;
+	int rc = broker_admit(b, inst, (size + POOL_GRANULE - 1) & ~(uint64_t)(POOL_GRANULE - 1));
+	if (rc < 0)
+		return rc;
 	struct broker_alloc *a = calloc(1, sizeof(*a));
 	if (!a)
 		return -EAGAIN;
-	int rc = broker_new_id(b, &a->id);
+	rc = broker_new_id(b, &a->id);
 	if (rc < 0)
 		goto fail;
 	struct pool *pool = b->dev[inst->device].pool;
 	rc = pool_alloc(pool, s->uid, size, align, &a->block);
 	if (rc < 0)
 		goto fail;
+	/* Should the pool ever hand out more than the rounded size, the
+	 * policy must still hold. */
+	rc = broker_admit(b, inst, pool_block_size(a->block));
+	if (rc < 0) {
+		pool_free(pool, a->block);
+		goto fail;
+	}
 	struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
 	int fresh = session_hold(s, bs->id);
 	if (fresh < 0 || idmap_put(&b->allocs, a->id, a) < 0) {
@@ -343,6 +483,7 @@ int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_
 	uint64_t bytes = pool_block_size(a->block);
 	inst->used += bytes;
 	inst->live++;
+	policy_charge(&b->policy, &inst->pol, bytes);
 	s->used += bytes;
 	s->alloc_count++;
 	out->id = a->id;
@@ -366,6 +507,7 @@ int broker_free(struct broker *b, struct session *s, uint64_t id)
 	if (!a)
 		return -ENOENT;
 	broker_alloc_release(b, s, a);
+	broker_waits_run(b);
 	return 0;
 }
 
@@ -399,7 +541,9 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id)
 	struct pool_slab *slab = idmap_remove(&s->attached, id);
 	if (!slab)
 		return -ENOENT;
+	/* An unpinned slab may go back to the device: real room for a wait. */
 	broker_unpin(b, s, slab);
+	broker_waits_run(b);
 	return 0;
 }
 
@@ -429,16 +573,14 @@ void broker_send_event(struct broker *b, struct session *s, const char *name, cJ
 
 uint64_t broker_device_free(const struct broker *b, int device)
 {
-	struct pool_stats st;
-	pool_get_stats(b->dev[device].pool, &st);
-	uint64_t total = b->dev[device].info.total;
-	return st.used < total ? total - st.used : 0;
+	/* Live allocations are exactly what the policy has charged. */
+	return policy_device_available(&b->policy, device);
 }
 
 int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 {
 	uint64_t allocs = 0, instances = 0;
-	unsigned sessions = 0;
+	unsigned sessions = 0, waits = 0, listed = 0;
 	for (int i = 0; i < b->device_count; i++) {
 		int rc = pool_check(b->dev[i].pool, msg, msg_len);
 		if (rc < 0)
@@ -461,6 +603,19 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 			used += pool_block_size(a->block);
 			n++;
 		}
+		for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next) {
+			const struct broker_instance *inst =
+			    list_entry(ipos, const struct broker_instance, link);
+			if (idmap_get(&b->instances, inst->id) != inst || inst->owner != s ||
+			    inst->pol.id != inst->id || inst->pol.device != inst->device ||
+			    inst->pol.used != inst->used) {
+				snprintf(msg, msg_len,
+				         "instance %llu disagrees with the policy or the table",
+				         (unsigned long long)inst->id);
+				return -EFAULT;
+			}
+		}
+		waits += s->wait_count;
 		if (used != s->used || n != s->alloc_count) {
 			snprintf(msg, msg_len,
 			         "session %llu counters: used %llu/%llu live %llu/%llu",
@@ -472,9 +627,17 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 		allocs += n;
 	}
 	if (allocs != b->allocs.count || sessions != b->session_count ||
-	    instances != b->instance_count) {
+	    instances != b->instance_count || instances != b->instances.count ||
+	    instances != b->policy.count) {
 		snprintf(msg, msg_len, "broker counters disagree with the sessions");
 		return -EFAULT;
 	}
-	return 0;
+	for (pos = b->waits.next; pos != &b->waits; pos = pos->next)
+		listed++;
+	if (listed != waits || waits != b->wait_count) {
+		snprintf(msg, msg_len, "%u waits listed, sessions count %u, broker %u", listed,
+		         waits, b->wait_count);
+		return -EFAULT;
+	}
+	return b->policy.device_count ? policy_check(&b->policy, msg, msg_len) : 0;
 }

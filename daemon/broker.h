@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "idmap.h"
 #include "list.h"
+#include "policy.h"
 #include "pool.h"
 #include "proto.h"
 
@@ -24,6 +25,8 @@ struct broker_limits {
 	uint64_t write_high_water; /* bytes of unsent replies before a client is paused */
 	unsigned hello_timeout_ms; /* a connection must say hello within this */
 	unsigned max_clients;      /* connections at once */
+	enum policy_mode mode;     /* VRAM policy mode at start (set_mode changes it live) */
+	double min_auto_share;     /* policy: least share of each auto instance, (0, 1] */
 };
 
 struct broker_device {
@@ -39,10 +42,10 @@ struct broker_instance {
 	struct session *owner;
 	int device;
 	char name[PROTO_MAX_NAME + 1];
-	char group[PROTO_MAX_NAME + 1];
-	double proportion; /* 0 = auto pool */
+	struct policy_instance pol; /* proportion, share, cap and group: the policy's view */
 	uint64_t used;
 	uint64_t live;
+	unsigned wait_pass; /* broker->wait_pass when a wait of it was short of quota */
 };
 
 struct broker_alloc {
@@ -71,6 +74,7 @@ struct session {
 	uint64_t used;
 	struct idmap held;     /* slab id -> struct session_slab: slabs this session holds */
 	struct idmap attached; /* allocation id -> struct pool_slab (pinned) */
+	unsigned wait_count;   /* its allocations waiting in broker->waits */
 };
 
 /*
@@ -88,6 +92,26 @@ typedef void (*broker_send_fn)(void *ctx, struct session *s, char *frame, size_t
  * configuration stays in force).
  */
 typedef int (*broker_reload_fn)(void *ctx, cJSON *result, char *message, size_t size);
+
+/*
+ * How the broker asks for a wake-up when a waiting allocation's deadline
+ * comes: (re)arm one timer to fire after delay_ms, or disarm it when
+ * delay_ms is UINT64_MAX. When it fires the server calls
+ * broker_waits_expire(). Without one (unit tests) expiry happens only when
+ * the caller calls broker_waits_expire() itself.
+ */
+typedef void (*broker_timer_fn)(void *ctx, uint64_t delay_ms);
+
+/* An allocation waiting for memory or quota (alloc with wait_ms). */
+struct broker_wait {
+	struct list link; /* broker->waits */
+	struct session *s;
+	uint64_t instance;
+	uint64_t size, align;
+	uint64_t deadline; /* CLOCK_MONOTONIC milliseconds */
+	uint64_t started;
+	char id[PROTO_MAX_ID + 1]; /* the request's id, for the deferred reply */
+};
 
 struct broker {
 	struct backend *backend;
@@ -108,6 +132,15 @@ struct broker {
 	bool stopping;
 	uint64_t rand[32]; /* buffered getrandom() output for allocation ids */
 	unsigned rand_left;
+	struct policy policy;
+	struct idmap instances; /* instance id -> struct broker_instance, every session's */
+	struct list waits;      /* struct broker_wait: allocations waiting, in arrival order */
+	unsigned wait_count;
+	broker_timer_fn timer; /* arms the wait deadline timer (the server's) */
+	void *timer_ctx;
+	uint64_t timer_deadline; /* what the timer is armed for, UINT64_MAX = nothing */
+	unsigned wait_pass;
+	bool waits_running, waits_again;
 };
 
 /* What a client needs to use an allocation (or an attachment). */
@@ -134,7 +167,12 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 /* Frees every allocation, attachment and instance the session holds. */
 void broker_session_close(struct broker *b, struct session *s);
 
-/* -ENODEV (device), -EMFILE (max_instances), -ENOMEM. */
+/*
+ * -ENODEV (device), -EMFILE (max_instances), -ENOMEM, and the policy's
+ * refusals: -EINVAL (proportion or group), -ENOSPC (manual proportions over
+ * 1), -EUSERS (the auto pool would fall below its minimum). The instances
+ * whose cap moved hear it (cap_changed).
+ */
 int broker_register(struct broker *b, struct session *s, const char *name, int device,
                     double proportion, const char *group, struct broker_instance **out);
 /* -ENOENT, -EBUSY (holds allocations). */
@@ -142,9 +180,10 @@ int broker_unregister(struct broker *b, struct session *s, uint64_t instance);
 struct broker_instance *broker_instance_find(struct session *s, uint64_t instance);
 
 /*
- * -ENOENT (instance), -EINVAL (size/alignment), -ENOMEM (device full),
- * -EMFILE (max_allocations), -ESHUTDOWN (stopping), -EIO (backend failure),
- * -EAGAIN (host memory).
+ * -ENOENT (instance), -EINVAL (size/alignment), -ENOMEM (device full, or
+ * its capacity under the limit), -EDQUOT (active mode: over the instance's
+ * cap), -EMFILE (max_allocations), -ESHUTDOWN (stopping), -EIO (backend
+ * failure), -EAGAIN (host memory).
  */
 int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
                  uint64_t align, struct broker_grant *out);
@@ -160,8 +199,52 @@ void broker_send(struct broker *b, struct session *s, char *frame, size_t len, i
 /* Encodes and sends an event; data is consumed. */
 void broker_send_event(struct broker *b, struct session *s, const char *name, cJSON *data);
 
-/* Bytes of device memory not in live allocations. */
+/* Bytes the broker may still hand out on a device: its capacity (memory
+ * bounded by the policy's limit) minus live allocations. */
 uint64_t broker_device_free(const struct broker *b, int device);
+
+/* ---- VRAM policy: policy.h does the arithmetic; these apply it, tell the
+ * owners of every other instance whose cap moved (cap_changed) and serve
+ * the waiting allocations that now fit. ---- */
+
+/* Any session's instance, or NULL. */
+struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance);
+/* Manual pool with this proportion. -EINVAL, -ENOSPC, -EUSERS. */
+int broker_set_proportion(struct broker *b, struct broker_instance *inst, double proportion);
+/* Auto pool (no-op when there). -EUSERS. */
+int broker_set_auto(struct broker *b, struct broker_instance *inst);
+/* -EINVAL (name). */
+int broker_set_group(struct broker *b, struct broker_instance *inst, const char *group);
+/* -EINVAL. */
+int broker_set_mode(struct broker *b, enum policy_mode mode);
+/* device < 0: every device. bytes or fraction, both 0 = no limit. -EINVAL. */
+int broker_set_limit(struct broker *b, int device, uint64_t bytes, double fraction);
+
+/* ---- waiting allocations (broker_wait.c) ----
+ * An alloc that asked to wait and was refused for memory or quota is
+ * queued. Waits are served in arrival order: one short of device memory
+ * holds back later ones on that device, one short of quota later ones of
+ * that instance. Served or failed, a wait is answered with
+ * dispatch_wait_done(); a session that closes takes its waits with it
+ * unanswered. */
+
+void broker_set_timer(struct broker *b, broker_timer_fn fn, void *ctx);
+/* 0, -EMFILE (max_allocations, waits included), -ESHUTDOWN, -ENOMEM. */
+int broker_wait_add(struct broker *b, struct session *s, const char *req_id, uint64_t instance,
+                    uint64_t size, uint64_t align, uint64_t wait_ms);
+/* Serves the waits that fit now. Called after anything that frees memory
+ * or moves caps; safe to call from inside itself (it loops instead). */
+void broker_waits_run(struct broker *b);
+/* Fails the waits whose deadline has passed with -ETIMEDOUT. */
+void broker_waits_expire(struct broker *b);
+/* Answers every wait with rc (-ESHUTDOWN when the daemon stops). */
+void broker_waits_cancel(struct broker *b, int rc);
+/* True when allocations wait on this device. */
+bool broker_waits_on(const struct broker *b, int device);
+/* Drops a session's waits without answering (it is going away). */
+void broker_waits_drop(struct broker *b, struct session *s);
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t broker_now_ms(void);
 
 /* Walks every structure and checks what it can: pools, counters, the
  * allocation table against the sessions. 0 or -EFAULT with msg. */

@@ -11,6 +11,8 @@
 #include "config.h"
 #include "log.h"
 
+#define DISPATCH_MAX_WAIT_MS 86400000 /* a day: longer waits are surely mistakes */
+
 cJSON *dispatch_result(struct dispatch_ctx *ctx)
 {
 	ctx->result = cJSON_CreateObject();
@@ -174,11 +176,14 @@ static int on_register(struct dispatch_ctx *ctx)
 		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
 	struct broker_instance *inst;
 	rc = broker_register(ctx->b, ctx->s, name, (int)device, proportion, group, &inst);
+	if (rc == -EINVAL || rc == -ENOSPC || rc == -EUSERS)
+		return dispatch_policy_error(ctx, rc, (int)device, proportion);
 	if (rc < 0)
 		return broker_error(ctx, rc, "instance");
 	cJSON *r = dispatch_result(ctx);
 	if (!r || proto_add_id64(r, "instance", inst->id) || add_int(r, "device", inst->device) ||
-	    proto_add_u64(r, "cap", ctx->b->dev[inst->device].info.total))
+	    proto_add_u64(r, "cap", inst->pol.cap) || add_int(r, "share", inst->pol.share) ||
+	    dispatch_policy_warnings(ctx, r, inst->device))
 		return -ENOMEM;
 	return 0;
 }
@@ -217,6 +222,64 @@ static int grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
 	return 0;
 }
 
+/*
+ * The error for an alloc that broker_alloc() (or a wait) refused with rc.
+ * waited_ms is how long a wait lasted (0 when the request did not wait).
+ * Returns rc (-ENOMEM when only host memory is short).
+ */
+static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint64_t size,
+                       uint64_t waited_ms)
+{
+	struct broker_instance *inst = broker_instance_find(ctx->s, instance);
+	switch (rc) {
+	case -EINVAL:
+		return dispatch_param_error(ctx, -ERANGE, "size", "too large to round up");
+	case -ENOMEM: {
+		uint64_t dfree = inst ? broker_device_free(ctx->b, inst->device) : 0;
+		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
+		                "out of memory: %llu bytes requested on device %d, %llu free",
+		                (unsigned long long)size, inst ? inst->device : -1,
+		                (unsigned long long)dfree);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data) {
+			proto_add_u64(ctx->data, "requested", size);
+			proto_add_u64(ctx->data, "device_free", dfree);
+		}
+		return rc;
+	}
+	case -EDQUOT: {
+		/* What the cap is charged: the size rounded to the granule. */
+		uint64_t charged = (size + POOL_GRANULE - 1) & ~(uint64_t)(POOL_GRANULE - 1);
+		proto_error_set(&ctx->err, PROTO_E_QUOTA,
+		                "quota exceeded: instance %016llx may hold %llu bytes, holds %llu, "
+		                "asked for %llu",
+		                (unsigned long long)instance, (unsigned long long)inst->pol.cap,
+		                (unsigned long long)inst->pol.used, (unsigned long long)charged);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data) {
+			proto_add_u64(ctx->data, "cap", inst->pol.cap);
+			proto_add_u64(ctx->data, "used", inst->pol.used);
+			proto_add_u64(ctx->data, "requested", charged);
+		}
+		return rc;
+	}
+	case -ETIMEDOUT:
+		proto_error_set(&ctx->err, PROTO_E_TIMEOUT,
+		                "timeout: no room for %llu bytes within %llu ms",
+		                (unsigned long long)size, (unsigned long long)waited_ms);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data) {
+			proto_add_u64(ctx->data, "requested", size);
+			cJSON_AddNumberToObject(ctx->data, "waited_ms", (double)waited_ms);
+		}
+		return rc;
+	case -EAGAIN:
+		return -ENOMEM;
+	default:
+		return broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
+	}
+}
+
 static int on_alloc(struct dispatch_ctx *ctx)
 {
 	uint64_t instance, size, align = POOL_GRANULE;
@@ -247,28 +310,73 @@ static int on_alloc(struct dispatch_ctx *ctx)
 		                "memory type '%s' is not supported by this version", type);
 		return -EOPNOTSUPP;
 	}
+	int64_t wait_ms = 0;
+	rc = proto_get_int(ctx->params, "wait_ms", 0, DISPATCH_MAX_WAIT_MS, &wait_ms);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "wait_ms",
+		                            "an integer from 0 to 86400000 (milliseconds)");
 	struct broker_grant g;
-	rc = broker_alloc(ctx->b, ctx->s, instance, size, align, &g);
-	if (rc == -EINVAL)
-		return dispatch_param_error(ctx, -ERANGE, "size", "too large to round up");
-	if (rc == -ENOMEM) {
+	/* A request that may wait does not overtake those already waiting on
+	 * its device: it joins the queue behind them. */
+	struct broker_instance *target = broker_instance_find(ctx->s, instance);
+	if (wait_ms > 0 && target && broker_waits_on(ctx->b, target->device))
+		rc = -ENOMEM;
+	else
+		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, &g);
+	if ((rc == -ENOMEM || rc == -EDQUOT) && wait_ms > 0) {
+		/* A request larger than the device could never be served:
+		 * say so now rather than after the wait. */
 		struct broker_instance *inst = broker_instance_find(ctx->s, instance);
-		uint64_t dfree = broker_device_free(ctx->b, inst->device);
-		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
-		                "out of memory: %llu bytes requested on device %d, %llu free",
-		                (unsigned long long)size, inst->device, (unsigned long long)dfree);
-		ctx->data = cJSON_CreateObject();
-		if (ctx->data) {
-			proto_add_u64(ctx->data, "requested", size);
-			proto_add_u64(ctx->data, "device_free", dfree);
+		if (size <= ctx->b->dev[inst->device].info.total) {
+			int wrc = broker_wait_add(ctx->b, ctx->s, ctx->id, instance, size, align,
+			                          (uint64_t)wait_ms);
+			if (wrc == 0) {
+				ctx->deferred = true;
+				/* It may fit already, if only the queue held it. */
+				broker_waits_run(ctx->b);
+				return 0;
+			}
+			rc = wrc == -ENOMEM ? -EAGAIN : wrc;
 		}
-		return rc;
 	}
-	if (rc == -EAGAIN)
-		return -ENOMEM;
-	if (rc < 0)
-		return broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
-	return grant_result(ctx, &g);
+	return rc == 0 ? grant_result(ctx, &g) : alloc_error(ctx, rc, instance, size, 0);
+}
+
+void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
+                        const struct broker_grant *g)
+{
+	struct dispatch_ctx ctx = {.b = b, .s = w->s, .fd = -1, .id = w->id};
+	size_t len = 0;
+	char *frame = NULL;
+	if (rc == 0 && grant_result(&ctx, g) == 0) {
+		frame = proto_encode_result(w->id, ctx.result, &len);
+		ctx.result = NULL;
+		if (frame) {
+			broker_send(b, w->s, frame, len, ctx.fd);
+			return;
+		}
+	}
+	cJSON_Delete(ctx.result);
+	ctx.result = NULL;
+	if (rc == 0) {
+		/* The client cannot be told about this memory: give it back. */
+		broker_free(b, w->s, g->id);
+		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
+	} else {
+		uint64_t now = broker_now_ms();
+		if (alloc_error(&ctx, rc, w->instance, w->size, now - w->started) == -ENOMEM &&
+		    !ctx.err.code)
+			proto_error_set(&ctx.err, PROTO_E_INTERNAL,
+			                "internal error: out of memory");
+	}
+	if (ctx.err.field[0]) {
+		cJSON_Delete(ctx.data);
+		ctx.data = cJSON_CreateObject();
+		if (ctx.data)
+			cJSON_AddStringToObject(ctx.data, "field", ctx.err.field);
+	}
+	frame = proto_encode_error(w->id, ctx.err.code, ctx.err.message, ctx.data, &len);
+	broker_send(b, w->s, frame, len, -1);
 }
 
 static int on_free(struct dispatch_ctx *ctx)
@@ -339,6 +447,13 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_CLIENTS] = dispatch_clients,
     [PROTO_OP_DEVICES] = dispatch_devices,
     [PROTO_OP_RELOAD] = on_reload,
+    [PROTO_OP_POLICY] = dispatch_policy,
+    [PROTO_OP_SET_PROPORTION] = dispatch_set_proportion,
+    [PROTO_OP_SET_AUTO] = dispatch_set_auto,
+    [PROTO_OP_SET_GROUP] = dispatch_set_group,
+    [PROTO_OP_GROUP_INFO] = dispatch_group_info,
+    [PROTO_OP_SET_MODE] = dispatch_set_mode,
+    [PROTO_OP_SET_LIMIT] = dispatch_set_limit,
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)
@@ -356,6 +471,7 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
 	int rc = proto_request_parse(frame, len, &req, &ctx.err);
 	if (rc == 0) {
 		ctx.params = req.params;
+		ctx.id = req.id;
 		bool early = proto_ops[req.op].flags & PROTO_OPF_BEFORE_HELLO;
 		if (!s->hello && !early) {
 			proto_error_set(&ctx.err, PROTO_E_STATE, "bad state: send hello first");

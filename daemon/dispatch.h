@@ -28,4 +28,14 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
  * too many clients). */
 void dispatch_error(int code, const char *message, struct dispatch_reply *out);
 
+/*
+ * The deferred reply to a waiting alloc (broker_wait.c calls it): the grant
+ * when rc is 0, else the error alloc would have answered (-ETIMEDOUT is the
+ * timeout error). Sent through broker_send; if the reply cannot be encoded
+ * the allocation is freed again, so the client is never charged for memory
+ * it was not told about.
+ */
+void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
+                        const struct broker_grant *g);
+
 #endif

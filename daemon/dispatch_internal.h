@@ -10,6 +10,7 @@
 struct dispatch_ctx {
 	struct broker *b;
 	struct session *s;
+	const char *id; /* the request's id (a deferred reply needs it) */
 	const cJSON *params;
 	cJSON *result; /* set on success */
 	cJSON *data;   /* optional error data */
@@ -32,5 +33,20 @@ int dispatch_stats(struct dispatch_ctx *ctx);
 int dispatch_status(struct dispatch_ctx *ctx);
 int dispatch_clients(struct dispatch_ctx *ctx);
 int dispatch_devices(struct dispatch_ctx *ctx);
+
+/* dispatch_policy.c */
+int dispatch_policy(struct dispatch_ctx *ctx);
+int dispatch_set_proportion(struct dispatch_ctx *ctx);
+int dispatch_set_auto(struct dispatch_ctx *ctx);
+int dispatch_set_group(struct dispatch_ctx *ctx);
+int dispatch_group_info(struct dispatch_ctx *ctx);
+int dispatch_set_mode(struct dispatch_ctx *ctx);
+int dispatch_set_limit(struct dispatch_ctx *ctx);
+/* A register/set_proportion/set_auto refusal by the policy, explained with
+ * the device's figures: -32602 on "proportion". */
+int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double proportion);
+/* Adds "warnings" (an array of strings, only when there is one) for the
+ * auto pool of device, and logs them. 0 or -ENOMEM. */
+int dispatch_policy_warnings(struct dispatch_ctx *ctx, cJSON *result, int device);
 
 #endif

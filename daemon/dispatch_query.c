@@ -34,17 +34,16 @@ static int add_num(cJSON *obj, const char *key, double v)
 
 static int instance_entry(struct broker *b, cJSON *arr, const struct broker_instance *inst)
 {
-	uint64_t cap = b->dev[inst->device].info.total;
-	uint64_t dfree = broker_device_free(b, inst->device);
-	uint64_t headroom = cap > inst->used ? cap - inst->used : 0;
+	const struct policy_instance *pi = &inst->pol;
 	cJSON *o = array_push_object(arr);
 	if (!o || proto_add_id64(o, "instance", inst->id) ||
 	    !cJSON_AddStringToObject(o, "name", inst->name) || add_num(o, "device", inst->device) ||
-	    !cJSON_AddStringToObject(o, "group", inst->group) ||
-	    !(inst->proportion > 0 ? cJSON_AddNumberToObject(o, "proportion", inst->proportion)
-	                           : cJSON_AddNullToObject(o, "proportion")) ||
-	    proto_add_u64(o, "cap", cap) || proto_add_u64(o, "used", inst->used) ||
-	    proto_add_u64(o, "free", headroom < dfree ? headroom : dfree))
+	    !cJSON_AddStringToObject(o, "group", pi->group) ||
+	    !(pi->proportion > 0 ? cJSON_AddNumberToObject(o, "proportion", pi->proportion)
+	                         : cJSON_AddNullToObject(o, "proportion")) ||
+	    add_num(o, "share", pi->share) || proto_add_u64(o, "cap", pi->cap) ||
+	    proto_add_u64(o, "used", inst->used) ||
+	    proto_add_u64(o, "free", policy_headroom(&b->policy, pi)))
 		return -ENOMEM;
 	return 0;
 }

@@ -33,6 +33,8 @@ struct server {
 	uv_pipe_t listener;
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t drain;
+	uv_timer_t waits;    /* the broker's deadline for waiting allocations */
+	bool in_broker_send; /* conn_send called by the broker: do not close now */
 	struct service_watchdog watchdog;
 	struct list conns;
 	unsigned conn_count;
@@ -50,6 +52,7 @@ struct conn {
 	struct list link;
 	int open_handles;
 	bool closing, finishing, paused;
+	bool doomed; /* a frame for it could not be queued: closes on the next loop turn */
 };
 
 struct conn_write {
@@ -133,6 +136,28 @@ static void conn_on_write(uv_write_t *req, int status)
 	}
 }
 
+static void conn_on_doomed(uv_timer_t *t)
+{
+	conn_close(t->data, "could not queue a frame");
+}
+
+/*
+ * The broker sends events and deferred replies from inside its own
+ * operations (a rebalance, a free serving a wait); closing a connection
+ * there would free a session under its feet. Such a connection stops
+ * reading and is closed from the loop, by its hello timer, which is idle
+ * after the handshake (and before it the broker sends nothing that can be
+ * doomed but the shutdown event, after which the connection ends anyway).
+ */
+static void conn_doom(struct conn *c)
+{
+	if (c->doomed || c->closing)
+		return;
+	c->doomed = true;
+	uv_read_stop((uv_stream_t *)&c->pipe);
+	uv_timer_start(&c->hello_timer, conn_on_doomed, 0, 0);
+}
+
 /* Queues a frame (taking ownership) with an optional descriptor to pass.
  * On failure the connection is closed: a client told "fd": true must get
  * the descriptor or nothing. */
@@ -191,7 +216,10 @@ fail:
 		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
 	free(frame);
 	free(w);
-	conn_close(c, "could not queue a reply");
+	if (c->srv->in_broker_send)
+		conn_doom(c);
+	else
+		conn_close(c, "could not queue a reply");
 	return rc;
 }
 
@@ -200,7 +228,7 @@ fail:
 static void conn_process(struct conn *c)
 {
 	const struct broker_limits *limits = &c->srv->broker->limits;
-	while (!c->closing && !c->finishing) {
+	while (!c->closing && !c->finishing && !c->doomed) {
 		if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
 		    limits->write_high_water) {
 			if (!c->paused)
@@ -224,13 +252,19 @@ static void conn_process(struct conn *c)
 			return;
 		}
 		dispatch_frame(c->srv->broker, c->session, frame, len, &rep);
+		if (c->doomed) {
+			/* The request made the broker send it something that
+			 * could not be queued: its stream is no longer whole. */
+			free(rep.frame);
+			return;
+		}
 		if (c->session->hello)
 			uv_timer_stop(&c->hello_timer);
 		if (!rep.deferred && conn_send(c, rep.frame, rep.len, rep.fd) < 0)
 			return;
 	}
 	/* Resumes a connection paused above (UV_EALREADY when reading). */
-	if (!c->closing && !c->finishing && !c->paused)
+	if (!c->closing && !c->finishing && !c->doomed && !c->paused)
 		uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
 }
 
@@ -360,11 +394,31 @@ static void server_on_connection(uv_stream_t *listener, int status)
 static void server_send(void *ctx, struct session *s, char *frame, size_t len, int fd)
 {
 	struct conn *c = s->conn;
-	if (!c || c->closing || c->finishing) {
+	if (!c || c->closing || c->finishing || c->doomed) {
 		free(frame);
 		return;
 	}
+	struct server *srv = c->srv;
+	bool nested = srv->in_broker_send;
+	srv->in_broker_send = true;
 	conn_send(c, frame, len, fd);
+	srv->in_broker_send = nested;
+}
+
+static void server_on_waits_timer(uv_timer_t *t)
+{
+	struct server *srv = t->data;
+	broker_waits_expire(srv->broker);
+}
+
+/* broker_timer_fn: one timer for the earliest deadline of every wait. */
+static void server_arm_waits(void *ctx, uint64_t delay_ms)
+{
+	struct server *srv = ctx;
+	if (delay_ms == UINT64_MAX)
+		uv_timer_stop(&srv->waits);
+	else
+		uv_timer_start(&srv->waits, server_on_waits_timer, delay_ms, 0);
 }
 
 static void server_on_drain_timeout(uv_timer_t *t)
@@ -390,6 +444,11 @@ static void server_stop(struct server *srv, const char *reason)
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
 	uv_close((uv_handle_t *)&srv->sighup, NULL);
+	/* Waiting allocations are answered (shutting_down) before the event
+	 * that says why; nothing may wait or arm the timer any more. */
+	broker_waits_cancel(srv->broker, -ESHUTDOWN);
+	broker_set_timer(srv->broker, NULL, NULL);
+	uv_close((uv_handle_t *)&srv->waits, NULL);
 	if (srv->listening) {
 		uv_close((uv_handle_t *)&srv->listener, NULL);
 		if (srv->unlink_socket)
@@ -587,7 +646,10 @@ int server_start(struct server *srv)
 	uv_signal_init(srv->loop, &srv->sigint);
 	uv_signal_init(srv->loop, &srv->sighup);
 	uv_timer_init(srv->loop, &srv->drain);
+	uv_timer_init(srv->loop, &srv->waits);
 	srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv->drain.data = srv;
+	srv->waits.data = srv;
+	broker_set_timer(srv->broker, server_arm_waits, srv);
 	uv_signal_start(&srv->sigterm, server_on_signal, SIGTERM);
 	uv_signal_start(&srv->sigint, server_on_signal, SIGINT);
 	uv_signal_start(&srv->sighup, server_on_sighup, SIGHUP);

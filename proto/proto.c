@@ -25,6 +25,13 @@ const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
     [PROTO_OP_CLIENTS] = {"clients", 0},
     [PROTO_OP_DEVICES] = {"devices", 0},
     [PROTO_OP_RELOAD] = {"reload", PROTO_OPF_ADMIN},
+    [PROTO_OP_POLICY] = {"policy", 0},
+    [PROTO_OP_SET_PROPORTION] = {"set_proportion", 0},
+    [PROTO_OP_SET_AUTO] = {"set_auto", 0},
+    [PROTO_OP_SET_GROUP] = {"set_group", 0},
+    [PROTO_OP_GROUP_INFO] = {"group_info", 0},
+    [PROTO_OP_SET_MODE] = {"set_mode", PROTO_OPF_ADMIN},
+    [PROTO_OP_SET_LIMIT] = {"set_limit", PROTO_OPF_ADMIN},
 };
 
 int proto_op_lookup(const char *name)

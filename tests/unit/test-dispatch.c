@@ -89,8 +89,8 @@ static void test_dispatch_end_to_end(void **state)
 	assert_non_null(bi);
 	assert_int_equal(bi->device, 1);
 	assert_string_equal(bi->name, "solver");
-	assert_string_equal(bi->group, "g1");
-	assert_true(bi->proportion == 0.25);
+	assert_string_equal(bi->pol.group, "g1");
+	assert_true(bi->pol.proportion == 0.25);
 	check(b);
 
 	/* alloc: first in the slab */
@@ -595,7 +595,7 @@ static void test_dispatch_params(void **state)
 	reply_done(&r);
 	assert_non_null(bi);
 	assert_string_equal(bi->name, name64);
-	assert_string_equal(bi->group, name64);
+	assert_string_equal(bi->pol.group, name64);
 	assert_int_equal(bi->device, 1);
 	assert_int_equal(s->instance_count, 2);
 

@@ -30,8 +30,10 @@ static void test_op_table(void **state)
 	(void)state;
 	/* The wire-visible order of PROTOCOL.md. */
 	static const char *const names[PROTO_OP_COUNT] = {
-	    "hello",    "register", "unregister", "alloc",   "free",    "attach", "detach",
-	    "mem_info", "stats",    "status",     "clients", "devices", "reload",
+	    "hello",    "register",  "unregister", "alloc",    "free",
+	    "attach",   "detach",    "mem_info",   "stats",    "status",
+	    "clients",  "devices",   "reload",     "policy",   "set_proportion",
+	    "set_auto", "set_group", "group_info", "set_mode", "set_limit",
 	};
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);
@@ -42,6 +44,12 @@ static void test_op_table(void **state)
 	}
 	assert_true(proto_ops[PROTO_OP_RELOAD].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_ALLOC].flags & PROTO_OPF_ADMIN);
+	/* The policy's global switches are admin-only; an instance's own
+	 * settings are checked per instance by the handlers. */
+	assert_true(proto_ops[PROTO_OP_SET_MODE].flags & PROTO_OPF_ADMIN);
+	assert_true(proto_ops[PROTO_OP_SET_LIMIT].flags & PROTO_OPF_ADMIN);
+	assert_false(proto_ops[PROTO_OP_SET_PROPORTION].flags & PROTO_OPF_ADMIN);
+	assert_false(proto_ops[PROTO_OP_POLICY].flags & PROTO_OPF_ADMIN);
 }
 
 static void test_op_lookup(void **state)

@@ -1,0 +1,195 @@
+/*
+ * broker_wait.c - allocations that wait for memory or quota.
+ *
+ * An alloc with wait_ms that the policy or the pool refuses for lack of
+ * room is queued here instead of failing. Everything that frees memory or
+ * moves caps calls broker_waits_run(), which retries the queue in arrival
+ * order; the one timer the server keeps for the broker fires at the
+ * earliest deadline and fails what ran out. The replies are deferred ones:
+ * dispatch_wait_done() encodes them and sends them through broker_send().
+ *
+ * Fairness: a wait short of device memory holds back every later wait on
+ * that device (a large request is not starved by a stream of small ones);
+ * a wait short of quota holds back only later waits of the same instance,
+ * since nobody else's frees can raise its cap.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "broker.h"
+#include "dispatch.h"
+
+uint64_t broker_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void broker_set_timer(struct broker *b, broker_timer_fn fn, void *ctx)
+{
+	b->timer = fn;
+	b->timer_ctx = ctx;
+	b->timer_deadline = UINT64_MAX;
+}
+
+/* Arms the timer for the earliest deadline (or disarms it), only when that
+ * deadline changed. */
+static void broker_timer_update(struct broker *b)
+{
+	uint64_t next = UINT64_MAX;
+	struct list *pos;
+	for (pos = b->waits.next; pos != &b->waits; pos = pos->next) {
+		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
+		if (w->deadline < next)
+			next = w->deadline;
+	}
+	if (next == b->timer_deadline)
+		return;
+	b->timer_deadline = next;
+	if (!b->timer)
+		return;
+	uint64_t now = broker_now_ms();
+	b->timer(b->timer_ctx, next == UINT64_MAX ? UINT64_MAX : next > now ? next - now : 0);
+}
+
+static void broker_wait_unlink(struct broker *b, struct broker_wait *w)
+{
+	list_remove(&w->link);
+	w->s->wait_count--;
+	b->wait_count--;
+}
+
+/* Answers a wait (rc 0 with the grant, or the error) and frees it. */
+static void broker_wait_finish(struct broker *b, struct broker_wait *w, int rc,
+                               const struct broker_grant *g)
+{
+	broker_wait_unlink(b, w);
+	dispatch_wait_done(b, w, rc, g);
+	free(w);
+}
+
+int broker_wait_add(struct broker *b, struct session *s, const char *req_id, uint64_t instance,
+                    uint64_t size, uint64_t align, uint64_t wait_ms)
+{
+	if (b->stopping)
+		return -ESHUTDOWN;
+	/* A wait will become an allocation: it counts against the same limit,
+	 * so a client cannot park an unbounded queue here. */
+	if (s->alloc_count + s->attached.count + s->wait_count >= b->limits.max_allocations)
+		return -EMFILE;
+	struct broker_wait *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->s = s;
+	w->instance = instance;
+	w->size = size;
+	w->align = align;
+	w->started = broker_now_ms();
+	w->deadline = w->started + wait_ms < w->started ? UINT64_MAX - 1 : w->started + wait_ms;
+	snprintf(w->id, sizeof(w->id), "%s", req_id);
+	list_insert_tail(&b->waits, &w->link);
+	s->wait_count++;
+	b->wait_count++;
+	broker_timer_update(b);
+	return 0;
+}
+
+void broker_waits_run(struct broker *b)
+{
+	/* Answering a wait sends a frame; should anything in that path free
+	 * memory again, the pass is simply repeated rather than nested. */
+	if (b->waits_running) {
+		b->waits_again = true;
+		return;
+	}
+	if (list_empty(&b->waits))
+		return;
+	b->waits_running = true;
+	do {
+		bool short_device[BACKEND_MAX_DEVICES] = {false};
+		struct list *pos, *tmp;
+		b->waits_again = false;
+		b->wait_pass++;
+		list_for_each_safe(pos, tmp, &b->waits)
+		{
+			struct broker_wait *w = list_entry(pos, struct broker_wait, link);
+			struct broker_instance *inst = broker_instance_find(w->s, w->instance);
+			if (inst && (short_device[inst->device] || inst->wait_pass == b->wait_pass))
+				continue;
+			struct broker_grant g;
+			int rc = broker_alloc(b, w->s, w->instance, w->size, w->align, &g);
+			if (rc == -ENOMEM) {
+				short_device[inst->device] = true;
+				continue;
+			}
+			if (rc == -EDQUOT) {
+				inst->wait_pass = b->wait_pass;
+				continue;
+			}
+			/* Served, or failed for a reason waiting cannot cure (the
+			 * instance went away, the daemon is stopping...). */
+			broker_wait_finish(b, w, rc, rc == 0 ? &g : NULL);
+		}
+	} while (b->waits_again);
+	b->waits_running = false;
+	broker_timer_update(b);
+}
+
+bool broker_waits_on(const struct broker *b, int device)
+{
+	const struct list *pos;
+	for (pos = b->waits.next; pos != &b->waits; pos = pos->next) {
+		const struct broker_wait *w = list_entry(pos, const struct broker_wait, link);
+		const struct broker_instance *inst = broker_instance_find(w->s, w->instance);
+		if (inst && inst->device == device)
+			return true;
+	}
+	return false;
+}
+
+void broker_waits_expire(struct broker *b)
+{
+	/* The timer has fired: it is armed for nothing now. libuv may fire a
+	 * millisecond before this clock says the deadline is due; the update
+	 * below then re-arms it rather than leaving the wait stranded. */
+	b->timer_deadline = UINT64_MAX;
+	uint64_t now = broker_now_ms();
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &b->waits)
+	{
+		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
+		if (w->deadline <= now)
+			broker_wait_finish(b, w, -ETIMEDOUT, NULL);
+	}
+	broker_timer_update(b);
+}
+
+void broker_waits_cancel(struct broker *b, int rc)
+{
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &b->waits)
+	{
+		broker_wait_finish(b, list_entry(pos, struct broker_wait, link), rc, NULL);
+	}
+	broker_timer_update(b);
+}
+
+void broker_waits_drop(struct broker *b, struct session *s)
+{
+	struct list *pos, *tmp;
+	if (!s->wait_count)
+		return;
+	list_for_each_safe(pos, tmp, &b->waits)
+	{
+		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
+		if (w->s != s)
+			continue;
+		broker_wait_unlink(b, w);
+		free(w);
+	}
+	broker_timer_update(b);
+}

@@ -1,0 +1,358 @@
+/*
+ * dispatch_policy.c - the VRAM policy requests: policy (the query),
+ * set_proportion, set_auto, set_group, group_info, and the admin ones
+ * set_mode and set_limit.
+ *
+ * An instance may be changed by the client that registered it, or by an
+ * administrator (root or the admin group: session->admin) for any
+ * instance. Instances are not secret (`policy` lists them all, as
+ * `clients` lists every connection), so changing another client's instance
+ * is answered permission_denied rather than not_found.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dispatch_internal.h"
+#include "log.h"
+
+static int add_num(cJSON *obj, const char *key, double v)
+{
+	return cJSON_AddNumberToObject(obj, key, v) ? 0 : -ENOMEM;
+}
+
+static cJSON *array_push_object(cJSON *array)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o && !cJSON_AddItemToArray(array, o)) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double proportion)
+{
+	const struct policy *p = &ctx->b->policy;
+	const struct policy_device *dev = &p->dev[device];
+	switch (rc) {
+	case -ENOSPC:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: proportion %.6g would take the manual pool of "
+		                "device %d over 1 (its instances hold %.6g)",
+		                proportion, device, dev->manual);
+		break;
+	case -EUSERS:
+		if (proportion > 0)
+			proto_error_set(
+			    &ctx->err, PROTO_E_PARAMS,
+			    "invalid params: proportion %.6g would leave the auto pool of "
+			    "device %d under its minimum of %.6g for each of its %u auto "
+			    "instances",
+			    proportion, device, p->cfg.min_auto_share, dev->n_auto);
+		else
+			proto_error_set(
+			    &ctx->err, PROTO_E_PARAMS,
+			    "invalid params: the auto pool of device %d (%.6g) has no room "
+			    "for another auto instance at the minimum share of %.6g",
+			    device, dev->manual < 1 ? 1 - dev->manual : 0, p->cfg.min_auto_share);
+		break;
+	default:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: 'proportion' must be a number in (0, 1]");
+		break;
+	}
+	snprintf(ctx->err.field, sizeof(ctx->err.field), "proportion");
+	return rc;
+}
+
+int dispatch_policy_warnings(struct dispatch_ctx *ctx, cJSON *result, int device)
+{
+	const struct policy_device *dev = &ctx->b->policy.dev[device];
+	double pool = dev->manual < 1 ? 1 - dev->manual : 0;
+	char text[128];
+	if (pool >= POLICY_AUTO_WARN)
+		return 0;
+	snprintf(text, sizeof(text),
+	         "the auto pool of device %d is %.1f%% of its capacity (under %.0f%%)", device,
+	         pool * 100, POLICY_AUTO_WARN * 100);
+	log_warn("session %llu: %s", (unsigned long long)ctx->s->id, text);
+	cJSON *arr = cJSON_AddArrayToObject(result, "warnings");
+	cJSON *str = cJSON_CreateString(text);
+	if (!arr || !str || !cJSON_AddItemToArray(arr, str)) {
+		cJSON_Delete(str);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* One instance as `policy` and the setters describe it. */
+static int instance_json(struct broker *b, cJSON *o, const struct broker_instance *inst)
+{
+	const struct policy_instance *pi = &inst->pol;
+	const struct session *s = inst->owner;
+	if (proto_add_id64(o, "instance", inst->id) ||
+	    !cJSON_AddStringToObject(o, "name", inst->name) ||
+	    proto_add_id64(o, "session", s->id) || add_num(o, "pid", s->pid) ||
+	    add_num(o, "uid", s->uid) || add_num(o, "device", inst->device) ||
+	    !cJSON_AddStringToObject(o, "group", pi->group) ||
+	    !cJSON_AddBoolToObject(o, "grouped", policy_is_grouped(&b->policy, pi)) ||
+	    !(pi->proportion > 0 ? cJSON_AddNumberToObject(o, "proportion", pi->proportion)
+	                         : cJSON_AddNullToObject(o, "proportion")) ||
+	    add_num(o, "share", pi->share) || proto_add_u64(o, "cap", pi->cap) ||
+	    proto_add_u64(o, "used", pi->used) ||
+	    proto_add_u64(o, "free", policy_headroom(&b->policy, pi)))
+		return -ENOMEM;
+	return 0;
+}
+
+static int device_json(struct broker *b, cJSON *o, int i)
+{
+	const struct policy_device *dev = &b->policy.dev[i];
+	if (add_num(o, "device", i) || proto_add_u64(o, "total", dev->total) ||
+	    proto_add_u64(o, "capacity", dev->capacity))
+		return -ENOMEM;
+	if (dev->limit ? proto_add_u64(o, "limit", dev->limit) != 0
+	               : !cJSON_AddNullToObject(o, "limit"))
+		return -ENOMEM;
+	if (!(dev->limit_fraction > 0
+	          ? cJSON_AddNumberToObject(o, "limit_fraction", dev->limit_fraction)
+	          : cJSON_AddNullToObject(o, "limit_fraction")) ||
+	    proto_add_u64(o, "used", dev->used) ||
+	    proto_add_u64(o, "available", policy_device_available(&b->policy, i)) ||
+	    add_num(o, "manual", dev->manual) ||
+	    add_num(o, "auto", dev->manual < 1 ? 1 - dev->manual : 0) ||
+	    add_num(o, "manual_instances", dev->n_manual) ||
+	    add_num(o, "auto_instances", dev->n_auto) ||
+	    proto_add_u64(o, "auto_cap",
+	                  b->policy.cfg.mode == POLICY_ACTIVE ? dev->auto_cap : dev->capacity))
+		return -ENOMEM;
+	return 0;
+}
+
+static int devices_json(struct broker *b, cJSON *r)
+{
+	cJSON *devs = cJSON_AddArrayToObject(r, "devices");
+	if (!devs)
+		return -ENOMEM;
+	for (int i = 0; i < b->device_count; i++) {
+		cJSON *o = array_push_object(devs);
+		if (!o || device_json(b, o, i))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int dispatch_policy(struct dispatch_ctx *ctx)
+{
+	struct broker *b = ctx->b;
+	cJSON *r = dispatch_result(ctx), *insts;
+	if (!r || !cJSON_AddStringToObject(r, "mode", policy_mode_name(b->policy.cfg.mode)) ||
+	    add_num(r, "min_auto_share", b->policy.cfg.min_auto_share) || devices_json(b, r) ||
+	    !(insts = cJSON_AddArrayToObject(r, "instances")))
+		return -ENOMEM;
+	const struct list *pos;
+	for (pos = b->policy.instances.next; pos != &b->policy.instances; pos = pos->next) {
+		const struct policy_instance *pi =
+		    list_entry(pos, const struct policy_instance, link);
+		const struct broker_instance *inst =
+		    list_entry(pi, const struct broker_instance, pol);
+		cJSON *o = array_push_object(insts);
+		if (!o || instance_json(b, o, inst))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The instance in params that this session may change. */
+static int target_instance(struct dispatch_ctx *ctx, struct broker_instance **out)
+{
+	uint64_t id;
+	int rc = proto_get_id64(ctx->params, "instance", &id);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "instance", "16 lowercase hex digits");
+	struct broker_instance *inst = broker_instance_get(ctx->b, id);
+	if (!inst) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such instance");
+		return -ENOENT;
+	}
+	if (inst->owner != ctx->s && !ctx->s->admin) {
+		proto_error_set(&ctx->err, PROTO_E_PERMISSION,
+		                "permission denied: instance %016llx belongs to another client; "
+		                "changing it is for root and the admin group",
+		                (unsigned long long)id);
+		return -EPERM;
+	}
+	*out = inst;
+	return 0;
+}
+
+/* The result of a setter: the instance as it is now, with warnings. */
+static int instance_result(struct dispatch_ctx *ctx, const struct broker_instance *inst, bool warn)
+{
+	cJSON *r = dispatch_result(ctx);
+	if (!r || instance_json(ctx->b, r, inst) ||
+	    (warn && dispatch_policy_warnings(ctx, r, inst->device)))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_set_proportion(struct dispatch_ctx *ctx)
+{
+	struct broker_instance *inst;
+	double proportion;
+	int rc = target_instance(ctx, &inst);
+	if (rc < 0)
+		return rc;
+	rc = proto_get_double(ctx->params, "proportion", 0, 1, &proportion);
+	if (rc == 0 && !(proportion > 0))
+		rc = -ERANGE;
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "proportion", "a number in (0, 1]");
+	rc = broker_set_proportion(ctx->b, inst, proportion);
+	if (rc < 0)
+		return dispatch_policy_error(ctx, rc, inst->device, proportion);
+	log_info("session %llu: instance %016llx: proportion %.6g, cap %llu",
+	         (unsigned long long)ctx->s->id, (unsigned long long)inst->id, proportion,
+	         (unsigned long long)inst->pol.cap);
+	return instance_result(ctx, inst, true);
+}
+
+int dispatch_set_auto(struct dispatch_ctx *ctx)
+{
+	struct broker_instance *inst;
+	int rc = target_instance(ctx, &inst);
+	if (rc < 0)
+		return rc;
+	rc = broker_set_auto(ctx->b, inst);
+	if (rc < 0)
+		return dispatch_policy_error(ctx, rc, inst->device, 0);
+	log_info("session %llu: instance %016llx: auto pool, cap %llu",
+	         (unsigned long long)ctx->s->id, (unsigned long long)inst->id,
+	         (unsigned long long)inst->pol.cap);
+	return instance_result(ctx, inst, true);
+}
+
+int dispatch_set_group(struct dispatch_ctx *ctx)
+{
+	struct broker_instance *inst;
+	const char *group;
+	int rc = target_instance(ctx, &inst);
+	if (rc < 0)
+		return rc;
+	rc = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
+	rc = broker_set_group(ctx->b, inst, group);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
+	return instance_result(ctx, inst, false);
+}
+
+int dispatch_group_info(struct dispatch_ctx *ctx)
+{
+	const char *group;
+	struct policy_group_info gi;
+	int rc = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
+	if (policy_group_info(&ctx->b->policy, group, &gi) < 0) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
+		return -ENOENT;
+	}
+	cJSON *r = dispatch_result(ctx), *members;
+	if (!r || !cJSON_AddStringToObject(r, "group", group) ||
+	    !(members = cJSON_AddArrayToObject(r, "members")) ||
+	    proto_add_u64(r, "used", gi.used) || proto_add_u64(r, "available", gi.available))
+		return -ENOMEM;
+	const struct list *pos;
+	for (pos = ctx->b->policy.instances.next; pos != &ctx->b->policy.instances;
+	     pos = pos->next) {
+		const struct policy_instance *pi =
+		    list_entry(pos, const struct policy_instance, link);
+		char id[17];
+		if (strcmp(pi->group, group) != 0)
+			continue;
+		snprintf(id, sizeof(id), "%016llx", (unsigned long long)pi->id);
+		cJSON *str = cJSON_CreateString(id);
+		if (!str || !cJSON_AddItemToArray(members, str)) {
+			cJSON_Delete(str);
+			return -ENOMEM;
+		}
+	}
+	if (gi.warn & POLICY_WARN_GROUP_FULL) {
+		char text[160];
+		long double all = (long double)gi.used + (long double)gi.available;
+		snprintf(text, sizeof(text), "group %s has used %.1f%% of its memory (over %.0f%%)",
+		         group, (double)(gi.used / all * 100), POLICY_GROUP_WARN * 100);
+		log_warn("%s", text);
+		cJSON *arr = cJSON_AddArrayToObject(r, "warnings");
+		cJSON *str = cJSON_CreateString(text);
+		if (!arr || !str || !cJSON_AddItemToArray(arr, str)) {
+			cJSON_Delete(str);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+int dispatch_set_mode(struct dispatch_ctx *ctx)
+{
+	const char *name;
+	enum policy_mode mode, previous = ctx->b->policy.cfg.mode;
+	int rc = proto_get_string(ctx->params, "mode", 16, &name);
+	if (rc == 0 && policy_mode_parse(name, &mode) < 0)
+		rc = -EINVAL;
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "mode", "\"active\" or \"passive\"");
+	/* Every running client's cap follows now (cap_changed events). */
+	broker_set_mode(ctx->b, mode);
+	if (mode != previous)
+		log_info("session %llu (uid %u): mode %s", (unsigned long long)ctx->s->id,
+		         (unsigned)ctx->s->uid, policy_mode_name(mode));
+	cJSON *r = dispatch_result(ctx);
+	if (!r || !cJSON_AddStringToObject(r, "mode", policy_mode_name(mode)) ||
+	    !cJSON_AddStringToObject(r, "previous", policy_mode_name(previous)))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_set_limit(struct dispatch_ctx *ctx)
+{
+	int64_t device = -1;
+	uint64_t size = 0;
+	double fraction = 0;
+	int rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, &device);
+	if (rc == 0 && device >= ctx->b->device_count)
+		rc = -ERANGE;
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "device", "a device index");
+	int rs = proto_get_u64(ctx->params, "size", 0, UINT64_MAX, &size);
+	if (rs < 0 && rs != -ENOENT)
+		return dispatch_param_error(ctx, rs, "size", "a decimal string of 1-20 digits");
+	int rf = proto_get_double(ctx->params, "fraction", 0, 1, &fraction);
+	if (rf == 0 && !(fraction > 0))
+		rf = -ERANGE;
+	if (rf < 0 && rf != -ENOENT)
+		return dispatch_param_error(ctx, rf, "fraction", "a number in (0, 1]");
+	/* Exactly one of the two: "size": "0" is how a limit is removed. */
+	if ((rs == 0) == (rf == 0))
+		return dispatch_param_error(
+		    ctx, rs == 0 ? -EINVAL : -ENOENT, "size",
+		    "either 'size' (bytes, \"0\" = no limit) or 'fraction'");
+	rc = broker_set_limit(ctx->b, (int)device, size, rf == 0 ? fraction : 0);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "size", "a valid limit");
+	if (rf == 0)
+		log_info("session %llu (uid %u): limit %.6g of device memory on %s",
+		         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid, fraction,
+		         device < 0 ? "every device" : "one device");
+	else
+		log_info("session %llu (uid %u): limit %llu bytes on %s",
+		         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid,
+		         (unsigned long long)size, device < 0 ? "every device" : "one device");
+	cJSON *r = dispatch_result(ctx);
+	if (!r || devices_json(ctx->b, r))
+		return -ENOMEM;
+	return 0;
+}
