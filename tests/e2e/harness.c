@@ -61,6 +61,35 @@ static bool th_socket_ready(void *arg)
 	return ok || !th_daemon_alive(d);
 }
 
+/* Daemons still running when the test program exits (a failed assertion
+ * skips th_daemon_stop): killed so they do not hold the test's output pipe
+ * open and turn a failure into a timeout. */
+#define TH_MAX_DAEMONS 16
+static pid_t th_daemons[TH_MAX_DAEMONS];
+
+static void th_kill_leftovers(void)
+{
+	for (int i = 0; i < TH_MAX_DAEMONS; i++) {
+		/* Only children not reaped yet: a reaped pid may be reused. */
+		if (th_daemons[i] > 0 && waitpid(th_daemons[i], NULL, WNOHANG) == 0 &&
+		    kill(th_daemons[i], SIGKILL) == 0)
+			waitpid(th_daemons[i], NULL, 0);
+	}
+}
+
+static void th_track(pid_t pid, pid_t old)
+{
+	static bool registered;
+	if (!registered)
+		registered = atexit(th_kill_leftovers) == 0;
+	for (int i = 0; i < TH_MAX_DAEMONS; i++) {
+		if (th_daemons[i] == old) {
+			th_daemons[i] = pid;
+			return;
+		}
+	}
+}
+
 void th_daemon_start(struct th_daemon *d, const char *const *extra)
 {
 	const char *daemon = th_env("GPB_DAEMON");
@@ -81,6 +110,7 @@ void th_daemon_start(struct th_daemon *d, const char *const *extra)
 		execv(daemon, (char *const *)argv);
 		_exit(127);
 	}
+	th_track(d->pid, 0);
 	assert_true(th_wait_for(th_socket_ready, d, 10000));
 	assert_true(th_daemon_alive(d));
 }
@@ -107,6 +137,7 @@ int th_daemon_stop(struct th_daemon *d)
 		}
 		if (status == -1 && kill(d->pid, SIGKILL) == 0)
 			waitpid(d->pid, NULL, 0);
+		th_track(0, d->pid);
 		d->pid = 0;
 	}
 	unlink(d->socket);
