@@ -376,8 +376,17 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		return rc;
 	}
 	if (!want_id) {
+		/* An error with a null id outside an exchange is the daemon's
+		 * parting word before it closes (too many clients, no hello
+		 * in time): keep it as the reason. */
+		if (!r.id && r.code) {
+			c->parting = error_from_daemon(r.code, r.message);
+			rc = conn_fail(c, c->parting, "%s", error_message());
+		} else {
+			rc = conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a reply to no request");
+		}
 		proto_reply_finish(&r);
-		return conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a reply to no request");
+		return rc;
 	}
 	/* A null id is the daemon's answer to a request whose id it could not
 	 * read; with one request in flight it can only be ours. */
@@ -447,6 +456,8 @@ static int conn_send(struct conn *c, const char *buf, size_t len)
 			 * event) is still readable: keep it for dispatch. */
 			if (conn_pump(c) == 0)
 				conn_fail(c, GPB_E_DAEMON_GONE, "the daemon closed the connection");
+			if (c->parting)
+				return error_set(c->parting, "%s", c->dead_reason);
 			return conn_dead_error(c);
 		}
 		return conn_fail(c, GPB_E_SYSTEM, "writing to the daemon: %s", strerror(errno));

@@ -31,6 +31,7 @@ struct conn {
 	int evfd; /* readable while events are queued */
 	int epfd; /* sock + evfd: what gpb_event_fd() hands out */
 	bool dead;
+	int parting; /* GPB_E_* of an error the daemon sent with a null id before closing */
 	char dead_reason[160];
 	uint64_t next_id;
 	struct proto_framer framer;

@@ -149,6 +149,7 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 	/* The server refines this with the peer's groups. */
 	s->admin = uid == 0;
 	s->connected = time(NULL);
+	b->metrics.connections_total++;
 	list_init(&s->instances);
 	list_init(&s->allocs);
 	idmap_init(&s->held);

@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "idmap.h"
 #include "list.h"
+#include "metrics.h"
 #include "policy.h"
 #include "pool.h"
 #include "proto.h"
@@ -133,6 +134,7 @@ struct broker {
 	uint64_t rand[32]; /* buffered getrandom() output for allocation ids */
 	unsigned rand_left;
 	struct policy policy;
+	struct metrics metrics;
 	struct idmap instances; /* instance id -> struct broker_instance, every session's */
 	struct list waits;      /* struct broker_wait: allocations waiting, in arrival order */
 	unsigned wait_count;

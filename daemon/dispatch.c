@@ -5,7 +5,9 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -433,6 +435,19 @@ static int on_reload(struct dispatch_ctx *ctx)
 	return 0;
 }
 
+static int on_metrics(struct dispatch_ctx *ctx)
+{
+	char *text;
+	size_t len;
+	int rc = metrics_render(ctx->b, &text, &len);
+	if (rc < 0)
+		return rc;
+	cJSON *r = dispatch_result(ctx);
+	rc = r && cJSON_AddStringToObject(r, "text", text) ? 0 : -ENOMEM;
+	free(text);
+	return rc;
+}
+
 static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_HELLO] = on_hello,
     [PROTO_OP_REGISTER] = on_register,
@@ -447,6 +462,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_CLIENTS] = dispatch_clients,
     [PROTO_OP_DEVICES] = dispatch_devices,
     [PROTO_OP_RELOAD] = on_reload,
+    [PROTO_OP_METRICS] = on_metrics,
     [PROTO_OP_POLICY] = dispatch_policy,
     [PROTO_OP_SET_PROPORTION] = dispatch_set_proportion,
     [PROTO_OP_SET_AUTO] = dispatch_set_auto,
@@ -468,6 +484,8 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
 {
 	struct dispatch_ctx ctx = {.b = b, .s = s, .fd = -1};
 	struct proto_request req;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int rc = proto_request_parse(frame, len, &req, &ctx.err);
 	if (rc == 0) {
 		ctx.params = req.params;
@@ -520,5 +538,9 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
 		out->frame =
 		    proto_encode_error(req.id, ctx.err.code, ctx.err.message, ctx.data, &out->len);
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	metrics_record(
+	    &b->metrics, req.op, rc < 0 ? ctx.err.code : ctx.deferred,
+	    (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
 	proto_request_finish(&req);
 }

@@ -25,6 +25,7 @@ const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
     [PROTO_OP_CLIENTS] = {"clients", 0},
     [PROTO_OP_DEVICES] = {"devices", 0},
     [PROTO_OP_RELOAD] = {"reload", PROTO_OPF_ADMIN},
+    [PROTO_OP_METRICS] = {"metrics", 0},
     [PROTO_OP_POLICY] = {"policy", 0},
     [PROTO_OP_SET_PROPORTION] = {"set_proportion", 0},
     [PROTO_OP_SET_AUTO] = {"set_auto", 0},

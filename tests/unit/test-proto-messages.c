@@ -30,10 +30,10 @@ static void test_op_table(void **state)
 	(void)state;
 	/* The wire-visible order of PROTOCOL.md. */
 	static const char *const names[PROTO_OP_COUNT] = {
-	    "hello",    "register",  "unregister", "alloc",    "free",
-	    "attach",   "detach",    "mem_info",   "stats",    "status",
-	    "clients",  "devices",   "reload",     "policy",   "set_proportion",
-	    "set_auto", "set_group", "group_info", "set_mode", "set_limit",
+	    "hello",      "register", "unregister", "alloc",          "free",     "attach",
+	    "detach",     "mem_info", "stats",      "status",         "clients",  "devices",
+	    "reload",     "metrics",  "policy",     "set_proportion", "set_auto", "set_group",
+	    "group_info", "set_mode", "set_limit",
 	};
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);

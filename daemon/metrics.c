@@ -1,0 +1,290 @@
+/*
+ * metrics.c - the daemon's Prometheus metrics.
+ *
+ * Names follow the Prometheus conventions: base units (bytes, seconds),
+ * `_total` for counters, no pid or session labels (they would make series
+ * churn with every connection).
+ */
+#include "metrics.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+#include "config.h"
+
+static const double metrics_bounds[METRICS_BUCKETS] = {
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1,
+};
+
+static const int metrics_codes[METRICS_OUTCOMES] = {
+    0,
+    1,
+    PROTO_E_PARSE,
+    PROTO_E_INVALID_REQUEST,
+    PROTO_E_METHOD,
+    PROTO_E_PARAMS,
+    PROTO_E_INTERNAL,
+    PROTO_E_STATE,
+    PROTO_E_VERSION,
+    PROTO_E_NO_MEMORY,
+    PROTO_E_QUOTA,
+    PROTO_E_NOT_FOUND,
+    PROTO_E_PERMISSION,
+    PROTO_E_LIMIT,
+    PROTO_E_SHUTTING_DOWN,
+    PROTO_E_TIMEOUT,
+    PROTO_E_NOT_SUPPORTED,
+    PROTO_E_BACKEND,
+};
+
+static int metrics_outcome(int code)
+{
+	for (int i = 0; i < METRICS_OUTCOMES; i++) {
+		if (metrics_codes[i] == code)
+			return i;
+	}
+	return 6; /* internal_error: a code this table does not know */
+}
+
+static const char *metrics_outcome_name(int i)
+{
+	return i == 0 ? "ok" : i == 1 ? "deferred" : proto_code_name(metrics_codes[i]);
+}
+
+void metrics_record(struct metrics *m, int op, int code, uint64_t ns)
+{
+	if (op < 0 || op >= PROTO_OP_COUNT)
+		op = PROTO_OP_COUNT;
+	m->requests[op][metrics_outcome(code)]++;
+	double s = (double)ns / 1e9;
+	for (int i = 0; i < METRICS_BUCKETS; i++) {
+		if (s <= metrics_bounds[i]) {
+			m->duration_buckets[i]++;
+			break;
+		}
+	}
+	m->duration_count++;
+	m->duration_sum += s;
+}
+
+/* A growing text buffer; the first failure sticks. */
+struct mbuf {
+	char *text;
+	size_t len, cap;
+	int err;
+};
+
+static void mbuf_printf(struct mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void mbuf_printf(struct mbuf *b, const char *fmt, ...)
+{
+	for (;;) {
+		if (b->err)
+			return;
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->text ? b->text + b->len : NULL, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->err = -EINVAL;
+			return;
+		}
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t cap = b->cap ? b->cap * 2 : 8192;
+		while (cap - b->len <= (size_t)n)
+			cap *= 2;
+		char *text = realloc(b->text, cap);
+		if (!text) {
+			b->err = -ENOMEM;
+			return;
+		}
+		b->text = text;
+		b->cap = cap;
+	}
+}
+
+static void mbuf_header(struct mbuf *b, const char *name, const char *type, const char *help)
+{
+	mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value with \, " and newline escaped as the format requires. */
+static void metrics_escape(const char *in, char *out, size_t size)
+{
+	size_t j = 0;
+	for (size_t i = 0; in[i] && j + 3 < size; i++) {
+		char c = in[i];
+		if (c == '\\' || c == '"') {
+			out[j++] = '\\';
+			out[j++] = c;
+		} else if (c == '\n') {
+			out[j++] = '\\';
+			out[j++] = 'n';
+		} else {
+			out[j++] = c;
+		}
+	}
+	out[j] = '\0';
+}
+
+static void metrics_devices(struct mbuf *m, const struct broker *b)
+{
+	struct pool_stats st[BACKEND_MAX_DEVICES];
+	for (int i = 0; i < b->device_count; i++)
+		pool_get_stats(b->dev[i].pool, &st[i]);
+	static const struct {
+		const char *name, *type, *help;
+	} series[] = {
+	    {"gpubroker_device_memory_bytes", "gauge", "Memory of the device."},
+	    {"gpubroker_device_reserved_bytes", "gauge",
+	     "Device memory the broker holds in slabs."},
+	    {"gpubroker_device_used_bytes", "gauge", "Device memory in live allocations."},
+	    {"gpubroker_device_free_bytes", "gauge", "Device memory not in live allocations."},
+	    {"gpubroker_pool_free_blocks", "gauge", "Free ranges inside slabs."},
+	    {"gpubroker_allocations", "gauge", "Live allocations."},
+	    {"gpubroker_allocations_total", "counter", "Allocations served."},
+	    {"gpubroker_out_of_memory_total", "counter", "Allocations refused for lack of memory."},
+	};
+	for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
+		mbuf_header(m, series[k].name, series[k].type, series[k].help);
+		for (int i = 0; i < b->device_count; i++) {
+			uint64_t total = b->dev[i].info.total;
+			uint64_t v[] = {total,
+			                st[i].reserved,
+			                st[i].used,
+			                total - st[i].used,
+			                st[i].free_blocks,
+			                st[i].live,
+			                st[i].allocs,
+			                st[i].ooms};
+			mbuf_printf(m, "%s{device=\"%d\",uuid=\"%s\"} %llu\n", series[k].name, i,
+			            b->dev[i].info.uuid, (unsigned long long)v[k]);
+		}
+	}
+}
+
+static void metrics_instances(struct mbuf *m, const struct broker *b)
+{
+	static const char *const names[] = {"gpubroker_instance_used_bytes",
+	                                    "gpubroker_instance_cap_bytes"};
+	static const char *const help[] = {"Bytes in the instance's live allocations.",
+	                                   "Bytes the instance may hold."};
+	for (int k = 0; k < 2; k++) {
+		mbuf_header(m, names[k], "gauge", help[k]);
+		const struct list *pos, *ipos;
+		for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+			const struct session *s = list_entry(pos, const struct session, link);
+			for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next) {
+				const struct broker_instance *inst =
+				    list_entry(ipos, const struct broker_instance, link);
+				char name[2 * PROTO_MAX_NAME + 1];
+				metrics_escape(inst->name, name, sizeof(name));
+				mbuf_printf(
+				    m,
+				    "%s{instance=\"%016llx\",name=\"%s\",uid=\"%u\",device=\"%d\"} "
+				    "%llu\n",
+				    names[k], (unsigned long long)inst->id, name, (unsigned)s->uid,
+				    inst->device,
+				    (unsigned long long)(k == 0 ? inst->used : inst->pol.cap));
+			}
+		}
+	}
+}
+
+/* Per-uid totals: users are few, so a small array beats a map. */
+static void metrics_uids(struct mbuf *m, const struct broker *b)
+{
+	struct {
+		uid_t uid;
+		uint64_t used, connections;
+	} uids[256];
+	size_t n = 0;
+	const struct list *pos;
+	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+		const struct session *s = list_entry(pos, const struct session, link);
+		size_t i;
+		for (i = 0; i < n && uids[i].uid != s->uid; i++)
+			;
+		if (i == n) {
+			if (n == sizeof(uids) / sizeof(uids[0]))
+				continue; /* beyond 256 users: not worth a series each */
+			uids[n++] = (typeof(uids[0])){s->uid, 0, 0};
+		}
+		uids[i].used += s->used;
+		uids[i].connections++;
+	}
+	mbuf_header(m, "gpubroker_uid_used_bytes", "gauge", "Bytes in live allocations per user.");
+	for (size_t i = 0; i < n; i++)
+		mbuf_printf(m, "gpubroker_uid_used_bytes{uid=\"%u\"} %llu\n", (unsigned)uids[i].uid,
+		            (unsigned long long)uids[i].used);
+	mbuf_header(m, "gpubroker_uid_connections", "gauge", "Connections per user.");
+	for (size_t i = 0; i < n; i++)
+		mbuf_printf(m, "gpubroker_uid_connections{uid=\"%u\"} %llu\n",
+		            (unsigned)uids[i].uid, (unsigned long long)uids[i].connections);
+}
+
+static void metrics_requests(struct mbuf *m, const struct metrics *mt)
+{
+	mbuf_header(m, "gpubroker_requests_total", "counter", "Requests answered, by result.");
+	for (int op = 0; op <= PROTO_OP_COUNT; op++) {
+		for (int o = 0; o < METRICS_OUTCOMES; o++) {
+			if (!mt->requests[op][o])
+				continue;
+			mbuf_printf(
+			    m, "gpubroker_requests_total{method=\"%s\",result=\"%s\"} %llu\n",
+			    op < PROTO_OP_COUNT ? proto_ops[op].name : "unknown",
+			    metrics_outcome_name(o), (unsigned long long)mt->requests[op][o]);
+		}
+	}
+	mbuf_header(m, "gpubroker_request_duration_seconds", "histogram",
+	            "Time the daemon took to answer a request.");
+	uint64_t cumulative = 0;
+	for (int i = 0; i < METRICS_BUCKETS; i++) {
+		cumulative += mt->duration_buckets[i];
+		mbuf_printf(m, "gpubroker_request_duration_seconds_bucket{le=\"%g\"} %llu\n",
+		            metrics_bounds[i], (unsigned long long)cumulative);
+	}
+	mbuf_printf(m,
+	            "gpubroker_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
+	            "gpubroker_request_duration_seconds_sum %.9f\n"
+	            "gpubroker_request_duration_seconds_count %llu\n",
+	            (unsigned long long)mt->duration_count, mt->duration_sum,
+	            (unsigned long long)mt->duration_count);
+}
+
+int metrics_render(const struct broker *b, char **out, size_t *len)
+{
+	struct mbuf m = {0};
+	mbuf_header(&m, "gpubroker_build_info", "gauge", "Version and backend of the daemon.");
+	mbuf_printf(&m, "gpubroker_build_info{version=\"%s\",backend=\"%s\"} 1\n", GPB_VERSION,
+	            b->backend->ops->name);
+	mbuf_header(&m, "gpubroker_start_time_seconds", "gauge",
+	            "Start time of the daemon since the epoch.");
+	mbuf_printf(&m, "gpubroker_start_time_seconds %lld\n", (long long)b->started);
+	metrics_devices(&m, b);
+	metrics_instances(&m, b);
+	metrics_uids(&m, b);
+	mbuf_header(&m, "gpubroker_connections", "gauge", "Connections open.");
+	mbuf_printf(&m, "gpubroker_connections %u\n", b->session_count);
+	mbuf_header(&m, "gpubroker_connections_total", "counter", "Connections accepted.");
+	mbuf_printf(&m, "gpubroker_connections_total %llu\n",
+	            (unsigned long long)b->metrics.connections_total);
+	mbuf_header(&m, "gpubroker_waiting_allocations", "gauge",
+	            "Allocations waiting for memory or quota.");
+	mbuf_printf(&m, "gpubroker_waiting_allocations %u\n", b->wait_count);
+	metrics_requests(&m, &b->metrics);
+	if (m.err) {
+		free(m.text);
+		return m.err;
+	}
+	*out = m.text;
+	*len = m.len;
+	return 0;
+}

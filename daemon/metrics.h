@@ -1,0 +1,40 @@
+/*
+ * metrics.h - counters the daemon keeps about itself, and their rendering
+ * in the Prometheus text exposition format (version 0.0.4) for the
+ * `metrics` request. Recording is a few additions per request; rendering
+ * walks the broker when asked.
+ */
+#ifndef GPB_METRICS_H
+#define GPB_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+/* Request outcomes: ok, deferred (waiting), and one per error code. */
+#define METRICS_OUTCOMES 18
+/* Request duration histogram upper bounds, in seconds. */
+#define METRICS_BUCKETS 10
+
+struct metrics {
+	/* [op][outcome]; op PROTO_OP_COUNT counts frames that named no
+	 * known operation. */
+	uint64_t requests[PROTO_OP_COUNT + 1][METRICS_OUTCOMES];
+	uint64_t duration_buckets[METRICS_BUCKETS]; /* cumulative only when rendered */
+	uint64_t duration_count;
+	double duration_sum;
+	uint64_t connections_total;
+};
+
+struct broker;
+
+/* Counts one answered request: op (-1 when unknown), code 0 for success,
+ * 1 for deferred, else the protocol error code; ns its handling time. */
+void metrics_record(struct metrics *m, int op, int code, uint64_t ns);
+
+/* Renders every metric; *out is malloc'd text the caller frees.
+ * 0 or -ENOMEM. */
+int metrics_render(const struct broker *b, char **out, size_t *len);
+
+#endif
