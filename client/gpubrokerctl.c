@@ -37,12 +37,20 @@ struct ctl_options {
 	enum ctl_format format;
 	bool header;
 	double interval; /* 0: run once */
-	long device;     /* stats --device; -1 = all */
+	long device;     /* stats and set-limit --device; -1 = all */
 	const char *command;
+	char **args; /* the command's arguments */
+	int nargs;
 };
 
 struct ctl_command {
-	const char *name;
+	const char *name;   /* as typed */
+	const char *method; /* the protocol request it sends */
+	int nargs;          /* arguments it takes */
+	bool changes;       /* changes the daemon's state: not repeatable with -l */
+	/* Adds the request's parameters from the options. Returns an exit code
+	 * (EXIT_USAGE after printing why). NULL: none. */
+	int (*params)(const struct ctl_options *o, cJSON *params);
 	/* Prints @result (parsed) as a table or CSV. Returns an exit code. */
 	int (*print)(const cJSON *result, const struct ctl_options *o, bool header);
 };
@@ -68,13 +76,22 @@ static void usage(FILE *out)
 	    "  devices              devices with their memory\n"
 	    "  clients              connected clients\n"
 	    "  stats [--device N]   pool statistics (all devices, or device N)\n"
+	    "  instances            every instance: proportion, share, cap, used, group, mode\n"
+	    "\n"
+	    "Administration (root or the admin group; set-proportion and set-auto also\n"
+	    "for the instance's own client):\n"
+	    "  set-mode MODE                  active (caps enforced) or passive\n"
+	    "  set-proportion INSTANCE P      put INSTANCE in the manual pool with P in (0, 1]\n"
+	    "  set-auto INSTANCE              put INSTANCE in the auto pool\n"
+	    "  set-limit [--device N] LIMIT   bound what the broker hands out: bytes (units\n"
+	    "                                 KiB MiB GiB TiB), a percentage (\"50%%\") or none\n"
 	    "\n"
 	    "Options:\n"
 	    "  -s, --socket PATH    daemon socket (default: $GPUBROKER_SOCKET, else %s)\n"
 	    "  -o, --output FORMAT  table (default), json (the result object, one line) or csv\n"
 	    "  -H, --no-header      omit the header line of table and csv output\n"
 	    "  -l SECONDS           repeat every SECONDS until interrupted\n"
-	    "  -d, --device N       with stats: only device N\n"
+	    "  -d, --device N       with stats and set-limit: only device N\n"
 	    "  -h, --help           show this help and exit\n"
 	    "  -V, --version        show the version and exit\n"
 	    "\n"
@@ -110,6 +127,12 @@ static int ctl_fail(int err)
 	default:
 		return EXIT_ERROR;
 	}
+}
+
+static int ctl_oom(void)
+{
+	fputs("gpubrokerctl: out of memory\n", stderr);
+	return EXIT_ERROR;
 }
 
 static int ctl_bad_reply(const char *what)
@@ -230,11 +253,279 @@ static int print_stats(const cJSON *result, const struct ctl_options *o, bool he
 	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
 }
 
+static int params_device(const struct ctl_options *o, cJSON *params)
+{
+	if (o->device >= 0 && !cJSON_AddNumberToObject(params, "device", (double)o->device))
+		return ctl_oom();
+	return EXIT_OK;
+}
+
+/* ---- the VRAM policy ------------------------------------------------------- */
+
+/* A copy of an instance row that reads well: the proportion "auto" in the
+ * auto pool, shares rounded, the daemon's mode alongside. */
+static cJSON *instance_row(const cJSON *inst, const char *mode)
+{
+	cJSON *row = cJSON_Duplicate(inst, true);
+	const cJSON *prop = cJSON_GetObjectItemCaseSensitive(inst, "proportion");
+	const cJSON *share = cJSON_GetObjectItemCaseSensitive(inst, "share");
+	char buf[32];
+
+	if (!row)
+		return NULL;
+	if (cJSON_IsNumber(prop))
+		snprintf(buf, sizeof(buf), "%.4g", prop->valuedouble);
+	else
+		snprintf(buf, sizeof(buf), "auto");
+	cJSON_DeleteItemFromObjectCaseSensitive(row, "proportion");
+	if (!cJSON_AddStringToObject(row, "proportion", buf))
+		goto fail;
+	if (cJSON_IsNumber(share)) {
+		snprintf(buf, sizeof(buf), "%.4g", share->valuedouble);
+		cJSON_DeleteItemFromObjectCaseSensitive(row, "share");
+		if (!cJSON_AddStringToObject(row, "share", buf))
+			goto fail;
+	}
+	if (mode && !cJSON_AddStringToObject(row, "mode", mode))
+		goto fail;
+	return row;
+fail:
+	cJSON_Delete(row);
+	return NULL;
+}
+
+static const struct ctl_column instance_cols[] = {
+    {"instance", "INSTANCE", CTL_TEXT},
+    {"name", "NAME", CTL_TEXT},
+    {"pid", "PID", CTL_NUM},
+    {"device", "DEVICE", CTL_NUM},
+    {"group", "GROUP", CTL_TEXT},
+    {"proportion", "PROPORTION", CTL_TEXT},
+    {"share", "SHARE", CTL_TEXT},
+    {"cap", "CAP", CTL_SIZE},
+    {"used", "USED", CTL_SIZE},
+    {"mode", "MODE", CTL_TEXT},
+};
+
+/* Prints instance rows (an array of `policy` instance objects). */
+static int print_instance_rows(const cJSON *insts, const char *mode, const struct ctl_options *o,
+                               bool header)
+{
+	cJSON *rows = cJSON_CreateObject(), *arr;
+	const cJSON *it;
+	int rc;
+
+	if (!rows || !(arr = cJSON_AddArrayToObject(rows, "rows"))) {
+		cJSON_Delete(rows);
+		return ctl_oom();
+	}
+	if (!cJSON_IsArray(insts)) {
+		cJSON_Delete(rows);
+		return ctl_bad_reply("instances");
+	}
+	cJSON_ArrayForEach(it, insts)
+	{
+		cJSON *row = instance_row(it, mode);
+
+		if (!row || !cJSON_AddItemToArray(arr, row)) {
+			cJSON_Delete(row);
+			cJSON_Delete(rows);
+			return ctl_oom();
+		}
+	}
+	rc = print_rows(rows, "rows", instance_cols, ARRAY_SIZE(instance_cols), o, header);
+	cJSON_Delete(rows);
+	return rc;
+}
+
+static const char *result_mode(const cJSON *result)
+{
+	const cJSON *mode = cJSON_GetObjectItemCaseSensitive(result, "mode");
+
+	return cJSON_IsString(mode) ? mode->valuestring : NULL;
+}
+
+static int print_instances(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	const char *mode = result_mode(result);
+
+	if (!mode)
+		return ctl_bad_reply("mode");
+	return print_instance_rows(cJSON_GetObjectItemCaseSensitive(result, "instances"), mode, o,
+	                           header);
+}
+
+/* The daemon's warnings (auto pool under 5%...) go to stderr. */
+static void print_warnings(const cJSON *result)
+{
+	const cJSON *w;
+
+	cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(result, "warnings"))
+	{
+		if (cJSON_IsString(w))
+			fprintf(stderr, "gpubrokerctl: warning: %s\n", w->valuestring);
+	}
+}
+
+/* set-proportion, set-auto: the instance as it is now. */
+static int print_instance(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	cJSON *one = cJSON_CreateArray();
+	cJSON *dup = cJSON_Duplicate(result, true);
+	int rc;
+
+	if (!one || !dup || !cJSON_AddItemToArray(one, dup)) {
+		cJSON_Delete(dup);
+		cJSON_Delete(one);
+		return ctl_oom();
+	}
+	print_warnings(result);
+	rc = print_instance_rows(one, NULL, o, header);
+	cJSON_Delete(one);
+	return rc;
+}
+
+static int print_mode(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	const char *mode = result_mode(result);
+	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(result, "previous");
+
+	if (!mode || !cJSON_IsString(prev))
+		return ctl_bad_reply("mode");
+	if (o->format == CTL_CSV) {
+		if (header)
+			printf("mode,previous\n");
+		printf("%s,%s\n", mode, prev->valuestring);
+	} else {
+		printf("mode %s (was %s)\n", mode, prev->valuestring);
+	}
+	return EXIT_OK;
+}
+
+static int print_limit(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	static const struct ctl_column cols[] = {
+	    {"device", "DEVICE", CTL_NUM},
+	    {"total", "TOTAL", CTL_SIZE},
+	    {"capacity", "CAPACITY", CTL_SIZE},
+	    {"limit", "LIMIT", CTL_SIZE},
+	    {"limit_fraction", "FRACTION", CTL_TEXT},
+	    {"used", "USED", CTL_SIZE},
+	    {"available", "AVAILABLE", CTL_SIZE},
+	};
+
+	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+}
+
+/* An instance id as typed: 16 hex digits (leading zeros may be left out). */
+static int params_instance(const struct ctl_options *o, cJSON *params)
+{
+	const char *arg = o->args[0];
+	char *end, id[17];
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(arg, &end, 16);
+	if (errno || end == arg || *end || strlen(arg) > 16 || *arg == '-' || *arg == '+' ||
+	    *arg == ' ')
+		return usage_error("'%s' is not an instance id (hex, as 'instances' shows)", arg);
+	snprintf(id, sizeof(id), "%016llx", v);
+	return cJSON_AddStringToObject(params, "instance", id) ? EXIT_OK : ctl_oom();
+}
+
+static int params_proportion(const struct ctl_options *o, cJSON *params)
+{
+	const char *arg = o->args[1];
+	char *end;
+	double p;
+	int rc = params_instance(o, params);
+
+	if (rc != EXIT_OK)
+		return rc;
+	errno = 0;
+	p = strtod(arg, &end);
+	if (errno || end == arg || *end || !(p > 0 && p <= 1))
+		return usage_error("the proportion must be a number in (0, 1], not '%s'", arg);
+	return cJSON_AddNumberToObject(params, "proportion", p) ? EXIT_OK : ctl_oom();
+}
+
+static int params_mode(const struct ctl_options *o, cJSON *params)
+{
+	const char *mode = o->args[0];
+
+	if (strcmp(mode, "active") != 0 && strcmp(mode, "passive") != 0)
+		return usage_error("the mode is 'active' or 'passive', not '%s'", mode);
+	return cJSON_AddStringToObject(params, "mode", mode) ? EXIT_OK : ctl_oom();
+}
+
+/* LIMIT: "none", bytes with an optional binary unit, or a percentage. */
+static int params_limit(const struct ctl_options *o, cJSON *params)
+{
+	static const struct {
+		const char *suffix;
+		unsigned shift;
+	} units[] = {{"", 0},     {"B", 0},  {"K", 10},   {"KiB", 10}, {"M", 20},
+	             {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40},   {"TiB", 40}};
+	const char *arg = o->args[0];
+	char *end, buf[24];
+	int rc = params_device(o, params);
+
+	if (rc != EXIT_OK)
+		return rc;
+	if (strcmp(arg, "none") == 0)
+		return cJSON_AddStringToObject(params, "size", "0") ? EXIT_OK : ctl_oom();
+	if (*arg < '0' || *arg > '9')
+		return usage_error("'%s' is not a limit (bytes, a percentage or none)", arg);
+	errno = 0;
+	if (arg[strlen(arg) - 1] == '%') {
+		double pct = strtod(arg, &end);
+
+		if (errno || *end != '%' || end[1] || !(pct > 0 && pct <= 100))
+			return usage_error("a percentage limit is in (0%%, 100%%], not '%s'", arg);
+		return cJSON_AddNumberToObject(params, "fraction", pct / 100) ? EXIT_OK : ctl_oom();
+	}
+	unsigned long long n = strtoull(arg, &end, 10);
+	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
+		if (errno || strcmp(end, units[i].suffix) != 0)
+			continue;
+		if (units[i].shift && n > (~0ull >> units[i].shift))
+			break;
+		snprintf(buf, sizeof(buf), "%llu", n << units[i].shift);
+		return cJSON_AddStringToObject(params, "size", buf) ? EXIT_OK : ctl_oom();
+	}
+	return usage_error("'%s' is not a limit (bytes, a percentage or none)", arg);
+}
+
 static const struct ctl_command ctl_commands[] = {
-    {"status", print_status},
-    {"devices", print_devices},
-    {"clients", print_clients},
-    {"stats", print_stats},
+    {.name = "status", .method = "status", .print = print_status},
+    {.name = "devices", .method = "devices", .print = print_devices},
+    {.name = "clients", .method = "clients", .print = print_clients},
+    {.name = "stats", .method = "stats", .params = params_device, .print = print_stats},
+    {.name = "instances", .method = "policy", .print = print_instances},
+    {.name = "set-mode",
+     .method = "set_mode",
+     .nargs = 1,
+     .changes = true,
+     .params = params_mode,
+     .print = print_mode},
+    {.name = "set-proportion",
+     .method = "set_proportion",
+     .nargs = 2,
+     .changes = true,
+     .params = params_proportion,
+     .print = print_instance},
+    {.name = "set-auto",
+     .method = "set_auto",
+     .nargs = 1,
+     .changes = true,
+     .params = params_instance,
+     .print = print_instance},
+    {.name = "set-limit",
+     .method = "set_limit",
+     .nargs = 1,
+     .changes = true,
+     .params = params_limit,
+     .print = print_limit},
 };
 
 /* Runs @cmd once. @first tells whether to print the CSV header when
@@ -242,14 +533,22 @@ static const struct ctl_command ctl_commands[] = {
 static int run_once(gpb_client *client, const struct ctl_command *cmd, const struct ctl_options *o,
                     bool first)
 {
-	char params[64] = "{}";
-	char *text = NULL;
+	cJSON *params = cJSON_CreateObject();
+	char *text = NULL, *params_text;
 	cJSON *result;
 	int rc;
 
-	if (strcmp(cmd->name, "stats") == 0 && o->device >= 0)
-		snprintf(params, sizeof(params), "{\"device\":%ld}", o->device);
-	rc = gpb_request(client, cmd->name, params, &text);
+	if (!params)
+		return ctl_oom();
+	rc = cmd->params ? cmd->params(o, params) : EXIT_OK;
+	params_text = rc == EXIT_OK ? cJSON_PrintUnformatted(params) : NULL;
+	cJSON_Delete(params);
+	if (rc != EXIT_OK)
+		return rc;
+	if (!params_text)
+		return ctl_oom();
+	rc = gpb_request(client, cmd->method, params_text, &text);
+	cJSON_free(params_text);
 	if (rc < 0)
 		return ctl_fail(rc);
 	if (o->format == CTL_JSON) {
@@ -351,10 +650,8 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 	if (optind >= argc)
 		return usage_error("no command given");
 	o->command = argv[optind];
-	if (optind + 1 < argc)
-		return usage_error("unexpected argument '%s'", argv[optind + 1]);
-	if (o->device >= 0 && strcmp(o->command, "stats") != 0)
-		return usage_error("--device only applies to stats, not %s", o->command);
+	o->args = argv + optind + 1;
+	o->nargs = argc - optind - 1;
 	return EXIT_OK;
 }
 
@@ -374,6 +671,16 @@ int main(int argc, char **argv)
 	}
 	if (!cmd)
 		return usage_error("unknown command '%s'", o.command);
+	if (o.nargs > cmd->nargs)
+		return usage_error("unexpected argument '%s'", o.args[cmd->nargs]);
+	if (o.nargs < cmd->nargs)
+		return usage_error("%s needs %d argument%s (see --help)", cmd->name, cmd->nargs,
+		                   cmd->nargs > 1 ? "s" : "");
+	if (o.device >= 0 && strcmp(cmd->name, "stats") != 0 && strcmp(cmd->name, "set-limit") != 0)
+		return usage_error("--device only applies to stats and set-limit, not %s",
+		                   o.command);
+	if (o.interval > 0 && cmd->changes)
+		return usage_error("-l does not repeat %s: it changes the daemon", o.command);
 
 	if (o.interval > 0) {
 		struct sigaction sa = {.sa_handler = ctl_on_sigint};

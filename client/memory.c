@@ -12,6 +12,7 @@
 
 #define MEMORY_GRANULE       256u       /* the daemon's minimum alignment */
 #define MEMORY_MAX_ALIGNMENT (2u << 20) /* and its maximum */
+#define MEMORY_MAX_WAIT_MS   86400000u  /* the daemon's longest wait: a day */
 
 /* What gives back an alloc or an attach. */
 static const char *const memory_undo_method[TRACK_KINDS] = {
@@ -122,13 +123,14 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 	return rc;
 }
 
-static cJSON *alloc_params(uint64_t instance, uint64_t size, uint64_t alignment)
+static cJSON *alloc_params(uint64_t instance, uint64_t size, uint64_t alignment, uint32_t wait_ms)
 {
 	cJSON *params = cJSON_CreateObject();
 
 	if (!params || proto_add_id64(params, "instance", instance) < 0 ||
 	    proto_add_u64(params, "size", size) < 0 ||
-	    (alignment && proto_add_u64(params, "alignment", alignment) < 0)) {
+	    (alignment && proto_add_u64(params, "alignment", alignment) < 0) ||
+	    (wait_ms && !cJSON_AddNumberToObject(params, "wait_ms", wait_ms))) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -138,6 +140,12 @@ static cJSON *alloc_params(uint64_t instance, uint64_t size, uint64_t alignment)
 GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                          struct gpb_allocation *out)
 {
+	return gpb_alloc_wait(c, instance, size, alignment, 0, out);
+}
+
+GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                              uint32_t wait_ms, struct gpb_allocation *out)
+{
 	int rc;
 
 	rc = client_enter(c);
@@ -145,6 +153,11 @@ GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64
 		return rc;
 	if (!out || size == 0) {
 		rc = error_set(GPB_E_INVALID, "gpb_alloc: size must be at least 1 and out set");
+		goto out;
+	}
+	if (wait_ms > MEMORY_MAX_WAIT_MS) {
+		rc = error_set(GPB_E_INVALID, "gpb_alloc_wait: wait_ms is at most %u",
+		               MEMORY_MAX_WAIT_MS);
 		goto out;
 	}
 	if (alignment && ((alignment & (alignment - 1)) || alignment > MEMORY_MAX_ALIGNMENT)) {
@@ -157,8 +170,8 @@ GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < MEMORY_GRANULE)
 		alignment = MEMORY_GRANULE;
-	rc = memory_call(c, TRACK_ALLOC, "alloc", alloc_params(instance, size, alignment), out,
-	                 NULL);
+	rc = memory_call(c, TRACK_ALLOC, "alloc", alloc_params(instance, size, alignment, wait_ms),
+	                 out, NULL);
 out:
 	client_leave(c);
 	return rc;

@@ -161,6 +161,139 @@ struct gpb_mem_info {
 /** Errors: GPB_E_NOT_FOUND (instance), GPB_E_DAEMON_GONE. */
 int gpb_mem_info(gpb_client *client, uint64_t instance, struct gpb_mem_info *out);
 
+/**
+ * Like gpb_alloc(), but when the device (or the broker's limit) has no room,
+ * or the instance's cap would be exceeded (active mode), the daemon keeps the
+ * request for up to @wait_ms milliseconds (at most 86400000) and serves it,
+ * in arrival order, as soon as frees, departures or cap changes make room.
+ * The call blocks meanwhile (other threads' calls on this client wait for
+ * it); events that arrive are queued for gpb_dispatch(). @wait_ms 0 is
+ * gpb_alloc().
+ * Errors: those of gpb_alloc(), GPB_E_TIMEOUT (no room within @wait_ms),
+ * GPB_E_SHUTTING_DOWN (the daemon stopped meanwhile), GPB_E_INVALID
+ * (@wait_ms too large).
+ */
+int gpb_alloc_wait(gpb_client *client, uint64_t instance, uint64_t size, uint64_t alignment,
+                   uint32_t wait_ms, struct gpb_allocation *out);
+
+/* ---- VRAM policy ---------------------------------------------------------
+ *
+ * Every instance is in the manual pool (a proportion of its device) or the
+ * auto pool (an equal part of what the manual pool leaves). In active mode
+ * an instance's cap is its share of the device's capacity (the memory, or
+ * less under an administrator's limit) and allocations over it fail with
+ * GPB_E_QUOTA; in passive mode (the default) every cap is the capacity.
+ * When another instance's change moves this instance's cap, the client gets
+ * a "cap_changed" event ({"instance", "cap", "share", "mode"}). An instance's
+ * own connection may change its proportion, pool and group; an
+ * administrator (root or the admin group) may change any instance's, and
+ * alone may change the mode and the limit. See PROTOCOL.md, "VRAM policy".
+ */
+
+/** Limiting modes. */
+enum gpb_mode {
+	GPB_MODE_PASSIVE = 0, /**< no caps: only memory limits allocations */
+	GPB_MODE_ACTIVE = 1,  /**< each instance is held to its cap */
+};
+
+/** One instance as the policy sees it. */
+struct gpb_instance_info {
+	uint64_t instance; /**< instance id */
+	uint64_t session;  /**< id of the connection that registered it */
+	int device;        /**< device index */
+	int grouped;       /**< 1 when it shares a group other than "default" with another */
+	double proportion; /**< manual proportion in (0, 1], or 0 in the auto pool */
+	double share;      /**< effective proportion: the manual one or its auto share */
+	uint64_t cap;      /**< bytes it may hold */
+	uint64_t used;     /**< bytes it holds */
+	uint64_t free;     /**< bytes it may still take: min(cap - used, device available) */
+	char name[65];     /**< instance name */
+	char group[65];    /**< stream group */
+	char warning[160]; /**< after a change: a warning from the daemon (the auto pool
+	                        is under 5%), else empty */
+};
+
+/**
+ * Moves @instance to the manual pool with @proportion in (0, 1], or changes
+ * its manual proportion. Other instances whose cap moves are told
+ * (cap_changed). @out (may be NULL) receives the instance as it is now.
+ * Errors: GPB_E_INVALID (proportion outside (0, 1], manual proportions of
+ * the device would sum over 1, or the auto pool would fall under its
+ * minimum: gpb_last_error() says which), GPB_E_NOT_FOUND, GPB_E_PERMISSION
+ * (another connection's instance, not an administrator), GPB_E_DAEMON_GONE.
+ */
+int gpb_set_proportion(gpb_client *client, uint64_t instance, double proportion,
+                       struct gpb_instance_info *out);
+
+/**
+ * Moves @instance to the auto pool (nothing to do when it is there).
+ * Errors: as gpb_set_proportion() (GPB_E_INVALID: the auto pool's minimum).
+ */
+int gpb_set_auto(gpb_client *client, uint64_t instance, struct gpb_instance_info *out);
+
+/**
+ * Moves @instance to stream group @group (1-64 bytes).
+ * Errors: GPB_E_INVALID (name), GPB_E_NOT_FOUND, GPB_E_PERMISSION,
+ * GPB_E_DAEMON_GONE.
+ */
+int gpb_set_group(gpb_client *client, uint64_t instance, const char *group,
+                  struct gpb_instance_info *out);
+
+/**
+ * Any instance of any connection, as the policy sees it.
+ * Errors: GPB_E_NOT_FOUND, GPB_E_DAEMON_GONE, GPB_E_PROTOCOL.
+ */
+int gpb_instance_info(gpb_client *client, uint64_t instance, struct gpb_instance_info *out);
+
+/** The policy of one device. */
+struct gpb_policy_info {
+	enum gpb_mode mode;        /**< the daemon's mode (the same for every device) */
+	double min_auto_share;     /**< least share an auto instance may be left */
+	uint64_t total;            /**< device memory */
+	uint64_t capacity;         /**< what the broker hands out: total under the limit */
+	uint64_t limit;            /**< byte limit, 0 when none */
+	double limit_fraction;     /**< fraction limit, 0 when none */
+	uint64_t used;             /**< bytes in live allocations */
+	uint64_t available;        /**< capacity - used */
+	double manual;             /**< sum of the manual proportions */
+	double auto_pool;          /**< 1 - manual, at least 0 */
+	unsigned manual_instances; /**< instances in the manual pool */
+	unsigned auto_instances;   /**< instances in the auto pool */
+	uint64_t auto_cap;         /**< the cap of each auto instance */
+};
+
+/** Errors: GPB_E_INVALID (no such device), GPB_E_DAEMON_GONE, GPB_E_PROTOCOL. */
+int gpb_policy_info(gpb_client *client, int device, struct gpb_policy_info *out);
+
+/** A stream group. */
+struct gpb_group_info {
+	unsigned members;   /**< instances in it */
+	uint64_t used;      /**< bytes they hold */
+	uint64_t available; /**< active: their headroom bounded by each device; passive:
+	                         the available capacity of their devices */
+	int nearly_full;    /**< 1 when more than 95% of used + available is used */
+};
+
+/** Errors: GPB_E_NOT_FOUND (no instance in @group), GPB_E_INVALID, GPB_E_DAEMON_GONE. */
+int gpb_group_info(gpb_client *client, const char *group, struct gpb_group_info *out);
+
+/**
+ * Sets the daemon's mode; every running client's caps follow at once.
+ * Errors: GPB_E_PERMISSION (not an administrator), GPB_E_INVALID,
+ * GPB_E_DAEMON_GONE.
+ */
+int gpb_set_mode(gpb_client *client, enum gpb_mode mode);
+
+/**
+ * Bounds what the broker hands out on @device (or on every device when
+ * @device is -1), in both modes, like CuPy's set_limit: @bytes > 0, or
+ * @fraction in (0, 1] of the device's memory; both 0 removes the limit.
+ * Memory already allocated is not taken back.
+ * Errors: GPB_E_PERMISSION, GPB_E_INVALID (both given, range, device),
+ * GPB_E_DAEMON_GONE.
+ */
+int gpb_set_limit(gpb_client *client, int device, uint64_t bytes, double fraction);
+
 /** Pool statistics of one device (CuPy/RMM terms). */
 struct gpb_pool_stats {
 	uint64_t reserved;     /**< bytes held from the device in slabs (CuPy total_bytes) */

@@ -1,0 +1,337 @@
+/*
+ * policy.c - the VRAM policy calls: proportions, pools, groups, mode and
+ * limit, and the queries behind them (the `policy` and `group_info`
+ * requests).
+ */
+#include "client.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Copies a string member into a fixed buffer; a missing or long one is a
+ * protocol error. */
+static int copy_string(const cJSON *obj, const char *key, char *buf, size_t size)
+{
+	const char *v;
+
+	if (proto_get_string(obj, key, size - 1, &v) < 0)
+		return error_set(GPB_E_PROTOCOL, "reply without a valid '%s'", key);
+	snprintf(buf, size, "%s", v);
+	return 0;
+}
+
+/* Reads an instance object as `policy` and the setters describe it. */
+static int instance_parse(const cJSON *o, struct gpb_instance_info *out)
+{
+	struct gpb_instance_info info = {0};
+	const cJSON *prop = cJSON_GetObjectItemCaseSensitive(o, "proportion");
+	const cJSON *grouped = cJSON_GetObjectItemCaseSensitive(o, "grouped");
+	const cJSON *warnings = cJSON_GetObjectItemCaseSensitive(o, "warnings");
+	int64_t device;
+
+	if (proto_get_id64(o, "instance", &info.instance) < 0 ||
+	    proto_get_id64(o, "session", &info.session) < 0 ||
+	    proto_get_int(o, "device", 0, INT_MAX, &device) < 0 ||
+	    proto_get_double(o, "share", 0, 1, &info.share) < 0 ||
+	    proto_get_u64(o, "cap", 0, UINT64_MAX, &info.cap) < 0 ||
+	    proto_get_u64(o, "used", 0, UINT64_MAX, &info.used) < 0 ||
+	    proto_get_u64(o, "free", 0, UINT64_MAX, &info.free) < 0 || !cJSON_IsBool(grouped) ||
+	    !(cJSON_IsNull(prop) || proto_get_double(o, "proportion", 0, 1, &info.proportion) == 0))
+		return error_set(GPB_E_PROTOCOL, "reply without the instance's figures");
+	info.device = (int)device;
+	info.grouped = cJSON_IsTrue(grouped);
+	if (copy_string(o, "name", info.name, sizeof(info.name)) < 0 ||
+	    copy_string(o, "group", info.group, sizeof(info.group)) < 0)
+		return GPB_E_PROTOCOL;
+	if (cJSON_IsArray(warnings) && cJSON_IsString(cJSON_GetArrayItem(warnings, 0)))
+		snprintf(info.warning, sizeof(info.warning), "%s",
+		         cJSON_GetArrayItem(warnings, 0)->valuestring);
+	*out = info;
+	return 0;
+}
+
+/* client_parse_fn for the setters: the result is the instance. */
+static int instance_result(const cJSON *result, void *out)
+{
+	struct gpb_instance_info info;
+	int rc = instance_parse(result, &info);
+
+	if (rc == 0 && out)
+		*(struct gpb_instance_info *)out = info;
+	return rc;
+}
+
+/* {"instance": id} plus one more member added by the caller. */
+static cJSON *instance_params(uint64_t instance)
+{
+	return client_params_id("instance", instance);
+}
+
+GPB_EXPORT int gpb_set_proportion(gpb_client *c, uint64_t instance, double proportion,
+                                  struct gpb_instance_info *out)
+{
+	cJSON *params;
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	/* Written so that NaN fails too. */
+	if (!(proportion > 0 && proportion <= 1)) {
+		rc = error_set(GPB_E_INVALID, "gpb_set_proportion: proportion must be in (0, 1]");
+		goto out;
+	}
+	params = instance_params(instance);
+	if (params && !cJSON_AddNumberToObject(params, "proportion", proportion)) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = client_call(c, "set_proportion", params, instance_result, out);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_set_auto(gpb_client *c, uint64_t instance, struct gpb_instance_info *out)
+{
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	rc = client_call(c, "set_auto", instance_params(instance), instance_result, out);
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_set_group(gpb_client *c, uint64_t instance, const char *group,
+                             struct gpb_instance_info *out)
+{
+	cJSON *params;
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	if (!group || !*group || strlen(group) > PROTO_MAX_NAME) {
+		rc = error_set(GPB_E_INVALID, "gpb_set_group: group must be 1-%d bytes",
+		               PROTO_MAX_NAME);
+		goto out;
+	}
+	params = instance_params(instance);
+	if (params && !cJSON_AddStringToObject(params, "group", group)) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = client_call(c, "set_group", params, instance_result, out);
+out:
+	client_leave(c);
+	return rc;
+}
+
+/* What gpb_instance_info asks `policy` about, and the answer. */
+struct instance_query {
+	uint64_t instance;
+	struct gpb_instance_info info;
+};
+
+static int instance_query_parse(const cJSON *result, void *arg)
+{
+	struct instance_query *q = arg;
+	const cJSON *insts = cJSON_GetObjectItemCaseSensitive(result, "instances");
+	const cJSON *it;
+
+	if (!cJSON_IsArray(insts))
+		return error_set(GPB_E_PROTOCOL, "policy reply without 'instances'");
+	cJSON_ArrayForEach(it, insts)
+	{
+		uint64_t id;
+
+		if (proto_get_id64(it, "instance", &id) == 0 && id == q->instance)
+			return instance_parse(it, &q->info);
+	}
+	return error_set(GPB_E_NOT_FOUND, "no such instance");
+}
+
+GPB_EXPORT int gpb_instance_info(gpb_client *c, uint64_t instance, struct gpb_instance_info *out)
+{
+	struct instance_query q = {.instance = instance};
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	if (!out) {
+		rc = error_set(GPB_E_INVALID, "gpb_instance_info: out is NULL");
+		goto out;
+	}
+	rc = client_call(c, "policy", cJSON_CreateObject(), instance_query_parse, &q);
+	if (rc == 0)
+		*out = q.info;
+out:
+	client_leave(c);
+	return rc;
+}
+
+/* What gpb_policy_info asks about, and the answer. */
+struct policy_query {
+	int device;
+	struct gpb_policy_info info;
+};
+
+/* A number that may be null (read as 0). */
+static int get_optional_double(const cJSON *obj, const char *key, double *out)
+{
+	if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(obj, key))) {
+		*out = 0;
+		return 0;
+	}
+	return proto_get_double(obj, key, 0, 1, out);
+}
+
+static int policy_query_parse(const cJSON *result, void *arg)
+{
+	struct policy_query *q = arg;
+	struct gpb_policy_info *out = &q->info;
+	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(result, "devices");
+	const cJSON *mode = cJSON_GetObjectItemCaseSensitive(result, "mode");
+	const cJSON *dev = NULL, *it;
+	int64_t n, manual_n, auto_n;
+
+	if (!cJSON_IsString(mode) || !cJSON_IsArray(devs) ||
+	    proto_get_double(result, "min_auto_share", 0, 1, &out->min_auto_share) < 0)
+		return error_set(GPB_E_PROTOCOL, "policy reply without mode or devices");
+	out->mode = strcmp(mode->valuestring, "active") == 0 ? GPB_MODE_ACTIVE : GPB_MODE_PASSIVE;
+	cJSON_ArrayForEach(it, devs)
+	{
+		if (proto_get_int(it, "device", 0, INT_MAX, &n) == 0 && n == q->device)
+			dev = it;
+	}
+	if (!dev)
+		return error_set(GPB_E_INVALID, "no such device: %d", q->device);
+	if (proto_get_u64(dev, "total", 0, UINT64_MAX, &out->total) < 0 ||
+	    proto_get_u64(dev, "capacity", 0, UINT64_MAX, &out->capacity) < 0 ||
+	    proto_get_u64(dev, "used", 0, UINT64_MAX, &out->used) < 0 ||
+	    proto_get_u64(dev, "available", 0, UINT64_MAX, &out->available) < 0 ||
+	    proto_get_u64(dev, "auto_cap", 0, UINT64_MAX, &out->auto_cap) < 0 ||
+	    proto_get_double(dev, "manual", 0, 2, &out->manual) < 0 ||
+	    proto_get_double(dev, "auto", 0, 1, &out->auto_pool) < 0 ||
+	    get_optional_double(dev, "limit_fraction", &out->limit_fraction) < 0 ||
+	    proto_get_int(dev, "manual_instances", 0, UINT_MAX, &manual_n) < 0 ||
+	    proto_get_int(dev, "auto_instances", 0, UINT_MAX, &auto_n) < 0)
+		return error_set(GPB_E_PROTOCOL, "policy reply without the device's figures");
+	out->limit = 0;
+	if (!cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(dev, "limit")) &&
+	    proto_get_u64(dev, "limit", 0, UINT64_MAX, &out->limit) < 0)
+		return error_set(GPB_E_PROTOCOL, "policy reply with a bad 'limit'");
+	out->manual_instances = (unsigned)manual_n;
+	out->auto_instances = (unsigned)auto_n;
+	return 0;
+}
+
+GPB_EXPORT int gpb_policy_info(gpb_client *c, int device, struct gpb_policy_info *out)
+{
+	struct policy_query q = {.device = device};
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	if (!out || device < 0) {
+		rc = error_set(GPB_E_INVALID, "gpb_policy_info: out is NULL or device negative");
+		goto out;
+	}
+	rc = client_call(c, "policy", cJSON_CreateObject(), policy_query_parse, &q);
+	if (rc == 0)
+		*out = q.info;
+out:
+	client_leave(c);
+	return rc;
+}
+
+static int group_parse(const cJSON *result, void *arg)
+{
+	struct gpb_group_info *out = arg;
+	const cJSON *members = cJSON_GetObjectItemCaseSensitive(result, "members");
+
+	if (!cJSON_IsArray(members) ||
+	    proto_get_u64(result, "used", 0, UINT64_MAX, &out->used) < 0 ||
+	    proto_get_u64(result, "available", 0, UINT64_MAX, &out->available) < 0)
+		return error_set(GPB_E_PROTOCOL, "group_info reply without its figures");
+	out->members = (unsigned)cJSON_GetArraySize(members);
+	out->nearly_full = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(result, "warnings"));
+	return 0;
+}
+
+GPB_EXPORT int gpb_group_info(gpb_client *c, const char *group, struct gpb_group_info *out)
+{
+	struct gpb_group_info info = {0};
+	cJSON *params;
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	if (!out || !group || !*group || strlen(group) > PROTO_MAX_NAME) {
+		rc = error_set(GPB_E_INVALID, "gpb_group_info: out and a group of 1-%d bytes",
+		               PROTO_MAX_NAME);
+		goto out;
+	}
+	params = cJSON_CreateObject();
+	if (params && !cJSON_AddStringToObject(params, "group", group)) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = client_call(c, "group_info", params, group_parse, &info);
+	if (rc == 0)
+		*out = info;
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_set_mode(gpb_client *c, enum gpb_mode mode)
+{
+	cJSON *params;
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	if (mode != GPB_MODE_ACTIVE && mode != GPB_MODE_PASSIVE) {
+		rc = error_set(GPB_E_INVALID, "gpb_set_mode: unknown mode %d", (int)mode);
+		goto out;
+	}
+	params = cJSON_CreateObject();
+	if (params && !cJSON_AddStringToObject(params, "mode",
+	                                       mode == GPB_MODE_ACTIVE ? "active" : "passive")) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = client_call(c, "set_mode", params, NULL, NULL);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_set_limit(gpb_client *c, int device, uint64_t bytes, double fraction)
+{
+	cJSON *params;
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	if (device < -1 || (bytes && fraction != 0) ||
+	    (fraction != 0 && !(fraction > 0 && fraction <= 1))) {
+		rc = error_set(GPB_E_INVALID, "gpb_set_limit: bytes or a fraction in (0, 1], not "
+		                              "both, on a device >= 0 or -1 for all");
+		goto out;
+	}
+	params = cJSON_CreateObject();
+	if (params && ((device >= 0 && !cJSON_AddNumberToObject(params, "device", device)) ||
+	               (fraction != 0 ? !cJSON_AddNumberToObject(params, "fraction", fraction)
+	                              : proto_add_u64(params, "size", bytes) < 0))) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = client_call(c, "set_limit", params, NULL, NULL);
+out:
+	client_leave(c);
+	return rc;
+}
