@@ -30,7 +30,10 @@ trap 'rm -f "$tmp"' EXIT INT TERM
 rel=${build#"$top"/}
 cmd="GPB_DAEMON=$rel/daemon/gpubrokerd $rel/bench/gpb-bench"
 echo "gpb-bench: running the full set (about two minutes)..." >&2
+# Other work on the machine shows in the tails: record how busy it was.
+load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
 GPB_DAEMON=$rel/daemon/gpubrokerd "$rel/bench/gpb-bench" >"$tmp"
+load_after=$(cut -d ' ' -f 1-3 /proc/loadavg)
 
 model=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 cpus=$(nproc)
@@ -56,6 +59,7 @@ buildtype=$(meson introspect --buildoptions "$build" 2>/dev/null |
 	echo "- Build: ${buildtype:-?}, $ccver, libuv $(pkg-config --modversion libuv), cJSON $(pkg-config --modversion libcjson)"
 	echo "- Command: \`bench/run.sh\` (runs \`$cmd\`)"
 	echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "- Load average (1, 5, 15 min): $load_before before, $load_after after"
 	echo
 	echo "Every ratio compares figures taken in this run; absolute times mean"
 	echo "little on a shared $cpus-CPU virtual machine. See bench/README.md."
