@@ -59,7 +59,7 @@ buildtype=$(meson introspect --buildoptions "$build" 2>/dev/null |
 	echo "- Build: ${buildtype:-?}, $ccver, libuv $(pkg-config --modversion libuv), cJSON $(pkg-config --modversion libcjson)"
 	echo "- Command: \`bench/run.sh\` (runs \`$cmd\`)"
 	echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-	echo "- Load average (1, 5, 15 min): $load_before before, $load_after after"
+	echo "- Load average (1, 5, 15 min): $load_before before; $load_after after (the run's own 64-process phases included)"
 	echo
 	echo "Every ratio compares figures taken in this run; absolute times mean"
 	echo "little on a shared $cpus-CPU virtual machine. See bench/README.md."
