@@ -101,6 +101,8 @@ GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
 	pthread_mutex_init(&c->lock, NULL);
 	/* Until hello names the backend nothing can be mapped. */
 	track_init(&c->track, NULL);
+	c->conn.on_invalidate = memory_invalidate;
+	c->conn.invalidate_ctx = c;
 	rc = client_call(c, "hello", hello_params(name), hello_parse, c);
 	if (rc < 0) {
 		gpb_disconnect(c);
@@ -440,6 +442,8 @@ GPB_EXPORT int gpb_request(gpb_client *c, const char *method, const char *params
 	case PROTO_OP_ATTACH:
 	case PROTO_OP_FREE:
 	case PROTO_OP_DETACH:
+	case PROTO_OP_CLAIM:
+	case PROTO_OP_FREE_LABEL:
 		/* These change what the connection holds: keep the library's
 		 * bookkeeping (and mappings) in step with the daemon's. */
 		rc = memory_request(c, method, params, result_json);

@@ -66,5 +66,8 @@ int client_result_json(const cJSON *result, void *result_json);
 /* memory.c: gpb_request() for alloc, attach, free and detach, which must
  * update the connection's bookkeeping. Consumes @params; lock held. */
 int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json);
+/* conn's on_invalidate hook: the daemon released everything the connection
+ * held; forget it all and unmap. Lock held. */
+void memory_invalidate(void *client);
 
 #endif

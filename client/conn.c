@@ -371,6 +371,11 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 	if (rc < 0)
 		return conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a frame that is not a reply");
 	if (r.event) {
+		/* Dropped here, not in gpb_dispatch(): a reply behind this event
+		 * may put the connection back in a slab, and must find the
+		 * bookkeeping already empty, as the daemon's is. */
+		if (strcmp(r.event, "invalidate") == 0 && c->on_invalidate)
+			c->on_invalidate(c->invalidate_ctx);
 		rc = conn_queue_event(c, &r);
 		proto_reply_finish(&r);
 		return rc;

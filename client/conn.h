@@ -40,6 +40,10 @@ struct conn {
 	size_t fd_head, fd_count, fd_cap;
 	struct conn_event *ev_head, **ev_tail;
 	size_t ev_count;
+	/* Called when an `invalidate` event is read, before any frame after
+	 * it: the daemon released everything this connection held. */
+	void (*on_invalidate)(void *ctx);
+	void *invalidate_ctx;
 };
 
 /* Connects to @path (not NULL). Returns GPB_E_CONNECT, GPB_E_PERMISSION,

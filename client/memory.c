@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define MEMORY_GRANULE       256u       /* the daemon's minimum alignment */
@@ -177,6 +178,74 @@ out:
 	return rc;
 }
 
+/* Forgets the allocations a free_label reply lists. */
+static void memory_release_freed(gpb_client *c, const cJSON *result)
+{
+	const cJSON *it;
+	uint64_t id;
+
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(result, "freed"))
+	{
+		char *end;
+
+		if (!cJSON_IsString(it) || strlen(it->valuestring) != 16)
+			continue;
+		id = strtoull(it->valuestring, &end, 16);
+		if (*end == '\0')
+			track_release(&c->track, TRACK_ALLOC, id);
+	}
+}
+
+GPB_EXPORT int gpb_claim(gpb_client *c, uint64_t id, struct gpb_allocation *out)
+{
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out) {
+		rc = error_set(GPB_E_INVALID, "gpb_claim: out is NULL");
+		goto out;
+	}
+	rc = memory_call(c, TRACK_ALLOC, "claim", client_params_id("id", id), out, NULL);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *label)
+{
+	struct proto_reply rep;
+	cJSON *params;
+	int rc, n;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!label || !*label || strlen(label) > PROTO_MAX_NAME) {
+		rc = error_set(GPB_E_INVALID, "gpb_free_label: label must be 1-%d bytes",
+		               PROTO_MAX_NAME);
+		goto out;
+	}
+	params = cJSON_CreateObject();
+	if (!params || !cJSON_AddStringToObject(params, "label", label) ||
+	    (instance && proto_add_id64(params, "instance", instance) < 0)) {
+		cJSON_Delete(params);
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = conn_call(&c->conn, "free_label", params, &rep, NULL);
+	if (rc < 0)
+		goto out;
+	memory_release_freed(c, rep.result);
+	n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, "freed"));
+	proto_reply_finish(&rep);
+	rc = n;
+out:
+	client_leave(c);
+	return rc;
+}
+
 GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 {
 	return memory_release(c, TRACK_ALLOC, id);
@@ -204,18 +273,40 @@ GPB_EXPORT int gpb_detach(gpb_client *c, uint64_t id)
 	return memory_release(c, TRACK_ATTACH, id);
 }
 
+void memory_invalidate(void *client)
+{
+	gpb_client *c = client;
+	const struct slab_opener *opener = c->track.opener;
+
+	/* The daemon released everything: so does this connection, and every
+	 * pointer it handed out is invalid from here on. */
+	track_finish(&c->track);
+	track_init(&c->track, opener);
+}
+
 int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json)
 {
 	int op = proto_op_lookup(method);
-	enum track_kind kind =
-	    (op == PROTO_OP_ALLOC || op == PROTO_OP_FREE) ? TRACK_ALLOC : TRACK_ATTACH;
+	enum track_kind kind = (op == PROTO_OP_ALLOC || op == PROTO_OP_FREE ||
+	                        op == PROTO_OP_CLAIM || op == PROTO_OP_FREE_LABEL)
+	                           ? TRACK_ALLOC
+	                           : TRACK_ATTACH;
 	struct proto_reply rep;
 	bool have_id;
 	uint64_t id;
 	int rc;
 
-	if (op == PROTO_OP_ALLOC || op == PROTO_OP_ATTACH)
+	if (op == PROTO_OP_ALLOC || op == PROTO_OP_ATTACH || op == PROTO_OP_CLAIM)
 		return memory_call(c, kind, method, params, NULL, result_json);
+	if (op == PROTO_OP_FREE_LABEL) {
+		rc = conn_call(&c->conn, method, params, &rep, NULL);
+		if (rc < 0)
+			return rc;
+		memory_release_freed(c, rep.result);
+		rc = client_result_json(rep.result, result_json);
+		proto_reply_finish(&rep);
+		return rc;
+	}
 
 	/* free / detach: passed to the daemon as they are (it judges the
 	 * parameters); on success, forget what it released. */

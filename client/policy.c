@@ -335,3 +335,209 @@ out:
 	client_leave(c);
 	return rc;
 }
+
+/* ---- queued requests and chunking ------------------------------------------ */
+
+/* params.requests from @reqs; NULL when out of memory (or @reqs invalid,
+ * with the error recorded in *rc). */
+static cJSON *requests_json(const struct gpb_array_request *reqs, size_t n, int *rc)
+{
+	cJSON *arr = cJSON_CreateArray();
+
+	*rc = GPB_E_NOMEM;
+	if (!reqs || n < 1 || n > 64) {
+		*rc = error_set(GPB_E_INVALID, "between 1 and 64 array requests");
+		cJSON_Delete(arr);
+		return NULL;
+	}
+	for (size_t i = 0; arr && i < n; i++) {
+		const struct gpb_array_request *r = &reqs[i];
+		cJSON *o = cJSON_CreateObject(), *shape;
+
+		if (!r->label || r->ndim < 1 || r->ndim > 8 || r->axis >= r->ndim) {
+			*rc = error_set(GPB_E_INVALID, "array request %zu: label, ndim or axis", i);
+			cJSON_Delete(o);
+			cJSON_Delete(arr);
+			return NULL;
+		}
+		if (!o || !cJSON_AddItemToArray(arr, o)) {
+			cJSON_Delete(o);
+			break;
+		}
+		if (!cJSON_AddStringToObject(o, "label", r->label) ||
+		    !(shape = cJSON_AddArrayToObject(o, "shape")) ||
+		    !cJSON_AddNumberToObject(o, "elem_size", r->elem_size) ||
+		    !cJSON_AddNumberToObject(o, "axis", r->axis) ||
+		    (r->unchunkable && !cJSON_AddTrueToObject(o, "unchunkable")))
+			break;
+		for (unsigned d = 0; d < r->ndim; d++) {
+			cJSON *dim = cJSON_CreateNumber((double)r->shape[d]);
+
+			if (!dim || !cJSON_AddItemToArray(shape, dim)) {
+				cJSON_Delete(dim);
+				cJSON_Delete(arr);
+				error_set(GPB_E_NOMEM, "out of memory");
+				return NULL;
+			}
+		}
+		if (i + 1 == n) {
+			*rc = 0;
+			return arr;
+		}
+	}
+	cJSON_Delete(arr);
+	error_set(GPB_E_NOMEM, "out of memory");
+	return NULL;
+}
+
+static int queued_parse(const cJSON *result, void *count)
+{
+	int64_t n;
+
+	if (proto_get_int(result, "queued", 0, INT_MAX, &n) < 0)
+		return error_set(GPB_E_PROTOCOL, "queue_request reply without 'queued'");
+	*(int *)count = (int)n;
+	return 0;
+}
+
+GPB_EXPORT int gpb_queue_request(gpb_client *c, uint64_t instance,
+                                 const struct gpb_array_request *reqs, size_t n)
+{
+	cJSON *params = NULL, *arr;
+	int rc = client_enter(c), count = 0;
+
+	if (rc < 0)
+		return rc;
+	arr = requests_json(reqs, n, &rc);
+	if (arr) {
+		params = instance_params(instance);
+		if (!params || !cJSON_AddItemToObject(params, "requests", arr)) {
+			cJSON_Delete(arr);
+			cJSON_Delete(params);
+			params = NULL;
+		}
+	} else if (rc != GPB_E_NOMEM) {
+		goto out;
+	}
+	rc = client_call(c, "queue_request", params, queued_parse, &count);
+	if (rc == 0)
+		rc = count;
+out:
+	client_leave(c);
+	return rc;
+}
+
+static int chunking_parse(const cJSON *result, struct gpb_chunking *out)
+{
+	struct gpb_chunking ch = {0};
+
+	if (proto_get_u64(result, "axis_length", 0, UINT64_MAX, &ch.axis_length) < 0 ||
+	    proto_get_u64(result, "chunk_length", 0, UINT64_MAX, &ch.chunk_length) < 0 ||
+	    proto_get_u64(result, "chunks", 0, UINT64_MAX, &ch.chunks) < 0 ||
+	    proto_get_u64(result, "request_bytes", 0, UINT64_MAX, &ch.request_bytes) < 0 ||
+	    proto_get_u64(result, "chunk_bytes", 0, UINT64_MAX, &ch.chunk_bytes) < 0 ||
+	    proto_get_u64(result, "available", 0, UINT64_MAX, &ch.available) < 0)
+		return error_set(GPB_E_PROTOCOL, "reply without the chunking figures");
+	ch.oversized = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(result, "warnings"));
+	if (out)
+		*out = ch;
+	return 0;
+}
+
+static int allocate_parse(const cJSON *result, void *out)
+{
+	return chunking_parse(result, out);
+}
+
+GPB_EXPORT int gpb_allocate_queue(gpb_client *c, uint64_t instance, struct gpb_chunking *out)
+{
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	rc = client_call(c, "allocate_queue", instance_params(instance), allocate_parse, out);
+	client_leave(c);
+	return rc;
+}
+
+/* What gpb_chunk_parameters asks, and where the answer goes. */
+struct chunk_query {
+	size_t n;
+	struct gpb_chunking *out;
+	uint64_t (*shapes)[8];
+};
+
+static int chunk_query_parse(const cJSON *result, void *arg)
+{
+	struct chunk_query *q = arg;
+	const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(result, "arrays"), *it;
+	size_t i = 0;
+	int rc = chunking_parse(result, q->out);
+
+	if (rc < 0 || !q->shapes)
+		return rc;
+	if (!cJSON_IsArray(arrs) || (size_t)cJSON_GetArraySize(arrs) != q->n)
+		return error_set(GPB_E_PROTOCOL, "chunk_parameters reply without the shapes");
+	cJSON_ArrayForEach(it, arrs)
+	{
+		const cJSON *shape = cJSON_GetObjectItemCaseSensitive(it, "shape"), *dim;
+		unsigned d = 0;
+
+		memset(q->shapes[i], 0, sizeof(q->shapes[i]));
+		cJSON_ArrayForEach(dim, shape)
+		{
+			if (!cJSON_IsNumber(dim) || d >= 8)
+				return error_set(GPB_E_PROTOCOL, "a chunked shape is not numbers");
+			q->shapes[i][d++] = (uint64_t)dim->valuedouble;
+		}
+		i++;
+	}
+	return 0;
+}
+
+GPB_EXPORT int gpb_chunk_parameters(gpb_client *c, const char *group, uint64_t available,
+                                    uint64_t axis_length, const struct gpb_array_request *reqs,
+                                    size_t n, struct gpb_chunking *out, uint64_t (*shapes)[8])
+{
+	struct chunk_query q = {.n = n, .out = out, .shapes = shapes};
+	cJSON *params = NULL, *arr;
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	if (group && (!*group || strlen(group) > PROTO_MAX_NAME)) {
+		rc = error_set(GPB_E_INVALID, "gpb_chunk_parameters: group must be 1-%d bytes",
+		               PROTO_MAX_NAME);
+		goto out;
+	}
+	arr = requests_json(reqs, n, &rc);
+	if (!arr && rc != GPB_E_NOMEM)
+		goto out;
+	params = arr ? cJSON_CreateObject() : NULL;
+	if (params && (!cJSON_AddItemToObject(params, "requests", arr) ||
+	               (group ? !cJSON_AddStringToObject(params, "group", group)
+	                      : proto_add_u64(params, "available", available) < 0) ||
+	               (axis_length && proto_add_u64(params, "axis_length", axis_length) < 0))) {
+		cJSON_Delete(params);
+		params = NULL;
+	} else if (!params) {
+		cJSON_Delete(arr);
+	}
+	rc = client_call(c, "chunk_parameters", params, chunk_query_parse, &q);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_invalidate_all(gpb_client *c)
+{
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	/* The invalidate event that precedes the reply has already emptied
+	 * this client's bookkeeping (conn.c calls memory_invalidate). */
+	rc = client_call(c, "invalidate_all", cJSON_CreateObject(), NULL, NULL);
+	client_leave(c);
+	return rc;
+}

@@ -205,7 +205,9 @@ static void broker_alloc_release(struct broker *b, struct session *s, struct bro
 	int device = a->inst->device;
 	idmap_remove(&b->allocs, a->id);
 	list_remove(&a->link);
-	session_release(s, bs->id);
+	/* An unclaimed allocation was never counted as a hold on its slab. */
+	if (!a->unclaimed)
+		session_release(s, bs->id);
 	a->inst->used -= size;
 	a->inst->live--;
 	policy_uncharge(&b->policy, &a->inst->pol, size);
@@ -213,6 +215,7 @@ static void broker_alloc_release(struct broker *b, struct session *s, struct bro
 	s->alloc_count--;
 	/* Last: this may hand the slab back to the backend. */
 	pool_free(b->dev[device].pool, a->block);
+	free(a->label);
 	free(a);
 }
 
@@ -251,9 +254,21 @@ static void broker_policy_changed(struct broker *b)
 	broker_waits_run(b);
 }
 
+void broker_queue_clear(struct broker_instance *inst)
+{
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &inst->queued)
+	{
+		list_remove(pos);
+		free(list_entry(pos, struct broker_queued, link));
+	}
+	inst->queued_count = 0;
+}
+
 /* Takes an instance out of the policy and the instance table and frees it. */
 static void broker_instance_free(struct broker *b, struct session *s, struct broker_instance *inst)
 {
+	broker_queue_clear(inst);
 	policy_remove(&b->policy, &inst->pol);
 	idmap_remove(&b->instances, inst->id);
 	list_remove(&inst->link);
@@ -315,6 +330,7 @@ int broker_register(struct broker *b, struct session *s, const char *name, int d
 	inst->id = b->next_instance_id++;
 	inst->owner = s;
 	inst->device = device;
+	list_init(&inst->queued);
 	snprintf(inst->name, sizeof(inst->name), "%s", name);
 	idmap_put(&b->instances, inst->id, inst); /* reserved above: cannot fail */
 	list_insert_tail(&s->instances, &inst->link);
@@ -436,14 +452,17 @@ static int broker_admit(struct broker *b, struct broker_instance *inst, uint64_t
 	return rc == -ENOMEM && dev->capacity == dev->total ? 0 : rc;
 }
 
-int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
-                 uint64_t align, struct broker_grant *out)
+/*
+ * The allocation path of alloc and of allocate_queue. With hold false the
+ * allocation is made "unclaimed": the session does not hold its slab yet
+ * (its client was not given the handle), which broker_claim() does later.
+ */
+static int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance *inst,
+                           uint64_t size, uint64_t align, bool hold, struct broker_grant *out,
+                           struct broker_alloc **made)
 {
 	if (b->stopping)
 		return -ESHUTDOWN;
-	struct broker_instance *inst = broker_instance_find(s, instance);
-	if (!inst)
-		return -ENOENT;
 	if (s->alloc_count + s->attached.count >= b->limits.max_allocations)
 		return -EMFILE;
 	/* The policy counts what the pool will hand out: the size rounded
@@ -471,15 +490,16 @@ int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_
 		goto fail;
 	}
 	struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
-	int fresh = session_hold(s, bs->id);
+	int fresh = hold ? session_hold(s, bs->id) : 0;
 	if (fresh < 0 || idmap_put(&b->allocs, a->id, a) < 0) {
-		if (fresh >= 0)
+		if (fresh >= 0 && hold)
 			session_release(s, bs->id);
 		pool_free(pool, a->block);
 		rc = -EAGAIN;
 		goto fail;
 	}
 	a->inst = inst;
+	a->unclaimed = !hold;
 	list_insert_tail(&s->allocs, &a->link);
 	uint64_t bytes = pool_block_size(a->block);
 	inst->used += bytes;
@@ -487,12 +507,59 @@ int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_
 	policy_charge(&b->policy, &inst->pol, bytes);
 	s->used += bytes;
 	s->alloc_count++;
-	out->id = a->id;
-	broker_grant_fill(s, a->block, fresh == 1, out);
+	if (out) {
+		out->id = a->id;
+		broker_grant_fill(s, a->block, fresh == 1, out);
+	}
+	if (made)
+		*made = a;
 	return 0;
 fail:
 	free(a);
 	return rc;
+}
+
+int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
+                 uint64_t align, struct broker_grant *out)
+{
+	struct broker_instance *inst = broker_instance_find(s, instance);
+	if (!inst)
+		return b->stopping ? -ESHUTDOWN : -ENOENT;
+	return broker_alloc_in(b, s, inst, size, align, true, out, NULL);
+}
+
+int broker_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
+                        const char *label, uint64_t *id)
+{
+	struct broker_alloc *a;
+	char *copy = strdup(label);
+	if (!copy)
+		return -EAGAIN;
+	int rc = broker_alloc_in(b, inst->owner, inst, size, 0, false, NULL, &a);
+	if (rc < 0) {
+		free(copy);
+		return rc;
+	}
+	a->label = copy;
+	*id = a->id;
+	return 0;
+}
+
+int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out)
+{
+	struct broker_alloc *a = idmap_get(&b->allocs, id);
+	if (!a || a->inst->owner != s)
+		return -ENOENT;
+	if (!a->unclaimed)
+		return -EEXIST;
+	struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
+	int fresh = session_hold(s, bs->id);
+	if (fresh < 0)
+		return -EAGAIN;
+	a->unclaimed = false;
+	out->id = a->id;
+	broker_grant_fill(s, a->block, fresh == 1, out);
+	return 0;
 }
 
 /* An allocation this session owns; NULL for unknown and foreign ids alike. */
@@ -535,6 +602,48 @@ int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broke
 	out->id = id;
 	broker_grant_fill(s, a->block, fresh == 1, out);
 	return 0;
+}
+
+void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachments)
+{
+	struct list *pos, *tmp, *ipos;
+	*allocs = *attachments = 0;
+	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+		struct session *s = list_entry(pos, struct session, link);
+		list_for_each_safe(ipos, tmp, &s->allocs)
+		{
+			broker_alloc_release(b, s, list_entry(ipos, struct broker_alloc, link));
+			(*allocs)++;
+		}
+		size_t it = 0;
+		struct pool_slab *slab;
+		while ((slab = idmap_next(&s->attached, &it, NULL))) {
+			broker_unpin(b, s, slab);
+			(*attachments)++;
+		}
+		/* Emptied: iterating and removing one by one would be
+		 * undefined for this map, and nothing is left to keep. */
+		idmap_finish(&s->attached);
+		idmap_init(&s->attached);
+		for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next)
+			broker_queue_clear(list_entry(ipos, struct broker_instance, link));
+	}
+	/* Both sides now hold nothing: every library drops its mappings
+	 * when it reads this, before any later reply. */
+	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+		struct session *s = list_entry(pos, struct session, link);
+		if (!s->hello)
+			continue;
+		cJSON *data = cJSON_CreateObject();
+		if (!data || !cJSON_AddStringToObject(data, "reason", "invalidate_all")) {
+			cJSON_Delete(data);
+			log_warn("session %llu: invalidate event dropped: out of memory",
+			         (unsigned long long)s->id);
+			continue;
+		}
+		broker_send_event(b, s, "invalidate", data);
+	}
+	broker_policy_changed(b);
 }
 
 int broker_detach(struct broker *b, struct session *s, uint64_t id)

@@ -47,6 +47,8 @@ struct broker_instance {
 	uint64_t used;
 	uint64_t live;
 	unsigned wait_pass; /* broker->wait_pass when a wait of it was short of quota */
+	struct list queued; /* struct broker_queued */
+	unsigned queued_count;
 };
 
 struct broker_alloc {
@@ -54,6 +56,16 @@ struct broker_alloc {
 	struct list link; /* session->allocs */
 	struct broker_instance *inst;
 	struct pool_block *block;
+	char *label;    /* made by allocate_queue: the request's label; else NULL */
+	bool unclaimed; /* made by allocate_queue and not claimed yet: the session does
+	                   not hold its slab (its client has not been given the handle) */
+};
+
+/* An array request queued for allocate_queue (queue_request). */
+struct broker_queued {
+	struct list link; /* broker_instance->queued, in the order queued */
+	char label[PROTO_MAX_NAME + 1];
+	struct policy_array arr;
 };
 
 struct session {
@@ -208,6 +220,29 @@ uint64_t broker_device_free(const struct broker *b, int device);
 /* ---- VRAM policy: policy.h does the arithmetic; these apply it, tell the
  * owners of every other instance whose cap moved (cap_changed) and serve
  * the waiting allocations that now fit. ---- */
+
+/* ---- queued requests (allocate_queue) ---- */
+
+/*
+ * Allocates size bytes for inst, charged to it, unclaimed: its owner's
+ * client learns of it from an allocation_ready event and maps it with
+ * claim. Errors as broker_alloc.
+ */
+int broker_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
+                        const char *label, uint64_t *id);
+/* Hands the session one of its unclaimed allocations (handle and
+ * descriptor when the session did not hold the slab). -ENOENT (unknown or
+ * another session's), -EEXIST (claimed already), -EAGAIN (host memory). */
+int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out);
+/* Drops an instance's queued requests. */
+void broker_queue_clear(struct broker_instance *inst);
+/*
+ * Releases every allocation and attachment of every session and every
+ * queued request, and sends each session that said hello the `invalidate`
+ * event (its library drops its mappings). *allocs and *attachments count
+ * what was released.
+ */
+void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachments);
 
 /* Any session's instance, or NULL. */
 struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance);

@@ -207,7 +207,7 @@ static int on_unregister(struct dispatch_ctx *ctx)
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
-static int grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
+int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
 {
 	cJSON *r = dispatch_result(ctx);
 	if (!r || proto_add_id64(r, "id", g->id) || add_int(r, "device", g->device) ||
@@ -341,7 +341,7 @@ static int on_alloc(struct dispatch_ctx *ctx)
 			rc = wrc == -ENOMEM ? -EAGAIN : wrc;
 		}
 	}
-	return rc == 0 ? grant_result(ctx, &g) : alloc_error(ctx, rc, instance, size, 0);
+	return rc == 0 ? dispatch_grant_result(ctx, &g) : alloc_error(ctx, rc, instance, size, 0);
 }
 
 void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
@@ -350,7 +350,7 @@ void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
 	struct dispatch_ctx ctx = {.b = b, .s = w->s, .fd = -1, .id = w->id};
 	size_t len = 0;
 	char *frame = NULL;
-	if (rc == 0 && grant_result(&ctx, g) == 0) {
+	if (rc == 0 && dispatch_grant_result(&ctx, g) == 0) {
 		frame = proto_encode_result(w->id, ctx.result, &len);
 		ctx.result = NULL;
 		if (frame) {
@@ -404,7 +404,7 @@ static int on_attach(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	if (rc < 0)
 		return broker_error(ctx, rc, "allocation");
-	return grant_result(ctx, &g);
+	return dispatch_grant_result(ctx, &g);
 }
 
 static int on_detach(struct dispatch_ctx *ctx)
@@ -470,6 +470,12 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_GROUP_INFO] = dispatch_group_info,
     [PROTO_OP_SET_MODE] = dispatch_set_mode,
     [PROTO_OP_SET_LIMIT] = dispatch_set_limit,
+    [PROTO_OP_QUEUE_REQUEST] = dispatch_queue_request,
+    [PROTO_OP_ALLOCATE_QUEUE] = dispatch_allocate_queue,
+    [PROTO_OP_CHUNK_PARAMETERS] = dispatch_chunk_parameters,
+    [PROTO_OP_CLAIM] = dispatch_claim,
+    [PROTO_OP_FREE_LABEL] = dispatch_free_label,
+    [PROTO_OP_INVALIDATE_ALL] = dispatch_invalidate_all,
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)

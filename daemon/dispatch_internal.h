@@ -42,6 +42,20 @@ int dispatch_set_group(struct dispatch_ctx *ctx);
 int dispatch_group_info(struct dispatch_ctx *ctx);
 int dispatch_set_mode(struct dispatch_ctx *ctx);
 int dispatch_set_limit(struct dispatch_ctx *ctx);
+/* The instance in params "instance" that this session may change: its
+ * own, or any for an administrator. -EINVAL, -ENOENT, -EPERM (ctx->err set). */
+int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out);
+/* The result of an alloc: the grant (and the descriptor to pass). */
+int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
+
+/* dispatch_queue.c */
+int dispatch_queue_request(struct dispatch_ctx *ctx);
+int dispatch_allocate_queue(struct dispatch_ctx *ctx);
+int dispatch_chunk_parameters(struct dispatch_ctx *ctx);
+int dispatch_claim(struct dispatch_ctx *ctx);
+int dispatch_free_label(struct dispatch_ctx *ctx);
+int dispatch_invalidate_all(struct dispatch_ctx *ctx);
+
 /* A register/set_proportion/set_auto refusal by the policy, explained with
  * the device's figures: -32602 on "proportion". */
 int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double proportion);

@@ -164,8 +164,7 @@ int dispatch_policy(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-/* The instance in params that this session may change. */
-static int target_instance(struct dispatch_ctx *ctx, struct broker_instance **out)
+int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out)
 {
 	uint64_t id;
 	int rc = proto_get_id64(ctx->params, "instance", &id);
@@ -201,7 +200,7 @@ int dispatch_set_proportion(struct dispatch_ctx *ctx)
 {
 	struct broker_instance *inst;
 	double proportion;
-	int rc = target_instance(ctx, &inst);
+	int rc = dispatch_target_instance(ctx, &inst);
 	if (rc < 0)
 		return rc;
 	rc = proto_get_double(ctx->params, "proportion", 0, 1, &proportion);
@@ -221,7 +220,7 @@ int dispatch_set_proportion(struct dispatch_ctx *ctx)
 int dispatch_set_auto(struct dispatch_ctx *ctx)
 {
 	struct broker_instance *inst;
-	int rc = target_instance(ctx, &inst);
+	int rc = dispatch_target_instance(ctx, &inst);
 	if (rc < 0)
 		return rc;
 	rc = broker_set_auto(ctx->b, inst);
@@ -237,7 +236,7 @@ int dispatch_set_group(struct dispatch_ctx *ctx)
 {
 	struct broker_instance *inst;
 	const char *group;
-	int rc = target_instance(ctx, &inst);
+	int rc = dispatch_target_instance(ctx, &inst);
 	if (rc < 0)
 		return rc;
 	rc = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);

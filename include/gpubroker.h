@@ -277,6 +277,102 @@ struct gpb_group_info {
 /** Errors: GPB_E_NOT_FOUND (no instance in @group), GPB_E_INVALID, GPB_E_DAEMON_GONE. */
 int gpb_group_info(gpb_client *client, const char *group, struct gpb_group_info *out);
 
+/* ---- queued requests and coordinated chunking ------------------------------
+ *
+ * cubie's queue_request / allocate_queue across processes. Each member of a
+ * stream group queues labelled array requests on its instance; any member
+ * then calls gpb_allocate_queue(). The daemon picks one chunk count along
+ * the run axis for everything the group queued, so that one chunk of every
+ * array fits at once (the group's available memory; in active mode each
+ * member's headroom), allocates each array at its chunked shape (charged to
+ * its own instance; unchunkable arrays whole) and sends every member an
+ * "allocation_ready" event:
+ *   {"group", "instance", "chunks", "chunk_length", "axis_length",
+ *    "arrays": [{"label", "id", "shape": [...], "size"}]}
+ * The member maps each array with gpb_claim(id) and frees it with gpb_free()
+ * or gpb_free_label(). Unclaimed arrays are charged all the same.
+ */
+
+/** One array request (cubie's ArrayRequest, as far as sizing goes). */
+struct gpb_array_request {
+	const char *label;  /**< 1-64 bytes, distinct within one call */
+	uint64_t shape[8];  /**< dimensions, each at least 1 (at most 2^53) */
+	unsigned ndim;      /**< 1-8 */
+	unsigned elem_size; /**< bytes per element (the dtype's itemsize), 1-65536 */
+	unsigned axis;      /**< the run axis: the one chunking divides */
+	int unchunkable;    /**< 1: keeps its full shape in every chunk */
+};
+
+/** How a request was (or would be) chunked. */
+struct gpb_chunking {
+	uint64_t axis_length;   /**< runs in the unchunked request */
+	uint64_t chunk_length;  /**< runs per chunk */
+	uint64_t chunks;        /**< chunk count */
+	uint64_t request_bytes; /**< the whole request, unchunked */
+	uint64_t chunk_bytes;   /**< one chunk of every array */
+	uint64_t available;     /**< the memory it had to fit (the group's) */
+	int oversized;          /**< 1 when the request exceeds it more than 20 times */
+};
+
+/**
+ * Queues @n (1-64) array requests on @instance, replacing queued ones with
+ * the same label; at most 64 stay queued per instance. Returns the number
+ * now queued on the instance.
+ * Errors: GPB_E_INVALID (a request, or labels repeated), GPB_E_NOT_SUPPORTED
+ * (a memory type), GPB_E_LIMIT (64 queued), GPB_E_NOT_FOUND,
+ * GPB_E_PERMISSION, GPB_E_DAEMON_GONE.
+ */
+int gpb_queue_request(gpb_client *client, uint64_t instance, const struct gpb_array_request *reqs,
+                      size_t n);
+
+/**
+ * Allocates everything queued in @instance's stream group (see above); @out
+ * (may be NULL) receives the chunking. This client's own part arrives, like
+ * every member's, as an allocation_ready event (gpb_dispatch()).
+ * Errors: GPB_E_INVALID (nothing queued), GPB_E_OUT_OF_MEMORY (not even one
+ * run per chunk fits the group or a device), GPB_E_QUOTA (nor a member's
+ * headroom, active mode), GPB_E_LIMIT, GPB_E_NOT_FOUND, GPB_E_PERMISSION,
+ * GPB_E_DAEMON_GONE. On failure nothing is allocated and the queues stay.
+ */
+int gpb_allocate_queue(gpb_client *client, uint64_t instance, struct gpb_chunking *out);
+
+/**
+ * cubie's get_chunk_parameters and compute_chunked_shapes, without
+ * allocating: the chunking of @reqs to fit @group's available memory (or,
+ * with @group NULL, @available bytes). @axis_length 0 means the longest run
+ * axis among the chunkable arrays. @shapes (may be NULL) receives each
+ * request's chunked shape, in order.
+ * Errors: GPB_E_INVALID, GPB_E_NOT_FOUND (no such group),
+ * GPB_E_OUT_OF_MEMORY (not even one run per chunk fits), GPB_E_DAEMON_GONE.
+ */
+int gpb_chunk_parameters(gpb_client *client, const char *group, uint64_t available,
+                         uint64_t axis_length, const struct gpb_array_request *reqs, size_t n,
+                         struct gpb_chunking *out, uint64_t (*shapes)[8]);
+
+/**
+ * Maps an array that gpb_allocate_queue() made for this client (an id from
+ * its allocation_ready event), as gpb_alloc() would have returned it.
+ * Errors: GPB_E_NOT_FOUND (unknown, or not this client's), GPB_E_INVALID
+ * (claimed already), GPB_E_SYSTEM (mapping), GPB_E_DAEMON_GONE.
+ */
+int gpb_claim(gpb_client *client, uint64_t id, struct gpb_allocation *out);
+
+/**
+ * Frees this client's allocations labelled @label by gpb_allocate_queue()
+ * (those of @instance only, unless @instance is 0), claimed or not. Returns
+ * how many were freed. Errors: GPB_E_NOT_FOUND (none), GPB_E_INVALID.
+ */
+int gpb_free_label(gpb_client *client, uint64_t instance, const char *label);
+
+/**
+ * Administrators only: releases every allocation and attachment of every
+ * client and every queued request (cubie's invalidate_all). Every client
+ * gets an "invalidate" event; this library then forgets and unmaps all it
+ * held, so every pointer from this client becomes invalid.
+ * Errors: GPB_E_PERMISSION, GPB_E_DAEMON_GONE.
+ */
+int gpb_invalidate_all(gpb_client *client);
+
 /**
  * Sets the daemon's mode; every running client's caps follow at once.
  * Errors: GPB_E_PERMISSION (not an administrator), GPB_E_INVALID,

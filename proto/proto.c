@@ -33,6 +33,12 @@ const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
     [PROTO_OP_GROUP_INFO] = {"group_info", 0},
     [PROTO_OP_SET_MODE] = {"set_mode", PROTO_OPF_ADMIN},
     [PROTO_OP_SET_LIMIT] = {"set_limit", PROTO_OPF_ADMIN},
+    [PROTO_OP_QUEUE_REQUEST] = {"queue_request", 0},
+    [PROTO_OP_ALLOCATE_QUEUE] = {"allocate_queue", 0},
+    [PROTO_OP_CHUNK_PARAMETERS] = {"chunk_parameters", 0},
+    [PROTO_OP_CLAIM] = {"claim", 0},
+    [PROTO_OP_FREE_LABEL] = {"free_label", 0},
+    [PROTO_OP_INVALIDATE_ALL] = {"invalidate_all", PROTO_OPF_ADMIN},
 };
 
 int proto_op_lookup(const char *name)

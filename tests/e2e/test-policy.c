@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "harness.h"
 
 #define MiB (1ull << 20)
@@ -239,6 +241,144 @@ static int child_grouped(const struct th_daemon *d, int in, int out, void *arg)
 		return 1;
 	if (say(out, 'g') < 0 || hear(in, 20000) < 0)
 		return 2;
+	gpb_disconnect(c);
+	return 0;
+}
+
+/* What a member's allocation_ready told it. */
+struct ready {
+	int seen;
+	uint64_t chunk_length, chunks;
+	uint64_t state_id, params_id, state_runs;
+};
+
+static uint64_t json_u64(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	return cJSON_IsString(v) ? strtoull(v->valuestring, NULL, 10) : 0;
+}
+
+static void on_ready(gpb_client *c, const char *name, const char *data, void *ud)
+{
+	struct ready *r = ud;
+	const cJSON *a;
+	(void)c;
+	if (strcmp(name, "allocation_ready") != 0)
+		return;
+	cJSON *root = cJSON_Parse(data);
+	if (!root)
+		return;
+	r->chunk_length = json_u64(root, "chunk_length");
+	r->chunks = json_u64(root, "chunks");
+	cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(root, "arrays"))
+	{
+		const cJSON *label = cJSON_GetObjectItemCaseSensitive(a, "label");
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
+		uint64_t v = cJSON_IsString(id) ? strtoull(id->valuestring, NULL, 16) : 0;
+		if (!cJSON_IsString(label))
+			continue;
+		if (strcmp(label->valuestring, "state") == 0) {
+			r->state_id = v;
+			r->state_runs = (uint64_t)cJSON_GetArrayItem(
+			                    cJSON_GetObjectItemCaseSensitive(a, "shape"), 0)
+			                    ->valuedouble;
+		} else if (strcmp(label->valuestring, "params") == 0) {
+			r->params_id = v;
+		}
+	}
+	r->seen++;
+	cJSON_Delete(root);
+}
+
+#define RUNS      4096
+#define RUN_BYTES (128 * 1024) /* 16384 doubles a run: 512 MiB a member */
+
+/*
+ * A member of group "batch": queues 512 MiB of runs and a small table, says
+ * 'q'; on 'a' it allocates the whole group's queue itself; then it waits
+ * for its allocation_ready, maps its two arrays, writes them, says 'r' and
+ * holds them until told to free them by label.
+ */
+static int child_batch(const struct th_daemon *d, int in, int out, void *arg)
+{
+	gpb_client *c = NULL;
+	struct gpb_register_opts o = {.name = "member", .group = "batch"};
+	struct gpb_array_request reqs[2] = {
+	    {.label = "state", .shape = {RUNS, RUN_BYTES / 8}, .ndim = 2, .elem_size = 8},
+	    {.label = "params", .shape = {1024}, .ndim = 1, .elem_size = 8, .unchunkable = 1},
+	};
+	struct ready r = {0};
+	struct gpb_allocation state, params;
+	uint64_t inst;
+	(void)arg;
+	if (gpb_connect(d->socket, "member", &c) < 0 || gpb_register(c, &o, &inst) < 0)
+		return 1;
+	gpb_set_event_callback(c, on_ready, &r);
+	if (gpb_queue_request(c, inst, reqs, 2) != 2 || say(out, 'q') < 0)
+		return 2;
+	int cmd = hear(in, 20000);
+	if (cmd == 'a') {
+		struct gpb_chunking ch;
+		if (gpb_allocate_queue(c, inst, &ch) < 0 || ch.chunks != 2 ||
+		    ch.chunk_length != RUNS / 2 || ch.axis_length != RUNS)
+			return 3;
+	} else if (cmd != 'w') {
+		return 4;
+	}
+	for (int i = 0; i < 500 && !r.seen; i++) {
+		struct pollfd p = {.fd = gpb_event_fd(c), .events = POLLIN};
+		if (poll(&p, 1, 20) == 1 && gpb_dispatch(c) < 0)
+			return 5;
+	}
+	if (r.seen != 1 || r.chunk_length != RUNS / 2 || r.state_runs != RUNS / 2)
+		return 6;
+	if (gpb_claim(c, r.state_id, &state) < 0 || gpb_claim(c, r.params_id, &params) < 0)
+		return 7;
+	if (state.size != (uint64_t)RUNS / 2 * RUN_BYTES || params.size != 8192)
+		return 8;
+	/* The memory is real and this process's to use. */
+	memset(state.ptr, 0x11, 4096);
+	((char *)state.ptr)[state.size - 1] = 0x22;
+	memset(params.ptr, 0x33, params.size);
+	if (say(out, 'r') < 0 || hear(in, 20000) < 0)
+		return 9;
+	if (gpb_free_label(c, 0, "state") != 1 || gpb_free(c, params.id) < 0)
+		return 10;
+	if (gpb_free(c, state.id) != GPB_E_NOT_FOUND)
+		return 11;
+	gpb_disconnect(c);
+	return 0;
+}
+
+static void on_invalidate(gpb_client *c, const char *name, const char *data, void *ud)
+{
+	(void)c;
+	(void)data;
+	if (strcmp(name, "invalidate") == 0)
+		(*(int *)ud)++;
+}
+
+/* Attaches to `*arg`, says 'a', waits for the invalidate event, says 'i'. */
+static int child_invalidated(const struct th_daemon *d, int in, int out, void *arg)
+{
+	gpb_client *c = NULL;
+	struct gpb_allocation a;
+	int invalidated = 0;
+	(void)in;
+	if (gpb_connect(d->socket, "attached", &c) < 0 || gpb_attach(c, *(uint64_t *)arg, &a) < 0)
+		return 1;
+	gpb_set_event_callback(c, on_invalidate, &invalidated);
+	if (say(out, 'a') < 0)
+		return 2;
+	for (int i = 0; i < 500 && !invalidated; i++) {
+		struct pollfd p = {.fd = gpb_event_fd(c), .events = POLLIN};
+		if (poll(&p, 1, 20) == 1 && gpb_dispatch(c) < 0)
+			return 3;
+	}
+	/* The library forgot the attachment as soon as it read the event:
+	 * detaching now is "not found" without asking the daemon. */
+	if (invalidated != 1 || gpb_detach(c, a.id) != GPB_E_NOT_FOUND || say(out, 'i') < 0)
+		return 4;
 	gpb_disconnect(c);
 	return 0;
 }
@@ -547,6 +687,78 @@ static void test_library_arguments(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/* A stream group of three processes allocates a batch that would not fit
+ * unchunked (1.5 GiB on a 1 GiB device) in one step: two chunks of 2048
+ * runs, and every member maps its part. */
+static void test_group_batch(void **state)
+{
+	struct th_daemon d;
+	struct child m[3];
+	(void)state;
+	th_daemon_start(&d, NULL);
+	gpb_client *c = th_client(&d, "observer");
+	for (int i = 0; i < 3; i++)
+		m[i] = spawn(&d, child_batch, NULL);
+	for (int i = 0; i < 3; i++)
+		expect_step(&m[i], 'q');
+	/* Standalone, the daemon computes the same chunking. */
+	struct gpb_array_request reqs[2] = {
+	    {.label = "state", .shape = {RUNS, RUN_BYTES / 8}, .ndim = 2, .elem_size = 8},
+	    {.label = "params", .shape = {1024}, .ndim = 1, .elem_size = 8, .unchunkable = 1},
+	};
+	struct gpb_chunking ch;
+	uint64_t shapes[2][8];
+	assert_int_equal(gpb_chunk_parameters(c, NULL, GiB / 3, 0, reqs, 2, &ch, shapes), 0);
+	assert_int_equal(ch.chunks, 2);
+	assert_int_equal(shapes[0][0], RUNS / 2);
+	assert_int_equal(shapes[0][1], RUN_BYTES / 8);
+	assert_int_equal(shapes[1][0], 1024);
+	assert_int_equal(gpb_chunk_parameters(c, "batch", 0, 0, reqs, 2, &ch, NULL), 0);
+	assert_int_equal(ch.available, GiB);
+	/* The second member triggers the whole group's allocation. */
+	assert_int_equal(say(m[0].to, 'w'), 0);
+	assert_int_equal(say(m[2].to, 'w'), 0);
+	assert_int_equal(say(m[1].to, 'a'), 0);
+	for (int i = 0; i < 3; i++)
+		expect_step(&m[i], 'r');
+	struct gpb_group_info gi;
+	assert_int_equal(gpb_group_info(c, "batch", &gi), 0);
+	assert_int_equal(gi.members, 3);
+	assert_int_equal(gi.used, 3 * ((uint64_t)RUNS / 2 * RUN_BYTES + 8192));
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(say(m[i].to, 'x'), 0);
+		assert_int_equal(reap(&m[i]), 0);
+	}
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
+/* invalidate_all: every client hears it and its library drops what it
+ * held; the next allocation maps afresh. */
+static void test_invalidate_all(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation a, b;
+	(void)state;
+	th_daemon_start(&d, NULL);
+	gpb_client *c = th_client(&d, "admin");
+	uint64_t inst = reg(c, "inv", 0, 0, NULL);
+	assert_int_equal(gpb_alloc(c, inst, 1 << 20, 0, &a), 0);
+	memset(a.ptr, 7, 1 << 20);
+	struct child w = spawn(&d, child_invalidated, &a.id);
+	expect_step(&w, 'a');
+	assert_int_equal(gpb_invalidate_all(c), 0);
+	expect_step(&w, 'i');
+	assert_int_equal(reap(&w), 0);
+	assert_int_equal(gpb_free(c, a.id), GPB_E_NOT_FOUND);
+	assert_int_equal(gpb_alloc(c, inst, 1 << 20, 0, &b), 0);
+	memset(b.ptr, 9, 1 << 20);
+	assert_int_equal(th_status_used(c), 1 << 20);
+	assert_int_equal(gpb_free(c, b.id), 0);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -557,6 +769,8 @@ int main(void)
 	    cmocka_unit_test(test_group_of_processes),
 	    cmocka_unit_test(test_cli),
 	    cmocka_unit_test(test_library_arguments),
+	    cmocka_unit_test(test_group_batch),
+	    cmocka_unit_test(test_invalidate_all),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

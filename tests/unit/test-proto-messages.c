@@ -30,10 +30,13 @@ static void test_op_table(void **state)
 	(void)state;
 	/* The wire-visible order of PROTOCOL.md. */
 	static const char *const names[PROTO_OP_COUNT] = {
-	    "hello",      "register", "unregister", "alloc",          "free",     "attach",
-	    "detach",     "mem_info", "stats",      "status",         "clients",  "devices",
-	    "reload",     "metrics",  "policy",     "set_proportion", "set_auto", "set_group",
-	    "group_info", "set_mode", "set_limit",
+	    "hello",     "register",      "unregister",     "alloc",
+	    "free",      "attach",        "detach",         "mem_info",
+	    "stats",     "status",        "clients",        "devices",
+	    "reload",    "metrics",       "policy",         "set_proportion",
+	    "set_auto",  "set_group",     "group_info",     "set_mode",
+	    "set_limit", "queue_request", "allocate_queue", "chunk_parameters",
+	    "claim",     "free_label",    "invalidate_all",
 	};
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);
@@ -48,6 +51,8 @@ static void test_op_table(void **state)
 	 * settings are checked per instance by the handlers. */
 	assert_true(proto_ops[PROTO_OP_SET_MODE].flags & PROTO_OPF_ADMIN);
 	assert_true(proto_ops[PROTO_OP_SET_LIMIT].flags & PROTO_OPF_ADMIN);
+	assert_true(proto_ops[PROTO_OP_INVALIDATE_ALL].flags & PROTO_OPF_ADMIN);
+	assert_false(proto_ops[PROTO_OP_ALLOCATE_QUEUE].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_SET_PROPORTION].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_POLICY].flags & PROTO_OPF_ADMIN);
 }

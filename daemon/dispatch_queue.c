@@ -1,0 +1,648 @@
+/*
+ * dispatch_queue.c - queued requests with coordinated chunking (cubie's
+ * queue_request / allocate_queue / get_chunk_parameters /
+ * compute_chunked_shapes), claim, free_label and invalidate_all.
+ *
+ * queue_request stores labelled array requests on an instance. Any member
+ * of a stream group then sends allocate_queue: one chunk count along the run
+ * axis is computed for everything the group has queued so that one chunk of
+ * every array fits at once (the group's available memory, each member's
+ * headroom in active mode, each device's capacity), every array is
+ * allocated at its chunked shape, charged to its own instance, and every
+ * member hears `allocation_ready` with its part. Those allocations are
+ * "unclaimed" until the member's client sends claim for each: the claim's
+ * reply is an alloc reply (handle and descriptor the first time), which
+ * keeps the slab bookkeeping of both sides in step.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch_internal.h"
+#include "log.h"
+
+#define QUEUE_MAX 64 /* requests queued on one instance */
+
+struct parsed_request {
+	const char *label;
+	struct policy_array arr;
+};
+
+static const char *const request_expected =
+    "an object {label, shape, elem_size, axis, unchunkable, type}";
+
+/* One request object. Fields are reported as "requests" with the member's
+ * name in the message, so that a client can tell which went wrong. */
+static int parse_request(struct dispatch_ctx *ctx, const cJSON *o, struct parsed_request *out)
+{
+	struct policy_array *a = &out->arr;
+	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"), *dim;
+	const char *type = "device";
+	int64_t elem, axis = 0;
+	bool unchunkable = false;
+	uint64_t bytes;
+	memset(out, 0, sizeof(*out));
+	if (!cJSON_IsObject(o))
+		return dispatch_param_error(ctx, -EINVAL, "requests", request_expected);
+	int rc = proto_get_string(o, "label", PROTO_MAX_NAME, &out->label);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "label", "a string of 1-64 bytes");
+	if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) < 1 ||
+	    cJSON_GetArraySize(shape) > POLICY_MAX_DIMS)
+		return dispatch_param_error(ctx, shape ? -EINVAL : -ENOENT, "shape",
+		                            "an array of 1-8 positive integers");
+	cJSON_ArrayForEach(dim, shape)
+	{
+		double d = cJSON_IsNumber(dim) ? dim->valuedouble : 0;
+		if (!(d >= 1 && d <= 9007199254740992.0) || d != (double)(uint64_t)d)
+			return dispatch_param_error(ctx, -EINVAL, "shape",
+			                            "an array of 1-8 positive integers");
+		a->shape[a->ndim++] = (uint64_t)d;
+	}
+	rc = proto_get_int(o, "elem_size", 1, 65536, &elem);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "elem_size", "an integer from 1 to 65536");
+	rc = proto_get_int(o, "axis", 0, a->ndim - 1, &axis);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "axis", "a dimension of the shape");
+	rc = proto_get_bool(o, "unchunkable", &unchunkable);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "unchunkable", "a boolean");
+	rc = proto_get_string(o, "type", 16, &type);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "type", "\"device\"");
+	if (strcmp(type, "device") != 0) {
+		if (strcmp(type, "pinned") && strcmp(type, "mapped") && strcmp(type, "managed"))
+			return dispatch_param_error(ctx, -EINVAL, "type", "\"device\"");
+		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
+		                "memory type '%s' is not supported by this version", type);
+		return -EOPNOTSUPP;
+	}
+	a->elem_size = (uint64_t)elem;
+	a->axis = (unsigned)axis;
+	a->unchunkable = unchunkable;
+	if (policy_array_bytes(a, POOL_GRANULE, &bytes) < 0)
+		return dispatch_param_error(ctx, -ERANGE, "shape", "a size that fits in 64 bits");
+	return 0;
+}
+
+/* params.requests: 1-64 request objects with distinct labels. */
+static int parse_requests(struct dispatch_ctx *ctx, struct parsed_request *out, int *n)
+{
+	const cJSON *reqs = cJSON_GetObjectItemCaseSensitive(ctx->params, "requests"), *o;
+	int count = 0;
+	if (!cJSON_IsArray(reqs) || cJSON_GetArraySize(reqs) < 1 ||
+	    cJSON_GetArraySize(reqs) > QUEUE_MAX)
+		return dispatch_param_error(ctx, reqs ? -EINVAL : -ENOENT, "requests",
+		                            "an array of 1-64 request objects");
+	cJSON_ArrayForEach(o, reqs)
+	{
+		int rc = parse_request(ctx, o, &out[count]);
+		if (rc < 0)
+			return rc;
+		for (int i = 0; i < count; i++) {
+			if (strcmp(out[i].label, out[count].label) == 0)
+				return dispatch_param_error(ctx, -EINVAL, "label",
+				                            "labels distinct within a request");
+		}
+		count++;
+	}
+	*n = count;
+	return 0;
+}
+
+static struct broker_queued *queued_find(struct broker_instance *inst, const char *label)
+{
+	struct list *pos;
+	for (pos = inst->queued.next; pos != &inst->queued; pos = pos->next) {
+		struct broker_queued *q = list_entry(pos, struct broker_queued, link);
+		if (strcmp(q->label, label) == 0)
+			return q;
+	}
+	return NULL;
+}
+
+int dispatch_queue_request(struct dispatch_ctx *ctx)
+{
+	struct parsed_request reqs[QUEUE_MAX];
+	struct broker_queued *fresh[QUEUE_MAX] = {NULL};
+	struct broker_instance *inst;
+	int n, added = 0;
+	int rc = dispatch_target_instance(ctx, &inst);
+	if (rc == 0)
+		rc = parse_requests(ctx, reqs, &n);
+	if (rc < 0)
+		return rc;
+	for (int i = 0; i < n; i++)
+		added += !queued_find(inst, reqs[i].label);
+	if (inst->queued_count + (unsigned)added > QUEUE_MAX) {
+		proto_error_set(&ctx->err, PROTO_E_LIMIT,
+		                "limit reached: at most %d requests queued on an instance",
+		                QUEUE_MAX);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data) {
+			cJSON_AddStringToObject(ctx->data, "limit", "max_queued");
+			cJSON_AddNumberToObject(ctx->data, "value", QUEUE_MAX);
+		}
+		return -EMFILE;
+	}
+	/* Everything that can fail first: the queue changes all at once. */
+	for (int i = 0; i < n; i++) {
+		if (queued_find(inst, reqs[i].label))
+			continue;
+		fresh[i] = calloc(1, sizeof(*fresh[i]));
+		if (!fresh[i]) {
+			for (int j = 0; j < i; j++)
+				free(fresh[j]);
+			return -ENOMEM;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		struct broker_queued *q = fresh[i] ? fresh[i] : queued_find(inst, reqs[i].label);
+		if (fresh[i]) {
+			snprintf(q->label, sizeof(q->label), "%s", reqs[i].label);
+			list_insert_tail(&inst->queued, &q->link);
+			inst->queued_count++;
+		}
+		q->arr = reqs[i].arr;
+	}
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_id64(r, "instance", inst->id) ||
+	    !cJSON_AddStringToObject(r, "group", inst->pol.group) ||
+	    !cJSON_AddNumberToObject(r, "queued", inst->queued_count))
+		return -ENOMEM;
+	return 0;
+}
+
+static cJSON *shape_json(const uint64_t *shape, unsigned ndim)
+{
+	cJSON *arr = cJSON_CreateArray();
+	for (unsigned i = 0; arr && i < ndim; i++) {
+		cJSON *n = cJSON_CreateNumber((double)shape[i]);
+		if (!n || !cJSON_AddItemToArray(arr, n)) {
+			cJSON_Delete(n);
+			cJSON_Delete(arr);
+			return NULL;
+		}
+	}
+	return arr;
+}
+
+static int add_warning(cJSON *r, const char *text)
+{
+	cJSON *arr = cJSON_GetObjectItemCaseSensitive(r, "warnings");
+	if (!arr)
+		arr = cJSON_AddArrayToObject(r, "warnings");
+	cJSON *s = cJSON_CreateString(text);
+	if (!arr || !s || !cJSON_AddItemToArray(arr, s)) {
+		cJSON_Delete(s);
+		return -ENOMEM;
+	}
+	log_warn("%s", text);
+	return 0;
+}
+
+/* The figures every chunking result shares. */
+static int chunking_json(cJSON *r, const struct policy_chunking *c)
+{
+	if (proto_add_u64(r, "axis_length", c->axis_length) ||
+	    proto_add_u64(r, "chunks", c->chunks) ||
+	    proto_add_u64(r, "chunk_length", c->chunk_length) ||
+	    proto_add_u64(r, "request_bytes", c->request_bytes) ||
+	    proto_add_u64(r, "chunk_bytes", c->chunk_bytes) ||
+	    proto_add_u64(r, "available", c->available))
+		return -ENOMEM;
+	if (c->warn & POLICY_WARN_OVERSIZED) {
+		char text[160];
+		snprintf(text, sizeof(text),
+		         "the request (%llu bytes) exceeds the available memory (%llu bytes) more "
+		         "than %d times",
+		         (unsigned long long)c->request_bytes, (unsigned long long)c->available,
+		         POLICY_CHUNK_WARN);
+		return add_warning(r, text);
+	}
+	return 0;
+}
+
+/* Not even one run per chunk fits `available`. */
+static int chunk_oom(struct dispatch_ctx *ctx, const char *where, uint64_t least,
+                     uint64_t available, bool quota)
+{
+	proto_error_set(&ctx->err, quota ? PROTO_E_QUOTA : PROTO_E_NO_MEMORY,
+	                "%s: %s has %llu bytes available; one run per chunk needs %llu",
+	                quota ? "quota exceeded" : "out of memory", where,
+	                (unsigned long long)available, (unsigned long long)least);
+	ctx->data = cJSON_CreateObject();
+	if (ctx->data) {
+		proto_add_u64(ctx->data, "requested", least);
+		proto_add_u64(ctx->data, "available", available);
+	}
+	return -ENOSPC;
+}
+
+int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
+{
+	struct parsed_request reqs[QUEUE_MAX];
+	struct policy_array arrays[QUEUE_MAX];
+	struct policy_chunking c;
+	struct policy_group_info gi;
+	const char *group = NULL;
+	uint64_t available = 0;
+	int64_t axis = 0;
+	int n;
+	int rc = parse_requests(ctx, reqs, &n);
+	if (rc < 0)
+		return rc;
+	int rg = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);
+	if (rg < 0 && rg != -ENOENT)
+		return dispatch_param_error(ctx, rg, "group", "a string of 1-64 bytes");
+	int ra = proto_get_u64(ctx->params, "available", 0, UINT64_MAX, &available);
+	if (ra < 0 && ra != -ENOENT)
+		return dispatch_param_error(ctx, ra, "available",
+		                            "a decimal string of 1-20 digits");
+	if ((rg == 0) == (ra == 0))
+		return dispatch_param_error(ctx, rg == 0 ? -EINVAL : -ENOENT, "group",
+		                            "either 'group' or 'available'");
+	rc = proto_get_int(ctx->params, "axis_length", 1, INT64_MAX, &axis);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "axis_length", "a positive integer");
+	if (rg == 0) {
+		if (policy_group_info(&ctx->b->policy, group, &gi) < 0) {
+			proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
+			return -ENOENT;
+		}
+		available = gi.available;
+	}
+	for (int i = 0; i < n; i++)
+		arrays[i] = reqs[i].arr;
+	rc =
+	    policy_chunk_parameters(arrays, (size_t)n, (uint64_t)axis, available, POOL_GRANULE, &c);
+	if (rc == -ENOMEM)
+		return chunk_oom(ctx, group ? group : "the request", c.chunk_bytes, available,
+		                 false);
+	if (rc < 0)
+		return dispatch_param_error(ctx, -ERANGE, "requests", "sizes that fit in 64 bits");
+	cJSON *r = dispatch_result(ctx), *out;
+	if (!r || chunking_json(r, &c) || !(out = cJSON_AddArrayToObject(r, "arrays")))
+		return -ENOMEM;
+	for (int i = 0; i < n; i++) {
+		uint64_t shape[POLICY_MAX_DIMS];
+		cJSON *o = cJSON_CreateObject();
+		policy_chunked_shape(&arrays[i], c.chunk_length, shape);
+		if (!o || !cJSON_AddItemToArray(out, o)) {
+			cJSON_Delete(o);
+			return -ENOMEM;
+		}
+		cJSON *sj = shape_json(shape, arrays[i].ndim);
+		if (!cJSON_AddStringToObject(o, "label", reqs[i].label) || !sj ||
+		    !cJSON_AddItemToObject(o, "shape", sj)) {
+			cJSON_Delete(sj);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* Everything a group has queued, flattened, with the instance of each. */
+struct batch {
+	struct broker_instance **owner;
+	struct broker_queued **req;
+	struct policy_array *arr;
+	uint64_t *ids;
+	size_t n;
+};
+
+static void batch_free(struct batch *bt)
+{
+	free(bt->owner);
+	free(bt->req);
+	free(bt->arr);
+	free(bt->ids);
+}
+
+static int batch_collect(struct broker *b, const char *group, struct batch *bt)
+{
+	const struct list *pos, *q;
+	size_t n = 0;
+	memset(bt, 0, sizeof(*bt));
+	for (pos = b->policy.instances.next; pos != &b->policy.instances; pos = pos->next) {
+		const struct policy_instance *pi =
+		    list_entry(pos, const struct policy_instance, link);
+		if (strcmp(pi->group, group) == 0)
+			n += list_entry(pi, const struct broker_instance, pol)->queued_count;
+	}
+	if (!n)
+		return 0;
+	bt->owner = calloc(n, sizeof(*bt->owner));
+	bt->req = calloc(n, sizeof(*bt->req));
+	bt->arr = calloc(n, sizeof(*bt->arr));
+	bt->ids = calloc(n, sizeof(*bt->ids));
+	if (!bt->owner || !bt->req || !bt->arr || !bt->ids) {
+		batch_free(bt);
+		return -ENOMEM;
+	}
+	for (pos = b->policy.instances.next; pos != &b->policy.instances; pos = pos->next) {
+		struct policy_instance *pi = list_entry(pos, struct policy_instance, link);
+		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
+		if (strcmp(pi->group, group) != 0)
+			continue;
+		for (q = inst->queued.next; q != &inst->queued; q = q->next) {
+			bt->owner[bt->n] = inst;
+			bt->req[bt->n] = list_entry(q, struct broker_queued, link);
+			bt->arr[bt->n] = bt->req[bt->n]->arr;
+			bt->n++;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The fewest chunks for the arrays of bt selected by keep (an instance, a
+ * device, or all when both are unset) to fit `limit`. 0 with *chunks, or
+ * -ENOSPC with ctx->err set.
+ */
+static int batch_chunks(struct dispatch_ctx *ctx, const struct batch *bt, uint64_t axis,
+                        const struct broker_instance *inst, int device, uint64_t limit,
+                        const char *where, bool quota, struct policy_chunking *out)
+{
+	struct policy_array *sel = calloc(bt->n, sizeof(*sel));
+	size_t n = 0;
+	if (!sel)
+		return -ENOMEM;
+	for (size_t i = 0; i < bt->n; i++) {
+		if ((inst && bt->owner[i] != inst) ||
+		    (device >= 0 && bt->owner[i]->device != device))
+			continue;
+		sel[n++] = bt->arr[i];
+	}
+	int rc = n ? policy_chunk_parameters(sel, n, axis, limit, POOL_GRANULE, out) : 0;
+	free(sel);
+	if (!n)
+		out->chunks = 1;
+	if (rc == -ENOMEM)
+		return chunk_oom(ctx, where, out->chunk_bytes, limit, quota);
+	if (rc < 0)
+		return dispatch_param_error(ctx, -ERANGE, "requests", "sizes that fit in 64 bits");
+	return 0;
+}
+
+/* allocation_ready for one member: its arrays, their ids and shapes. */
+static void send_ready(struct broker *b, const struct batch *bt, struct broker_instance *inst,
+                       const struct policy_chunking *c)
+{
+	cJSON *data = cJSON_CreateObject(), *arrs;
+	if (!data || !cJSON_AddStringToObject(data, "group", inst->pol.group) ||
+	    proto_add_id64(data, "instance", inst->id) ||
+	    proto_add_u64(data, "chunks", c->chunks) ||
+	    proto_add_u64(data, "chunk_length", c->chunk_length) ||
+	    proto_add_u64(data, "axis_length", c->axis_length) ||
+	    !(arrs = cJSON_AddArrayToObject(data, "arrays")))
+		goto oom;
+	for (size_t i = 0; i < bt->n; i++) {
+		uint64_t shape[POLICY_MAX_DIMS];
+		const struct broker_alloc *a = idmap_get(&b->allocs, bt->ids[i]);
+		cJSON *o, *sj;
+		if (bt->owner[i] != inst || !a)
+			continue;
+		policy_chunked_shape(&bt->arr[i], c->chunk_length, shape);
+		o = cJSON_CreateObject();
+		if (!o || !cJSON_AddItemToArray(arrs, o))
+			goto oom_item;
+		sj = shape_json(shape, bt->arr[i].ndim);
+		if (!cJSON_AddStringToObject(o, "label", bt->req[i]->label) ||
+		    proto_add_id64(o, "id", a->id) || !sj ||
+		    !cJSON_AddItemToObject(o, "shape", sj) ||
+		    proto_add_u64(o, "size", pool_block_size(a->block))) {
+			cJSON_Delete(sj);
+			goto oom;
+		}
+		continue;
+	oom_item:
+		cJSON_Delete(o);
+		goto oom;
+	}
+	broker_send_event(b, inst->owner, "allocation_ready", data);
+	return;
+oom:
+	/* The allocations stay (charged, unclaimed) until freed by label or
+	 * the client leaves; the caller's reply still reports the batch. */
+	log_warn("session %llu: allocation_ready dropped: out of memory",
+	         (unsigned long long)inst->owner->id);
+	cJSON_Delete(data);
+}
+
+/* The error of a failed allocation in a batch. */
+static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct broker_instance *inst)
+{
+	switch (rc) {
+	case -EDQUOT:
+		proto_error_set(
+		    &ctx->err, PROTO_E_QUOTA,
+		    "quota exceeded: instance %016llx cannot hold its part of the batch",
+		    (unsigned long long)inst->id);
+		return rc;
+	case -ENOMEM:
+		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
+		                "out of memory: device %d could not hold the batch", inst->device);
+		return rc;
+	case -EMFILE:
+		proto_error_set(&ctx->err, PROTO_E_LIMIT,
+		                "limit reached: max_allocations of instance %016llx's client",
+		                (unsigned long long)inst->id);
+		return rc;
+	case -ESHUTDOWN:
+		proto_error_set(&ctx->err, PROTO_E_SHUTTING_DOWN, "the daemon is shutting down");
+		return rc;
+	case -EIO:
+		proto_error_set(&ctx->err, PROTO_E_BACKEND,
+		                "backend error: the %s backend could not provide memory",
+		                ctx->b->backend->ops->name);
+		return rc;
+	default:
+		return -ENOMEM;
+	}
+}
+
+int dispatch_allocate_queue(struct dispatch_ctx *ctx)
+{
+	struct broker *b = ctx->b;
+	struct broker_instance *inst;
+	struct batch bt;
+	struct policy_group_info gi;
+	struct policy_chunking gc, c;
+	char where[160];
+	int rc = dispatch_target_instance(ctx, &inst);
+	if (rc < 0)
+		return rc;
+	const char *group = inst->pol.group;
+	rc = batch_collect(b, group, &bt);
+	if (rc < 0)
+		return rc;
+	if (!bt.n) {
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: nothing is queued in group %s", group);
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "instance");
+		return -EINVAL;
+	}
+	uint64_t axis = 0;
+	for (size_t i = 0; i < bt.n; i++) {
+		if (!bt.arr[i].unchunkable && bt.arr[i].shape[bt.arr[i].axis] > axis)
+			axis = bt.arr[i].shape[bt.arr[i].axis];
+	}
+	if (!axis)
+		axis = 1;
+	/* One chunk count for everyone: the most that any constraint needs.
+	 * The chunk length only shrinks as the count grows, so the largest
+	 * minimal count satisfies them all. */
+	policy_group_info(&b->policy, group, &gi);
+	snprintf(where, sizeof(where), "group %s", group);
+	rc = batch_chunks(ctx, &bt, axis, NULL, -1, gi.available, where, false, &gc);
+	uint64_t chunks = gc.chunks;
+	const struct list *pos;
+	for (pos = b->policy.instances.next; rc == 0 && pos != &b->policy.instances;
+	     pos = pos->next) {
+		const struct policy_instance *pi =
+		    list_entry(pos, const struct policy_instance, link);
+		const struct broker_instance *m = list_entry(pi, const struct broker_instance, pol);
+		if (strcmp(pi->group, group) != 0 || !m->queued_count)
+			continue;
+		bool active = b->policy.cfg.mode == POLICY_ACTIVE;
+		snprintf(where, sizeof(where), "instance %016llx", (unsigned long long)m->id);
+		rc = batch_chunks(ctx, &bt, axis, m, -1,
+		                  active ? policy_headroom(&b->policy, pi)
+		                         : policy_device_available(&b->policy, m->device),
+		                  where, active, &c);
+		if (rc == 0 && c.chunks > chunks)
+			chunks = c.chunks;
+	}
+	for (int d = 0; rc == 0 && d < b->device_count; d++) {
+		snprintf(where, sizeof(where), "device %d", d);
+		rc = batch_chunks(ctx, &bt, axis, NULL, d, policy_device_available(&b->policy, d),
+		                  where, false, &c);
+		if (rc == 0 && c.chunks > chunks)
+			chunks = c.chunks;
+	}
+	if (rc < 0) {
+		batch_free(&bt);
+		return rc == -ENOSPC ? -EINVAL : rc;
+	}
+	gc.chunk_length = axis / chunks + (axis % chunks != 0);
+	gc.chunks = axis / gc.chunk_length + (axis % gc.chunk_length != 0);
+	gc.chunk_bytes = 0;
+	/* Allocate every array at its chunked shape; all or nothing. */
+	size_t done = 0;
+	for (; done < bt.n; done++) {
+		struct policy_array chunked = bt.arr[done];
+		uint64_t bytes;
+		policy_chunked_shape(&bt.arr[done], gc.chunk_length, chunked.shape);
+		policy_array_bytes(&chunked, POOL_GRANULE, &bytes);
+		gc.chunk_bytes += bytes;
+		rc = broker_alloc_queued(b, bt.owner[done], bytes, bt.req[done]->label,
+		                         &bt.ids[done]);
+		if (rc < 0)
+			break;
+	}
+	if (rc < 0) {
+		rc = batch_alloc_error(ctx, rc, bt.owner[done]);
+		while (done--)
+			broker_free(b, bt.owner[done]->owner, bt.ids[done]);
+		batch_free(&bt);
+		return rc;
+	}
+	/* Every member hears its part; the queues are spent. */
+	unsigned members = 0;
+	for (size_t i = 0; i < bt.n; i++) {
+		if (i > 0 && bt.owner[i] == bt.owner[i - 1])
+			continue;
+		members++;
+		send_ready(b, &bt, bt.owner[i], &gc);
+	}
+	for (size_t i = 0; i < bt.n; i++)
+		broker_queue_clear(bt.owner[i]);
+	log_info("group %s: %zu arrays of %u instances allocated in %llu chunks of %llu runs",
+	         group, bt.n, members, (unsigned long long)gc.chunks,
+	         (unsigned long long)gc.chunk_length);
+	batch_free(&bt);
+	cJSON *r = dispatch_result(ctx);
+	if (!r || !cJSON_AddStringToObject(r, "group", group) ||
+	    !cJSON_AddNumberToObject(r, "members", members) || chunking_json(r, &gc))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_claim(struct dispatch_ctx *ctx)
+{
+	struct broker_grant g;
+	uint64_t id;
+	int rc = proto_get_id64(ctx->params, "id", &id);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "id", "16 lowercase hex digits");
+	rc = broker_claim(ctx->b, ctx->s, id, &g);
+	if (rc == -ENOENT) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such allocation");
+		return rc;
+	}
+	if (rc == -EEXIST)
+		return dispatch_param_error(ctx, -EINVAL, "id", "an allocation not claimed yet");
+	if (rc < 0)
+		return -ENOMEM;
+	return dispatch_grant_result(ctx, &g);
+}
+
+int dispatch_free_label(struct dispatch_ctx *ctx)
+{
+	const char *label;
+	uint64_t instance = 0, *ids;
+	size_t n = 0;
+	int rc = proto_get_string(ctx->params, "label", PROTO_MAX_NAME, &label);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "label", "a string of 1-64 bytes");
+	rc = proto_get_id64(ctx->params, "instance", &instance);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "instance", "16 lowercase hex digits");
+	ids = calloc(ctx->s->alloc_count + 1, sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	/* Collected first: freeing serves waits, which adds allocations. */
+	const struct list *pos;
+	for (pos = ctx->s->allocs.next; pos != &ctx->s->allocs; pos = pos->next) {
+		const struct broker_alloc *a = list_entry(pos, const struct broker_alloc, link);
+		if (a->label && strcmp(a->label, label) == 0 &&
+		    (!instance || a->inst->id == instance))
+			ids[n++] = a->id;
+	}
+	if (!n) {
+		free(ids);
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no allocation with that label");
+		return -ENOENT;
+	}
+	cJSON *r = dispatch_result(ctx), *arr = r ? cJSON_AddArrayToObject(r, "freed") : NULL;
+	for (size_t i = 0; i < n; i++) {
+		char hex[17];
+		broker_free(ctx->b, ctx->s, ids[i]);
+		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)ids[i]);
+		if (arr && !cJSON_AddItemToArray(arr, cJSON_CreateString(hex)))
+			arr = NULL;
+	}
+	free(ids);
+	/* Freed either way. Without the list the client hears an internal
+	 * error; its library still tracks the ids until it frees them one by
+	 * one (not_found) or disconnects. */
+	return arr ? 0 : -ENOMEM;
+}
+
+int dispatch_invalidate_all(struct dispatch_ctx *ctx)
+{
+	uint64_t allocs, attachments;
+	broker_invalidate_all(ctx->b, &allocs, &attachments);
+	log_info("session %llu (uid %u): invalidate_all: %llu allocations, %llu attachments "
+	         "released",
+	         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid, (unsigned long long)allocs,
+	         (unsigned long long)attachments);
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_u64(r, "allocations", allocs) ||
+	    proto_add_u64(r, "attachments", attachments))
+		return -ENOMEM;
+	return 0;
+}
