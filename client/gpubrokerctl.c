@@ -85,6 +85,8 @@ static void usage(FILE *out)
 	    "  set-auto INSTANCE              put INSTANCE in the auto pool\n"
 	    "  set-limit [--device N] LIMIT   bound what the broker hands out: bytes (units\n"
 	    "                                 KiB MiB GiB TiB), a percentage (\"50%%\") or none\n"
+	    "  set-allocator NAME             pool, direct or async (releases everything)\n"
+	    "  invalidate                     release every allocation of every client\n"
 	    "\n"
 	    "Options:\n"
 	    "  -s, --socket PATH    daemon socket (default: $GPUBROKER_SOCKET, else %s)\n"
@@ -496,6 +498,41 @@ static int params_limit(const struct ctl_options *o, cJSON *params)
 	return usage_error("'%s' is not a limit (bytes, a percentage or none)", arg);
 }
 
+static int params_allocator(const struct ctl_options *o, cJSON *params)
+{
+	const char *name = o->args[0];
+
+	if (strcmp(name, "pool") != 0 && strcmp(name, "direct") != 0 && strcmp(name, "async") != 0)
+		return usage_error("the allocator is pool, direct or async, not '%s'", name);
+	return cJSON_AddStringToObject(params, "allocator", name) ? EXIT_OK : ctl_oom();
+}
+
+/* "released N allocations, M attachments" of set-allocator and invalidate. */
+static int print_released(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	const cJSON *allocs = cJSON_GetObjectItemCaseSensitive(result, "allocations");
+	const cJSON *atts = cJSON_GetObjectItemCaseSensitive(result, "attachments");
+	const cJSON *now = cJSON_GetObjectItemCaseSensitive(result, "allocator");
+	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(result, "previous");
+
+	if (!cJSON_IsString(allocs) || !cJSON_IsString(atts))
+		return ctl_bad_reply("allocations");
+	if (o->format == CTL_CSV) {
+		if (header)
+			printf("%sallocations,attachments\n",
+			       cJSON_IsString(now) ? "allocator," : "");
+		if (cJSON_IsString(now))
+			printf("%s,", now->valuestring);
+		printf("%s,%s\n", allocs->valuestring, atts->valuestring);
+		return EXIT_OK;
+	}
+	if (cJSON_IsString(now) && cJSON_IsString(prev))
+		printf("allocator %s (was %s)\n", now->valuestring, prev->valuestring);
+	printf("released %s allocations and %s attachments\n", allocs->valuestring,
+	       atts->valuestring);
+	return EXIT_OK;
+}
+
 static const struct ctl_command ctl_commands[] = {
     {.name = "status", .method = "status", .print = print_status},
     {.name = "devices", .method = "devices", .print = print_devices},
@@ -526,6 +563,13 @@ static const struct ctl_command ctl_commands[] = {
      .changes = true,
      .params = params_limit,
      .print = print_limit},
+    {.name = "set-allocator",
+     .method = "set_allocator",
+     .nargs = 1,
+     .changes = true,
+     .params = params_allocator,
+     .print = print_released},
+    {.name = "invalidate", .method = "invalidate_all", .changes = true, .print = print_released},
 };
 
 /* Runs @cmd once. @first tells whether to print the CSV header when

@@ -541,3 +541,27 @@ GPB_EXPORT int gpb_invalidate_all(gpb_client *c)
 	client_leave(c);
 	return rc;
 }
+
+GPB_EXPORT int gpb_set_allocator(gpb_client *c, const char *allocator)
+{
+	cJSON *params;
+	int rc = client_enter(c);
+
+	if (rc < 0)
+		return rc;
+	if (!allocator || !*allocator || strlen(allocator) > 16) {
+		rc = error_set(GPB_E_INVALID, "gpb_set_allocator: pool, direct or async");
+		goto out;
+	}
+	params = cJSON_CreateObject();
+	if (params && !cJSON_AddStringToObject(params, "allocator", allocator)) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	/* A change is preceded by an invalidate event, which has emptied this
+	 * client's bookkeeping by the time the reply is read. */
+	rc = client_call(c, "set_allocator", params, NULL, NULL);
+out:
+	client_leave(c);
+	return rc;
+}

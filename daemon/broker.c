@@ -10,6 +10,7 @@
  * extra message when the slab's handle (and sim descriptor) must be sent again.
  */
 #include "broker.h"
+#include "broker_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -76,7 +77,8 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	b->next_session_id = 1;
 	b->next_instance_id = 1;
 	b->started = time(NULL);
-	struct pool_config pcfg = {.slab_size = limits->slab_size, .keep_empty = 1};
+	struct pool_config pcfg;
+	broker_pool_config(b, BROKER_ALLOCATOR_POOL, &pcfg);
 	int rc = 0;
 	for (int i = 0; i < backend->device_count; i++) {
 		struct broker_device *dev = &b->dev[i];
@@ -85,6 +87,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 		rc = backend->ops->device_info(backend, i, &dev->info);
 		if (rc < 0)
 			break;
+		dev->pool_ops = &broker_pool_ops;
 		dev->pool = pool_create(&pcfg, &broker_pool_ops, dev);
 		if (!dev->pool) {
 			rc = -EINVAL;
@@ -197,7 +200,7 @@ static bool broker_uid_connected(const struct broker *b, uid_t uid)
 	return false;
 }
 
-static void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a)
+void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a)
 {
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
@@ -221,7 +224,7 @@ static void broker_alloc_release(struct broker *b, struct session *s, struct bro
 
 /* Drops what one attachment holds: the session's hold on the slab and the
  * pin. The attachment map entry is the caller's to remove. */
-static void broker_unpin(struct broker *b, struct session *s, struct pool_slab *slab)
+void broker_unpin(struct broker *b, struct session *s, struct pool_slab *slab)
 {
 	struct backend_slab *bs = pool_slab_backend(slab);
 	int device = bs->device;
@@ -233,7 +236,7 @@ static void broker_unpin(struct broker *b, struct session *s, struct pool_slab *
 /* Tells the owner of every instance whose cap moved, then serves the waits
  * that fit now: the tail of everything that changes the policy or frees
  * memory. */
-static void broker_policy_changed(struct broker *b)
+void broker_policy_changed(struct broker *b)
 {
 	struct policy_instance *pi;
 	while ((pi = policy_take_changed(&b->policy))) {
@@ -602,48 +605,6 @@ int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broke
 	out->id = id;
 	broker_grant_fill(s, a->block, fresh == 1, out);
 	return 0;
-}
-
-void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachments)
-{
-	struct list *pos, *tmp, *ipos;
-	*allocs = *attachments = 0;
-	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
-		struct session *s = list_entry(pos, struct session, link);
-		list_for_each_safe(ipos, tmp, &s->allocs)
-		{
-			broker_alloc_release(b, s, list_entry(ipos, struct broker_alloc, link));
-			(*allocs)++;
-		}
-		size_t it = 0;
-		struct pool_slab *slab;
-		while ((slab = idmap_next(&s->attached, &it, NULL))) {
-			broker_unpin(b, s, slab);
-			(*attachments)++;
-		}
-		/* Emptied: iterating and removing one by one would be
-		 * undefined for this map, and nothing is left to keep. */
-		idmap_finish(&s->attached);
-		idmap_init(&s->attached);
-		for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next)
-			broker_queue_clear(list_entry(ipos, struct broker_instance, link));
-	}
-	/* Both sides now hold nothing: every library drops its mappings
-	 * when it reads this, before any later reply. */
-	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
-		struct session *s = list_entry(pos, struct session, link);
-		if (!s->hello)
-			continue;
-		cJSON *data = cJSON_CreateObject();
-		if (!data || !cJSON_AddStringToObject(data, "reason", "invalidate_all")) {
-			cJSON_Delete(data);
-			log_warn("session %llu: invalidate event dropped: out of memory",
-			         (unsigned long long)s->id);
-			continue;
-		}
-		broker_send_event(b, s, "invalidate", data);
-	}
-	broker_policy_changed(b);
 }
 
 int broker_detach(struct broker *b, struct session *s, uint64_t id)

@@ -33,8 +33,16 @@ struct broker_limits {
 struct broker_device {
 	struct backend_device_info info;
 	struct pool *pool;
-	struct backend *backend; /* the pool's callback context needs both */
+	struct backend *backend;              /* the pool's callback context needs both */
+	const struct pool_slab_ops *pool_ops; /* to make a new pool (set_allocator) */
 	int index;
+};
+
+/* How device memory is handed out (cubie's set_allocator). */
+enum broker_allocator {
+	BROKER_ALLOCATOR_POOL,   /* slabs and sub-allocation (the default) */
+	BROKER_ALLOCATOR_DIRECT, /* one backend allocation per request, none cached */
+	BROKER_ALLOCATOR_ASYNC,  /* stream-ordered pools, where the backend has them */
 };
 
 struct broker_instance {
@@ -146,6 +154,7 @@ struct broker {
 	uint64_t rand[32]; /* buffered getrandom() output for allocation ids */
 	unsigned rand_left;
 	struct policy policy;
+	enum broker_allocator allocator;
 	struct metrics metrics;
 	struct idmap instances; /* instance id -> struct broker_instance, every session's */
 	struct list waits;      /* struct broker_wait: allocations waiting, in arrival order */
@@ -243,6 +252,18 @@ void broker_queue_clear(struct broker_instance *inst);
  * what was released.
  */
 void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachments);
+/*
+ * Switches the allocator strategy. Any change releases everything exactly
+ * like broker_invalidate_all (the reason in the event is "set_allocator")
+ * and starts every device with a fresh, empty pool (its statistics too).
+ * The same strategy again is a no-op. -EOPNOTSUPP (async: the backend has no
+ * stream-ordered pools), -EINVAL, -ENOMEM (nothing changed).
+ */
+int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t *allocs,
+                         uint64_t *attachments);
+const char *broker_allocator_name(enum broker_allocator kind);
+/* 0 and *kind, or -EINVAL. */
+int broker_allocator_parse(const char *name, enum broker_allocator *kind);
 
 /* Any session's instance, or NULL. */
 struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance);

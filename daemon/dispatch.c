@@ -476,6 +476,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_CLAIM] = dispatch_claim,
     [PROTO_OP_FREE_LABEL] = dispatch_free_label,
     [PROTO_OP_INVALIDATE_ALL] = dispatch_invalidate_all,
+    [PROTO_OP_SET_ALLOCATOR] = dispatch_set_allocator,
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)

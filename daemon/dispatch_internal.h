@@ -42,6 +42,7 @@ int dispatch_set_group(struct dispatch_ctx *ctx);
 int dispatch_group_info(struct dispatch_ctx *ctx);
 int dispatch_set_mode(struct dispatch_ctx *ctx);
 int dispatch_set_limit(struct dispatch_ctx *ctx);
+int dispatch_set_allocator(struct dispatch_ctx *ctx);
 /* The instance in params "instance" that this session may change: its
  * own, or any for an administrator. -EINVAL, -ENOENT, -EPERM (ctx->err set). */
 int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out);

@@ -148,6 +148,7 @@ int dispatch_policy(struct dispatch_ctx *ctx)
 	struct broker *b = ctx->b;
 	cJSON *r = dispatch_result(ctx), *insts;
 	if (!r || !cJSON_AddStringToObject(r, "mode", policy_mode_name(b->policy.cfg.mode)) ||
+	    !cJSON_AddStringToObject(r, "allocator", broker_allocator_name(b->allocator)) ||
 	    add_num(r, "min_auto_share", b->policy.cfg.min_auto_share) || devices_json(b, r) ||
 	    !(insts = cJSON_AddArrayToObject(r, "instances")))
 		return -ENOMEM;
@@ -352,6 +353,40 @@ int dispatch_set_limit(struct dispatch_ctx *ctx)
 		         (unsigned long long)size, device < 0 ? "every device" : "one device");
 	cJSON *r = dispatch_result(ctx);
 	if (!r || devices_json(ctx->b, r))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_set_allocator(struct dispatch_ctx *ctx)
+{
+	const char *name;
+	enum broker_allocator kind, previous = ctx->b->allocator;
+	uint64_t allocs, attachments;
+	int rc = proto_get_string(ctx->params, "allocator", 16, &name);
+	if (rc == 0 && broker_allocator_parse(name, &kind) < 0)
+		rc = -EINVAL;
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "allocator",
+		                            "\"pool\", \"direct\" or \"async\"");
+	rc = broker_set_allocator(ctx->b, kind, &allocs, &attachments);
+	if (rc == -EOPNOTSUPP) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
+		                "the %s backend has no stream-ordered pools: allocator '%s' is not "
+		                "available",
+		                ctx->b->backend->ops->name, name);
+		return rc;
+	}
+	if (rc < 0)
+		return -ENOMEM;
+	if (kind != previous)
+		log_info("session %llu (uid %u): allocator %s; %llu allocations and %llu "
+		         "attachments released",
+		         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid, name,
+		         (unsigned long long)allocs, (unsigned long long)attachments);
+	cJSON *r = dispatch_result(ctx);
+	if (!r || !cJSON_AddStringToObject(r, "allocator", broker_allocator_name(kind)) ||
+	    !cJSON_AddStringToObject(r, "previous", broker_allocator_name(previous)) ||
+	    proto_add_u64(r, "allocations", allocs) || proto_add_u64(r, "attachments", attachments))
 		return -ENOMEM;
 	return 0;
 }

@@ -374,6 +374,17 @@ int gpb_free_label(gpb_client *client, uint64_t instance, const char *label);
 int gpb_invalidate_all(gpb_client *client);
 
 /**
+ * Administrators only: how the daemon hands out device memory (cubie's
+ * set_allocator): "pool" (slabs and sub-allocation, the default), "direct"
+ * (one backend allocation per request, nothing cached) or "async"
+ * (stream-ordered pools, where the backend has them). A change releases
+ * everything like gpb_invalidate_all(); the same strategy again does nothing.
+ * Errors: GPB_E_PERMISSION, GPB_E_INVALID (name), GPB_E_NOT_SUPPORTED (async
+ * on a backend without stream-ordered pools), GPB_E_DAEMON_GONE.
+ */
+int gpb_set_allocator(gpb_client *client, const char *allocator);
+
+/**
  * Sets the daemon's mode; every running client's caps follow at once.
  * Errors: GPB_E_PERMISSION (not an administrator), GPB_E_INVALID,
  * GPB_E_DAEMON_GONE.

@@ -759,6 +759,43 @@ static void test_invalidate_all(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/* set-allocator from the CLI: the client's mappings go, direct gives each
+ * request its own backend allocation, async is refused on sim. */
+static void test_set_allocator(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation a, b1, b2;
+	struct gpb_pool_stats st;
+	char out[4096];
+	(void)state;
+	th_daemon_start(&d, NULL);
+	const char *ctl = th_env("GPB_CTL");
+	gpb_client *c = th_client(&d, "alloc");
+	uint64_t inst = reg(c, "alloc", 0, 0, NULL);
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a), 0);
+	char *direct[] = {(char *)ctl, "-s", d.socket, "set-allocator", "direct", NULL};
+	assert_int_equal(th_run(direct, NULL, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "allocator direct (was pool)"));
+	assert_non_null(strstr(out, "released 1 allocations"));
+	/* The event reaches the library before its next reply. */
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &b1), 0);
+	assert_int_equal(gpb_free(c, a.id), GPB_E_NOT_FOUND);
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &b2), 0);
+	memset(b1.ptr, 1, 4096);
+	memset(b2.ptr, 2, 4096);
+	assert_int_equal(gpb_stats(c, 0, &st), 0);
+	assert_int_equal(st.slabs, 2);
+	assert_int_equal(gpb_set_allocator(c, "async"), GPB_E_NOT_SUPPORTED);
+	assert_int_equal(gpb_set_allocator(c, "bogus"), GPB_E_INVALID);
+	char *inval[] = {(char *)ctl, "-s", d.socket, "invalidate", NULL};
+	assert_int_equal(th_run(inval, NULL, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "released 2 allocations"));
+	assert_int_equal(gpb_set_allocator(c, "pool"), 0);
+	assert_int_equal(gpb_free(c, b1.id), GPB_E_NOT_FOUND);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -771,6 +808,7 @@ int main(void)
 	    cmocka_unit_test(test_library_arguments),
 	    cmocka_unit_test(test_group_batch),
 	    cmocka_unit_test(test_invalidate_all),
+	    cmocka_unit_test(test_set_allocator),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

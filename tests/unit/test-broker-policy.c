@@ -1076,6 +1076,69 @@ static void test_queue_more(void **state)
 	broker_done(b);
 }
 
+static void test_set_allocator(void **state)
+{
+	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
+	struct session *admin = client(b, 0, "root"), *s1 = client(b, UID_A, "one");
+	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
+	struct reply r;
+	(void)state;
+
+	alloc_ok(b, s1, a, 4096, 0);
+	alloc_ok(b, s1, a, 4096, 0);
+	assert_int_equal(slab_count(b, 0), 1);
+	expect_error_fmt(b, s1, PROTO_E_PERMISSION, NULL,
+	                 "{\"id\":\"e\",\"method\":\"set_allocator\",\"params\":{\"allocator\":"
+	                 "\"direct\"}}");
+	expect_error_fmt(b, admin, PROTO_E_PARAMS, "allocator",
+	                 "{\"id\":\"e\",\"method\":\"set_allocator\",\"params\":{\"allocator\":"
+	                 "\"cupy\"}}");
+	expect_error_fmt(b, admin, PROTO_E_NOT_SUPPORTED, NULL,
+	                 "{\"id\":\"e\",\"method\":\"set_allocator\",\"params\":{\"allocator\":"
+	                 "\"async\"}}");
+	/* The same allocator: nothing happens. */
+	request(b, admin, &r,
+	        "{\"id\":\"s\",\"method\":\"set_allocator\",\"params\":{\"allocator\":\"pool\"}}");
+	assert_int_equal(ju64(result_of(&r, "s"), "allocations"), 0);
+	reply_done(&r);
+	assert_int_equal(sent_count, 0);
+	assert_int_equal(a->live, 2);
+	/* direct: everything is released, everyone hears it. */
+	request(
+	    b, admin, &r,
+	    "{\"id\":\"s\",\"method\":\"set_allocator\",\"params\":{\"allocator\":\"direct\"}}");
+	const cJSON *res = result_of(&r, "s");
+	assert_string_equal(jstr(res, "allocator"), "direct");
+	assert_string_equal(jstr(res, "previous"), "pool");
+	assert_int_equal(ju64(res, "allocations"), 2);
+	reply_done(&r);
+	check(b);
+	assert_int_equal(sent_to(s1, "invalidate"), 1);
+	assert_string_equal(jstr(jget(sent_nth(s1, 0), "data"), "reason"), "set_allocator");
+	assert_int_equal(a->live, 0);
+	assert_int_equal(slab_count(b, 0), 0);
+	/* One backend allocation per request, none kept once freed. */
+	struct broker_grant g1 = alloc_ok(b, s1, a, 4096, 0);
+	alloc_ok(b, s1, a, 4096, 0);
+	assert_int_equal(slab_count(b, 0), 2);
+	assert_int_equal(broker_free(b, s1, g1.id), 0);
+	assert_int_equal(slab_count(b, 0), 1);
+	check(b);
+	request(b, s1, &r, "{\"id\":\"p\",\"method\":\"policy\"}");
+	assert_string_equal(jstr(result_of(&r, "p"), "allocator"), "direct");
+	reply_done(&r);
+	/* And back. */
+	request(b, admin, &r,
+	        "{\"id\":\"s\",\"method\":\"set_allocator\",\"params\":{\"allocator\":\"pool\"}}");
+	assert_int_equal(ju64(result_of(&r, "s"), "allocations"), 1);
+	reply_done(&r);
+	alloc_ok(b, s1, a, 4096, 0);
+	alloc_ok(b, s1, a, 4096, 0);
+	assert_int_equal(slab_count(b, 0), 1);
+	check(b);
+	broker_done(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1093,6 +1156,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_wait_cancelled, sent_teardown),
 	    cmocka_unit_test_teardown(test_queue_allocate, sent_teardown),
 	    cmocka_unit_test_teardown(test_queue_more, sent_teardown),
+	    cmocka_unit_test_teardown(test_set_allocator, sent_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,7 +36,7 @@ static void test_op_table(void **state)
 	    "reload",    "metrics",       "policy",         "set_proportion",
 	    "set_auto",  "set_group",     "group_info",     "set_mode",
 	    "set_limit", "queue_request", "allocate_queue", "chunk_parameters",
-	    "claim",     "free_label",    "invalidate_all",
+	    "claim",     "free_label",    "invalidate_all", "set_allocator",
 	};
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);
@@ -52,6 +52,7 @@ static void test_op_table(void **state)
 	assert_true(proto_ops[PROTO_OP_SET_MODE].flags & PROTO_OPF_ADMIN);
 	assert_true(proto_ops[PROTO_OP_SET_LIMIT].flags & PROTO_OPF_ADMIN);
 	assert_true(proto_ops[PROTO_OP_INVALIDATE_ALL].flags & PROTO_OPF_ADMIN);
+	assert_true(proto_ops[PROTO_OP_SET_ALLOCATOR].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_ALLOCATE_QUEUE].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_SET_PROPORTION].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_POLICY].flags & PROTO_OPF_ADMIN);
