@@ -151,7 +151,8 @@ int gpb_detach(gpb_client *client, uint64_t id);
 
 /** Memory as one instance sees it. */
 struct gpb_mem_info {
-	uint64_t cap;          /**< bytes the instance may hold (device total when uncapped) */
+	uint64_t cap;          /**< bytes the instance may hold (in passive mode the device's
+	                            capacity: its memory, or less under a limit) */
 	uint64_t used;         /**< bytes its allocations hold */
 	uint64_t free;         /**< bytes it may still allocate: min(cap - used, device free) */
 	uint64_t device_total; /**< device memory */
