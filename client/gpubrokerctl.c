@@ -18,42 +18,11 @@
 #include <cjson/cJSON.h>
 
 #include "config.h"
+#include "ctl.h"
 #include "ctl_output.h"
 #include "gpubroker.h"
 
-/* Exit codes (documented in --help). */
-enum {
-	EXIT_OK = 0,
-	EXIT_ERROR = 1,
-	EXIT_USAGE = 2,
-	EXIT_UNREACHABLE = 3,
-	EXIT_PERMISSION = 4,
-};
-
 #define CTL_MAX_INTERVAL 86400.0 /* seconds: a day between refreshes is plenty */
-
-struct ctl_options {
-	const char *socket;
-	enum ctl_format format;
-	bool header;
-	double interval; /* 0: run once */
-	long device;     /* stats and set-limit --device; -1 = all */
-	const char *command;
-	char **args; /* the command's arguments */
-	int nargs;
-};
-
-struct ctl_command {
-	const char *name;   /* as typed */
-	const char *method; /* the protocol request it sends */
-	int nargs;          /* arguments it takes */
-	bool changes;       /* changes the daemon's state: not repeatable with -l */
-	/* Adds the request's parameters from the options. Returns an exit code
-	 * (EXIT_USAGE after printing why). NULL: none. */
-	int (*params)(const struct ctl_options *o, cJSON *params);
-	/* Prints @result (parsed) as a table or CSV. Returns an exit code. */
-	int (*print)(const cJSON *result, const struct ctl_options *o, bool header);
-};
 
 static volatile sig_atomic_t ctl_stop;
 
@@ -87,6 +56,15 @@ static void usage(FILE *out)
 	    "                                 KiB MiB GiB TiB), a percentage (\"50%%\") or none\n"
 	    "  set-allocator NAME             pool, direct or async (releases everything)\n"
 	    "  invalidate                     release every allocation of every client\n"
+	    "  reload                         re-read gpubroker.conf (as SIGHUP does)\n"
+	    "  evict SESSION                  disconnect a client; it loses what it held\n"
+	    "\n"
+	    "Monitoring:\n"
+	    "  top                  status and clients, refreshed every -l SECONDS (default 1)\n"
+	    "  metrics [--textfile PATH]\n"
+	    "                       Prometheus text format; --textfile writes PATH atomically\n"
+	    "                       (for node_exporter's textfile collector)\n"
+	    "  version              versions of gpubrokerctl, libgpubroker and the daemon\n"
 	    "\n"
 	    "Options:\n"
 	    "  -s, --socket PATH    daemon socket (default: $GPUBROKER_SOCKET, else %s)\n"
@@ -102,7 +80,7 @@ static void usage(FILE *out)
 	    GPB_DEFAULT_SOCKET_PATH);
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -115,7 +93,7 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
 }
 
 /* The exit code for a library error, after printing its message. */
-static int ctl_fail(int err)
+int ctl_fail(int err)
 {
 	const char *msg = gpb_last_error();
 
@@ -131,13 +109,13 @@ static int ctl_fail(int err)
 	}
 }
 
-static int ctl_oom(void)
+int ctl_oom(void)
 {
 	fputs("gpubrokerctl: out of memory\n", stderr);
 	return EXIT_ERROR;
 }
 
-static int ctl_bad_reply(const char *what)
+int ctl_bad_reply(const char *what)
 {
 	fprintf(stderr, "gpubrokerctl: unexpected reply from the daemon: %s\n", what);
 	return EXIT_ERROR;
@@ -166,7 +144,7 @@ static int print_rows(const cJSON *result, const char *key, const struct ctl_col
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-static int print_status(const cJSON *result, const struct ctl_options *o, bool header)
+int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
 	    {"device", "DEVICE", CTL_NUM}, {"name", "NAME", CTL_TEXT},
@@ -220,7 +198,7 @@ static int print_devices(const cJSON *result, const struct ctl_options *o, bool 
 	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
 }
 
-static int print_clients(const cJSON *result, const struct ctl_options *o, bool header)
+int print_clients(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
 	    {"session", "SESSION", CTL_TEXT},
@@ -230,6 +208,7 @@ static int print_clients(const cJSON *result, const struct ctl_options *o, bool 
 	    {"instances", "INSTANCES", CTL_NUM},
 	    {"allocations", "ALLOCATIONS", CTL_NUM},
 	    {"used", "USED", CTL_SIZE},
+	    {"cap", "CAP", CTL_SIZE},
 	};
 
 	return print_rows(result, "clients", cols, ARRAY_SIZE(cols), o, header);
@@ -570,6 +549,18 @@ static const struct ctl_command ctl_commands[] = {
      .params = params_allocator,
      .print = print_released},
     {.name = "invalidate", .method = "invalidate_all", .changes = true, .print = print_released},
+    {.name = "reload", .method = "reload", .changes = true, .print = print_reload},
+    {.name = "evict",
+     .method = "evict",
+     .nargs = 1,
+     .changes = true,
+     .params = params_session,
+     .print = print_done},
+    {.name = "metrics", .method = "metrics", .print = print_metrics},
+    {.name = "version", .method = "status", .print = print_version},
+    /* A live view: status and clients, screen cleared, every -l seconds
+     * (1 by default). */
+    {.name = "top", .method = "status", .print = print_status},
 };
 
 /* Runs @cmd once. @first tells whether to print the CSV header when
@@ -627,13 +618,10 @@ static bool ctl_sleep(double seconds)
 static int parse_options(int argc, char **argv, struct ctl_options *o)
 {
 	static const struct option longopts[] = {
-	    {"socket", required_argument, NULL, 's'},
-	    {"output", required_argument, NULL, 'o'},
-	    {"no-header", no_argument, NULL, 'H'},
-	    {"device", required_argument, NULL, 'd'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
-	    {NULL, 0, NULL, 0},
+	    {"socket", required_argument, NULL, 's'},   {"output", required_argument, NULL, 'o'},
+	    {"no-header", no_argument, NULL, 'H'},      {"device", required_argument, NULL, 'd'},
+	    {"textfile", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
 	};
 	char *end;
 	int c;
@@ -658,6 +646,9 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 			break;
 		case 'H':
 			o->header = false;
+			break;
+		case 't':
+			o->textfile = optarg;
 			break;
 		case 'l':
 			errno = 0;
@@ -699,6 +690,15 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 	return EXIT_OK;
 }
 
+static const struct ctl_command *ctl_command_find(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(ctl_commands); i++) {
+		if (strcmp(ctl_commands[i].name, name) == 0)
+			return &ctl_commands[i];
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	const struct ctl_command *cmd = NULL;
@@ -709,10 +709,7 @@ int main(int argc, char **argv)
 	rc = parse_options(argc, argv, &o);
 	if (rc != EXIT_OK)
 		return rc;
-	for (size_t i = 0; i < ARRAY_SIZE(ctl_commands); i++) {
-		if (strcmp(ctl_commands[i].name, o.command) == 0)
-			cmd = &ctl_commands[i];
-	}
+	cmd = ctl_command_find(o.command);
 	if (!cmd)
 		return usage_error("unknown command '%s'", o.command);
 	if (o.nargs > cmd->nargs)
@@ -723,6 +720,14 @@ int main(int argc, char **argv)
 	if (o.device >= 0 && strcmp(cmd->name, "stats") != 0 && strcmp(cmd->name, "set-limit") != 0)
 		return usage_error("--device only applies to stats and set-limit, not %s",
 		                   o.command);
+	if (o.textfile && strcmp(cmd->name, "metrics") != 0)
+		return usage_error("--textfile only applies to metrics, not %s", o.command);
+	bool top = strcmp(cmd->name, "top") == 0;
+	if (top && o.interval <= 0)
+		o.interval = 1;
+	if (top && o.format != CTL_TABLE)
+		return usage_error(
+		    "top is a table view; use status or clients with -o json or csv");
 	if (o.interval > 0 && cmd->changes)
 		return usage_error("-l does not repeat %s: it changes the daemon", o.command);
 
@@ -738,7 +743,17 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		return ctl_fail(rc);
 	for (bool first = true;; first = false) {
-		rc = run_once(client, cmd, &o, first);
+		if (top) {
+			/* Home and clear: redraw in place like top(1). */
+			fputs("\033[H\033[2J", stdout);
+			rc = run_once(client, cmd, &o, true);
+			if (rc == EXIT_OK) {
+				putchar('\n');
+				rc = run_once(client, ctl_command_find("clients"), &o, true);
+			}
+		} else {
+			rc = run_once(client, cmd, &o, first);
+		}
 		fflush(stdout);
 		if (rc != EXIT_OK || o.interval <= 0 || !ctl_sleep(o.interval))
 			break;

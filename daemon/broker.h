@@ -106,6 +106,10 @@ struct session {
  */
 typedef void (*broker_send_fn)(void *ctx, struct session *s, char *frame, size_t len, int fd);
 
+/* Ends a session's connection once what was queued for it is written (the
+ * server installs it, with send_ctx as ctx). */
+typedef void (*broker_close_fn)(void *ctx, struct session *s, const char *why);
+
 /*
  * Re-reads the daemon's configuration and applies what can change live
  * (the server installs it). Fills result with {"applied": [keys],
@@ -137,6 +141,7 @@ struct broker_wait {
 struct broker {
 	struct backend *backend;
 	broker_send_fn send;
+	broker_close_fn close;
 	void *send_ctx;
 	broker_reload_fn reload;
 	void *reload_ctx;

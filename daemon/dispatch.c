@@ -435,6 +435,37 @@ static int on_reload(struct dispatch_ctx *ctx)
 	return 0;
 }
 
+/* Ends another client's connection: it hears an `evicted` event, gets what
+ * was queued for it, and everything it held is reclaimed as on any close. */
+static int on_evict(struct dispatch_ctx *ctx)
+{
+	uint64_t id;
+	int rc = proto_get_id64(ctx->params, "session", &id);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "session", "16 lowercase hex digits");
+	if (id == ctx->s->id) {
+		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: a client cannot evict itself");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "session");
+		return -EINVAL;
+	}
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &ctx->b->sessions)
+	{
+		struct session *s = list_entry(pos, struct session, link);
+		if (s->id != id)
+			continue;
+		cJSON *data = cJSON_CreateObject();
+		if (data)
+			cJSON_AddStringToObject(data, "reason", "evicted by an administrator");
+		broker_send_event(ctx->b, s, "evicted", data);
+		if (ctx->b->close)
+			ctx->b->close(ctx->b->send_ctx, s, "evicted by an administrator");
+		return dispatch_result(ctx) ? 0 : -ENOMEM;
+	}
+	proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such client");
+	return -ENOENT;
+}
+
 static int on_metrics(struct dispatch_ctx *ctx)
 {
 	char *text;
@@ -463,6 +494,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_DEVICES] = dispatch_devices,
     [PROTO_OP_RELOAD] = on_reload,
     [PROTO_OP_METRICS] = on_metrics,
+    [PROTO_OP_EVICT] = on_evict,
     [PROTO_OP_POLICY] = dispatch_policy,
     [PROTO_OP_SET_PROPORTION] = dispatch_set_proportion,
     [PROTO_OP_SET_AUTO] = dispatch_set_auto,

@@ -199,13 +199,17 @@ int dispatch_clients(struct dispatch_ctx *ctx)
 	list_for_each_safe(pos, tmp, &ctx->b->sessions)
 	{
 		struct session *s = list_entry(pos, struct session, link);
+		uint64_t cap = 0;
+		struct list *ipos;
+		for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next)
+			cap += list_entry(ipos, struct broker_instance, link)->pol.cap;
 		cJSON *o = array_push_object(arr);
 		if (!o || proto_add_id64(o, "session", s->id) || add_num(o, "pid", s->pid) ||
 		    add_num(o, "uid", s->uid) || add_num(o, "gid", s->gid) ||
 		    !cJSON_AddStringToObject(o, "name", s->name) ||
 		    add_num(o, "instances", s->instance_count) ||
 		    add_num(o, "allocations", (double)s->alloc_count) ||
-		    proto_add_u64(o, "used", s->used) ||
+		    proto_add_u64(o, "used", s->used) || proto_add_u64(o, "cap", cap) ||
 		    add_num(o, "connected_s", (double)(now - s->connected)))
 			return -ENOMEM;
 	}

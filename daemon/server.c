@@ -390,6 +390,17 @@ static void server_on_connection(uv_stream_t *listener, int status)
 	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
 }
 
+/* broker_close_fn: an administrator's evict. */
+static void server_close(void *ctx, struct session *s, const char *why)
+{
+	struct conn *c = s->conn;
+	if (c && !c->closing) {
+		log_info("session %llu (pid %d uid %u): %s", (unsigned long long)s->id, (int)s->pid,
+		         (unsigned)s->uid, why);
+		conn_finish(c);
+	}
+}
+
 /* broker_send_fn: frames for a session outside its current reply. */
 static void server_send(void *ctx, struct session *s, char *frame, size_t len, int fd)
 {
@@ -552,6 +563,7 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg
 	srv->admin_gid = service_group(cfg->admin_group);
 	list_init(&srv->conns);
 	broker_set_sender(broker, server_send, srv);
+	broker->close = server_close;
 	broker->reload = server_reload_op;
 	broker->reload_ctx = srv;
 	*out = srv;

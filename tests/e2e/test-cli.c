@@ -149,6 +149,83 @@ static void test_permission_denied(void **state)
 	assert_int_equal(WEXITSTATUS(st), 4);
 }
 
+/* Operator commands: version, metrics (stdout and an atomic textfile),
+ * reload, evict. */
+static void test_operator_commands(void **state)
+{
+	assert_int_equal(ctl("version", NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "gpubrokerd   0.1.0 (backend sim)"));
+
+	assert_int_equal(ctl("metrics", NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "# TYPE gpubroker_device_used_bytes gauge"));
+	assert_non_null(strstr(out, "gpubroker_device_used_bytes{device=\"1\""));
+	assert_non_null(strstr(out, "} 3145728\n"));
+	assert_non_null(strstr(out, "gpubroker_requests_total{method=\"alloc\",result=\"ok\"}"));
+	assert_non_null(strstr(out, "gpubroker_request_duration_seconds_count"));
+	char path[64];
+	snprintf(path, sizeof(path), "/tmp/gpb-test-metrics-%d.prom", (int)getpid());
+	assert_int_equal(ctl("metrics", "--textfile", path, NULL), 0);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char line[256];
+	bool found = false;
+	while (fgets(line, sizeof(line), f))
+		found |= strncmp(line, "gpubroker_build_info{", 21) == 0;
+	fclose(f);
+	unlink(path);
+	assert_true(found);
+	/* promtool, when installed, validates the exposition format. */
+	if (access("/usr/bin/promtool", X_OK) == 0) {
+		char cmd[512];
+		snprintf(cmd, sizeof(cmd),
+		         "%s --socket %s metrics | /usr/bin/promtool check metrics",
+		         th_env("GPB_CTL"), daemon_.socket);
+		char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+		assert_int_equal(th_run(argv, NULL, out, sizeof(out)), 0);
+	}
+
+	/* The test runs as the daemon's uid: root is an admin. */
+	if (geteuid() == 0) {
+		assert_int_equal(ctl("reload", NULL, NULL, NULL), 0);
+		assert_non_null(strstr(out, "applied:"));
+	}
+	assert_int_equal(ctl("evict", "nothex", NULL, NULL), 2);
+	assert_int_equal(ctl("--textfile", "/tmp/x", "status", NULL), 2);
+}
+
+/* An administrator evicts a client: it hears why, its memory is reclaimed. */
+static void test_evict(void **state)
+{
+	if (geteuid() != 0)
+		skip();
+	gpb_client *victim = th_client(&daemon_, "victim");
+	struct gpb_register_opts opts = {.name = "v"};
+	uint64_t inst;
+	struct gpb_allocation a;
+	assert_int_equal(gpb_register(victim, &opts, &inst), 0);
+	assert_int_equal(gpb_alloc(victim, inst, 1 << 20, 0, &a), 0);
+	uint64_t used = th_status_used(holder);
+	char *json = NULL, session[17] = "";
+	assert_int_equal(gpb_request(victim, "status", NULL, &json), 0);
+	gpb_string_free(json);
+	assert_int_equal(ctl("--output", "csv", "--no-header", "clients"), 0);
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		if (strstr(line, ",victim,"))
+			memcpy(session, line, 16);
+	}
+	assert_int_equal(strlen(session), 16);
+	assert_int_equal(ctl("evict", session, NULL, NULL), 0);
+	assert_int_equal(ctl("evict", session, NULL, NULL), 1); /* gone: not found */
+	int rc = 0;
+	for (int i = 0; i < 200 && rc != GPB_E_DAEMON_GONE; i++) {
+		usleep(10000);
+		rc = gpb_alloc(victim, inst, 4096, 0, &a);
+	}
+	assert_int_equal(rc, GPB_E_DAEMON_GONE);
+	gpb_disconnect(victim);
+	assert_int_equal(th_status_used(holder), used - (1 << 20));
+}
+
 /* -l repeats until interrupted; SIGINT ends it with status 0. */
 static void test_repeat(void **state)
 {
@@ -184,9 +261,14 @@ static void test_repeat(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_status_json), cmocka_unit_test(test_status_table),
-	    cmocka_unit_test(test_devices_csv), cmocka_unit_test(test_clients_and_stats),
-	    cmocka_unit_test(test_exit_codes),  cmocka_unit_test(test_permission_denied),
+	    cmocka_unit_test(test_status_json),
+	    cmocka_unit_test(test_status_table),
+	    cmocka_unit_test(test_devices_csv),
+	    cmocka_unit_test(test_clients_and_stats),
+	    cmocka_unit_test(test_exit_codes),
+	    cmocka_unit_test(test_permission_denied),
+	    cmocka_unit_test(test_operator_commands),
+	    cmocka_unit_test(test_evict),
 	    cmocka_unit_test(test_repeat),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,62 @@
+/*
+ * ctl.h - what the files of gpubrokerctl share: options, the command table
+ * entry, exit codes and the error helpers.
+ */
+#ifndef GPB_CTL_H
+#define GPB_CTL_H
+
+#include <stdbool.h>
+
+#include <cjson/cJSON.h>
+
+#include "ctl_output.h"
+
+/* Exit codes (documented in --help). */
+enum {
+	EXIT_OK = 0,
+	EXIT_ERROR = 1,
+	EXIT_USAGE = 2,
+	EXIT_UNREACHABLE = 3,
+	EXIT_PERMISSION = 4,
+};
+
+struct ctl_options {
+	const char *socket;
+	enum ctl_format format;
+	bool header;
+	double interval;      /* 0: run once */
+	long device;          /* stats and set-limit --device; -1 = all */
+	const char *textfile; /* metrics --textfile: write here atomically */
+	const char *command;
+	char **args; /* the command's arguments */
+	int nargs;
+};
+
+struct ctl_command {
+	const char *name;   /* as typed */
+	const char *method; /* the protocol request it sends */
+	int nargs;          /* arguments it takes */
+	bool changes;       /* changes the daemon's state: not repeatable with -l */
+	/* Adds the request's parameters from the options. Returns an exit code
+	 * (EXIT_USAGE after printing why). NULL: none. */
+	int (*params)(const struct ctl_options *o, cJSON *params);
+	/* Prints @result (parsed) as a table or CSV. Returns an exit code. */
+	int (*print)(const cJSON *result, const struct ctl_options *o, bool header);
+};
+
+/* Print why and return the exit code to use. */
+__attribute__((format(printf, 1, 2))) int usage_error(const char *fmt, ...);
+int ctl_fail(int err);
+int ctl_oom(void);
+int ctl_bad_reply(const char *what);
+int print_status(const cJSON *result, const struct ctl_options *o, bool header);
+int print_clients(const cJSON *result, const struct ctl_options *o, bool header);
+
+/* ctl_ops.c: operator commands. */
+int params_session(const struct ctl_options *o, cJSON *params);
+int print_reload(const cJSON *result, const struct ctl_options *o, bool header);
+int print_metrics(const cJSON *result, const struct ctl_options *o, bool header);
+int print_version(const cJSON *result, const struct ctl_options *o, bool header);
+int print_done(const cJSON *result, const struct ctl_options *o, bool header);
+
+#endif
