@@ -444,7 +444,8 @@ static int on_evict(struct dispatch_ctx *ctx)
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, "session", "16 lowercase hex digits");
 	if (id == ctx->s->id) {
-		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: a client cannot evict itself");
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: a client cannot evict itself");
 		snprintf(ctx->err.field, sizeof(ctx->err.field), "session");
 		return -EINVAL;
 	}
