@@ -15,7 +15,18 @@
 #include "log.h"
 #include "util.h"
 
-enum conf_type { TYPE_STRING, TYPE_MODE, TYPE_UINT, TYPE_SIZE, TYPE_LEVEL, TYPE_BACKEND };
+enum conf_type {
+	TYPE_STRING,
+	TYPE_MODE,
+	TYPE_UINT,
+	TYPE_SIZE,
+	TYPE_LEVEL,
+	TYPE_BACKEND,
+	TYPE_POLICY_MODE,
+	TYPE_LIMIT,
+	TYPE_ALLOCATOR,
+	TYPE_FRACTION,
+};
 
 struct conf_keydef {
 	const char *name;
@@ -51,6 +62,11 @@ static const struct conf_keydef conf_keys[CONF_KEY_COUNT] = {
                               FIELD(limits.max_allocations)},
     [CONF_HELLO_TIMEOUT_MS] = {"hello_timeout_ms", TYPE_UINT, false, 1, 3600000,
                                FIELD(limits.hello_timeout_ms)},
+    [CONF_MODE] = {"mode", TYPE_POLICY_MODE, false, 0, 0, FIELD(limits.mode)},
+    [CONF_LIMIT] = {"limit", TYPE_LIMIT, false, 0, 0, FIELD(limit)},
+    [CONF_ALLOCATOR] = {"allocator", TYPE_ALLOCATOR, true, 0, 0, FIELD(allocator)},
+    [CONF_MIN_AUTO_SHARE] = {"min_auto_share", TYPE_FRACTION, true, 0, 0,
+                             FIELD(limits.min_auto_share)},
     [CONF_WRITE_HIGH_WATER] = {"write_high_water", TYPE_SIZE, false, 4096, 1ull << 32,
                                FIELD(limits.write_high_water)},
 };
@@ -67,6 +83,8 @@ void conf_defaults(struct conf *cfg)
 	cfg->sim_memory = 16ull << 30;
 	cfg->log_level = LOG_LEVEL_INFO;
 	cfg->max_clients_per_uid = 256;
+	snprintf(cfg->limit, sizeof(cfg->limit), "none");
+	snprintf(cfg->allocator, sizeof(cfg->allocator), "pool");
 	broker_limits_default(&cfg->limits);
 }
 
@@ -80,15 +98,33 @@ bool conf_key_needs_restart(enum conf_key key)
 	return key < CONF_KEY_COUNT && conf_keys[key].restart;
 }
 
+int conf_limit_parse(const char *text, uint64_t *bytes, double *fraction)
+{
+	size_t n = strlen(text);
+	char *end;
+	*bytes = 0;
+	*fraction = 0;
+	if (strcmp(text, "none") == 0)
+		return 0;
+	if (n > 1 && text[n - 1] == '%') {
+		double pct = strtod(text, &end);
+		if (end != text + n - 1 || !(pct > 0 && pct <= 100))
+			return -EINVAL;
+		*fraction = pct / 100;
+		return 0;
+	}
+	return util_parse_size(text, bytes) == 0 && *bytes > 0 ? 0 : -EINVAL;
+}
+
 uint64_t conf_diff(const struct conf *a, const struct conf *b)
 {
 	uint64_t changed = 0;
 	for (int k = 0; k < CONF_KEY_COUNT; k++) {
 		const struct conf_keydef *d = &conf_keys[k];
 		const char *fa = (const char *)a + d->offset, *fb = (const char *)b + d->offset;
-		bool differs = d->type == TYPE_STRING || d->type == TYPE_BACKEND
-		                   ? strcmp(fa, fb) != 0
-		                   : memcmp(fa, fb, d->size) != 0;
+		bool text = d->type == TYPE_STRING || d->type == TYPE_BACKEND ||
+		            d->type == TYPE_LIMIT || d->type == TYPE_ALLOCATOR;
+		bool differs = text ? strcmp(fa, fb) != 0 : memcmp(fa, fb, d->size) != 0;
 		if (differs)
 			changed |= 1ull << k;
 	}
@@ -160,6 +196,38 @@ int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_e
 		if (level < 0)
 			return conf_fail(err, key, "'%s' must be error, warn, info or debug", key);
 		memcpy(field, &level, sizeof(level));
+		break;
+	}
+	case TYPE_POLICY_MODE: {
+		enum policy_mode mode;
+		if (policy_mode_parse(value, &mode) < 0)
+			return conf_fail(err, key, "'%s' must be active or passive", key);
+		memcpy(field, &mode, sizeof(mode));
+		break;
+	}
+	case TYPE_LIMIT: {
+		uint64_t bytes;
+		double fraction;
+		if (strlen(value) >= d->size || conf_limit_parse(value, &bytes, &fraction) < 0)
+			return conf_fail(err, key,
+			                 "'%s' must be none, a size (e.g. 12GiB) or a percentage "
+			                 "(e.g. 90%%)",
+			                 key);
+		memcpy(field, value, strlen(value) + 1);
+		break;
+	}
+	case TYPE_ALLOCATOR: {
+		enum broker_allocator kind;
+		if (broker_allocator_parse(value, &kind) < 0 || strlen(value) >= d->size)
+			return conf_fail(err, key, "'%s' must be pool or direct", key);
+		memcpy(field, value, strlen(value) + 1);
+		break;
+	}
+	case TYPE_FRACTION: {
+		double x = strtod(value, &end);
+		if (!*value || *end || !(x > 0 && x <= 1))
+			return conf_fail(err, key, "'%s' must be a number in (0, 1]", key);
+		memcpy(field, &x, sizeof(x));
 		break;
 	}
 	case TYPE_MODE:

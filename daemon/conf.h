@@ -29,6 +29,8 @@ struct conf {
 	uint64_t sim_memory;
 	int log_level; /* enum log_level */
 	unsigned max_clients_per_uid;
+	char limit[32];    /* none, bytes ("12GiB") or a percentage ("90%") */
+	char allocator[8]; /* pool or direct */
 	struct broker_limits limits;
 	uint64_t set; /* bit per key (enum conf_key) given explicitly */
 };
@@ -49,6 +51,10 @@ enum conf_key {
 	CONF_MAX_ALLOCATIONS,
 	CONF_HELLO_TIMEOUT_MS,
 	CONF_WRITE_HIGH_WATER,
+	CONF_MODE,
+	CONF_LIMIT,
+	CONF_ALLOCATOR,
+	CONF_MIN_AUTO_SHARE,
 	CONF_KEY_COUNT
 };
 
@@ -75,6 +81,12 @@ int conf_parse(const char *text, size_t len, struct conf *cfg, struct conf_error
  * 0, -ENOENT (unknown key) or -EINVAL (bad value; err->message says why).
  */
 int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_error *err);
+
+/*
+ * The global limit as bytes or a fraction of each device (both 0: none),
+ * parsed from the `limit` text. 0 or -EINVAL.
+ */
+int conf_limit_parse(const char *text, uint64_t *bytes, double *fraction);
 
 /* Bit per key (1 << enum conf_key) whose value differs between a and b. */
 uint64_t conf_diff(const struct conf *a, const struct conf *b);

@@ -175,6 +175,23 @@ static int conf_build(const struct cmdline *cl, struct conf *cfg)
 
 static const struct cmdline *reload_cmdline;
 
+/* The policy settings the broker does not take at creation: the global
+ * limit and the allocator strategy. */
+static int apply_policy(struct broker *b, const struct conf *cfg)
+{
+	uint64_t bytes;
+	double fraction;
+	enum broker_allocator kind;
+	int rc = conf_limit_parse(cfg->limit, &bytes, &fraction);
+	if (rc == 0)
+		rc = broker_set_limit(b, -1, bytes, fraction);
+	if (rc == 0)
+		rc = broker_allocator_parse(cfg->allocator, &kind);
+	if (rc == 0)
+		rc = broker_set_allocator(b, kind, &(uint64_t){0}, &(uint64_t){0});
+	return rc;
+}
+
 /* server_reload_fn: re-reads the configuration; the server applies it. */
 static int reload_conf(struct conf *out)
 {
@@ -208,6 +225,12 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		log_error("broker: %s", strerror(-rc));
 		backend_destroy(backend);
+		return 1;
+	}
+	rc = apply_policy(broker, &cfg);
+	if (rc < 0) {
+		log_error("limit %s, allocator %s: %s", cfg.limit, cfg.allocator, strerror(-rc));
+		broker_destroy(broker);
 		return 1;
 	}
 	uv_loop_t loop;

@@ -525,6 +525,16 @@ static int server_reload(struct server *srv, cJSON *result, char *message, size_
 	uint64_t slab_size = srv->broker->limits.slab_size;
 	srv->broker->limits = srv->cfg.limits;
 	srv->broker->limits.slab_size = slab_size;
+	/* Policy keys act through the broker so running clients hear of cap
+	 * changes (cap_changed events). */
+	if (changed & (1ull << CONF_MODE))
+		broker_set_mode(srv->broker, srv->cfg.limits.mode);
+	if (changed & (1ull << CONF_LIMIT)) {
+		uint64_t bytes;
+		double fraction;
+		if (conf_limit_parse(srv->cfg.limit, &bytes, &fraction) == 0)
+			broker_set_limit(srv->broker, -1, bytes, fraction);
+	}
 	srv->admin_gid = service_group(srv->cfg.admin_group);
 	log_init(srv->cfg.log_level);
 	return 0;

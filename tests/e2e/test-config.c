@@ -101,6 +101,15 @@ static void test_reload(void **state)
 		rc = try_register(c);
 	}
 	assert_int_equal(rc, 0);
+
+	/* Policy keys apply live too. */
+	write_conf("max_instances = 4\nmode = active\nlimit = 50%\n");
+	assert_int_equal(gpb_request(c, "reload", NULL, &json), 0);
+	assert_non_null(strstr(json, "\"applied\":[\"mode\",\"limit\"]"));
+	gpb_string_free(json);
+	assert_int_equal(gpb_request(c, "policy", NULL, &json), 0);
+	assert_non_null(strstr(json, "\"mode\":\"active\""));
+	gpb_string_free(json);
 	gpb_disconnect(c);
 	assert_int_equal(th_daemon_stop(&d), 0);
 }

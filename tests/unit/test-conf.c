@@ -57,7 +57,11 @@ static void test_every_key(void **state)
 	                   "max_instances = 7\n"
 	                   "max_allocations = 100\n"
 	                   "hello_timeout_ms = 1500\n"
-	                   "write_high_water = 1MiB\r\n";
+	                   "write_high_water = 1MiB\r\n"
+	                   "mode = active\n"
+	                   "limit = 90%\n"
+	                   "allocator = direct\n"
+	                   "min_auto_share = 0.25\n";
 	struct conf cfg;
 	struct conf_error err;
 	assert_int_equal(parse(text, &cfg, &err), 0);
@@ -76,6 +80,10 @@ static void test_every_key(void **state)
 	assert_int_equal(cfg.limits.max_allocations, 100);
 	assert_int_equal(cfg.limits.hello_timeout_ms, 1500);
 	assert_int_equal(cfg.limits.write_high_water, 1u << 20);
+	assert_int_equal(cfg.limits.mode, POLICY_ACTIVE);
+	assert_string_equal(cfg.limit, "90%");
+	assert_string_equal(cfg.allocator, "direct");
+	assert_true(cfg.limits.min_auto_share == 0.25);
 	assert_int_equal(cfg.set, (1ull << CONF_KEY_COUNT) - 1);
 	for (int k = 0; k < CONF_KEY_COUNT; k++)
 		assert_non_null(strstr(text, conf_key_name(k)));
@@ -110,6 +118,13 @@ static void test_bad_lines(void **state)
 	    {"socket = \n", 1, "socket", "bytes long"},
 	    {"max_clients = 5\nmax_clients = 6\n", 2, "max_clients", "twice"},
 	    {"Max_Clients = 5\n", 1, "Max_Clients", "unknown key"},
+	    {"mode = strict\n", 1, "mode", "active or passive"},
+	    {"limit = 0\n", 1, "limit", "percentage"},
+	    {"limit = 150%\n", 1, "limit", "percentage"},
+	    {"limit = lots\n", 1, "limit", "percentage"},
+	    {"allocator = async2\n", 1, "allocator", "pool or direct"},
+	    {"min_auto_share = 0\n", 1, "min_auto_share", "(0, 1]"},
+	    {"min_auto_share = 1.5\n", 1, "min_auto_share", "(0, 1]"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct conf cfg, before;
@@ -174,6 +189,21 @@ static void test_set_and_diff(void **state)
 	assert_false(conf_key_needs_restart(CONF_LOG_LEVEL));
 }
 
+static void test_limit_parse(void **state)
+{
+	uint64_t bytes;
+	double fraction;
+	assert_int_equal(conf_limit_parse("none", &bytes, &fraction), 0);
+	assert_true(bytes == 0 && fraction == 0);
+	assert_int_equal(conf_limit_parse("12GiB", &bytes, &fraction), 0);
+	assert_true(bytes == 12ull << 30 && fraction == 0);
+	assert_int_equal(conf_limit_parse("50%", &bytes, &fraction), 0);
+	assert_true(bytes == 0 && fraction == 0.5);
+	assert_int_equal(conf_limit_parse("%", &bytes, &fraction), -EINVAL);
+	assert_int_equal(conf_limit_parse("0%", &bytes, &fraction), -EINVAL);
+	assert_int_equal(conf_limit_parse("", &bytes, &fraction), -EINVAL);
+}
+
 static void test_load(void **state)
 {
 	char path[] = "/tmp/gpb-conf-XXXXXX";
@@ -204,6 +234,7 @@ int main(void)
 	    cmocka_unit_test(test_long_line_and_nul),
 	    cmocka_unit_test(test_empty_and_comments_only),
 	    cmocka_unit_test(test_set_and_diff),
+	    cmocka_unit_test(test_limit_parse),
 	    cmocka_unit_test(test_load),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
