@@ -158,6 +158,42 @@ static void conn_doom(struct conn *c)
 	uv_timer_start(&c->hello_timer, conn_on_doomed, 0, 0);
 }
 
+/*
+ * uv_try_write for a frame that carries a descriptor: with nothing queued,
+ * one sendmsg() puts the descriptor on the frame's first byte, as
+ * uv_write2() would, without the duplicate descriptor uv_write2() needs (at
+ * RLIMIT_NOFILE that dup fails and would cost the client its connection).
+ * Returns the bytes written (the descriptor went with the first), 0 when
+ * nothing was (queue it instead).
+ */
+static size_t conn_try_write_fd(struct conn *c, const char *frame, size_t len, int fd)
+{
+	uv_os_fd_t sock;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cbuf;
+	if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) > 0 ||
+	    uv_fileno((uv_handle_t *)&c->pipe, &sock) < 0)
+		return 0;
+	memset(&cbuf, 0, sizeof(cbuf));
+	struct iovec iov = {.iov_base = (void *)frame, .iov_len = len};
+	struct msghdr msg = {.msg_iov = &iov,
+	                     .msg_iovlen = 1,
+	                     .msg_control = cbuf.buf,
+	                     .msg_controllen = sizeof(cbuf)};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	ssize_t n;
+	do
+		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n > 0 ? (size_t)n : 0;
+}
+
 /* Queues a frame (taking ownership) with an optional descriptor to pass.
  * On failure the connection is closed: a client told "fd": true must get
  * the descriptor or nothing. */
@@ -166,7 +202,18 @@ static int conn_send(struct conn *c, char *frame, size_t len, int fd)
 	struct conn_write *w = NULL;
 	uv_buf_t buf = uv_buf_init(frame, (unsigned)len);
 	int rc = -ENOMEM;
-	if (frame && fd < 0) {
+	if (frame && fd >= 0) {
+		size_t n = conn_try_write_fd(c, frame, len, fd);
+		if (n == len) {
+			free(frame);
+			return 0;
+		}
+		if (n > 0) {
+			/* The descriptor is on its way: the rest goes as text. */
+			buf = uv_buf_init(frame + n, (unsigned)(len - n));
+			fd = -1;
+		}
+	} else if (frame) {
 		/* Nothing queued: write now. A write request would cost a loop
 		 * turn for its callback and an epoll_ctl on every reply. What
 		 * the socket does not take (or all of it) is queued below. */
