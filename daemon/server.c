@@ -23,6 +23,12 @@
 #include "service.h"
 
 #define SERVER_DRAIN_MS 5000 /* how long shutdown waits for clients to read */
+/* A client paused for not reading its replies (write_high_water) is dropped
+ * when it stays paused this long, or at once when the frames queued for it
+ * while paused (events, answers to waits) pass this many high-water marks:
+ * a client that never reads costs the daemon bounded memory and time. */
+#define SERVER_PAUSE_DROP_MS    10000
+#define SERVER_PAUSE_DROP_MARKS 4
 
 struct server {
 	uv_loop_t *loop;
@@ -45,6 +51,7 @@ struct server {
 struct conn {
 	uv_pipe_t pipe;
 	uv_timer_t hello_timer;
+	uv_timer_t pause_timer; /* runs while paused: drops a client that stays so */
 	uv_shutdown_t shutdown;
 	struct server *srv;
 	struct session *session;
@@ -52,7 +59,8 @@ struct conn {
 	struct list link;
 	int open_handles;
 	bool closing, finishing, paused;
-	bool doomed; /* a frame for it could not be queued: closes on the next loop turn */
+	bool doomed;         /* a frame for it could not be queued: closes on the next loop turn */
+	size_t paused_bytes; /* bytes of frames queued since it was paused */
 };
 
 struct conn_write {
@@ -95,6 +103,7 @@ static void conn_close(struct conn *c, const char *why)
 	proto_framer_finish(&c->framer);
 	uv_close((uv_handle_t *)&c->pipe, conn_on_handle_closed);
 	uv_close((uv_handle_t *)&c->hello_timer, conn_on_handle_closed);
+	uv_close((uv_handle_t *)&c->pause_timer, conn_on_handle_closed);
 }
 
 static void conn_on_shutdown(uv_shutdown_t *req, int status)
@@ -132,6 +141,7 @@ static void conn_on_write(uv_write_t *req, int status)
 	if (c->paused && !c->closing && !c->finishing &&
 	    queued <= c->srv->broker->limits.write_high_water / 2) {
 		c->paused = false;
+		uv_timer_stop(&c->pause_timer);
 		conn_process(c);
 	}
 }
@@ -156,6 +166,52 @@ static void conn_doom(struct conn *c)
 	c->doomed = true;
 	uv_read_stop((uv_stream_t *)&c->pipe);
 	uv_timer_start(&c->hello_timer, conn_on_doomed, 0, 0);
+}
+
+static void conn_on_pause_timeout(uv_timer_t *t)
+{
+	struct conn *c = t->data;
+	log_warn("session %llu (pid %d uid %u): dropped: still not reading its replies after %d s",
+	         (unsigned long long)c->session->id, (int)c->session->pid,
+	         (unsigned)c->session->uid, SERVER_PAUSE_DROP_MS / 1000);
+	conn_close(c, "not reading its replies");
+}
+
+/* Stops reading from a client that is too far behind reading its replies
+ * (conn_on_write resumes it), and starts the clock on dropping it. */
+static void conn_pause(struct conn *c)
+{
+	if (c->paused)
+		return;
+	log_debug("session %llu: paused: not reading its replies",
+	          (unsigned long long)c->session->id);
+	c->paused = true;
+	c->paused_bytes = 0;
+	uv_read_stop((uv_stream_t *)&c->pipe);
+	uv_timer_start(&c->pause_timer, conn_on_pause_timeout, SERVER_PAUSE_DROP_MS, 0);
+}
+
+/* After a frame of len bytes is queued: pauses a client over the high-water
+ * mark; drops a paused one that has had too much queued meanwhile. */
+static void conn_check_queue(struct conn *c, size_t len)
+{
+	uint64_t mark = c->srv->broker->limits.write_high_water;
+	if (c->paused) {
+		c->paused_bytes += len;
+		if (c->paused_bytes <= SERVER_PAUSE_DROP_MARKS * mark)
+			return;
+		log_warn("session %llu (pid %d uid %u): dropped: not reading its replies, "
+		         "%zu bytes queued",
+		         (unsigned long long)c->session->id, (int)c->session->pid,
+		         (unsigned)c->session->uid,
+		         uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe));
+		if (c->srv->in_broker_send)
+			conn_doom(c);
+		else
+			conn_close(c, "not reading its replies");
+	} else if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) > mark) {
+		conn_pause(c);
+	}
 }
 
 /*
@@ -257,6 +313,7 @@ static int conn_send(struct conn *c, char *frame, size_t len, int fd)
 	}
 	if (rc < 0)
 		goto fail;
+	conn_check_queue(c, len);
 	return 0;
 fail:
 	if (w && w->fd_pipe)
@@ -276,13 +333,9 @@ static void conn_process(struct conn *c)
 {
 	const struct broker_limits *limits = &c->srv->broker->limits;
 	while (!c->closing && !c->finishing && !c->doomed) {
-		if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
-		    limits->write_high_water) {
-			if (!c->paused)
-				log_debug("session %llu: paused: not reading its replies",
-				          (unsigned long long)c->session->id);
-			c->paused = true;
-			uv_read_stop((uv_stream_t *)&c->pipe);
+		if (c->paused || uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
+		                     limits->write_high_water) {
+			conn_pause(c);
 			return;
 		}
 		char *frame;
@@ -387,8 +440,9 @@ static void server_on_connection(uv_stream_t *listener, int status)
 	/* ipc = 1 lets uv_write2 pass descriptors to the client. */
 	uv_pipe_init(srv->loop, &c->pipe, 1);
 	uv_timer_init(srv->loop, &c->hello_timer);
-	c->pipe.data = c->hello_timer.data = c;
-	c->open_handles = 2;
+	uv_timer_init(srv->loop, &c->pause_timer);
+	c->pipe.data = c->hello_timer.data = c->pause_timer.data = c;
+	c->open_handles = 3;
 	list_insert_tail(&srv->conns, &c->link);
 	srv->conn_count++;
 	int rc = uv_accept(listener, (uv_stream_t *)&c->pipe);
