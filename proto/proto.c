@@ -41,6 +41,7 @@ const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
     [PROTO_OP_INVALIDATE_ALL] = {"invalidate_all", PROTO_OPF_ADMIN},
     [PROTO_OP_SET_ALLOCATOR] = {"set_allocator", PROTO_OPF_ADMIN},
     [PROTO_OP_EVICT] = {"evict", PROTO_OPF_ADMIN},
+    [PROTO_OP_SELFCHECK] = {"selfcheck", PROTO_OPF_ADMIN},
 };
 
 int proto_op_lookup(const char *name)

@@ -37,7 +37,7 @@ static void test_op_table(void **state)
 	    "set_auto",  "set_group",     "group_info",     "set_mode",
 	    "set_limit", "queue_request", "allocate_queue", "chunk_parameters",
 	    "claim",     "free_label",    "invalidate_all", "set_allocator",
-	    "evict",
+	    "evict",     "selfcheck",
 	};
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);
@@ -55,6 +55,7 @@ static void test_op_table(void **state)
 	assert_true(proto_ops[PROTO_OP_INVALIDATE_ALL].flags & PROTO_OPF_ADMIN);
 	assert_true(proto_ops[PROTO_OP_SET_ALLOCATOR].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_ALLOCATE_QUEUE].flags & PROTO_OPF_ADMIN);
+	assert_true(proto_ops[PROTO_OP_SELFCHECK].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_SET_PROPORTION].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_POLICY].flags & PROTO_OPF_ADMIN);
 }
