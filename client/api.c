@@ -116,10 +116,11 @@ GPB_EXPORT void gpb_disconnect(gpb_client *c)
 {
 	if (!c)
 		return;
-	/* Closing the socket first: the daemon releases what the connection
-	 * held while this process unmaps its side. */
-	conn_finish(&c->conn);
+	/* Unmapping first: once the socket closes the daemon releases what
+	 * the connection held and may free its slabs, and CUDA memory must
+	 * not be freed under an open IPC mapping. */
 	track_finish(&c->track);
+	conn_finish(&c->conn);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -188,7 +189,8 @@ static cJSON *register_params(const struct gpb_register_opts *opts)
 	cJSON *params = cJSON_CreateObject();
 
 	if (!params || !cJSON_AddStringToObject(params, "name", opts->name) ||
-	    !cJSON_AddNumberToObject(params, "device", opts->device) ||
+	    (opts->device_uuid ? !cJSON_AddStringToObject(params, "device", opts->device_uuid)
+	                       : !cJSON_AddNumberToObject(params, "device", opts->device)) ||
 	    (opts->proportion != 0 &&
 	     !cJSON_AddNumberToObject(params, "proportion", opts->proportion)) ||
 	    (opts->group && !cJSON_AddStringToObject(params, "group", opts->group))) {
@@ -218,7 +220,8 @@ GPB_EXPORT int gpb_register(gpb_client *c, const struct gpb_register_opts *opts,
 		goto out;
 	}
 	/* Written so that NaN fails too. */
-	if (!(opts->proportion >= 0 && opts->proportion <= 1) || opts->device < 0) {
+	if (!(opts->proportion >= 0 && opts->proportion <= 1) ||
+	    (opts->device < 0 && !opts->device_uuid)) {
 		rc = error_set(
 		    GPB_E_INVALID,
 		    "gpb_register: proportion must be in (0, 1] (0 = auto) and device >= 0");

@@ -99,6 +99,40 @@ out:
 	return rc;
 }
 
+/*
+ * Sends a free or detach of @id (@params consumed) and forgets the hold when
+ * the daemon accepts it (fills *result_json when not NULL). With the cuda
+ * backend a connection's last hold on a slab is closed before the daemon
+ * hears of it (track_release_early): once no connection holds a slab the
+ * daemon may free it, and memory must not be freed under an open IPC
+ * mapping. A refusal after that closing leaves the two sides disagreeing,
+ * so the connection is dropped (the daemon then releases all it held).
+ */
+static int memory_release_call(gpb_client *c, enum track_kind kind, const char *method,
+                               cJSON *params, uint64_t id, bool have_id, char **result_json)
+{
+	struct proto_reply rep;
+	bool closed;
+	int rc;
+
+	if (!params)
+		return error_set(GPB_E_NOMEM, "out of memory");
+	closed = have_id && track_release_early(&c->track, kind, id);
+	rc = conn_call(&c->conn, method, params, &rep, NULL);
+	if (rc < 0) {
+		if (closed && !c->conn.dead)
+			rc = conn_fail(&c->conn, rc,
+			               "%s of %016" PRIx64 " failed after its slab was closed: %s",
+			               method, id, error_message());
+		return rc;
+	}
+	if (have_id)
+		track_release(&c->track, kind, id);
+	rc = client_result_json(rep.result, result_json);
+	proto_reply_finish(&rep);
+	return rc;
+}
+
 /* gpb_free and gpb_detach: free or detach of @id, which this connection must
  * hold. */
 static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
@@ -116,9 +150,8 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		rc = error_set(GPB_E_NOT_FOUND, "no %s %016" PRIx64 " on this connection",
 		               kind == TRACK_ALLOC ? "allocation" : "attachment", id);
 	} else {
-		rc = client_call_id(c, memory_undo_method[kind], "id", id);
-		if (rc == 0)
-			track_release(&c->track, kind, id);
+		rc = memory_release_call(c, kind, memory_undo_method[kind],
+		                         client_params_id("id", id), id, true, NULL);
 	}
 	client_leave(c);
 	return rc;
@@ -311,12 +344,5 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 	/* free / detach: passed to the daemon as they are (it judges the
 	 * parameters); on success, forget what it released. */
 	have_id = proto_get_id64(params, "id", &id) == 0;
-	rc = conn_call(&c->conn, method, params, &rep, NULL);
-	if (rc < 0)
-		return rc;
-	if (have_id)
-		track_release(&c->track, kind, id);
-	rc = client_result_json(rep.result, result_json);
-	proto_reply_finish(&rep);
-	return rc;
+	return memory_release_call(c, kind, method, params, id, have_id, result_json);
 }

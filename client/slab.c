@@ -2,6 +2,7 @@
  * slab.c - process-wide, reference-counted cache of slab mappings.
  */
 #include "slab.h"
+#include "config.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -20,6 +21,8 @@
 static pthread_mutex_t slab_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct slab_map *slab_list;
 static pthread_once_t slab_once = PTHREAD_ONCE_INIT;
+/* gpb_mapping_stats(): what the handle cache saves is visible here. */
+static uint64_t slab_opens, slab_closes, slab_open_now;
 
 /*
  * A child forked while another thread held slab_lock would inherit it locked
@@ -41,12 +44,15 @@ static void slab_once_init(void)
 	pthread_atfork(slab_atfork_prepare, slab_atfork_release, slab_atfork_release);
 }
 
-static int sim_open(const uint8_t *handle, int fd, uint64_t size, void **base)
+static int sim_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
+                    void **base, void **priv)
 {
 	struct stat st;
 	void *p;
 
 	(void)handle;
+	(void)where;
+	*priv = NULL;
 	if (fstat(fd, &st) < 0)
 		return error_set_errno(GPB_E_SYSTEM, errno, "slab descriptor");
 	/* Touching a page past the end of a shorter file would SIGBUS the
@@ -66,22 +72,37 @@ static int sim_open(const uint8_t *handle, int fd, uint64_t size, void **base)
 	return 0;
 }
 
-static void sim_close(void *base, uint64_t size)
+static void sim_close(void *base, uint64_t size, void *priv)
 {
+	(void)priv;
 	munmap(base, (size_t)size);
+}
+
+/* Simulated device memory is host memory: a copy is a memcpy, done by the
+ * time the call returns (there are no streams to queue it on). */
+static int sim_copy(void *priv, void *dst, const void *src, size_t n, bool to_device, void *stream)
+{
+	(void)priv;
+	(void)to_device;
+	(void)stream;
+	memmove(dst, src, n);
+	return 0;
 }
 
 static const struct slab_opener sim_opener = {
     .backend = "sim",
     .needs_fd = 1,
+    .close_first = 0,
     .open = sim_open,
     .close = sim_close,
+    .copy = sim_copy,
 };
 
-/* The CUDA opener (cuIpcOpenMemHandle through the dlopen'ed driver) is added
- * here when the CUDA backend lands. */
 static const struct slab_opener *const slab_openers[] = {
     &sim_opener,
+#if GPB_HAVE_CUDA_H
+    &slab_cuda_opener,
+#endif
 };
 
 const struct slab_opener *slab_opener_find(const char *backend)
@@ -102,8 +123,8 @@ static struct slab_map *slab_cache_find(const struct slab_opener *opener, const 
 	return NULL;
 }
 
-int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int fd, uint64_t size,
-                   struct slab_map **out)
+int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int fd,
+                   const struct slab_target *where, uint64_t size, struct slab_map **out)
 {
 	struct slab_map *map;
 	int rc = 0;
@@ -135,11 +156,16 @@ int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int 
 		rc = error_set(GPB_E_NOMEM, "out of memory");
 		goto out;
 	}
-	rc = opener->open(handle, fd, size, &map->base);
+	/* Opened under the lock: two connections of this process handed the
+	 * same slab at once must not both open it (CUDA refuses a second
+	 * open of one handle in one context). */
+	rc = opener->open(handle, fd, where, size, &map->base, &map->priv);
 	if (rc < 0) {
 		free(map);
 		goto out;
 	}
+	slab_opens++;
+	slab_open_now++;
 	memcpy(map->handle, handle, PROTO_HANDLE_SIZE);
 	map->opener = opener;
 	map->size = size;
@@ -169,8 +195,49 @@ void slab_cache_put(struct slab_map *map)
 		slab_list = map->next;
 	if (map->next)
 		map->next->prev = map->prev;
+	slab_closes++;
+	slab_open_now--;
 	pthread_mutex_unlock(&slab_lock);
 	/* Unmapping outside the lock: no other thread can find it anymore. */
-	map->opener->close(map->base, map->size);
+	map->opener->close(map->base, map->size, map->priv);
 	free(map);
+}
+
+int slab_cache_copy(void *dst, const void *src, size_t n, bool to_device, void *stream)
+{
+	uintptr_t p = (uintptr_t)(to_device ? dst : src);
+	const struct slab_opener *opener = NULL;
+	void *priv = NULL;
+
+	if (n == 0)
+		return 0;
+	if (!dst || !src)
+		return error_set(GPB_E_INVALID, "copy: NULL pointer");
+	pthread_mutex_lock(&slab_lock);
+	for (struct slab_map *m = slab_list; m; m = m->next) {
+		uintptr_t base = (uintptr_t)m->base;
+		if (p >= base && p - base < m->size && n <= m->size - (p - base)) {
+			opener = m->opener;
+			priv = m->priv;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&slab_lock);
+	/* Copying outside the lock: a copy may take long, and freeing the
+	 * memory while copying to it is the caller's mistake either way. */
+	if (!opener)
+		return error_set(GPB_E_INVALID,
+		                 "copy: %zu bytes at %p are not (all) in memory from gpubroker "
+		                 "mapped by this process",
+		                 n, (void *)p);
+	return opener->copy(priv, dst, src, n, to_device, stream);
+}
+
+void slab_cache_counts(uint64_t *opens, uint64_t *closes, uint64_t *open_now)
+{
+	pthread_mutex_lock(&slab_lock);
+	*opens = slab_opens;
+	*closes = slab_closes;
+	*open_now = slab_open_now;
+	pthread_mutex_unlock(&slab_lock);
 }

@@ -13,31 +13,51 @@
  * goes away. The last put unmaps. All of this is protected by one mutex.
  *
  * How a handle becomes an address is the backend's business: an opener per
- * backend ("sim": mmap of a memfd received over the socket; "cuda" will open
- * an IPC handle).
+ * backend ("sim": mmap of a memfd received over the socket; "cuda":
+ * cuIpcOpenMemHandle through the driver, loaded at run time, cuda.c).
  */
 #ifndef GPB_CLIENT_SLAB_H
 #define GPB_CLIENT_SLAB_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "proto.h"
+
+/* Where a slab lives, for openers that need a device. */
+struct slab_target {
+	int device;              /* the daemon's device index */
+	const char *device_uuid; /* the daemon's UUID for it ("GPU-..."), or NULL */
+};
 
 struct slab_opener {
 	const char *backend; /* hello's "backend" value */
 	/* Whether the backend passes a descriptor with each handle. */
 	int needs_fd;
+	/* Whether the mapping must be closed before the daemon hears that this
+	 * connection let go of the slab (its last free or detach there): the
+	 * daemon may give a slab back to the driver as soon as no connection
+	 * holds it, and CUDA leaves freeing memory an importer still has open
+	 * undefined. A sim mapping outlives the daemon's descriptor anyway. */
+	int close_first;
 	/* Maps @size bytes of the slab. Does not take ownership of @fd.
-	 * Returns 0 with *base set, or a GPB_E_* code with the message set. */
-	int (*open)(const uint8_t *handle, int fd, uint64_t size, void **base);
+	 * Returns 0 with *base (and *priv, the opener's own state) set, or a
+	 * GPB_E_* code with the message set. */
+	int (*open)(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
+	            void **base, void **priv);
 	/* Unmaps what open() mapped. */
-	void (*close)(void *base, uint64_t size);
+	void (*close)(void *base, uint64_t size, void *priv);
+	/* Copies @n bytes between host memory and this mapping, queued on
+	 * @stream where the backend has streams. 0 or a GPB_E_* code. */
+	int (*copy)(void *priv, void *dst, const void *src, size_t n, bool to_device, void *stream);
 };
 
 struct slab_map {
 	uint8_t handle[PROTO_HANDLE_SIZE];
 	const struct slab_opener *opener;
 	void *base;
+	void *priv;
 	uint64_t size;
 	unsigned long refs;
 	struct slab_map *prev, *next;
@@ -53,9 +73,22 @@ const struct slab_opener *slab_opener_find(const char *backend);
  * once mapped, the descriptor is not needed. A cached slab whose size differs
  * from @size is GPB_E_PROTOCOL. Returns 0 or a GPB_E_* code (message set).
  */
-int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int fd, uint64_t size,
-                   struct slab_map **out);
+int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int fd,
+                   const struct slab_target *where, uint64_t size, struct slab_map **out);
 /* Drops a reference; the last one unmaps the slab. */
 void slab_cache_put(struct slab_map *map);
+
+/*
+ * gpb_copy_to_device / gpb_copy_from_device: copies between host memory and
+ * the mapping that holds the whole device-side range (dst when @to_device,
+ * else src). GPB_E_INVALID when no mapping of this process holds it.
+ */
+int slab_cache_copy(void *dst, const void *src, size_t n, bool to_device, void *stream);
+
+/* Process-wide counts: slabs opened, closed, and open now. */
+void slab_cache_counts(uint64_t *opens, uint64_t *closes, uint64_t *open_now);
+
+/* The cuda opener (cuda.c), only in builds that found cuda.h. */
+extern const struct slab_opener slab_cuda_opener;
 
 #endif

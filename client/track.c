@@ -33,7 +33,8 @@ void track_finish(struct track *t)
 	}
 	pos = 0;
 	while ((s = idmap_next(&t->slabs, &pos, NULL))) {
-		slab_cache_put(s->map);
+		if (s->map)
+			slab_cache_put(s->map);
 		free(s);
 	}
 	idmap_finish(&t->slabs);
@@ -70,7 +71,9 @@ static void track_slab_drop(struct track *t, struct track_slab *s)
 	if (s->holds)
 		return;
 	idmap_remove(&t->slabs, s->id);
-	slab_cache_put(s->map);
+	/* NULL: closed already, by track_release_early(). */
+	if (s->map)
+		slab_cache_put(s->map);
 	free(s);
 }
 
@@ -79,6 +82,7 @@ struct track_result {
 	uint64_t id, slab, slab_size, offset, size;
 	int64_t device;
 	const char *handle;
+	const char *device_uuid; /* with the handle, when the daemon sends it */
 };
 
 static int track_parse(const cJSON *result, struct track_result *r)
@@ -101,6 +105,10 @@ static int track_parse(const cJSON *result, struct track_result *r)
 	rc = proto_get_string(result, "handle", 2 * PROTO_HANDLE_SIZE, &r->handle);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'handle'");
+	r->device_uuid = NULL;
+	rc = proto_get_string(result, "device_uuid", PROTO_MAX_NAME, &r->device_uuid);
+	if (rc < 0 && rc != -ENOENT)
+		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'device_uuid'");
 	return 0;
 }
 
@@ -121,7 +129,7 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 			close(fd);
 			return error_set(GPB_E_PROTOCOL, "a descriptor came without a slab handle");
 		}
-		if (!s)
+		if (!s || !s->map)
 			return error_set(GPB_E_PROTOCOL,
 			                 "reply puts the allocation in slab %016" PRIx64
 			                 " without handing that slab over",
@@ -137,6 +145,13 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 			close(fd);
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'handle'");
 	}
+	if (s && !s->map) {
+		if (fd >= 0)
+			close(fd);
+		return error_set(GPB_E_PROTOCOL,
+		                 "slab %016" PRIx64 " handed over while it is being let go",
+		                 r->slab);
+	}
 	if (s) {
 		/* Handed again while held: harmless if it is the same slab. */
 		if (fd >= 0)
@@ -149,7 +164,8 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 		*out = s;
 		return 0;
 	}
-	rc = slab_cache_get(t->opener, handle, fd, r->slab_size, &map);
+	struct slab_target where = {.device = (int)r->device, .device_uuid = r->device_uuid};
+	rc = slab_cache_get(t->opener, handle, fd, &where, r->slab_size, &map);
 	if (rc < 0)
 		return rc;
 	s = prep->slab;
@@ -217,6 +233,18 @@ int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, 
 		out->offset = e->offset;
 	}
 	return 0;
+}
+
+bool track_release_early(struct track *t, enum track_kind kind, uint64_t id)
+{
+	struct track_entry *e = idmap_get(&t->entries[kind], id);
+
+	if (!e || !t->opener || !t->opener->close_first || !e->slab->map || e->slab->holds != 1)
+		return false;
+	/* This release is the connection's last hold on the slab. */
+	slab_cache_put(e->slab->map);
+	e->slab->map = NULL;
+	return true;
 }
 
 void track_release(struct track *t, enum track_kind kind, uint64_t id)

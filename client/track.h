@@ -15,6 +15,7 @@
 #ifndef GPB_CLIENT_TRACK_H
 #define GPB_CLIENT_TRACK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "gpubroker.h"
@@ -25,8 +26,8 @@ enum track_kind { TRACK_ALLOC, TRACK_ATTACH, TRACK_KINDS };
 
 struct track_slab {
 	uint64_t id;
-	uint64_t holds; /* this connection's allocations + attachments in it */
-	struct slab_map *map;
+	uint64_t holds;       /* this connection's allocations + attachments in it */
+	struct slab_map *map; /* NULL once track_release_early() closed it */
 };
 
 struct track_entry {
@@ -85,5 +86,17 @@ struct track_entry *track_lookup(struct track *t, enum track_kind kind, uint64_t
 /* Forgets one hold on @id after the daemon accepted its free/detach; the
  * slab's last hold unmaps it. Unknown ids are ignored. */
 void track_release(struct track *t, enum track_kind kind, uint64_t id);
+
+/*
+ * Before the free/detach of @id is sent: when it will be the connection's
+ * last hold on its slab and the backend's mappings must be closed first
+ * (slab_opener.close_first: cuda), drops the connection's reference to the
+ * mapping now, which closes it unless another connection of this process
+ * holds the slab (then the daemon keeps the slab alive for that one).
+ * Returns true when it did; the slab is then half let go (no mapping, the
+ * hold still counted): the caller must complete it with track_release(), or
+ * drop the connection if the daemon refuses the release.
+ */
+bool track_release_early(struct track *t, enum track_kind kind, uint64_t id);
 
 #endif

@@ -2,8 +2,8 @@
  * backend.h - where device memory comes from.
  *
  * Each backend is one table of functions. `sim` serves simulated devices whose
- * slabs are sealed memfds (real shared memory a client maps); `cuda` (a later
- * addition) serves real devices through the driver API.
+ * slabs are sealed memfds (real shared memory a client maps); `cuda` serves
+ * real devices through the driver API (backend_cuda.c), loaded at run time.
  */
 #ifndef GPB_BACKEND_H
 #define GPB_BACKEND_H
@@ -54,13 +54,22 @@ struct backend {
 	int device_count;
 	uint64_t next_slab_id;
 	void *priv;
+	/* Set with every -EIO a backend returns: the name of what failed, for
+	 * error replies (data.backend_error), e.g. "CUDA_ERROR_ECC_UNCORRECTABLE".
+	 * Empty when the backend has no better name than "EIO". */
+	char last_error[64];
+	/* Why init failed, for the log (backend_create prints it). */
+	char init_error[256];
 };
 
 extern const struct backend_ops backend_sim_ops;
+/* Only in builds that found cuda.h (GPB_HAVE_CUDA_H). */
+extern const struct backend_ops backend_cuda_ops;
 
 /*
  * Picks and initialises a backend: kind is "auto", "sim" or "cuda". With
- * "auto" the daemon uses cuda when a driver answers, else sim, and logs which.
+ * "auto" the daemon uses cuda when the driver loads, cuInit succeeds and at
+ * least one device answers, else sim, and logs which and why.
  * Returns 0 or -ENODEV (cuda requested but unavailable), -EINVAL (unknown
  * kind), or the backend's init error.
  */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,15 +65,19 @@ static int broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 		                what);
 		snprintf(ctx->err.field, sizeof(ctx->err.field), "id");
 		break;
-	case -EIO:
+	case -EIO: {
+		/* The backend names what failed (a CUresult for cuda). */
+		const char *name =
+		    ctx->b->backend->last_error[0] ? ctx->b->backend->last_error : "EIO";
 		proto_error_set(&ctx->err, PROTO_E_BACKEND,
-		                "backend error: the %s backend could not provide memory (see the "
-		                "daemon's log)",
-		                ctx->b->backend->ops->name);
+		                "backend error: the %s backend could not provide memory: %s (see "
+		                "the daemon's log)",
+		                ctx->b->backend->ops->name, name);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data)
-			cJSON_AddStringToObject(ctx->data, "backend_error", "EIO");
+			cJSON_AddStringToObject(ctx->data, "backend_error", name);
 		break;
+	}
 	default:
 		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: %s", strerror(-rc));
 		break;
@@ -158,6 +163,40 @@ static int on_hello(struct dispatch_ctx *ctx)
 	return 0;
 }
 
+/* True when a device's UUID is text: "GPU-xxxxxxxx-..." as nvidia-smi
+ * prints it, in either case, with or without the "GPU-" prefix. */
+static bool uuid_matches(const char *uuid, const char *text)
+{
+	if (strncasecmp(text, "GPU-", 4) == 0)
+		text += 4;
+	if (strncasecmp(uuid, "GPU-", 4) == 0)
+		uuid += 4;
+	return *text && strcasecmp(uuid, text) == 0;
+}
+
+/* register's "device": an index, or a UUID string (-ENOENT: absent, 0 kept). */
+static int get_device(struct dispatch_ctx *ctx, int64_t *device)
+{
+	const char *uuid;
+	int rc = proto_get_string(ctx->params, "device", PROTO_MAX_NAME, &uuid);
+	if (rc == 0) {
+		for (int i = 0; i < ctx->b->device_count; i++) {
+			if (uuid_matches(ctx->b->dev[i].info.uuid, uuid)) {
+				*device = i;
+				return 0;
+			}
+		}
+		/* What an unknown index gets. */
+		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: no such device");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "device");
+		return -ENODEV;
+	}
+	rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, device);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "device", "a device index or UUID");
+	return 0;
+}
+
 static int on_register(struct dispatch_ctx *ctx)
 {
 	const char *name, *group = NULL;
@@ -166,9 +205,9 @@ static int on_register(struct dispatch_ctx *ctx)
 	int rc = proto_get_string(ctx->params, "name", PROTO_MAX_NAME, &name);
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, "name", "a string of 1-64 bytes");
-	rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, &device);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "device", "a device index");
+	rc = get_device(ctx, &device);
+	if (rc < 0)
+		return rc;
 	rc = proto_get_double(ctx->params, "proportion", 0, 1, &proportion);
 	if (rc == 0 && proportion <= 0)
 		rc = -ERANGE;
@@ -216,6 +255,11 @@ int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g
 	    proto_add_u64(r, "offset", g->offset) || proto_add_u64(r, "size", g->size))
 		return -ENOMEM;
 	if (g->handle && proto_add_hex(r, "handle", g->handle, PROTO_HANDLE_SIZE))
+		return -ENOMEM;
+	/* With the handle, the device's UUID: the client finds the device by it
+	 * (its CUDA ordinals need not be the daemon's). */
+	if (g->handle &&
+	    !cJSON_AddStringToObject(r, "device_uuid", ctx->b->dev[g->device].info.uuid))
 		return -ENOMEM;
 	if (g->handle && g->fd >= 0) {
 		if (!cJSON_AddTrueToObject(r, "fd"))

@@ -94,6 +94,9 @@ struct gpb_register_opts {
 	int device;        /**< device index */
 	double proportion; /**< share of device memory in (0, 1], or 0 for the auto pool */
 	const char *group; /**< stream group name, NULL for "default" */
+	/** The device by UUID ("GPU-xxxxxxxx-...", as `devices` and nvidia-smi
+	 * show it) instead of by index; NULL to use @device. */
+	const char *device_uuid;
 };
 
 /**
@@ -461,6 +464,49 @@ int gpb_dispatch(gpb_client *client);
 
 /** The library's version string, e.g. "0.1.0". */
 const char *gpb_version(void);
+
+/* ---- device memory: host copies and slab mappings (cuda backend) ----------
+ *
+ * With the cuda backend gpb_allocation.ptr is a device pointer (a CUdeviceptr
+ * cast to void *) in this process: the library opens each slab's IPC handle
+ * once per process (cuIpcOpenMemHandle, in the calling thread's current
+ * context when it is on the allocation's device, else in the device's
+ * primary context) and closes it when the process's last allocation or
+ * attachment in the slab is freed, on gpb_disconnect(), or on an
+ * "invalidate" event. The library loads libcuda.so.1 at run time; it never
+ * links it. With the simulated backend ptr is host memory.
+ */
+
+/**
+ * Copies @size bytes from host memory @src to @dst, which must lie wholly in
+ * memory this process got from gpubroker (gpb_alloc, gpb_attach, gpb_claim).
+ * cuda backend: queued on @stream (a CUstream as void *; NULL is the
+ * context's legacy default stream) with cuMemcpyHtoDAsync, in the context
+ * the allocation was opened in; synchronise @stream before reusing @src or
+ * relying on @dst. sim backend: a memcpy, complete on return.
+ * Errors: GPB_E_INVALID (NULL pointer, or a range not in gpubroker memory
+ * mapped by this process), GPB_E_BACKEND (the driver failed:
+ * gpb_last_error() names the CUresult).
+ */
+int gpb_copy_to_device(void *dst, const void *src, size_t size, void *stream);
+
+/**
+ * Copies @size bytes from gpubroker memory @src (wholly inside one
+ * allocation's slab) to host memory @dst; cuMemcpyDtoHAsync on @stream with
+ * the cuda backend (synchronise @stream before reading @dst). Errors as
+ * gpb_copy_to_device().
+ */
+int gpb_copy_from_device(void *dst, const void *src, size_t size, void *stream);
+
+/** This process's slab mappings, all connections together. */
+struct gpb_mapping_stats {
+	uint64_t opens;    /**< slabs mapped (IPC handles opened) since the process started */
+	uint64_t closes;   /**< slabs unmapped (IPC handles closed) */
+	uint64_t open_now; /**< slabs mapped now */
+};
+
+/** Fills @out. Errors: GPB_E_INVALID (@out NULL). */
+int gpb_mapping_stats(struct gpb_mapping_stats *out);
 
 #ifdef __cplusplus
 }

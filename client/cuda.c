@@ -1,0 +1,221 @@
+/*
+ * cuda.c - the library's side of the cuda backend: opening slabs from their
+ * legacy IPC handles, and the host copy helpers.
+ *
+ * The driver is loaded at run time (common/cudaapi.c), once per process and
+ * only when a daemon with the cuda backend hands this process a slab: the
+ * library never links libcuda, and a process that never touches device
+ * memory never loads it.
+ *
+ * Which device: the daemon sends its UUID with every handle, and the slab is
+ * opened on the local device with that UUID (CUDA_VISIBLE_DEVICES may
+ * renumber devices in this process); without one, the daemon's index is
+ * taken as the CUDA ordinal.
+ *
+ * Which context: the one current on the calling thread when it belongs to
+ * that device (the application's own context), else the device's primary
+ * context, which the mapping retains until it is closed. Every driver call
+ * pushes that context and pops it again, so the caller's current context is
+ * left as it was. One handle is opened once per process (the slab cache in
+ * slab.c), as CUDA requires: a second open in the same context fails.
+ */
+#include "internal.h"
+#include "slab.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudaapi.h"
+
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static struct cuda_api cuda;
+static bool cuda_ok;
+static char cuda_why[256];
+
+static void cuda_load(void)
+{
+	cuda_ok = cuda_api_load(&cuda, cuda_why, sizeof(cuda_why), NULL) == 0;
+}
+
+/* GPB_E_BACKEND with "what failed: CUDA_ERROR_X (description)". */
+static int cuda_error(CUresult rc, const char *what)
+{
+	char name[64];
+	const char *desc = cuda_api_error_string(&cuda, rc);
+	return error_set(GPB_E_BACKEND, "%s failed: %s%s%s%s", what,
+	                 cuda_api_error_name(&cuda, rc, name, sizeof(name)), *desc ? " (" : "",
+	                 desc, *desc ? ")" : "");
+}
+
+struct cuda_mapping {
+	CUdevice dev;
+	CUcontext ctx;
+	bool primary; /* ctx is the retained primary context */
+	CUdeviceptr ptr;
+};
+
+/* The local device the daemon means. */
+static int cuda_find_device(const struct slab_target *where, CUdevice *out)
+{
+	int n = 0;
+	CUresult rc;
+
+	if (!where->device_uuid) {
+		rc = cuda.DeviceGet(out, where->device);
+		return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, "cuDeviceGet");
+	}
+	rc = cuda.DeviceGetCount(&n);
+	if (rc != CUDA_SUCCESS)
+		return cuda_error(rc, "cuDeviceGetCount");
+	for (int i = 0; i < n; i++) {
+		char text[CUDA_UUID_LEN];
+		CUuuid uuid;
+		CUdevice dev;
+
+		if (cuda.DeviceGet(&dev, i) != CUDA_SUCCESS ||
+		    cuda.DeviceGetUuid(&uuid, dev) != CUDA_SUCCESS)
+			continue;
+		cuda_uuid_format(&uuid, text);
+		if (strcmp(text, where->device_uuid) == 0) {
+			*out = dev;
+			return 0;
+		}
+	}
+	return error_set(GPB_E_BACKEND,
+	                 "the daemon's device %d (%s) is not visible to this process "
+	                 "(CUDA_VISIBLE_DEVICES?)",
+	                 where->device, where->device_uuid);
+}
+
+/* The current context when it is on dev, else the retained primary one. */
+static int cuda_pick_context(struct cuda_mapping *m)
+{
+	CUcontext cur = NULL;
+	CUdevice cur_dev;
+	CUresult rc;
+
+	if (cuda.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
+	    cuda.CtxGetDevice(&cur_dev) == CUDA_SUCCESS && cur_dev == m->dev) {
+		m->ctx = cur;
+		m->primary = false;
+		return 0;
+	}
+	rc = cuda.DevicePrimaryCtxRetain(&m->ctx, m->dev);
+	if (rc != CUDA_SUCCESS)
+		return cuda_error(rc, "cuDevicePrimaryCtxRetain");
+	m->primary = true;
+	return 0;
+}
+
+static void cuda_release_context(struct cuda_mapping *m)
+{
+	if (m->primary)
+		cuda.DevicePrimaryCtxRelease(m->dev);
+}
+
+static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
+                     void **base, void **priv)
+{
+	struct cuda_mapping *m;
+	CUipcMemHandle h;
+	CUdeviceptr range_base = 0;
+	size_t range_size = 0;
+	CUcontext popped;
+	CUresult rc;
+	int err;
+
+	(void)fd;
+	pthread_once(&cuda_once, cuda_load);
+	if (!cuda_ok)
+		return error_set(GPB_E_BACKEND, "the daemon serves CUDA memory, but %s", cuda_why);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return error_set(GPB_E_NOMEM, "out of memory");
+	err = cuda_find_device(where, &m->dev);
+	if (err == 0)
+		err = cuda_pick_context(m);
+	if (err < 0) {
+		free(m);
+		return err;
+	}
+	rc = cuda.CtxPushCurrent(m->ctx);
+	if (rc != CUDA_SUCCESS) {
+		err = cuda_error(rc, "cuCtxPushCurrent");
+		goto fail;
+	}
+	memcpy(&h, handle, sizeof(h));
+	rc = cuda.IpcOpenMemHandle(&m->ptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	if (rc != CUDA_SUCCESS) {
+		cuda.CtxPopCurrent(&popped);
+		err = cuda_error(rc, "cuIpcOpenMemHandle");
+		goto fail;
+	}
+	/* The handle names a whole cuMemAlloc allocation: it must cover the
+	 * slab the daemon describes, or offsets would run past it. */
+	rc = cuda.MemGetAddressRange(&range_base, &range_size, m->ptr);
+	if (rc != CUDA_SUCCESS || range_base != m->ptr || range_size < size) {
+		cuda.IpcCloseMemHandle(m->ptr);
+		cuda.CtxPopCurrent(&popped);
+		err = rc != CUDA_SUCCESS
+		          ? cuda_error(rc, "cuMemGetAddressRange")
+		          : error_set(GPB_E_PROTOCOL,
+		                      "slab handle opens %zu bytes, the daemon says %llu",
+		                      range_size, (unsigned long long)size);
+		goto fail;
+	}
+	cuda.CtxPopCurrent(&popped);
+	*base = (void *)(uintptr_t)m->ptr;
+	*priv = m;
+	return 0;
+fail:
+	cuda_release_context(m);
+	free(m);
+	return err;
+}
+
+static void cuda_close(void *base, uint64_t size, void *priv)
+{
+	struct cuda_mapping *m = priv;
+	CUcontext popped;
+
+	(void)base;
+	(void)size;
+	/* Nothing to report to: a failed close leaves the mapping to the
+	 * process's exit, which the driver cleans up. */
+	if (cuda.CtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
+		cuda.IpcCloseMemHandle(m->ptr);
+		cuda.CtxPopCurrent(&popped);
+	}
+	cuda_release_context(m);
+	free(m);
+}
+
+static int cuda_copy(void *priv, void *dst, const void *src, size_t n, bool to_device, void *stream)
+{
+	struct cuda_mapping *m = priv;
+	CUcontext popped;
+	CUresult rc;
+
+	rc = cuda.CtxPushCurrent(m->ctx);
+	if (rc != CUDA_SUCCESS)
+		return cuda_error(rc, "cuCtxPushCurrent");
+	if (to_device)
+		rc = cuda.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, n, (CUstream)stream);
+	else
+		rc = cuda.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, (CUstream)stream);
+	cuda.CtxPopCurrent(&popped);
+	if (rc != CUDA_SUCCESS)
+		return cuda_error(rc, to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync");
+	return 0;
+}
+
+const struct slab_opener slab_cuda_opener = {
+    .backend = "cuda",
+    .needs_fd = 0,
+    .close_first = 1,
+    .open = cuda_open,
+    .close = cuda_close,
+    .copy = cuda_copy,
+};

@@ -1,0 +1,132 @@
+/*
+ * cudaapi.c - loading the CUDA driver at run time.
+ */
+#include "cudaapi.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+/*
+ * Symbol names are those of the ABI the typedefs describe: cuda.h maps
+ * cuMemAlloc to cuMemAlloc_v2 and so on. Where a _v2 appeared in a later
+ * driver than the one gpubroker supports at least (CUDA 11.0), the older
+ * name with the same signature is the fallback.
+ */
+static const struct {
+	const char *name;
+	const char *fallback;
+	size_t offset;
+} cuda_api_syms[] = {
+#define SYM(field, name, fallback)                                                                 \
+	{                                                                                          \
+		name, fallback, offsetof(struct cuda_api, field)                                   \
+	}
+    SYM(GetErrorName, "cuGetErrorName", NULL),
+    SYM(GetErrorString, "cuGetErrorString", NULL),
+    SYM(Init, "cuInit", NULL),
+    SYM(DriverGetVersion, "cuDriverGetVersion", NULL),
+    SYM(DeviceGetCount, "cuDeviceGetCount", NULL),
+    SYM(DeviceGet, "cuDeviceGet", NULL),
+    SYM(DeviceGetName, "cuDeviceGetName", NULL),
+    SYM(DeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid"),
+    SYM(DeviceGetAttribute, "cuDeviceGetAttribute", NULL),
+    SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL),
+    SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"),
+    SYM(CtxPushCurrent, "cuCtxPushCurrent_v2", NULL),
+    SYM(CtxPopCurrent, "cuCtxPopCurrent_v2", NULL),
+    SYM(CtxGetCurrent, "cuCtxGetCurrent", NULL),
+    SYM(CtxGetDevice, "cuCtxGetDevice", NULL),
+    SYM(CtxSynchronize, "cuCtxSynchronize", NULL),
+    SYM(MemGetInfo, "cuMemGetInfo_v2", NULL),
+    SYM(MemAlloc, "cuMemAlloc_v2", NULL),
+    SYM(MemFree, "cuMemFree_v2", NULL),
+    SYM(MemsetD8, "cuMemsetD8_v2", NULL),
+    SYM(MemGetAddressRange, "cuMemGetAddressRange_v2", NULL),
+    SYM(IpcGetMemHandle, "cuIpcGetMemHandle", NULL),
+    SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"),
+    SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle", NULL),
+    SYM(MemcpyHtoD, "cuMemcpyHtoD_v2", NULL),
+    SYM(MemcpyDtoH, "cuMemcpyDtoH_v2", NULL),
+    SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", NULL),
+    SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL),
+    SYM(StreamSynchronize, "cuStreamSynchronize", NULL),
+#undef SYM
+};
+
+int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *init_rc)
+{
+	memset(api, 0, sizeof(*api));
+	if (init_rc)
+		*init_rc = CUDA_SUCCESS;
+	dlerror();
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		const char *err = dlerror();
+		snprintf(why, why_len, "cannot load libcuda.so.1: %s", err ? err : "unknown error");
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(cuda_api_syms) / sizeof(cuda_api_syms[0]); i++) {
+		void *fn = dlsym(lib, cuda_api_syms[i].name);
+		if (!fn && cuda_api_syms[i].fallback)
+			fn = dlsym(lib, cuda_api_syms[i].fallback);
+		if (!fn) {
+			snprintf(why, why_len,
+			         "libcuda.so.1 lacks %s (a driver older than CUDA 11.0?)",
+			         cuda_api_syms[i].name);
+			memset(api, 0, sizeof(*api));
+			return -1;
+		}
+		/* A data pointer becomes a function pointer without a cast
+		 * ISO C leaves undefined. */
+		memcpy((char *)api + cuda_api_syms[i].offset, &fn, sizeof(fn));
+	}
+	api->lib = lib;
+	CUresult rc = api->Init(0);
+	if (init_rc)
+		*init_rc = rc;
+	if (rc != CUDA_SUCCESS) {
+		char name[64];
+		snprintf(why, why_len, "cuInit failed: %s%s%s",
+		         cuda_api_error_name(api, rc, name, sizeof(name)),
+		         *cuda_api_error_string(api, rc) ? ": " : "",
+		         cuda_api_error_string(api, rc));
+		memset(api, 0, sizeof(*api));
+		return -1;
+	}
+	if (api->DriverGetVersion(&api->driver_version) != CUDA_SUCCESS)
+		api->driver_version = 0;
+	return 0;
+}
+
+void cuda_api_unload(struct cuda_api *api)
+{
+	memset(api, 0, sizeof(*api));
+}
+
+const char *cuda_api_error_name(const struct cuda_api *api, CUresult rc, char *buf, size_t len)
+{
+	const char *name = NULL;
+	if (api->GetErrorName && api->GetErrorName(rc, &name) == CUDA_SUCCESS && name)
+		snprintf(buf, len, "%s", name);
+	else
+		snprintf(buf, len, "CUresult %d", (int)rc);
+	return buf;
+}
+
+const char *cuda_api_error_string(const struct cuda_api *api, CUresult rc)
+{
+	const char *s = NULL;
+	if (api->GetErrorString && api->GetErrorString(rc, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "";
+}
+
+void cuda_uuid_format(const CUuuid *uuid, char out[CUDA_UUID_LEN])
+{
+	const unsigned char *b = (const unsigned char *)uuid->bytes;
+	snprintf(out, CUDA_UUID_LEN,
+	         "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+	         b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+	         b[14], b[15]);
+}

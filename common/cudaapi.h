@@ -1,0 +1,77 @@
+/*
+ * cudaapi.h - the CUDA driver entry points gpubroker uses, loaded at run
+ * time with dlopen("libcuda.so.1") so that nothing links the driver: the
+ * same binaries start on machines with and without one.
+ *
+ * Shared by the daemon's cuda backend, the client library's cuda opener and
+ * the gpu tests. Each entry point is typed with the PFN_* typedef of the ABI
+ * version named by its symbol (cuMemAlloc_v2 is PFN_cuMemAlloc_v3020, and so
+ * on), so a mismatch between symbol and signature is a compile error here,
+ * not a crash on the GPU machine. Built only when cuda.h was found.
+ */
+#ifndef GPB_CUDAAPI_H
+#define GPB_CUDAAPI_H
+
+#include <stddef.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+struct cuda_api {
+	void *lib;
+	int driver_version; /* cuDriverGetVersion: 12040 = 12.4 */
+
+	PFN_cuGetErrorName_v6000 GetErrorName;
+	PFN_cuGetErrorString_v6000 GetErrorString;
+	PFN_cuInit_v2000 Init;
+	PFN_cuDriverGetVersion_v2020 DriverGetVersion;
+	PFN_cuDeviceGetCount_v2000 DeviceGetCount;
+	PFN_cuDeviceGet_v2000 DeviceGet;
+	PFN_cuDeviceGetName_v2000 DeviceGetName;
+	PFN_cuDeviceGetUuid_v11040 DeviceGetUuid;
+	PFN_cuDeviceGetAttribute_v2000 DeviceGetAttribute;
+	PFN_cuDevicePrimaryCtxRetain_v7000 DevicePrimaryCtxRetain;
+	PFN_cuDevicePrimaryCtxRelease_v11000 DevicePrimaryCtxRelease;
+	PFN_cuCtxPushCurrent_v4000 CtxPushCurrent;
+	PFN_cuCtxPopCurrent_v4000 CtxPopCurrent;
+	PFN_cuCtxGetCurrent_v4000 CtxGetCurrent;
+	PFN_cuCtxGetDevice_v2000 CtxGetDevice;
+	PFN_cuCtxSynchronize_v2000 CtxSynchronize;
+	PFN_cuMemGetInfo_v3020 MemGetInfo;
+	PFN_cuMemAlloc_v3020 MemAlloc;
+	PFN_cuMemFree_v3020 MemFree;
+	PFN_cuMemsetD8_v3020 MemsetD8;
+	PFN_cuMemGetAddressRange_v3020 MemGetAddressRange;
+	PFN_cuIpcGetMemHandle_v4010 IpcGetMemHandle;
+	PFN_cuIpcOpenMemHandle_v11000 IpcOpenMemHandle;
+	PFN_cuIpcCloseMemHandle_v4010 IpcCloseMemHandle;
+	PFN_cuMemcpyHtoD_v3020 MemcpyHtoD;
+	PFN_cuMemcpyDtoH_v3020 MemcpyDtoH;
+	PFN_cuMemcpyHtoDAsync_v3020 MemcpyHtoDAsync;
+	PFN_cuMemcpyDtoHAsync_v3020 MemcpyDtoHAsync;
+	PFN_cuStreamSynchronize_v2000 StreamSynchronize;
+};
+
+/*
+ * Loads libcuda.so.1 and every entry point above, then calls cuInit(0) and
+ * cuDriverGetVersion. Returns 0, or -1 with the reason in why (the dlerror
+ * text, the missing symbol, or the CUresult name of cuInit's failure) and
+ * the api left unloaded. *init_rc (may be NULL) receives cuInit's result
+ * (CUDA_SUCCESS when it was not reached).
+ */
+int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *init_rc);
+/* Forgets the entry points. The library stays loaded: the driver keeps
+ * threads of its own, and unloading it under them is not safe. */
+void cuda_api_unload(struct cuda_api *api);
+
+/* "CUDA_ERROR_OUT_OF_MEMORY", or "CUresult 999" for a code the driver does
+ * not name; always returns buf. */
+const char *cuda_api_error_name(const struct cuda_api *api, CUresult rc, char *buf, size_t len);
+/* The driver's description of rc, or "" when it has none. */
+const char *cuda_api_error_string(const struct cuda_api *api, CUresult rc);
+
+#define CUDA_UUID_LEN 41 /* "GPU-" + 36 + NUL */
+/* nvidia-smi's form: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lowercase). */
+void cuda_uuid_format(const CUuuid *uuid, char out[CUDA_UUID_LEN]);
+
+#endif

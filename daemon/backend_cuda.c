@@ -1,0 +1,337 @@
+/*
+ * backend_cuda.c - real devices through the CUDA driver API.
+ *
+ * The driver is loaded at run time (common/cudaapi.c: dlopen of
+ * libcuda.so.1), so one gpubrokerd binary runs with or without a GPU; this
+ * file is built whenever cuda.h was found, and only needs a driver when the
+ * backend is chosen.
+ *
+ * Devices: every device the driver reports, each through its primary
+ * context (cuDevicePrimaryCtxRetain), which the daemon keeps for its whole
+ * life. The daemon is single-threaded (one libuv loop): each call pushes the
+ * device's context and pops it again, so no state leaks between devices. A
+ * device whose primary context cannot be had (compute mode "prohibited", for
+ * one) is left out with a warning; the daemon's device index is then not the
+ * CUDA ordinal, which is why devices are also addressed by UUID.
+ *
+ * Slabs: one cuMemAlloc each, so that the slab's legacy IPC handle
+ * (cuIpcGetMemHandle: 64 bytes naming the whole base allocation) is exactly
+ * what a client opens; the broker sends (handle, offset) pairs.
+ *
+ * Scrubbing: the pool keeps slabs per uid and never moves a slab from one
+ * uid to another, so the only moment device memory can change hands between
+ * users is when the driver hands the daemon memory that a freed slab (of any
+ * uid) or another process used before. cuMemAlloc does not promise zeroed
+ * memory, so every slab is cleared with cuMemsetD8 when it is created, and
+ * the context synchronised before its handle leaves the daemon (a client
+ * writing through its own context must not race the clear). Ranges reused
+ * inside a slab stay with the same uid and are not scrubbed again.
+ *
+ * Errors: every failing driver call is logged with its CUresult name and
+ * description, the name is kept in backend->last_error for the error reply
+ * (data.backend_error), and the broker gets -EIO; cuMemAlloc's
+ * CUDA_ERROR_OUT_OF_MEMORY is -ENOMEM (the device is full: the pool gives
+ * back cached slabs and retries, then answers out_of_memory).
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudaapi.h"
+#include "log.h"
+
+_Static_assert(sizeof(CUipcMemHandle) == PROTO_HANDLE_SIZE, "a slab handle is a CUipcMemHandle");
+
+struct cuda_device {
+	CUdevice dev;
+	int ordinal;   /* the CUDA ordinal, which may differ from the index */
+	CUcontext ctx; /* the primary context, retained */
+	struct backend_device_info info;
+};
+
+struct cuda_slab {
+	struct backend_slab base; /* first: the broker only sees this */
+	CUdeviceptr ptr;
+};
+
+struct cuda {
+	struct cuda_api api;
+	int count;
+	struct cuda_device dev[BACKEND_MAX_DEVICES];
+};
+
+/* Logs a failed driver call with the CUresult's name and description. */
+static void cuda_log(struct backend *b, CUresult rc, int device, const char *what)
+{
+	struct cuda *cu = b->priv;
+	char name[64];
+	const char *desc = cuda_api_error_string(&cu->api, rc);
+	log_error("cuda: device %d: %s failed: %s%s%s%s", device, what,
+	          cuda_api_error_name(&cu->api, rc, name, sizeof(name)), *desc ? " (" : "", desc,
+	          *desc ? ")" : "");
+}
+
+/* Logs and records a failed driver call; returns -EIO for the broker. */
+static int cuda_fail(struct backend *b, CUresult rc, int device, const char *what)
+{
+	struct cuda *cu = b->priv;
+	cuda_log(b, rc, device, what);
+	cuda_api_error_name(&cu->api, rc, b->last_error, sizeof(b->last_error));
+	return -EIO;
+}
+
+static int cuda_enter(struct backend *b, int device)
+{
+	struct cuda *cu = b->priv;
+	CUresult rc = cu->api.CtxPushCurrent(cu->dev[device].ctx);
+	return rc == CUDA_SUCCESS ? 0 : cuda_fail(b, rc, device, "cuCtxPushCurrent");
+}
+
+static void cuda_leave(struct backend *b, int device)
+{
+	struct cuda *cu = b->priv;
+	CUcontext ctx;
+	CUresult rc = cu->api.CtxPopCurrent(&ctx);
+	if (rc != CUDA_SUCCESS)
+		cuda_log(b, rc, device, "cuCtxPopCurrent");
+}
+
+/* Describes one device into d; false (with a warning) when it is unusable. */
+static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device *d)
+{
+	struct cuda *cu = b->priv;
+	const struct cuda_api *api = &cu->api;
+	char name[64];
+	CUuuid uuid;
+	int mode = CU_COMPUTEMODE_DEFAULT;
+	size_t free_bytes = 0, total = 0;
+	const char *what;
+	CUresult rc;
+
+	memset(d, 0, sizeof(*d));
+	d->ordinal = ordinal;
+	if ((rc = api->DeviceGet(&d->dev, ordinal)) != CUDA_SUCCESS) {
+		what = "cuDeviceGet";
+		goto fail;
+	}
+	if ((rc = api->DeviceGetName(d->info.name, (int)sizeof(d->info.name) - 1, d->dev)) !=
+	    CUDA_SUCCESS) {
+		what = "cuDeviceGetName";
+		goto fail;
+	}
+	if ((rc = api->DeviceGetUuid(&uuid, d->dev)) != CUDA_SUCCESS) {
+		what = "cuDeviceGetUuid";
+		goto fail;
+	}
+	_Static_assert(sizeof(d->info.uuid) >= CUDA_UUID_LEN, "room for a UUID");
+	cuda_uuid_format(&uuid, d->info.uuid);
+	if ((rc = api->DeviceGetAttribute(&d->info.cc_major,
+	                                  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev)) ||
+	    (rc = api->DeviceGetAttribute(&d->info.cc_minor,
+	                                  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev)) ||
+	    (rc = api->DeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, d->dev))) {
+		what = "cuDeviceGetAttribute";
+		goto fail;
+	}
+	if ((rc = api->DevicePrimaryCtxRetain(&d->ctx, d->dev)) != CUDA_SUCCESS) {
+		what = "cuDevicePrimaryCtxRetain";
+		goto fail;
+	}
+	if ((rc = api->CtxPushCurrent(d->ctx)) != CUDA_SUCCESS) {
+		api->DevicePrimaryCtxRelease(d->dev);
+		what = "cuCtxPushCurrent";
+		goto fail;
+	}
+	rc = api->MemGetInfo(&free_bytes, &total);
+	CUcontext popped;
+	api->CtxPopCurrent(&popped);
+	if (rc != CUDA_SUCCESS) {
+		api->DevicePrimaryCtxRelease(d->dev);
+		what = "cuMemGetInfo";
+		goto fail;
+	}
+	d->info.total = total;
+	log_info("cuda: CUDA device %d (%s): %s, compute capability %d.%d, %llu MiB, %llu MiB "
+	         "free",
+	         ordinal, d->info.uuid, d->info.name, d->info.cc_major, d->info.cc_minor,
+	         (unsigned long long)(total >> 20), (unsigned long long)(free_bytes >> 20));
+	if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS)
+		log_warn("cuda: CUDA device %d is in exclusive-process compute mode: clients "
+		         "cannot create a context on it while the daemon holds one (use the "
+		         "default compute mode, or MPS)",
+		         ordinal);
+	return true;
+fail:
+	log_warn("cuda: CUDA device %d left out: %s failed: %s %s", ordinal, what,
+	         cuda_api_error_name(api, rc, name, sizeof(name)), cuda_api_error_string(api, rc));
+	return false;
+}
+
+static int cuda_init(struct backend *b, const struct backend_config *cfg)
+{
+	(void)cfg;
+	struct cuda *cu = calloc(1, sizeof(*cu));
+	char name[64];
+	int n = 0;
+	if (!cu)
+		return -ENOMEM;
+	if (cuda_api_load(&cu->api, b->init_error, sizeof(b->init_error), NULL) < 0) {
+		free(cu);
+		return -ENODEV;
+	}
+	b->priv = cu;
+	CUresult rc = cu->api.DeviceGetCount(&n);
+	if (rc != CUDA_SUCCESS) {
+		snprintf(b->init_error, sizeof(b->init_error), "cuDeviceGetCount failed: %s",
+		         cuda_api_error_name(&cu->api, rc, name, sizeof(name)));
+		goto fail;
+	}
+	if (n > BACKEND_MAX_DEVICES) {
+		log_warn("cuda: %d devices; serving the first %d", n, BACKEND_MAX_DEVICES);
+		n = BACKEND_MAX_DEVICES;
+	}
+	for (int i = 0; i < n; i++) {
+		if (cuda_device_open(b, i, &cu->dev[cu->count]))
+			cu->count++;
+	}
+	if (cu->count == 0) {
+		snprintf(b->init_error, sizeof(b->init_error),
+		         n ? "none of the %d CUDA devices is usable (see the warnings above)"
+		           : "the driver reports no CUDA device",
+		         n);
+		goto fail;
+	}
+	b->device_count = cu->count;
+	log_info("cuda: driver API %d.%d, serving %d of %d devices", cu->api.driver_version / 1000,
+	         cu->api.driver_version % 1000 / 10, cu->count, n);
+	return 0;
+fail:
+	cuda_api_unload(&cu->api);
+	free(cu);
+	b->priv = NULL;
+	return -ENODEV;
+}
+
+static void cuda_finish(struct backend *b)
+{
+	struct cuda *cu = b->priv;
+	if (!cu)
+		return;
+	for (int i = 0; i < cu->count; i++) {
+		CUresult rc = cu->api.DevicePrimaryCtxRelease(cu->dev[i].dev);
+		if (rc != CUDA_SUCCESS)
+			cuda_log(b, rc, i, "cuDevicePrimaryCtxRelease");
+	}
+	cuda_api_unload(&cu->api);
+	free(cu);
+	b->priv = NULL;
+}
+
+static int cuda_device_info(struct backend *b, int device, struct backend_device_info *out)
+{
+	struct cuda *cu = b->priv;
+	if (device < 0 || device >= cu->count)
+		return -ENODEV;
+	*out = cu->dev[device].info;
+	return 0;
+}
+
+static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32_t uid,
+                            struct backend_slab **out)
+{
+	struct cuda *cu = b->priv;
+	const struct cuda_api *api = &cu->api;
+	CUipcMemHandle handle;
+	const char *what;
+	CUresult rc;
+
+	if (device < 0 || device >= cu->count)
+		return -ENODEV;
+	if (size == 0 || size > SIZE_MAX)
+		return -EINVAL;
+	b->last_error[0] = '\0';
+	struct cuda_slab *cs = calloc(1, sizeof(*cs));
+	if (!cs)
+		return -ENOMEM;
+	int err = cuda_enter(b, device);
+	if (err < 0) {
+		free(cs);
+		return err;
+	}
+	rc = api->MemAlloc(&cs->ptr, (size_t)size);
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+		cuda_leave(b, device);
+		free(cs);
+		log_debug("cuda: device %d: cuMemAlloc of %llu bytes: out of memory", device,
+		          (unsigned long long)size);
+		return -ENOMEM;
+	}
+	if (rc != CUDA_SUCCESS) {
+		what = "cuMemAlloc";
+		goto fail;
+	}
+	/* New memory may hold another user's bytes: clear it, and finish
+	 * clearing before anyone can open the handle. */
+	if ((rc = api->MemsetD8(cs->ptr, 0, (size_t)size)) != CUDA_SUCCESS) {
+		what = "cuMemsetD8 (scrub)";
+		goto fail_free;
+	}
+	if ((rc = api->CtxSynchronize()) != CUDA_SUCCESS) {
+		what = "cuCtxSynchronize (scrub)";
+		goto fail_free;
+	}
+	if ((rc = api->IpcGetMemHandle(&handle, cs->ptr)) != CUDA_SUCCESS) {
+		what = "cuIpcGetMemHandle";
+		goto fail_free;
+	}
+	cuda_leave(b, device);
+	cs->base.id = b->next_slab_id++;
+	cs->base.device = device;
+	cs->base.uid = uid;
+	cs->base.size = size;
+	cs->base.fd = -1;
+	memcpy(cs->base.handle, &handle, PROTO_HANDLE_SIZE);
+	*out = &cs->base;
+	return 0;
+fail_free:
+	err = cuda_fail(b, rc, device, what);
+	/* The first failure is what the client hears about. */
+	rc = api->MemFree(cs->ptr);
+	if (rc != CUDA_SUCCESS)
+		cuda_log(b, rc, device, "cuMemFree");
+	goto out;
+fail:
+	err = cuda_fail(b, rc, device, what);
+out:
+	cuda_leave(b, device);
+	free(cs);
+	return err;
+}
+
+static void cuda_slab_destroy(struct backend *b, struct backend_slab *slab)
+{
+	struct cuda *cu = b->priv;
+	struct cuda_slab *cs = (struct cuda_slab *)slab;
+	int device = slab->device;
+	/* Nothing to tell the broker: a slab that cannot be freed is lost
+	 * device memory, and the log says which. */
+	if (cuda_enter(b, device) == 0) {
+		CUresult rc = cu->api.MemFree(cs->ptr);
+		if (rc != CUDA_SUCCESS)
+			cuda_log(b, rc, device, "cuMemFree");
+		cuda_leave(b, device);
+	}
+	free(cs);
+}
+
+const struct backend_ops backend_cuda_ops = {
+    .name = "cuda",
+    .init = cuda_init,
+    .finish = cuda_finish,
+    .device_info = cuda_device_info,
+    .slab_create = cuda_slab_create,
+    .slab_destroy = cuda_slab_destroy,
+};

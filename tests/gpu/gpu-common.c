@@ -1,0 +1,406 @@
+/*
+ * gpu-common.c - helpers of the gpu suite.
+ */
+#include "gpu-common.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+struct cuda_api cu;
+static bool gt_is_fake;
+static char gt_fake_dir[128]; /* made by this process: removed at exit */
+
+#define GT_MAX_DAEMONS 8
+static struct gt_daemon *gt_daemons[GT_MAX_DAEMONS];
+
+static void gt_sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+double gt_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void gt_print_log(const struct gt_daemon *d)
+{
+	char line[1024];
+	FILE *f = fopen(d->log, "r");
+	if (!f)
+		return;
+	fprintf(stderr, "---- daemon log (%s) ----\n", d->log);
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fprintf(stderr, "---- end of daemon log ----\n");
+	fclose(f);
+}
+
+void gt_fail_exit(void)
+{
+	for (int i = 0; i < GT_MAX_DAEMONS; i++) {
+		struct gt_daemon *d = gt_daemons[i];
+		if (!d)
+			continue;
+		gt_print_log(d);
+		if (d->pid > 0 && kill(d->pid, SIGKILL) == 0)
+			waitpid(d->pid, NULL, 0);
+		gt_daemons[i] = NULL;
+	}
+	exit(1);
+}
+
+static void gt_remove_fake_dir(void)
+{
+	DIR *dir = opendir(gt_fake_dir);
+	if (!dir)
+		return;
+	for (struct dirent *e; (e = readdir(dir));) {
+		char path[PATH_MAX];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", gt_fake_dir, e->d_name);
+		unlink(path);
+	}
+	closedir(dir);
+	rmdir(gt_fake_dir);
+}
+
+bool gt_fake(void)
+{
+	return gt_is_fake;
+}
+
+void gt_require_gpu(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	const char *f = getenv("GPB_FAKE_CUDA");
+	char why[256];
+	CUresult init_rc;
+	int n = 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	gt_is_fake = f && strcmp(f, "1") == 0;
+	if (!gt_is_fake && access("/dev/nvidiactl", F_OK) != 0) {
+		printf("SKIP: no /dev/nvidiactl: no NVIDIA driver on this machine\n");
+		exit(GT_SKIP);
+	}
+	if (gt_is_fake && !getenv("FAKECUDA_DIR")) {
+		/* One state directory for every process of this test. */
+		snprintf(gt_fake_dir, sizeof(gt_fake_dir), "%s/gpb-fakecuda-XXXXXX",
+		         access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+		CHECK(mkdtemp(gt_fake_dir) != NULL);
+		setenv("FAKECUDA_DIR", gt_fake_dir, 1);
+		atexit(gt_remove_fake_dir);
+	}
+	if (cuda_api_load(&cu, why, sizeof(why), &init_rc) < 0) {
+		if (gt_is_fake)
+			GT_FAIL("the fake driver did not load: %s", why);
+		printf("SKIP: %s\n", why);
+		exit(init_rc == CUDA_ERROR_NO_DEVICE || init_rc == CUDA_SUCCESS ? GT_SKIP : 1);
+	}
+	bool is_fake_lib = dlsym(cu.lib, "fakecuda_violations") != NULL;
+	if (is_fake_lib != gt_is_fake)
+		GT_FAIL(is_fake_lib
+		            ? "the fake libcuda.so.1 was loaded outside the cuda-fake suite "
+		              "(LD_LIBRARY_PATH?)"
+		            : "GPB_FAKE_CUDA=1 but the real driver was loaded");
+	CU(cu.DeviceGetCount(&n));
+	if (n == 0) {
+		printf("SKIP: the CUDA driver reports no device\n");
+		exit(GT_SKIP);
+	}
+}
+
+uint64_t gt_fake_violations(void)
+{
+	uint64_t (*fn)(void);
+	void *sym = cu.lib ? dlsym(cu.lib, "fakecuda_violations") : NULL;
+	if (!sym)
+		return 0;
+	memcpy(&fn, &sym, sizeof(fn));
+	return fn();
+}
+
+void gt_cuda_context(int ordinal)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CU(cu.DeviceGet(&dev, ordinal));
+	CU(cu.DevicePrimaryCtxRetain(&ctx, dev));
+	CU(cu.CtxPushCurrent(ctx));
+}
+
+void gt_mem_info(size_t *free_bytes, size_t *total)
+{
+	CU(cu.MemGetInfo(free_bytes, total));
+}
+
+/* The daemon: $GPB_DAEMON when it exists, else next to this program in the
+ * build tree (tests/gpu/X -> daemon/gpubrokerd). */
+static void gt_daemon_path(char *out, size_t len)
+{
+	const char *env = getenv("GPB_DAEMON");
+	char self[PATH_MAX];
+	if (env && *env && access(env, X_OK) == 0) {
+		snprintf(out, len, "%s", env);
+		return;
+	}
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	CHECK(n > 0);
+	self[n] = '\0';
+	char *slash = strrchr(self, '/');
+	CHECK(slash != NULL);
+	*slash = '\0';
+	if ((size_t)snprintf(out, len, "%.*s/../../daemon/gpubrokerd", PATH_MAX - 64, self) >=
+	        len ||
+	    access(out, X_OK) != 0)
+		GT_FAIL("gpubrokerd not found: set GPB_DAEMON, or run from the build tree (%s)",
+		        out);
+}
+
+static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const char *const *extra,
+                             const char *const *env)
+{
+	char daemon[PATH_MAX];
+	gt_daemon_path(daemon, sizeof(daemon));
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "/tmp/gpb-gpu-XXXXXX");
+	CHECK(mkdtemp(d->dir) != NULL);
+	snprintf(d->socket, sizeof(d->socket), "%s/gpubroker.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
+	const char *argv[48] = {daemon,  "--socket",    d->socket, "--backend",
+	                        backend, "--log-level", "info"};
+	int n = 7;
+	for (int i = 0; extra && extra[i] && n < 46; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		for (int i = 0; env && env[i]; i++)
+			putenv((char *)env[i]);
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			dup2(fd, STDERR_FILENO);
+			dup2(fd, STDOUT_FILENO);
+		}
+		execv(daemon, (char *const *)argv);
+		_exit(127);
+	}
+	d->pid = pid;
+	for (int i = 0; i < GT_MAX_DAEMONS; i++) {
+		if (!gt_daemons[i]) {
+			gt_daemons[i] = d;
+			break;
+		}
+	}
+	return pid;
+}
+
+static void gt_daemon_forget(struct gt_daemon *d)
+{
+	for (int i = 0; i < GT_MAX_DAEMONS; i++) {
+		if (gt_daemons[i] == d)
+			gt_daemons[i] = NULL;
+	}
+}
+
+static void gt_daemon_cleanup(struct gt_daemon *d)
+{
+	unlink(d->socket);
+	unlink(d->log);
+	rmdir(d->dir);
+}
+
+void gt_daemon_start(struct gt_daemon *d, const char *backend, const char *const *extra,
+                     const char *const *env)
+{
+	gt_daemon_spawn(d, backend, extra, env);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	CHECK(strlen(d->socket) < sizeof(sa.sun_path));
+	strcpy(sa.sun_path, d->socket);
+	for (int i = 0; i < 1500; i++) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+		if (fd >= 0)
+			close(fd);
+		if (ok)
+			return;
+		int st;
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			GT_FAIL("gpubrokerd --backend %s exited during start (status %d)", backend,
+			        WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		}
+		gt_sleep_ms(10);
+	}
+	GT_FAIL("gpubrokerd did not accept connections within 15 s");
+}
+
+int gt_daemon_run_to_exit(struct gt_daemon *d, const char *backend, const char *const *extra,
+                          const char *const *env)
+{
+	gt_daemon_spawn(d, backend, extra, env);
+	for (int i = 0; i < 1500; i++) {
+		int st;
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			gt_daemon_forget(d);
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		}
+		gt_sleep_ms(10);
+	}
+	GT_FAIL("gpubrokerd kept running; it was expected to fail at start");
+}
+
+void gt_daemon_stop(struct gt_daemon *d)
+{
+	int st = 0;
+	CHECK(d->pid > 0);
+	kill(d->pid, SIGTERM);
+	for (int i = 0; i < 1000; i++) {
+		pid_t r = waitpid(d->pid, &st, WNOHANG);
+		if (r == d->pid) {
+			d->pid = 0;
+			if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+				GT_FAIL("gpubrokerd did not exit cleanly (status %d)",
+				        WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+			gt_daemon_forget(d);
+			gt_daemon_cleanup(d);
+			return;
+		}
+		gt_sleep_ms(10);
+	}
+	GT_FAIL("gpubrokerd did not stop within 10 s of SIGTERM");
+}
+
+bool gt_log_contains(const struct gt_daemon *d, const char *text)
+{
+	char line[2048];
+	bool found = false;
+	FILE *f = fopen(d->log, "r");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, text) != NULL;
+	fclose(f);
+	return found;
+}
+
+gpb_client *gt_connect(const struct gt_daemon *d, const char *name)
+{
+	gpb_client *c = NULL;
+	GPB(gpb_connect(d->socket, name, &c));
+	return c;
+}
+
+uint64_t gt_register(gpb_client *c, int device)
+{
+	struct gpb_register_opts opts = {.name = "gpu-test", .device = device};
+	uint64_t instance = 0;
+	GPB(gpb_register(c, &opts, &instance));
+	return instance;
+}
+
+static cJSON *gt_status(gpb_client *c)
+{
+	char *json = NULL;
+	GPB(gpb_request(c, "status", NULL, &json));
+	cJSON *r = cJSON_Parse(json);
+	gpb_string_free(json);
+	CHECK(r != NULL);
+	return r;
+}
+
+uint64_t gt_status_used(gpb_client *c)
+{
+	cJSON *r = gt_status(c);
+	const cJSON *used = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "totals"), "used");
+	CHECK(cJSON_IsString(used));
+	uint64_t v = strtoull(used->valuestring, NULL, 10);
+	cJSON_Delete(r);
+	return v;
+}
+
+void gt_status_backend(gpb_client *c, char *out, size_t len)
+{
+	cJSON *r = gt_status(c);
+	const cJSON *b = cJSON_GetObjectItem(r, "backend");
+	CHECK(cJSON_IsString(b));
+	snprintf(out, len, "%s", b->valuestring);
+	cJSON_Delete(r);
+}
+
+pid_t gt_spawn_self(char *const args[], int *out_fd)
+{
+	char *argv[16] = {"gpu-test-child"};
+	int n = 1, pipefd[2] = {-1, -1};
+	for (int i = 0; args[i] && n < 15; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	if (out_fd)
+		CHECK(pipe2(pipefd, O_CLOEXEC) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (out_fd)
+			dup2(pipefd[1], STDOUT_FILENO);
+		execv("/proc/self/exe", argv);
+		_exit(127);
+	}
+	if (out_fd) {
+		close(pipefd[1]);
+		*out_fd = pipefd[0];
+	}
+	return pid;
+}
+
+int gt_wait(pid_t pid)
+{
+	int st;
+	while (waitpid(pid, &st, 0) < 0) {
+		if (errno != EINTR)
+			return -1;
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+bool gt_read_line(int fd, char *buf, size_t len)
+{
+	size_t n = 0;
+	while (n + 1 < len) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 30000) <= 0)
+			return false;
+		char ch;
+		ssize_t r = read(fd, &ch, 1);
+		if (r <= 0)
+			return false;
+		if (ch == '\n')
+			break;
+		buf[n++] = ch;
+	}
+	buf[n] = '\0';
+	return true;
+}

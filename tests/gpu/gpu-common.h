@@ -1,0 +1,129 @@
+/*
+ * gpu-common.h - helpers of the gpu suite: programs that need a CUDA driver
+ * and a device, and exit 77 (skipped) without them.
+ *
+ * The same programs run in two suites:
+ *   gpu        the real driver: skipped unless /dev/nvidiactl exists and
+ *              libcuda.so.1 loads, cuInit succeeds and a device answers.
+ *   cuda-fake  tests/fakecuda's stand-in (GPB_FAKE_CUDA=1, LD_LIBRARY_PATH):
+ *              the same code paths on host memory, in every CI run. Proves
+ *              nothing about a GPU.
+ *
+ * Programs are found through the environment Meson sets (GPB_DAEMON), or
+ * relative to this executable (../../daemon/gpubrokerd), never through a
+ * path baked in at configure time: on the GPU machine the suite runs from a
+ * bundle (../shared/gpu/bundle.sh), as `bash .gpu/run.sh build/tests/gpu/X`.
+ *
+ * Failures print file:line and exit 1; nothing here returns an error.
+ */
+#ifndef GPB_GPU_COMMON_H
+#define GPB_GPU_COMMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "cudaapi.h"
+#include "gpubroker.h"
+
+#define GT_SKIP 77
+
+extern struct cuda_api cu;
+
+#define GT_FAIL(...)                                                                               \
+	do {                                                                                       \
+		fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__);                              \
+		fprintf(stderr, __VA_ARGS__);                                                      \
+		fputc('\n', stderr);                                                               \
+		gt_fail_exit();                                                                    \
+	} while (0)
+
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			GT_FAIL("%s", #cond);                                                      \
+	} while (0)
+
+/* A gpb_* call that must succeed. */
+#define GPB(call)                                                                                  \
+	do {                                                                                       \
+		int rc_ = (call);                                                                  \
+		if (rc_ < 0)                                                                       \
+			GT_FAIL("%s = %s: %s", #call, gpb_strerror(rc_), gpb_last_error());        \
+	} while (0)
+
+/* A driver call that must succeed. */
+#define CU(call)                                                                                   \
+	do {                                                                                       \
+		CUresult rc_ = (call);                                                             \
+		if (rc_ != CUDA_SUCCESS) {                                                         \
+			char name_[64];                                                            \
+			GT_FAIL("%s = %s", #call,                                                  \
+			        cuda_api_error_name(&cu, rc_, name_, sizeof(name_)));              \
+		}                                                                                  \
+	} while (0)
+
+/* Prints the daemon logs of the running daemons, stops them, exits 1. */
+void gt_fail_exit(void) __attribute__((noreturn));
+
+/*
+ * Exits 77 unless a driver and a device are present (see above), after
+ * saying why on stdout. Loads the driver into `cu`. In the cuda-fake suite
+ * it also gives the fake a fresh state directory (FAKECUDA_DIR) that every
+ * process of the test (daemon, children) shares.
+ */
+void gt_require_gpu(int argc, char **argv);
+bool gt_fake(void);
+/* The fake's count of memory freed under a live importer (0 for a real driver). */
+uint64_t gt_fake_violations(void);
+
+/* Retains the primary context of CUDA device @ordinal and makes it current
+ * on this thread. */
+void gt_cuda_context(int ordinal);
+/* cuMemGetInfo of the current context. */
+void gt_mem_info(size_t *free_bytes, size_t *total);
+
+struct gt_daemon {
+	pid_t pid;
+	char dir[128];
+	char socket[192];
+	char log[192];
+};
+
+/* Starts gpubrokerd --backend cuda (or @backend) on a temporary socket with
+ * @extra arguments (NULL-terminated, may be NULL) and @env (NAME=VALUE pairs,
+ * NULL-terminated, may be NULL: added to this process's environment) and
+ * waits until it accepts connections. Its stderr goes to d->log. */
+void gt_daemon_start(struct gt_daemon *d, const char *backend, const char *const *extra,
+                     const char *const *env);
+/* Like gt_daemon_start, but the daemon must exit by itself (a start that
+ * fails): returns its exit status; its log stays in d->log. */
+int gt_daemon_run_to_exit(struct gt_daemon *d, const char *backend, const char *const *extra,
+                          const char *const *env);
+/* SIGTERM and wait; fails the test unless it exits 0. */
+void gt_daemon_stop(struct gt_daemon *d);
+/* Whether the daemon's log contains @text. */
+bool gt_log_contains(const struct gt_daemon *d, const char *text);
+
+gpb_client *gt_connect(const struct gt_daemon *d, const char *name);
+/* Registers an instance on device index @device. */
+uint64_t gt_register(gpb_client *c, int device);
+/* totals.used and the backend name from `status`. */
+uint64_t gt_status_used(gpb_client *c);
+void gt_status_backend(gpb_client *c, char *out, size_t len);
+
+/* Runs this program again as a child with @args (NULL-terminated, argv[1..]):
+ * the roles of a multi-process test. stdout of the child goes to a pipe
+ * whose read end is returned in *out_fd when out_fd is not NULL. */
+pid_t gt_spawn_self(char *const args[], int *out_fd);
+/* Waits for a child: its exit status, or 128 + signal. */
+int gt_wait(pid_t pid);
+/* Reads one line from fd (blocking, 30 s at most). */
+bool gt_read_line(int fd, char *buf, size_t len);
+
+/* Milliseconds of CLOCK_MONOTONIC. */
+double gt_now_ms(void);
+
+#endif
