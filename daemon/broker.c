@@ -323,6 +323,10 @@ int broker_register(struct broker *b, struct session *s, const char *name, int d
 		free(inst);
 		return -ENOMEM;
 	}
+	/* An operator's default proportion for this user or group. */
+	const struct broker_rule *rule = broker_rule_for(b, s);
+	if (proportion == 0 && rule && rule->proportion > 0)
+		proportion = rule->proportion;
 	/* The policy judges first: a refused registration uses no id. */
 	int rc = policy_add(&b->policy, &inst->pol, b->next_instance_id, device, proportion, group,
 	                    NULL);
@@ -475,6 +479,12 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 	int rc = broker_admit(b, inst, (size + POOL_GRANULE - 1) & ~(uint64_t)(POOL_GRANULE - 1));
 	if (rc < 0)
 		return rc;
+	/* An operator's cap on the user, in both modes: -EXFULL, so the reply
+	 * can name the user's cap rather than the instance's. */
+	const struct broker_rule *rule = broker_rule_for(b, s);
+	if (rule && rule->cap &&
+	    pool_uid_used(b->dev[inst->device].pool, s->uid) + size > rule->cap)
+		return -EXFULL;
 	struct broker_alloc *a = calloc(1, sizeof(*a));
 	if (!a)
 		return -EAGAIN;
@@ -646,6 +656,24 @@ uint64_t broker_device_free(const struct broker *b, int device)
 {
 	/* Live allocations are exactly what the policy has charged. */
 	return policy_device_available(&b->policy, device);
+}
+
+void broker_set_rules(struct broker *b, const struct broker_rule *rules, unsigned n)
+{
+	b->nrules = n < BROKER_MAX_RULES ? n : BROKER_MAX_RULES;
+	memcpy(b->rules, rules, b->nrules * sizeof(*rules));
+}
+
+const struct broker_rule *broker_rule_for(const struct broker *b, const struct session *s)
+{
+	const struct broker_rule *group = NULL;
+	for (unsigned i = 0; i < b->nrules; i++) {
+		if (!b->rules[i].group && b->rules[i].uid == s->uid)
+			return &b->rules[i];
+		if (b->rules[i].group && b->rules[i].gid == s->gid && !group)
+			group = &b->rules[i];
+	}
+	return group;
 }
 
 int broker_check(const struct broker *b, char *msg, unsigned msg_len)

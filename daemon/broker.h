@@ -19,6 +19,19 @@
 #include "pool.h"
 #include "proto.h"
 
+/* An operator's rule for one user or the members of one group (primary
+ * gid), from gpubroker.conf: a default proportion for instances that ask for
+ * none, and a cap on what the user's live allocations hold per device. */
+struct broker_rule {
+	bool group; /* matches gid, else uid */
+	uid_t uid;
+	gid_t gid;
+	double proportion; /* 0: none */
+	uint64_t cap;      /* bytes per device; 0: none */
+};
+
+#define BROKER_MAX_RULES 64
+
 struct broker_limits {
 	uint64_t slab_size;        /* pool slab bytes */
 	unsigned max_instances;    /* per connection */
@@ -161,6 +174,8 @@ struct broker {
 	struct policy policy;
 	enum broker_allocator allocator;
 	struct metrics metrics;
+	struct broker_rule rules[BROKER_MAX_RULES];
+	unsigned nrules;
 	struct idmap instances; /* instance id -> struct broker_instance, every session's */
 	struct list waits;      /* struct broker_wait: allocations waiting, in arrival order */
 	unsigned wait_count;
@@ -312,5 +327,10 @@ uint64_t broker_now_ms(void);
 /* Walks every structure and checks what it can: pools, counters, the
  * allocation table against the sessions. 0 or -EFAULT with msg. */
 int broker_check(const struct broker *b, char *msg, unsigned msg_len);
+
+/* Replaces the rules (at most BROKER_MAX_RULES are kept). */
+void broker_set_rules(struct broker *b, const struct broker_rule *rules, unsigned n);
+/* The rule that applies to a session: its uid's, else its group's, else NULL. */
+const struct broker_rule *broker_rule_for(const struct broker *b, const struct session *s);
 
 #endif

@@ -90,7 +90,7 @@ void conf_defaults(struct conf *cfg)
 
 const char *conf_key_name(enum conf_key key)
 {
-	return key < CONF_KEY_COUNT ? conf_keys[key].name : "?";
+	return key < CONF_KEY_COUNT ? conf_keys[key].name : key == CONF_RULES ? "rules" : "?";
 }
 
 bool conf_key_needs_restart(enum conf_key key)
@@ -116,9 +116,25 @@ int conf_limit_parse(const char *text, uint64_t *bytes, double *fraction)
 	return util_parse_size(text, bytes) == 0 && *bytes > 0 ? 0 : -EINVAL;
 }
 
+/* Field by field: struct padding makes memcmp unreliable. */
+static bool conf_rules_equal(const struct conf *a, const struct conf *b)
+{
+	if (a->nrules != b->nrules)
+		return false;
+	for (unsigned i = 0; i < a->nrules; i++) {
+		const struct conf_rule *x = &a->rules[i], *y = &b->rules[i];
+		if (x->group != y->group || x->uid != y->uid || strcmp(x->name, y->name) != 0 ||
+		    x->proportion != y->proportion || x->cap != y->cap)
+			return false;
+	}
+	return true;
+}
+
 uint64_t conf_diff(const struct conf *a, const struct conf *b)
 {
 	uint64_t changed = 0;
+	if (!conf_rules_equal(a, b))
+		changed |= 1ull << CONF_RULES;
 	for (int k = 0; k < CONF_KEY_COUNT; k++) {
 		const struct conf_keydef *d = &conf_keys[k];
 		const char *fa = (const char *)a + d->offset, *fb = (const char *)b + d->offset;
@@ -163,9 +179,84 @@ static void conf_store(void *field, size_t size, unsigned long long v)
 	}
 }
 
+/*
+ * uid.<N>.proportion, uid.<N>.cap, group.<name>.proportion, group.<name>.cap:
+ * a rule per user or group, created by its first key.
+ */
+static int conf_set_rule(struct conf *cfg, const char *key, const char *value,
+                         struct conf_error *err)
+{
+	bool group = strncmp(key, "group.", 6) == 0;
+	const char *who = key + (group ? 6 : 4);
+	const char *dot = strrchr(who, '.');
+	char name[64];
+	unsigned long uid = 0;
+	if (!dot || dot == who || (size_t)(dot - who) >= sizeof(name))
+		return conf_fail(err, key, "'%s': expected uid.<N>.<field> or group.<name>.<field>",
+		                 key);
+	memcpy(name, who, (size_t)(dot - who));
+	name[dot - who] = '\0';
+	if (!group && util_parse_uint(name, 0, UINT32_MAX - 1, &uid) < 0)
+		return conf_fail(err, key, "'%s': '%s' is not a uid", key, name);
+	bool is_cap = strcmp(dot + 1, "cap") == 0;
+	if (!is_cap && strcmp(dot + 1, "proportion") != 0)
+		return conf_fail(err, key, "'%s': a rule sets proportion or cap", key);
+	unsigned i;
+	for (i = 0; i < cfg->nrules; i++) {
+		struct conf_rule *r = &cfg->rules[i];
+		if (r->group == group && (group ? strcmp(r->name, name) == 0 : r->uid == uid))
+			break;
+	}
+	if (i == cfg->nrules) {
+		if (i == BROKER_MAX_RULES)
+			return conf_fail(err, key, "more than %d uid/group rules",
+			                 BROKER_MAX_RULES);
+		cfg->rules[i] = (struct conf_rule){.group = group, .uid = (uid_t)uid};
+		snprintf(cfg->rules[i].name, sizeof(cfg->rules[i].name), "%s", name);
+		cfg->nrules++;
+	}
+	struct conf_rule *r = &cfg->rules[i];
+	if (is_cap) {
+		uint64_t cap;
+		if (util_parse_size(value, &cap) < 0 || cap == 0)
+			return conf_fail(err, key, "'%s' must be a size (e.g. 8GiB)", key);
+		r->cap = cap;
+	} else {
+		char *end;
+		double p = strtod(value, &end);
+		if (!*value || *end || !(p > 0 && p <= 1))
+			return conf_fail(err, key, "'%s' must be a number in (0, 1]", key);
+		r->proportion = p;
+	}
+	return 0;
+}
+
+unsigned conf_rules_resolve(const struct conf *cfg, gid_t (*group_gid)(const char *name),
+                            struct broker_rule *out, const char **unknown)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < cfg->nrules; i++) {
+		const struct conf_rule *r = &cfg->rules[i];
+		gid_t gid = r->group ? group_gid(r->name) : 0;
+		if (r->group && gid == (gid_t)-1) {
+			if (unknown)
+				*unknown = r->name;
+			continue;
+		}
+		out[n++] = (struct broker_rule){.group = r->group,
+		                                .uid = r->uid,
+		                                .gid = gid,
+		                                .proportion = r->proportion,
+		                                .cap = r->cap};
+	}
+	return n;
+}
+
 int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_error *err)
 {
 	int k;
+	if (strncmp(key, "uid.", 4) == 0 || strncmp(key, "group.", 6) == 0)
+		return conf_set_rule(cfg, key, value, err);
 	for (k = 0; k < CONF_KEY_COUNT; k++) {
 		if (strcmp(conf_keys[k].name, key) == 0)
 			break;

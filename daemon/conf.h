@@ -19,6 +19,15 @@
 
 #define CONF_DEFAULT_PATH "/etc/gpubroker/gpubroker.conf"
 
+/* uid.<N>.proportion / .cap and group.<name>.proportion / .cap. */
+struct conf_rule {
+	bool group;
+	uid_t uid;
+	char name[64]; /* group name */
+	double proportion;
+	uint64_t cap;
+};
+
 struct conf {
 	char backend[8]; /* auto, sim, cuda */
 	char socket[1024];
@@ -32,6 +41,8 @@ struct conf {
 	char limit[32];    /* none, bytes ("12GiB") or a percentage ("90%") */
 	char allocator[8]; /* pool or direct */
 	struct broker_limits limits;
+	struct conf_rule rules[BROKER_MAX_RULES];
+	unsigned nrules;
 	uint64_t set; /* bit per key (enum conf_key) given explicitly */
 };
 
@@ -57,6 +68,9 @@ enum conf_key {
 	CONF_MIN_AUTO_SHARE,
 	CONF_KEY_COUNT
 };
+
+/* conf_diff's bit for the uid./group. rules taken together. */
+#define CONF_RULES CONF_KEY_COUNT
 
 struct conf_error {
 	unsigned line; /* 0 when not about one line */
@@ -87,6 +101,14 @@ int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_e
  * parsed from the `limit` text. 0 or -EINVAL.
  */
 int conf_limit_parse(const char *text, uint64_t *bytes, double *fraction);
+
+/*
+ * The rules as the broker takes them; group names are resolved with
+ * group_gid, which returns (gid_t)-1 for an unknown group (such a rule is
+ * left out and named in *unknown, when not NULL). Returns the count.
+ */
+unsigned conf_rules_resolve(const struct conf *cfg, gid_t (*group_gid)(const char *name),
+                            struct broker_rule *out, const char **unknown);
 
 /* Bit per key (1 << enum conf_key) whose value differs between a and b. */
 uint64_t conf_diff(const struct conf *a, const struct conf *b);

@@ -294,6 +294,24 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 		}
 		return rc;
 	}
+	case -EXFULL: {
+		const struct broker_rule *rule = broker_rule_for(ctx->b, ctx->s);
+		uint64_t cap = rule ? rule->cap : 0;
+		uint64_t used = inst ? pool_uid_used(ctx->b->dev[inst->device].pool, ctx->s->uid) : 0;
+		proto_error_set(&ctx->err, PROTO_E_QUOTA,
+		                "quota exceeded: user %u may hold %llu bytes per device, holds %llu, "
+		                "asked for %llu",
+		                (unsigned)ctx->s->uid, (unsigned long long)cap, (unsigned long long)used,
+		                (unsigned long long)size);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data) {
+			proto_add_u64(ctx->data, "cap", cap);
+			proto_add_u64(ctx->data, "used", used);
+			proto_add_u64(ctx->data, "requested", size);
+			cJSON_AddNumberToObject(ctx->data, "uid", ctx->s->uid);
+		}
+		return rc;
+	}
 	case -EDQUOT: {
 		/* What the cap is charged: the size rounded to the granule. */
 		uint64_t charged = (size + POOL_GRANULE - 1) & ~(uint64_t)(POOL_GRANULE - 1);

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "log.h"
 #include "server.h"
+#include "service.h"
 
 #define MAX_FLAGS 64
 
@@ -189,6 +190,8 @@ static int apply_policy(struct broker *b, const struct conf *cfg)
 		rc = broker_allocator_parse(cfg->allocator, &kind);
 	if (rc == 0)
 		rc = broker_set_allocator(b, kind, &(uint64_t){0}, &(uint64_t){0});
+	if (rc == 0)
+		server_apply_rules(b, cfg);
 	return rc;
 }
 

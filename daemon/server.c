@@ -491,6 +491,16 @@ static void server_on_connection(uv_stream_t *listener, int status)
 	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
 }
 
+void server_apply_rules(struct broker *b, const struct conf *cfg)
+{
+	struct broker_rule rules[BROKER_MAX_RULES];
+	const char *unknown = NULL;
+	unsigned n = conf_rules_resolve(cfg, service_group, rules, &unknown);
+	if (unknown)
+		log_warn("rules for group %s: no such group; ignored", unknown);
+	broker_set_rules(b, rules, n);
+}
+
 /* broker_close_fn: an administrator's evict. */
 static void server_close(void *ctx, struct session *s, const char *why)
 {
@@ -628,6 +638,13 @@ static int server_reload(struct server *srv, cJSON *result, char *message, size_
 	srv->broker->limits.slab_size = slab_size;
 	/* Policy keys act through the broker so running clients hear of cap
 	 * changes (cap_changed events). */
+	if (changed & (1ull << CONF_RULES)) {
+		memcpy(srv->cfg.rules, next.rules, sizeof(next.rules));
+		srv->cfg.nrules = next.nrules;
+		server_apply_rules(srv->broker, &srv->cfg);
+		server_list_key(applied, CONF_RULES);
+		log_info("reload: uid/group rules changed");
+	}
 	if (changed & (1ull << CONF_MODE))
 		broker_set_mode(srv->broker, srv->cfg.limits.mode);
 	if (changed & (1ull << CONF_LIMIT)) {

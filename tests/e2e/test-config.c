@@ -162,6 +162,39 @@ static void test_admin_only(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/* Operator rules for a user: a default proportion for instances that ask
+ * for none, and a cap on what the user holds per device. */
+static void test_user_rules(void **state)
+{
+	char text[128];
+	snprintf(text, sizeof(text), "uid.%u.proportion = 0.25\nuid.%u.cap = 1MiB\n",
+	         (unsigned)getuid(), (unsigned)getuid());
+	write_conf(text);
+	const char *extra[] = {"--config", conf_path, NULL};
+	struct th_daemon d;
+	th_daemon_start(&d, extra);
+	gpb_client *c = th_client(&d, "ruled");
+	struct gpb_register_opts opts = {.name = "r"};
+	uint64_t inst;
+	struct gpb_allocation a, b;
+	assert_int_equal(gpb_register(c, &opts, &inst), 0);
+	char *json = NULL;
+	assert_int_equal(gpb_request(c, "policy", NULL, &json), 0);
+	assert_non_null(strstr(json, "\"proportion\":0.25"));
+	gpb_string_free(json);
+	assert_int_equal(gpb_alloc(c, inst, 768 << 10, 0, &a), 0);
+	assert_int_equal(gpb_alloc(c, inst, 512 << 10, 0, &b), GPB_E_QUOTA);
+	assert_non_null(strstr(gpb_last_error(), "may hold 1048576 bytes per device"));
+	/* Lifting the cap by reload lets it through. */
+	write_conf("");
+	assert_int_equal(gpb_request(c, "reload", NULL, &json), 0);
+	assert_non_null(strstr(json, "\"rules\""));
+	gpb_string_free(json);
+	assert_int_equal(gpb_alloc(c, inst, 512 << 10, 0, &b), 0);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 static void test_per_uid_limit(void **state)
 {
 	write_conf("max_clients_per_uid = 2\n");
@@ -193,9 +226,8 @@ static void test_per_uid_limit(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_bad_file_refused),
-	    cmocka_unit_test(test_reload),
-	    cmocka_unit_test(test_admin_only),
+	    cmocka_unit_test(test_bad_file_refused), cmocka_unit_test(test_reload),
+	    cmocka_unit_test(test_admin_only),       cmocka_unit_test(test_user_rules),
 	    cmocka_unit_test(test_per_uid_limit),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -204,6 +204,52 @@ static void test_limit_parse(void **state)
 	assert_int_equal(conf_limit_parse("", &bytes, &fraction), -EINVAL);
 }
 
+static gid_t fake_group(const char *name)
+{
+	return strcmp(name, "render") == 0 ? 44 : (gid_t)-1;
+}
+
+static void test_rules(void **state)
+{
+	struct conf cfg, before;
+	struct conf_error err;
+	assert_int_equal(parse("uid.1000.proportion = 0.25\n"
+	                       "uid.1000.cap = 8GiB\n"
+	                       "group.render.cap = 1GiB\n"
+	                       "group.nosuch.proportion = 0.5\n",
+	                       &cfg, &err),
+	                 0);
+	assert_int_equal(cfg.nrules, 3);
+	struct broker_rule rules[BROKER_MAX_RULES];
+	const char *unknown = NULL;
+	unsigned n = conf_rules_resolve(&cfg, fake_group, rules, &unknown);
+	assert_int_equal(n, 2);
+	assert_string_equal(unknown, "nosuch");
+	assert_false(rules[0].group);
+	assert_int_equal(rules[0].uid, 1000);
+	assert_true(rules[0].proportion == 0.25);
+	assert_int_equal(rules[0].cap, 8ull << 30);
+	assert_true(rules[1].group);
+	assert_int_equal(rules[1].gid, 44);
+	assert_int_equal(rules[1].cap, 1ull << 30);
+	/* A changed rule shows in the diff (and only as "rules"). */
+	before = cfg;
+	assert_int_equal(conf_set(&cfg, "uid.1000.cap", "9GiB", &err), 0);
+	assert_int_equal(conf_diff(&before, &cfg), 1ull << CONF_RULES);
+	assert_string_equal(conf_key_name(CONF_RULES), "rules");
+	static const char *const bad[] = {
+	    "uid.x.cap = 1GiB\n",        "uid.1000.size = 1\n",
+	    "uid..cap = 1GiB\n",         "uid.1000 = 1\n",
+	    "uid.1000.cap = 0\n",        "uid.1000.proportion = 2\n",
+	    "group.render.cap = none\n",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (parse(bad[i], &cfg, &err) != -EINVAL)
+			fail_msg("accepted: %s", bad[i]);
+		assert_int_equal(err.line, 1);
+	}
+}
+
 static void test_load(void **state)
 {
 	char path[] = "/tmp/gpb-conf-XXXXXX";
@@ -235,6 +281,7 @@ int main(void)
 	    cmocka_unit_test(test_empty_and_comments_only),
 	    cmocka_unit_test(test_set_and_diff),
 	    cmocka_unit_test(test_limit_parse),
+	    cmocka_unit_test(test_rules),
 	    cmocka_unit_test(test_load),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
