@@ -33,6 +33,7 @@ void broker_limits_default(struct broker_limits *limits)
 	limits->write_high_water = 4u << 20;
 	limits->hello_timeout_ms = 10000;
 	limits->max_clients = 1024;
+	limits->max_inflight = 64;
 	limits->mode = POLICY_PASSIVE;
 	limits->min_auto_share = POLICY_MIN_AUTO_SHARE;
 }

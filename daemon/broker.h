@@ -39,6 +39,7 @@ struct broker_limits {
 	uint64_t write_high_water; /* bytes of unsent replies before a client is paused */
 	unsigned hello_timeout_ms; /* a connection must say hello within this */
 	unsigned max_clients;      /* connections at once */
+	unsigned max_inflight;     /* requests of one connection waiting at once */
 	enum policy_mode mode;     /* VRAM policy mode at start (set_mode changes it live) */
 	double min_auto_share;     /* policy: least share of each auto instance, (0, 1] */
 };

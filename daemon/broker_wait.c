@@ -81,6 +81,9 @@ int broker_wait_add(struct broker *b, struct session *s, const char *req_id, uin
 	 * so a client cannot park an unbounded queue here. */
 	if (s->alloc_count + s->attached.count + s->wait_count >= b->limits.max_allocations)
 		return -EMFILE;
+	/* Requests a connection has in flight: those waiting for memory. */
+	if (s->wait_count >= b->limits.max_inflight)
+		return -EBUSY;
 	struct broker_wait *w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;

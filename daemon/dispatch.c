@@ -157,6 +157,7 @@ static int on_hello(struct dispatch_ctx *ctx)
 	    add_int(lim, "max_name", PROTO_MAX_NAME) ||
 	    add_int(lim, "max_instances", l->max_instances) ||
 	    add_int(lim, "max_allocations", l->max_allocations) ||
+	    add_int(lim, "max_inflight", l->max_inflight) ||
 	    add_int(lim, "write_high_water", (double)l->write_high_water) ||
 	    add_int(lim, "hello_timeout_ms", l->hello_timeout_ms))
 		return -ENOMEM;
@@ -400,6 +401,17 @@ static int on_alloc(struct dispatch_ctx *ctx)
 				/* It may fit already, if only the queue held it. */
 				broker_waits_run(ctx->b);
 				return 0;
+			}
+			if (wrc == -EBUSY) {
+				unsigned max = ctx->b->limits.max_inflight;
+				proto_error_set(&ctx->err, PROTO_E_LIMIT,
+				                "limit reached: max_inflight is %u waiting requests", max);
+				ctx->data = cJSON_CreateObject();
+				if (ctx->data) {
+					cJSON_AddStringToObject(ctx->data, "limit", "max_inflight");
+					cJSON_AddNumberToObject(ctx->data, "value", max);
+				}
+				return -EBUSY;
 			}
 			rc = wrc == -ENOMEM ? -EAGAIN : wrc;
 		}

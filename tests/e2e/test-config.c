@@ -195,6 +195,39 @@ static void test_user_rules(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/* max_inflight bounds the requests of one connection waiting at once. */
+static void test_inflight_limit(void **state)
+{
+	write_conf("max_inflight = 1\nlimit = 1MiB\n");
+	const char *extra[] = {"--config", conf_path, NULL};
+	struct th_daemon d;
+	th_daemon_start(&d, extra);
+	int fd = th_connect(d.socket);
+	th_hello(fd);
+	char reply[4096], req[256];
+	assert_true(th_call(fd,
+	                    "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"w\"}}",
+	                    reply, sizeof(reply)) > 0);
+	char *p = strstr(reply, "\"instance\":\"");
+	assert_non_null(p);
+	char inst[17];
+	memcpy(inst, p + 12, 16);
+	inst[16] = '\0';
+	/* Over the 1 MiB limit: the first waits, the second is refused. */
+	for (int i = 0; i < 2; i++) {
+		int n = snprintf(req, sizeof(req),
+		                 "{\"id\":\"w%d\",\"method\":\"alloc\",\"params\":{\"instance\":"
+		                 "\"%s\",\"size\":\"2097152\",\"wait_ms\":5000}}\n",
+		                 i, inst);
+		assert_int_equal(th_send(fd, req, (size_t)n), 0);
+	}
+	assert_true(th_read_line(fd, reply, sizeof(reply), 5000) > 0);
+	assert_non_null(strstr(reply, "\"id\":\"w1\""));
+	assert_non_null(strstr(reply, "\"limit\":\"max_inflight\""));
+	th_close(fd);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 static void test_per_uid_limit(void **state)
 {
 	write_conf("max_clients_per_uid = 2\n");
@@ -228,7 +261,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bad_file_refused), cmocka_unit_test(test_reload),
 	    cmocka_unit_test(test_admin_only),       cmocka_unit_test(test_user_rules),
-	    cmocka_unit_test(test_per_uid_limit),
+	    cmocka_unit_test(test_inflight_limit),   cmocka_unit_test(test_per_uid_limit),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
