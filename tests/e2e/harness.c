@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -92,10 +93,19 @@ static void th_track(pid_t pid, pid_t old)
 
 void th_daemon_start(struct th_daemon *d, const char *const *extra)
 {
+	struct th_daemon_opts o = {.extra = extra};
+	th_daemon_start_opts(d, &o);
+}
+
+void th_daemon_start_opts(struct th_daemon *d, const struct th_daemon_opts *o)
+{
 	const char *daemon = th_env("GPB_DAEMON");
-	snprintf(d->dir, sizeof(d->dir), "/tmp/gpb-test-XXXXXX");
-	assert_non_null(mkdtemp(d->dir));
-	snprintf(d->socket, sizeof(d->socket), "%s/gpubroker.sock", d->dir);
+	const char *const *extra = o->extra;
+	if (!o->restart) {
+		snprintf(d->dir, sizeof(d->dir), "/tmp/gpb-test-XXXXXX");
+		assert_non_null(mkdtemp(d->dir));
+		snprintf(d->socket, sizeof(d->socket), "%s/gpubroker.sock", d->dir);
+	}
 	const char *argv[64] = {daemon, "--socket",      d->socket, "--backend",
 	                        "sim",  "--sim-devices", "2",       "--sim-memory",
 	                        "1GiB", "--slab-size",   "2MiB",    "--log-level",
@@ -107,6 +117,14 @@ void th_daemon_start(struct th_daemon *d, const char *const *extra)
 	d->pid = fork();
 	assert_true(d->pid >= 0);
 	if (d->pid == 0) {
+		if (o->log_path) {
+			int fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+			if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+				_exit(126);
+		}
+		struct rlimit rl = {o->nofile, o->nofile};
+		if (o->nofile && setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			_exit(126);
 		execv(daemon, (char *const *)argv);
 		_exit(127);
 	}
@@ -145,6 +163,15 @@ int th_daemon_stop(struct th_daemon *d)
 	return status;
 }
 
+void th_daemon_kill(struct th_daemon *d)
+{
+	assert_true(d->pid > 0);
+	assert_int_equal(kill(d->pid, SIGKILL), 0);
+	assert_int_equal(waitpid(d->pid, NULL, 0), d->pid);
+	th_track(0, d->pid);
+	d->pid = 0;
+}
+
 int th_daemon_fds(const struct th_daemon *d)
 {
 	char path[64];
@@ -159,20 +186,27 @@ int th_daemon_fds(const struct th_daemon *d)
 	return n;
 }
 
-long th_daemon_rss_kib(const struct th_daemon *d)
+long th_daemon_status_kib(const struct th_daemon *d, const char *key)
 {
 	char path[64], line[256];
+	size_t n = strlen(key);
 	long kib = -1;
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+		if (strncmp(line, key, n) == 0 && line[n] == ':' &&
+		    sscanf(line + n + 1, "%ld kB", &kib) == 1)
 			break;
 	}
 	fclose(f);
 	return kib;
+}
+
+long th_daemon_rss_kib(const struct th_daemon *d)
+{
+	return th_daemon_status_kib(d, "VmRSS");
 }
 
 int th_connect(const char *path)
@@ -346,6 +380,29 @@ int th_run(char *const argv[], char *const env[], char *out, size_t cap)
 	int st;
 	waitpid(pid, &st, 0);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+uint64_t th_selfcheck(gpb_client *c, struct th_selfcheck *out)
+{
+	char *json = NULL;
+	int rc = gpb_request(c, "selfcheck", NULL, &json);
+	if (rc < 0)
+		fail_msg("selfcheck: %s: %s", gpb_strerror(rc), gpb_last_error());
+	cJSON *root = cJSON_Parse(json);
+	assert_non_null(root);
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "ok")));
+	uint64_t n = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "allocations"));
+	if (out) {
+		out->allocations = n;
+		out->sessions = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "sessions"));
+		out->instances = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "instances"));
+		out->waits = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "waits"));
+		const cJSON *heap = cJSON_GetObjectItemCaseSensitive(root, "heap_bytes");
+		out->heap_bytes = cJSON_IsNumber(heap) ? (long long)heap->valuedouble : -1;
+	}
+	cJSON_Delete(root);
+	gpb_string_free(json);
+	return n;
 }
 
 bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms)

@@ -26,6 +26,19 @@ struct th_daemon {
  * extra arguments say otherwise) and waits until it accepts connections.
  * extra: NULL-terminated, may be NULL. Fails the test on error. */
 void th_daemon_start(struct th_daemon *d, const char *const *extra);
+
+/* How th_daemon_start_opts starts it. Zero-initialise. */
+struct th_daemon_opts {
+	const char *const *extra; /* more arguments, NULL-terminated (may be NULL) */
+	unsigned nofile;          /* RLIMIT_NOFILE of the daemon; 0 = inherited */
+	const char *log_path;     /* the daemon's stderr goes here (appended); NULL = ours */
+	bool restart;             /* reuse d's directory and socket path (after a kill) */
+};
+void th_daemon_start_opts(struct th_daemon *d, const struct th_daemon_opts *o);
+/* SIGKILL and reap; the directory and the (now stale) socket stay. */
+void th_daemon_kill(struct th_daemon *d);
+/* A line "Key: value kB" of /proc/PID/status (VmRSS, VmHWM...), or -1. */
+long th_daemon_status_kib(const struct th_daemon *d, const char *key);
 /* SIGTERM, wait (10 s at most); returns the exit status, or -1 if it had to
  * be killed or died of a signal. Removes the temporary directory. */
 int th_daemon_stop(struct th_daemon *d);
@@ -60,6 +73,16 @@ uint64_t th_status_field(gpb_client *c, const char *key);
  * returns the exit status (or -1 when killed). env: extra NAME=VALUE pairs,
  * NULL-terminated, may be NULL. */
 int th_run(char *const argv[], char *const env[], char *out, size_t cap);
+
+/* What the admin `selfcheck` request reports. */
+struct th_selfcheck {
+	uint64_t sessions, instances, allocations, waits;
+	long long heap_bytes; /* the daemon's malloc'd bytes in use; -1: unknown */
+};
+/* Runs `selfcheck` (every pool, session, allocation and policy structure of
+ * the daemon) and fails the test unless it passes. out may be NULL.
+ * Returns its "allocations" count. */
+uint64_t th_selfcheck(gpb_client *c, struct th_selfcheck *out);
 
 /* Polls cond(arg) every 10 ms for up to timeout_ms; returns its last value. */
 bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms);
