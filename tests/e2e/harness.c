@@ -122,15 +122,23 @@ void th_daemon_start_opts(struct th_daemon *d, const struct th_daemon_opts *o)
 			if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
 				_exit(126);
 		}
-		struct rlimit rl = {o->nofile, o->nofile};
-		if (o->nofile && setrlimit(RLIMIT_NOFILE, &rl) < 0)
-			_exit(126);
+		if (o->exact_heap)
+			setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0", 1);
 		execv(daemon, (char *const *)argv);
 		_exit(127);
 	}
 	th_track(d->pid, 0);
 	assert_true(th_wait_for(th_socket_ready, d, 10000));
 	assert_true(th_daemon_alive(d));
+	if (o->nofile) {
+		/* Set from here, once the daemon runs: under valgrind a
+		 * process's own setrlimit(RLIMIT_NOFILE) is emulated and never
+		 * reaches the kernel (and valgrind itself needs descriptors to
+		 * exec), but a limit set on another process is real. The limit
+		 * bounds the descriptors the daemon opens from now on. */
+		struct rlimit rl = {o->nofile, o->nofile};
+		assert_int_equal(prlimit(d->pid, RLIMIT_NOFILE, &rl, NULL), 0);
+	}
 }
 
 bool th_daemon_alive(const struct th_daemon *d)
@@ -348,6 +356,17 @@ uint64_t th_status_field(gpb_client *c, const char *key)
 uint64_t th_status_used(gpb_client *c)
 {
 	return th_status_field(c, "used");
+}
+
+void th_child_exit(int code)
+{
+	const char *preload = getenv("LD_PRELOAD");
+	if (preload && strstr(preload, "vgpreload")) {
+		char arg[16];
+		snprintf(arg, sizeof(arg), "exit %d", code & 255);
+		execl("/bin/sh", "sh", "-c", arg, (char *)NULL);
+	}
+	_exit(code);
 }
 
 int th_run(char *const argv[], char *const env[], char *out, size_t cap)

@@ -33,6 +33,8 @@ struct th_daemon_opts {
 	unsigned nofile;          /* RLIMIT_NOFILE of the daemon; 0 = inherited */
 	const char *log_path;     /* the daemon's stderr goes here (appended); NULL = ours */
 	bool restart;             /* reuse d's directory and socket path (after a kill) */
+	bool exact_heap;          /* glibc's per-thread cache off: selfcheck's heap_bytes then
+	                             counts exactly the bytes in use, no freed chunks kept */
 };
 void th_daemon_start_opts(struct th_daemon *d, const struct th_daemon_opts *o);
 /* SIGKILL and reap; the directory and the (now stale) socket stay. */
@@ -68,6 +70,12 @@ gpb_client *th_client(const struct th_daemon *d, const char *name);
 uint64_t th_status_used(gpb_client *c);
 /* A numeric or u64-string member of a `status` result's top level or totals. */
 uint64_t th_status_field(gpb_client *c, const char *key);
+
+/* Ends a forked child with status code; never returns. Under valgrind,
+ * which follows fork and leak-checks every process as it exits (charging the
+ * child with what the test had allocated before forking), the status leaves
+ * through an exec of /bin/sh instead: a process that execs is not checked. */
+void th_child_exit(int code) __attribute__((noreturn));
 
 /* Runs argv (argv[0] a path), captures stdout into out (NUL-terminated) and
  * returns the exit status (or -1 when killed). env: extra NAME=VALUE pairs,

@@ -7,10 +7,11 @@
  * The main run lasts GPB_CHAOS_SECONDS (default 10: a few hundred kills;
  * tools/reliability.sh runs the long form with thousands). Afterwards every
  * device shows zero used, the daemon's descriptors are back to the baseline
- * (plus the one empty slab per device the pool caches for a uid), its heap
- * and RSS are back within 10% of what they were after a warm-up round, and
- * its selfcheck (every pool, session, allocation, wait and policy
- * structure) passes, as it must at every moment of the run.
+ * (plus the one empty slab per device the pool caches for a uid), its RSS
+ * within 10% of what it was after a warm-up round and its heap (malloc'd
+ * bytes, with glibc's per-thread cache off so that the count is exact)
+ * within 8 KiB of it, and its selfcheck (every pool, session, allocation,
+ * wait and policy structure) passes, as it must at every moment of the run.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,6 +47,7 @@ struct shared {
 	int error_set;
 	unsigned long ops, errors_expected;
 	unsigned long by_code[32]; /* expected refusals by -GPB_E_* */
+	unsigned long refused;     /* connections the daemon could not take */
 };
 
 static struct shared *sh;
@@ -127,7 +129,7 @@ static void check(int rc, const char *what)
 	if (__atomic_exchange_n(&sh->error_set, 1, __ATOMIC_ACQ_REL) == 0)
 		snprintf(sh->error, sizeof(sh->error), "pid %d: %s: %s: %s", (int)getpid(), what,
 		         gpb_strerror(rc), gpb_last_error());
-	_exit(3);
+	th_child_exit(3);
 }
 
 struct worker {
@@ -155,8 +157,11 @@ static void worker_connect(struct worker *w, const char *socket)
 {
 	memset(w, 0, sizeof(*w));
 	int rc = gpb_connect(socket, "chaos", &w->c);
-	if (rc < 0 && worker_exhausting)
-		_exit(0); /* refused for lack of descriptors: nothing to do */
+	if (rc < 0 && worker_exhausting) {
+		/* Refused for lack of descriptors: nothing to do. */
+		__atomic_add_fetch(&sh->refused, 1, __ATOMIC_RELAXED);
+		th_child_exit(0);
+	}
 	check(rc, "connect");
 	gpb_set_event_callback(w->c, on_event, w);
 }
@@ -329,15 +334,15 @@ static void deaf_main(const char *path)
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		_exit(worker_exhausting ? 0 : 4);
+		th_child_exit(worker_exhausting ? 0 : 4);
 	static const char hello[] =
 	    "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1]}}\n";
 	static const char req[] = "{\"id\":\"d\",\"method\":\"status\"}\n";
 	if (send(fd, hello, sizeof(hello) - 1, MSG_NOSIGNAL) < 0)
-		_exit(worker_exhausting ? 0 : 4);
+		th_child_exit(worker_exhausting ? 0 : 4);
 	for (;;) {
 		if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) < 0)
-			_exit(0); /* dropped */
+			th_child_exit(0); /* dropped */
 	}
 }
 
@@ -363,7 +368,7 @@ static void spawn(struct run *r, int i, const char *socket)
 		if (deaf)
 			deaf_main(socket);
 		worker_main(socket, seed);
-		_exit(0);
+		th_child_exit(0);
 	}
 	r->pid[i] = pid;
 	r->die_at[i] = now_ms() + 5 + rnd_below((unsigned)r->max_life_ms);
@@ -487,7 +492,7 @@ static void test_chaos(void **state)
 	fclose(f);
 	const char *extra[] = {"--config", conf, "--log-level", "error", NULL};
 	struct th_daemon d;
-	struct th_daemon_opts o = {.extra = extra};
+	struct th_daemon_opts o = {.extra = extra, .exact_heap = true};
 	th_daemon_start_opts(&d, &o);
 	gpb_client *by = th_client(&d, "bystander");
 	struct gpb_register_opts ro = {.name = "bystander"};
@@ -547,10 +552,15 @@ static void test_chaos(void **state)
 	assert_int_equal(device_used(by, 0), a.size);
 	assert_int_equal(device_used(by, 1), 0);
 	assert_true(r.kills - kills0 >= secs * 10);
+	/* The heap bound: one 32-byte chunk lost per 256 workers killed
+	 * fails it (a CI run kills about 500; a planted 8-byte leak per
+	 * closed session grew the heap by 117 KB, RSS by 1%). Not under
+	 * ASan: its allocator is not glibc's, and its quarantine keeps freed
+	 * memory resident. */
 #ifndef __SANITIZE_ADDRESS__
 	assert_true(rss1 <= rss0 + rss0 / 10);
 	if (s0.heap_bytes >= 0)
-		assert_true(s1.heap_bytes <= s0.heap_bytes + s0.heap_bytes / 10);
+		assert_true(s1.heap_bytes - s0.heap_bytes <= 8192);
 #endif
 	/* Every device at zero once the bystander leaves too. */
 	gpb_disconnect(by);
@@ -565,31 +575,56 @@ static void test_chaos(void **state)
 	unlink(conf);
 }
 
-/* The daemon out of descriptors (RLIMIT_NOFILE 96) while workers come and
- * go: connections and slabs are refused (the connection closed, a
- * backend_error), nothing breaks, and all is released afterwards. */
+struct fds_at_least {
+	const struct th_daemon *d;
+	int n;
+};
+
+static bool fds_reached(void *arg)
+{
+	struct fds_at_least *a = arg;
+	return th_daemon_fds(a->d) >= a->n;
+}
+
+/* The daemon out of descriptors (RLIMIT_NOFILE 96, all but 8 taken by idle
+ * connections held here) while workers come and go: connections and slabs
+ * are refused (the connection closed, a backend_error), nothing breaks, and
+ * all is released afterwards. */
 static void test_chaos_descriptor_exhaustion(void **state)
 {
-	const char *extra[] = {"--log-level", "error", NULL};
+	enum { NOFILE = 96, SPARE = 8, MAX_HOGS = 128 };
+	const char *extra[] = {"--log-level", "error", "--hello-timeout", "600000", NULL};
 	struct th_daemon d;
-	struct th_daemon_opts o = {.extra = extra, .nofile = 96};
+	struct th_daemon_opts o = {.extra = extra, .nofile = NOFILE};
 	th_daemon_start_opts(&d, &o);
 	gpb_client *by = th_client(&d, "bystander");
 	int fds0 = th_daemon_fds(&d);
+	int hogs[MAX_HOGS], nhogs = 0;
+	while (nhogs < MAX_HOGS && th_daemon_fds(&d) < NOFILE - SPARE) {
+		struct fds_at_least fa = {&d, th_daemon_fds(&d) + 1};
+		hogs[nhogs++] = th_connect(d.socket);
+		assert_true(th_wait_for(fds_reached, &fa, 10000));
+	}
 	struct run r = {.workers = 24, .max_life_ms = 400, .exhausting = true};
 	rnd_seed((uint64_t)time(NULL) ^ (uint64_t)getpid() ^ 1);
 	unsigned long ops0 = sh->ops, codes[32];
 	memcpy(codes, sh->by_code, sizeof(codes));
+	unsigned long refused0 = sh->refused;
 	run_chaos(&r, &d, by, 4000);
+	for (int i = 0; i < nhogs; i++)
+		th_close(hogs[i]);
 	waiting_client = by;
 	assert_true(th_wait_for(only_one_client, NULL, 30000));
 	struct fds_arg fa = {&d, fds0 + 2};
 	assert_true(th_wait_for(fds_under, &fa, 10000));
 	unsigned long backend = sh->by_code[-GPB_E_BACKEND] - codes[-GPB_E_BACKEND];
-	printf("# descriptor exhaustion (RLIMIT_NOFILE 96, 24 workers): %lu killed, %lu ops; "
-	       "refusals: %s; descriptors back to %d (baseline %d)\n",
-	       r.kills, sh->ops - ops0, refusals(codes), th_daemon_fds(&d), fds0);
-	assert_true(backend > 0);
+	unsigned long refused = sh->refused - refused0;
+	printf("# descriptor exhaustion (RLIMIT_NOFILE %d, %d left free, 24 workers): %lu killed, "
+	       "%lu ops, %lu connections refused; refusals: %s; descriptors back to %d "
+	       "(baseline %d)\n",
+	       NOFILE, SPARE, r.kills, sh->ops - ops0, refused, refusals(codes), th_daemon_fds(&d),
+	       fds0);
+	assert_true(backend + refused > 0);
 	assert_int_equal(th_selfcheck(by, NULL), 0);
 	assert_int_equal(device_used(by, 0), 0);
 	assert_int_equal(device_used(by, 1), 0);
@@ -609,7 +644,7 @@ static void test_chaos_descriptor_exhaustion(void **state)
 static void report(int fd, char what)
 {
 	if (write(fd, &what, 1) != 1)
-		_exit(9);
+		th_child_exit(9);
 }
 
 /* Allocates and frees until the daemon dies: every call then says
@@ -688,7 +723,7 @@ static void test_daemon_sigkill_restart(void **state)
 		if (pids[i] == 0) {
 			close(pfd[0]);
 			rnd_seed((uint64_t)getpid());
-			_exit(restart_worker(d.socket, pfd[1]));
+			th_child_exit(restart_worker(d.socket, pfd[1]));
 		}
 	}
 	close(pfd[1]);
@@ -780,7 +815,7 @@ static void test_sigterm_in_flight(void **state)
 		if (pids[i] == 0) {
 			close(pfd[0]);
 			rnd_seed((uint64_t)getpid());
-			_exit(sigterm_worker(d.socket, pfd[1], i < WAITERS));
+			th_child_exit(sigterm_worker(d.socket, pfd[1], i < WAITERS));
 		}
 	}
 	close(pfd[1]);

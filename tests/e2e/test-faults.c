@@ -305,16 +305,16 @@ static void test_sigkill_reclaims(void **state)
 		struct gpb_register_opts opts = {.name = "victim"};
 		struct gpb_allocation a;
 		if (gpb_connect(daemon_.socket, "victim", &c) || gpb_register(c, &opts, &inst))
-			_exit(1);
+			th_child_exit(1);
 		for (int i = 0; i < 64; i++) {
 			if (gpb_alloc(c, inst, 100000, 0, &a))
-				_exit(1);
+				th_child_exit(1);
 			memset(a.ptr, 1, 100000);
 		}
 		if (write(ready[1], "r", 1) != 1)
-			_exit(1);
+			th_child_exit(1);
 		pause();
-		_exit(0);
+		th_child_exit(0);
 	}
 	char r;
 	assert_int_equal(read(ready[0], &r, 1), 1);
@@ -801,8 +801,8 @@ static void test_free_not_yours(void **state)
 		if (pid == 0) {
 			close(sv[0]);
 			if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
-				_exit(99);
-			_exit(nobody_alloc(sv[1]));
+				th_child_exit(99);
+			th_child_exit(nobody_alloc(sv[1]));
 		}
 		close(sv[1]);
 		char line[64];
@@ -853,14 +853,14 @@ static void test_killed_before_alloc_reply(void **state)
 		assert_true(pid >= 0);
 		if (pid == 0) {
 			if (send(fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n)
-				_exit(1);
+				th_child_exit(1);
 			if (round % 2) {
 				/* Sure the daemon answered: its reply is waiting. */
 				struct pollfd pfd = {.fd = fd, .events = POLLIN};
 				poll(&pfd, 1, 5000);
 			}
 			raise(SIGKILL);
-			_exit(2);
+			th_child_exit(2);
 		}
 		th_close(fd);
 		int st;

@@ -359,8 +359,8 @@ static int as_nobody(int (*fn)(const char *path), const char *path)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
-			_exit(99);
-		_exit(fn(path));
+			th_child_exit(99);
+		th_child_exit(fn(path));
 	}
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
