@@ -422,18 +422,12 @@ static unsigned server_uid_connections(struct server *srv, uid_t uid)
 	return n;
 }
 
-static void server_on_connection(uv_stream_t *listener, int status)
+/* A connection with its handles initialised, counted, not yet open. */
+static struct conn *conn_create(struct server *srv)
 {
-	struct server *srv = listener->data;
-	if (status < 0) {
-		log_warn("accept: %s", uv_strerror(status));
-		return;
-	}
 	struct conn *c = calloc(1, sizeof(*c));
-	if (!c) {
-		log_error("accept: out of memory");
-		return;
-	}
+	if (!c)
+		return NULL;
 	c->srv = srv;
 	proto_framer_init(&c->framer, PROTO_MAX_FRAME);
 	list_init(&c->link);
@@ -445,6 +439,54 @@ static void server_on_connection(uv_stream_t *listener, int status)
 	c->open_handles = 3;
 	list_insert_tail(&srv->conns, &c->link);
 	srv->conn_count++;
+	return c;
+}
+
+/* Opens the session of a connected client and starts reading (or refuses
+ * it over a limit). */
+static void conn_serve(struct conn *c, const struct service_peer *peer)
+{
+	struct server *srv = c->srv;
+	unsigned same_uid = server_uid_connections(srv, peer->uid);
+	c->session = broker_session_open(srv->broker, peer->uid, peer->gid, peer->pid);
+	if (!c->session) {
+		conn_close(c, "out of memory");
+		return;
+	}
+	c->session->conn = c;
+	c->session->admin = peer->admin;
+	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
+	          (unsigned long long)c->session->id, (int)peer->pid, (unsigned)peer->uid,
+	          (unsigned)peer->gid, peer->admin ? " (admin)" : "");
+	const char *limit = NULL;
+	if (srv->conn_count > srv->broker->limits.max_clients)
+		limit = "limit reached: too many clients";
+	else if (same_uid >= srv->cfg.max_clients_per_uid)
+		limit = "limit reached: too many clients of this user";
+	if (limit) {
+		struct dispatch_reply rep;
+		dispatch_error(PROTO_E_LIMIT, limit, &rep);
+		if (conn_send(c, rep.frame, rep.len, -1) == 0)
+			conn_finish(c);
+		return;
+	}
+	uv_timer_start(&c->hello_timer, conn_on_hello_timeout, srv->broker->limits.hello_timeout_ms,
+	               0);
+	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
+}
+
+static void server_on_connection(uv_stream_t *listener, int status)
+{
+	struct server *srv = listener->data;
+	if (status < 0) {
+		log_warn("accept: %s", uv_strerror(status));
+		return;
+	}
+	struct conn *c = conn_create(srv);
+	if (!c) {
+		log_error("accept: out of memory");
+		return;
+	}
 	int rc = uv_accept(listener, (uv_stream_t *)&c->pipe);
 	if (rc < 0) {
 		/* EMFILE and friends: the pending connection stays queued in
@@ -463,32 +505,22 @@ static void server_on_connection(uv_stream_t *listener, int status)
 		conn_close(c, "no peer credentials");
 		return;
 	}
-	unsigned same_uid = server_uid_connections(srv, peer.uid);
-	c->session = broker_session_open(srv->broker, peer.uid, peer.gid, peer.pid);
-	if (!c->session) {
-		conn_close(c, "out of memory");
-		return;
+	conn_serve(c, &peer);
+}
+
+int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid, bool admin)
+{
+	struct conn *c = conn_create(srv);
+	if (!c)
+		return -ENOMEM;
+	int rc = uv_pipe_open(&c->pipe, fd);
+	if (rc < 0) {
+		conn_close(c, "cannot open the descriptor");
+		return rc;
 	}
-	c->session->conn = c;
-	c->session->admin = peer.admin;
-	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
-	          (unsigned long long)c->session->id, (int)peer.pid, (unsigned)peer.uid,
-	          (unsigned)peer.gid, peer.admin ? " (admin)" : "");
-	const char *limit = NULL;
-	if (srv->conn_count > srv->broker->limits.max_clients)
-		limit = "limit reached: too many clients";
-	else if (same_uid >= srv->cfg.max_clients_per_uid)
-		limit = "limit reached: too many clients of this user";
-	if (limit) {
-		struct dispatch_reply rep;
-		dispatch_error(PROTO_E_LIMIT, limit, &rep);
-		if (conn_send(c, rep.frame, rep.len, -1) == 0)
-			conn_finish(c);
-		return;
-	}
-	uv_timer_start(&c->hello_timer, conn_on_hello_timeout, srv->broker->limits.hello_timeout_ms,
-	               0);
-	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
+	struct service_peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
+	conn_serve(c, &peer);
+	return 0;
 }
 
 void server_apply_rules(struct broker *b, const struct conf *cfg)

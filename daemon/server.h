@@ -8,6 +8,7 @@
 #ifndef GPB_SERVER_H
 #define GPB_SERVER_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 #include <uv.h>
 
@@ -32,6 +33,14 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg
  * -ENAMETOOLONG, -ENOTSOCK (path exists and is not a socket), other errnos.
  */
 int server_start(struct server *srv);
+/*
+ * Serves fd, a connected stream socket, as a client with these credentials,
+ * as if it had been accepted (the fuzz harness and tests use it with one end
+ * of a socketpair; the daemon itself never calls it). On success the server
+ * owns fd and closes it with the connection. 0, -ENOMEM, or a libuv error
+ * (fd is then still the caller's).
+ */
+int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid, bool admin);
 /* Frees what the loop no longer references; call after uv_run returns. */
 void server_destroy(struct server *srv);
 
