@@ -17,6 +17,7 @@
 #include "broker.h"
 #include "conf.h"
 #include "config.h"
+#include "jsonmem.h"
 #include "log.h"
 #include "server.h"
 #include "service.h"
@@ -203,6 +204,8 @@ static int reload_conf(struct conf *out)
 
 int main(int argc, char **argv)
 {
+	/* Every JSON node is counted: a clean exit requires none left. */
+	jsonmem_install();
 	struct cmdline cl = {0};
 	int status = parse_cmdline(argc, argv, &cl);
 	if (status >= 0)
@@ -263,6 +266,11 @@ int main(int argc, char **argv)
 	if (uv_loop_close(&loop) < 0)
 		log_warn("event loop: handles still open at exit");
 	broker_destroy(broker);
+	long leaked = jsonmem_outstanding();
+	if (leaked != 0) {
+		log_error("%ld JSON allocations were never freed (a leak in the daemon)", leaked);
+		status = 1;
+	}
 	if (status == 0)
 		log_info("stopped");
 	return status;
