@@ -32,6 +32,40 @@ const char *th_env(const char *name)
 	return v;
 }
 
+/* The group fixtures th_run_group_tests wraps, and whether each returned 0
+ * (a failed assertion leaves by longjmp and never sets its flag). */
+static CMFixtureFunction th_group_setup_fn, th_group_teardown_fn;
+static bool th_group_setup_ok, th_group_teardown_ok;
+
+static int th_group_setup(void **state)
+{
+	int rc = th_group_setup_fn ? th_group_setup_fn(state) : 0;
+	th_group_setup_ok = rc == 0;
+	return rc;
+}
+
+static int th_group_teardown(void **state)
+{
+	int rc = th_group_teardown_fn ? th_group_teardown_fn(state) : 0;
+	th_group_teardown_ok = rc == 0;
+	return rc;
+}
+
+int th_run_group_tests(const char *name, const struct CMUnitTest *tests, size_t count,
+                       CMFixtureFunction setup, CMFixtureFunction teardown)
+{
+	th_group_setup_fn = setup;
+	th_group_teardown_fn = teardown;
+	th_group_setup_ok = th_group_teardown_ok = false;
+	int failed = _cmocka_run_group_tests(name, tests, count, th_group_setup, th_group_teardown);
+	if (!th_group_setup_ok || !th_group_teardown_ok) {
+		fprintf(stderr, "harness: the group %s of %s failed\n",
+		        th_group_setup_ok ? "teardown" : "setup", name);
+		failed++;
+	}
+	return failed;
+}
+
 static void th_sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
