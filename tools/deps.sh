@@ -1,11 +1,12 @@
 #!/bin/sh
 # Installs the Debian 12 packages gpubroker needs to build and test, when
 # any is missing. Sourced by quickstart.sh and test.sh.
-GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc"
+GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind"
 
+# gpb_install_deps [PACKAGES]: default $GPB_PACKAGES.
 gpb_install_deps() {
 	missing=""
-	for p in $GPB_PACKAGES; do
+	for p in ${1:-$GPB_PACKAGES}; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing="$missing $p"
 	done

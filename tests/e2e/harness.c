@@ -66,6 +66,11 @@ int th_run_group_tests(const char *name, const struct CMUnitTest *tests, size_t 
 	return failed;
 }
 
+bool th_valgrind(void)
+{
+	return getenv("GPB_VALGRIND") != NULL;
+}
+
 static void th_sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -140,12 +145,24 @@ void th_daemon_start_opts(struct th_daemon *d, const struct th_daemon_opts *o)
 		assert_non_null(mkdtemp(d->dir));
 		snprintf(d->socket, sizeof(d->socket), "%s/gpubroker.sock", d->dir);
 	}
-	const char *argv[64] = {daemon, "--socket",      d->socket, "--backend",
-	                        "sim",  "--sim-devices", "2",       "--sim-memory",
-	                        "1GiB", "--slab-size",   "2MiB",    "--log-level",
-	                        "warn"};
-	int n = 13;
-	for (int i = 0; extra && extra[i] && n < 62; i++)
+	static const char *const base[] = {"--socket",      NULL,   "--backend",    "sim",
+	                                   "--sim-devices", "2",    "--sim-memory", "1GiB",
+	                                   "--slab-size",   "2MiB", "--log-level",  "warn"};
+	const char *argv[96];
+	int n = 0;
+	/* `meson test --setup=valgrind` runs the daemon under valgrind as
+	 * well: GPB_DAEMON_WRAPPER is the command to put in front of it
+	 * (words split at blanks). */
+	char wrapper[1024];
+	snprintf(wrapper, sizeof(wrapper), "%s", getenv("GPB_DAEMON_WRAPPER") ?: "");
+	char *save = NULL;
+	for (char *w = strtok_r(wrapper, " \t", &save); w && n < 24;
+	     w = strtok_r(NULL, " \t", &save))
+		argv[n++] = w;
+	argv[n++] = daemon;
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		argv[n++] = base[i] ? base[i] : d->socket;
+	for (int i = 0; extra && extra[i] && n < 94; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
 	d->pid = fork();
@@ -158,7 +175,7 @@ void th_daemon_start_opts(struct th_daemon *d, const struct th_daemon_opts *o)
 		}
 		if (o->exact_heap)
 			setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0", 1);
-		execv(daemon, (char *const *)argv);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	th_track(d->pid, 0);

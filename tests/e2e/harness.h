@@ -102,6 +102,14 @@ bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms);
 const char *th_env(const char *name);
 
 /*
+ * True under `meson test --setup=valgrind` (GPB_VALGRIND set), where the
+ * daemons run under valgrind too (GPB_DAEMON_WRAPPER): their RSS then says
+ * nothing (valgrind queues freed blocks, and checks for leaks itself), and
+ * everything is tens of times slower.
+ */
+bool th_valgrind(void);
+
+/*
  * cmocka 1.1.5 prints a failing group setup or teardown but leaves it out of
  * its exit status, and these tests check in their group teardown that the
  * daemon exits 0 when stopped: how a crash at shutdown, a leaked JSON node

@@ -275,9 +275,10 @@ static void test_load(void **state)
 	assert_int_equal(errors, 0);
 	assert_int_equal(all_alloc.count, (uint64_t)nconn * pairs);
 	assert_int_equal(sc.allocations, 0);
-	/* Bounded: a few KiB per connection, not per request. */
+	/* Bounded: a few KiB per connection, not per request (RSS means
+	 * nothing under ASan or valgrind: both keep freed memory queued). */
 #ifndef __SANITIZE_ADDRESS__
-	assert_true(hwm - rss0 < 64 * 1024 + (long)nconn * 64);
+	assert_true(hwm - rss0 < 64 * 1024 + (long)nconn * 64 || th_valgrind());
 #endif
 	for (unsigned i = 0; i < nconn; i++)
 		gpb_disconnect(cs[i].c);
