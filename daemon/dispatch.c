@@ -298,12 +298,14 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 	case -EXFULL: {
 		const struct broker_rule *rule = broker_rule_for(ctx->b, ctx->s);
 		uint64_t cap = rule ? rule->cap : 0;
-		uint64_t used = inst ? pool_uid_used(ctx->b->dev[inst->device].pool, ctx->s->uid) : 0;
-		proto_error_set(&ctx->err, PROTO_E_QUOTA,
-		                "quota exceeded: user %u may hold %llu bytes per device, holds %llu, "
-		                "asked for %llu",
-		                (unsigned)ctx->s->uid, (unsigned long long)cap, (unsigned long long)used,
-		                (unsigned long long)size);
+		uint64_t used =
+		    inst ? pool_uid_used(ctx->b->dev[inst->device].pool, ctx->s->uid) : 0;
+		proto_error_set(
+		    &ctx->err, PROTO_E_QUOTA,
+		    "quota exceeded: user %u may hold %llu bytes per device, holds %llu, "
+		    "asked for %llu",
+		    (unsigned)ctx->s->uid, (unsigned long long)cap, (unsigned long long)used,
+		    (unsigned long long)size);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
 			proto_add_u64(ctx->data, "cap", cap);
@@ -404,8 +406,9 @@ static int on_alloc(struct dispatch_ctx *ctx)
 			}
 			if (wrc == -EBUSY) {
 				unsigned max = ctx->b->limits.max_inflight;
-				proto_error_set(&ctx->err, PROTO_E_LIMIT,
-				                "limit reached: max_inflight is %u waiting requests", max);
+				proto_error_set(
+				    &ctx->err, PROTO_E_LIMIT,
+				    "limit reached: max_inflight is %u waiting requests", max);
 				ctx->data = cJSON_CreateObject();
 				if (ctx->data) {
 					cJSON_AddStringToObject(ctx->data, "limit", "max_inflight");
