@@ -73,6 +73,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	list_init(&b->sessions);
 	list_init(&b->waits);
 	idmap_init(&b->allocs);
+	arena_init(&b->alloc_arena, sizeof(struct broker_alloc), 32);
 	idmap_init(&b->instances);
 	b->timer_deadline = UINT64_MAX;
 	b->next_session_id = 1;
@@ -136,6 +137,7 @@ void broker_destroy(struct broker *b)
 	if (b->policy.device_count) /* policy_init succeeded */
 		policy_finish(&b->policy);
 	idmap_finish(&b->allocs);
+	arena_finish(&b->alloc_arena);
 	idmap_finish(&b->instances);
 	backend_destroy(b->backend);
 	free(b);
@@ -220,7 +222,7 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 	/* Last: this may hand the slab back to the backend. */
 	pool_free(b->dev[device].pool, a->block);
 	free(a->label);
-	free(a);
+	arena_free(&b->alloc_arena, a);
 }
 
 /* Drops what one attachment holds: the session's hold on the slab and the
@@ -486,7 +488,7 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 	if (rule && rule->cap &&
 	    pool_uid_used(b->dev[inst->device].pool, s->uid) + size > rule->cap)
 		return -EXFULL;
-	struct broker_alloc *a = calloc(1, sizeof(*a));
+	struct broker_alloc *a = arena_alloc(&b->alloc_arena, NULL);
 	if (!a)
 		return -EAGAIN;
 	rc = broker_new_id(b, &a->id);
@@ -529,7 +531,7 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 		*made = a;
 	return 0;
 fail:
-	free(a);
+	arena_free(&b->alloc_arena, a);
 	return rc;
 }
 

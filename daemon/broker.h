@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "arena.h"
 #include "backend.h"
 #include "idmap.h"
 #include "list.h"
@@ -162,7 +163,8 @@ struct broker {
 	struct broker_limits limits;
 	struct broker_device dev[BACKEND_MAX_DEVICES];
 	int device_count;
-	struct idmap allocs; /* allocation id -> struct broker_alloc */
+	struct idmap allocs;      /* allocation id -> struct broker_alloc */
+	struct arena alloc_arena; /* where the struct broker_alloc records live */
 	struct list sessions;
 	unsigned session_count;
 	uint64_t instance_count;

@@ -9,7 +9,9 @@
  * slab. This file keeps the heaps and their slabs, the slab cache and pins,
  * and the counters behind the stats and the check.
  *
- * Nothing here touches device memory: the metadata is all malloc'd.
+ * Nothing here touches device memory: the metadata is in host memory, block
+ * descriptors and slab records in two arenas of the pool (arena.h), heaps
+ * malloc'd.
  */
 #include "pool_internal.h"
 
@@ -72,9 +74,10 @@ static void heap_put(struct pool *pool, struct pool_heap *heap)
 static void slab_release(struct pool *pool, struct pool_slab *slab)
 {
 	struct pool_heap *heap = slab->heap;
+	struct pool_block *first = blk_at(pool, slab->first);
 
-	tlsf_remove(pool, heap, slab->first);
-	tlsf_spare_put(pool, slab->first);
+	tlsf_remove(pool, heap, first, slab->size);
+	arena_free_index(&pool->blocks, slab->first, first);
 	if (slab->prev)
 		slab->prev->next = slab->next;
 	else
@@ -85,7 +88,7 @@ static void slab_release(struct pool *pool, struct pool_slab *slab)
 	pool->slabs--;
 	pool->reserved -= slab->size;
 	pool->ops.destroy(pool->ctx, slab->backend);
-	free(slab);
+	arena_free_index(&pool->slabs_arena, slab->index, slab);
 }
 
 /* A slab has just become empty and unpinned: cache it or give it back. */
@@ -101,15 +104,18 @@ static void slab_idle(struct pool *pool, struct pool_slab *slab)
 	heap_put(pool, heap);
 }
 
-/* Adds a backend slab to the heap as one free range. */
+/* Adds a backend slab to the heap as one free range. Needs a spare block
+ * slot (arena_reserve). */
 static struct pool_slab *slab_add(struct pool *pool, struct pool_heap *heap, void *backend,
                                   uint64_t size, bool dedicated)
 {
-	struct pool_slab *slab = calloc(1, sizeof(*slab));
+	uint32_t si, bi;
+	struct pool_slab *slab = arena_alloc(&pool->slabs_arena, &si);
 	struct pool_block *b;
 
 	if (!slab)
 		return NULL;
+	slab->index = si;
 	slab->backend = backend;
 	slab->heap = heap;
 	slab->size = size;
@@ -125,11 +131,11 @@ static struct pool_slab *slab_add(struct pool *pool, struct pool_heap *heap, voi
 	if (!dedicated)
 		heap->cached++;
 
-	b = tlsf_spare_take(pool);
-	b->slab = slab;
+	b = arena_alloc(&pool->blocks, &bi);
+	b->slab = slab->index;
 	block_set(b, size, true);
-	slab->first = b;
-	tlsf_insert(pool, heap, b);
+	slab->first = bi;
+	tlsf_insert(pool, heap, bi, b, size);
 
 	pool->slabs++;
 	pool->reserved += size;
@@ -151,15 +157,13 @@ static int backend_create(struct pool *pool, uint64_t size, uint32_t uid, void *
 		err = -EIO;
 	return err;
 }
-/* Carves a live block of `size` bytes at `align` out of the free range b and
- * counts it. Needs two spare block structs. */
-static struct pool_block *block_take(struct pool *pool, struct pool_block *b, uint64_t size,
-                                     uint64_t align)
+/* Carves a live block of `size` bytes at `align` out of the free range bi
+ * and counts it. Needs two spare block slots. */
+static struct pool_block *block_take(struct pool *pool, uint32_t bi, uint64_t size, uint64_t align)
 {
-	struct pool_slab *slab = b->slab;
+	struct pool_slab *slab = block_slab(pool, blk_at(pool, bi));
 	struct pool_heap *heap = slab->heap;
-
-	b = tlsf_split(pool, b, size, align);
+	struct pool_block *b = tlsf_split(pool, heap, bi, size, align);
 
 	if (slab->live++ == 0 && !slab->pins && !slab->dedicated)
 		heap->cached--;
@@ -187,7 +191,7 @@ struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_o
 		threshold = cfg->large_threshold;
 		keep_empty = cfg->keep_empty;
 	}
-	if (slab_size % POOL_SLAB_ALIGN)
+	if (slab_size % POOL_SLAB_ALIGN || slab_size > POOL_MAX_SLAB)
 		return NULL;
 	if (!threshold)
 		threshold = slab_size / 2;
@@ -203,6 +207,9 @@ struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_o
 	pool->slab_size = slab_size;
 	pool->large_threshold = threshold;
 	pool->keep_empty = keep_empty;
+	arena_init(&pool->blocks, sizeof(struct pool_block), 32);
+	/* Slab indices leave the top bit of pool_block.slab to the free flag. */
+	arena_init(&pool->slabs_arena, sizeof(struct pool_slab), 31);
 	return pool;
 }
 
@@ -214,29 +221,15 @@ void pool_destroy(struct pool *pool)
 		struct pool_heap *heap, *hnext;
 
 		for (heap = pool->buckets[i]; heap; heap = hnext) {
-			struct pool_slab *slab, *snext;
-
 			hnext = heap->hnext;
-			for (slab = heap->slabs; slab; slab = snext) {
-				struct pool_block *b, *bnext;
-
-				snext = slab->next;
-				for (b = slab->first; b; b = bnext) {
-					bnext = b->next_phys;
-					free(b);
-				}
+			for (struct pool_slab *slab = heap->slabs; slab; slab = slab->next)
 				pool->ops.destroy(pool->ctx, slab->backend);
-				free(slab);
-			}
 			free(heap);
 		}
 	}
-	while (pool->spare) {
-		struct pool_block *b = pool->spare;
-
-		pool->spare = b->next_free;
-		free(b);
-	}
+	/* Every block and slab record goes with its arena. */
+	arena_finish(&pool->blocks);
+	arena_finish(&pool->slabs_arena);
 	free(pool);
 }
 
@@ -245,7 +238,7 @@ int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
 {
 	struct pool_heap *heap;
 	struct pool_slab *slab;
-	struct pool_block *b = NULL;
+	uint32_t bi = NIL;
 	uint64_t rsize, need, slab_bytes;
 	bool dedicated;
 	void *backend;
@@ -269,16 +262,27 @@ int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
 		if (rsize > UINT64_MAX - (POOL_SLAB_ALIGN - 1))
 			return -EINVAL;
 		slab_bytes = align_up(rsize, POOL_SLAB_ALIGN);
+		/* No device has that much: out of memory, as the backend
+		 * would have said, without asking it. */
+		if (slab_bytes > POOL_MAX_SLAB) {
+			err = -ENOMEM;
+			goto fail;
+		}
 	}
 
-	err = tlsf_spare_reserve(pool, 2);
-	if (err)
-		goto fail;
+	/* A split takes up to two descriptors (a new slab's whole range and
+	 * its tail, or an aligned front and a tail): reserved first, so that
+	 * nothing can fail halfway through changing the lists. */
+	if (pool->blocks.nfree < 2) {
+		err = arena_reserve(&pool->blocks, 2);
+		if (err)
+			goto fail;
+	}
 
 	heap = heap_find(pool, uid);
 	if (heap && !dedicated)
-		b = tlsf_fit(heap, rsize, align, need);
-	if (!b) {
+		bi = tlsf_fit(pool, heap, rsize, align, need);
+	if (!bi) {
 		/* May trim, which may free the heap we just found. */
 		err = backend_create(pool, slab_bytes, uid, &backend);
 		if (err)
@@ -293,9 +297,9 @@ int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
 			goto fail;
 		}
 		/* Offset 0 of a fresh slab suits every alignment. */
-		b = slab->first;
+		bi = slab->first;
 	}
-	*out = block_take(pool, b, rsize, align);
+	*out = block_take(pool, bi, rsize, align);
 	return 0;
 fail:
 	if (err == -ENOMEM)
@@ -311,7 +315,7 @@ void pool_free(struct pool *pool, struct pool_block *block)
 
 	if (!pool || !block)
 		return;
-	slab = block->slab;
+	slab = block_slab(pool, block);
 	heap = slab->heap;
 	size = block_size(block);
 
@@ -320,7 +324,7 @@ void pool_free(struct pool *pool, struct pool_block *block)
 	pool->live--;
 	pool->frees++;
 	slab->live--;
-	tlsf_merge(pool, heap, block);
+	tlsf_merge(pool, heap, block_index(pool, slab, block), block, size);
 
 	if (!slab->live && !slab->pins)
 		slab_idle(pool, slab);
@@ -328,7 +332,7 @@ void pool_free(struct pool *pool, struct pool_block *block)
 
 uint64_t pool_block_offset(const struct pool_block *block)
 {
-	return block->offset;
+	return block_offset(block);
 }
 
 uint64_t pool_block_size(const struct pool_block *block)
@@ -338,7 +342,7 @@ uint64_t pool_block_size(const struct pool_block *block)
 
 struct pool_slab *pool_block_slab(const struct pool_block *block)
 {
-	return block->slab;
+	return block_slab(pool_of_block(block), block);
 }
 
 void *pool_slab_backend(const struct pool_slab *slab)
@@ -425,7 +429,7 @@ void pool_get_stats(const struct pool *pool, struct pool_stats *out)
 	out->ooms = pool->ooms;
 	for (unsigned i = 0; i < 1u << HEAP_BUCKET_BITS; i++) {
 		for (const struct pool_heap *heap = pool->buckets[i]; heap; heap = heap->hnext) {
-			uint64_t l = tlsf_largest_free(heap);
+			uint64_t l = tlsf_largest_free(pool, heap);
 
 			if (l > out->largest_free)
 				out->largest_free = l;
@@ -460,20 +464,24 @@ int pool_check_fail(char *msg, unsigned msg_len, const char *fmt, ...)
 static int slab_check(const struct pool *pool, const struct pool_slab *slab, struct check_sum *sum,
                       uint64_t *used, char *msg, unsigned msg_len)
 {
-	const struct pool_block *b, *prev = NULL;
+	const struct pool_block *b = NULL, *prev = NULL;
 	uint64_t off = 0, live = 0;
-	uint32_t uid = slab->uid;
+	uint32_t uid = slab->uid, bi, prev_i = NIL;
 
-	CHECK(slab->size % POOL_SLAB_ALIGN == 0 && slab->size && slab->first &&
-	          (slab->dedicated || slab->size == pool->slab_size),
+	CHECK(slab->size % POOL_SLAB_ALIGN == 0 && slab->size && slab->size <= POOL_MAX_SLAB &&
+	          slab->first && (slab->dedicated || slab->size == pool->slab_size) &&
+	          slab_at(pool, slab->index) == slab,
 	      "uid %u: bad slab of %" PRIu64 " bytes", uid, slab->size);
-	for (b = slab->first; b; prev = b, b = b->next_phys) {
-		uint64_t size = block_size(b);
+	for (bi = slab->first; bi; prev = b, prev_i = bi, bi = b->next_phys) {
+		uint64_t size;
 
-		CHECK(b->slab == slab && b->prev_phys == prev, "uid %u: bad links at %" PRIu64, uid,
-		      off);
-		CHECK(b->offset == off, "uid %u: block at %" PRIu64 ", expected %" PRIu64, uid,
-		      b->offset, off);
+		b = blk_at(pool, bi);
+		size = block_size(b);
+		CHECK(block_slab(pool, b) == slab && b->prev_phys == prev_i && blk_index(b) == bi &&
+		          (block_is_free(b) || !b->prev_free),
+		      "uid %u: bad links at %" PRIu64, uid, off);
+		CHECK(block_offset(b) == off, "uid %u: block at %" PRIu64 ", expected %" PRIu64,
+		      uid, block_offset(b), off);
 		CHECK(size && size % POOL_GRANULE == 0 && size <= slab->size - off,
 		      "uid %u: block at %" PRIu64 " of %" PRIu64 " bytes", uid, off, size);
 		if (block_is_free(b)) {
@@ -524,14 +532,13 @@ static int heap_check(const struct pool *pool, const struct pool_heap *heap, str
 	      "uid %u: %u cached slabs, counts %u, keeps %u", heap->uid, cached, heap->cached,
 	      pool->keep_empty);
 	sum->used += used;
-	return tlsf_check_lists(heap, sum->free_blocks - free_before, msg, msg_len);
+	return tlsf_check_lists(pool, heap, sum->free_blocks - free_before, msg, msg_len);
 }
 
 int pool_check(const struct pool *pool, char *msg, unsigned msg_len)
 {
 	struct check_sum sum = {0};
-	const struct pool_block *b;
-	unsigned nheaps = 0, nspare = 0;
+	unsigned nheaps = 0;
 	int err;
 
 	CHECK(pool, "no pool");
@@ -546,9 +553,14 @@ int pool_check(const struct pool *pool, char *msg, unsigned msg_len)
 		}
 	}
 	CHECK(nheaps == pool->nheaps, "%u heaps, counts %u", nheaps, pool->nheaps);
-	for (b = pool->spare; b; b = b->next_free)
-		CHECK(++nspare <= pool->nspare, "spare list longer than %u", pool->nspare);
-	CHECK(nspare == pool->nspare, "%u spares, counts %u", nspare, pool->nspare);
+	/* Every descriptor is a block or a free range of some slab, and
+	 * every slab record a slab. */
+	CHECK(arena_check(&pool->blocks) == 0 && arena_check(&pool->slabs_arena) == 0, "bad arena");
+	CHECK(pool->blocks.live == sum.live + sum.free_blocks &&
+	          pool->slabs_arena.live == sum.slabs,
+	      "%" PRIu64 " block and %" PRIu64 " slab records for %" PRIu64 " blocks in %" PRIu64
+	      " slabs",
+	      pool->blocks.live, pool->slabs_arena.live, sum.live + sum.free_blocks, sum.slabs);
 	CHECK(sum.reserved == pool->reserved && sum.slabs == pool->slabs,
 	      "%" PRIu64 " bytes in %" PRIu64 " slabs, counts %" PRIu64 " in %" PRIu64,
 	      sum.reserved, sum.slabs, pool->reserved, pool->slabs);

@@ -10,10 +10,14 @@
  * indexed by (log2 class, linear sub-class) with bitmaps, so finding a fit is
  * O(1); ranges are coalesced with their address neighbours on free. All sizes
  * and offsets are multiples of the granule (256 bytes). Metadata lives in
- * host memory, never in the device memory it describes.
+ * host memory, never in the device memory it describes: 32 bytes per block
+ * (live or free range), from arenas owned by the pool.
  *
  * Requests larger than large_threshold get a dedicated slab rounded up to the
- * slab alignment. When a slab becomes empty it is returned to the backend,
+ * slab alignment. No slab, standard or dedicated, may exceed POOL_MAX_SLAB:
+ * block descriptors keep offsets and sizes as 48-bit granule counts.
+ *
+ * When a slab becomes empty it is returned to the backend,
  * except that each uid keeps up to keep_empty standard slabs as a cache
  * (alloc/free ping-pong must not create and destroy a slab each time).
  * A pinned slab is never returned while pinned.
@@ -28,6 +32,7 @@
 #define POOL_SLAB_ALIGN    (2u << 20)  /* 2 MiB: slab sizes are multiples of this */
 #define POOL_DEFAULT_SLAB  (64u << 20) /* 64 MiB */
 #define POOL_MAX_ALIGNMENT POOL_SLAB_ALIGN
+#define POOL_MAX_SLAB      (1ull << 55) /* 32 PiB: larger configs and requests are refused */
 
 struct pool;
 struct pool_slab;
@@ -64,8 +69,8 @@ struct pool_stats {
 };
 
 /* Returns NULL when out of memory. cfg may be NULL for defaults.
- * -EINVAL-worthy configs (slab_size not a multiple of POOL_SLAB_ALIGN) also
- * return NULL. */
+ * -EINVAL-worthy configs (slab_size not a multiple of POOL_SLAB_ALIGN, or
+ * above POOL_MAX_SLAB) also return NULL. */
 struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_ops *ops, void *ctx);
 /* Returns every slab to the backend (live blocks included) and frees the pool. */
 void pool_destroy(struct pool *pool);
@@ -77,7 +82,9 @@ void pool_destroy(struct pool *pool);
  * -ENOMEM the pool releases every unpinned empty slab (all uids) and tries
  * once more.
  * Returns 0 and *out, -EINVAL (size 0, bad alignment, size overflow), -ENOMEM
- * (device full: counted in ooms), or another error from ops->create.
+ * (device full, or a dedicated slab above POOL_MAX_SLAB, which no device has:
+ * counted in ooms; also host memory for the metadata), or another error from
+ * ops->create.
  */
 int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
                struct pool_block **out);

@@ -6,51 +6,68 @@
 #ifndef GPB_POOL_INTERNAL_H
 #define GPB_POOL_INTERNAL_H
 
+#include "arena.h"
 #include "pool.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SL_LOG2  4
 #define SL_COUNT (1u << SL_LOG2)
-/* Sizes are < 2^64, so g < 2^56 and fl <= 55 + 1 - SL_LOG2 = 52. */
-#define FL_COUNT (64 - 8 - SL_LOG2 + 1)
+/* Granule counts are < 2^48, so fl <= 47 + 1 - SL_LOG2 = 44. */
+#define FL_COUNT (48 - SL_LOG2 + 1)
 
-#define BLOCK_FREE 1u
+/* Granule counts and slab indices are stored in 48 and 31 bits. */
+#define POOL_GRANULE_SHIFT 8
+#define SLAB_INDEX_FREE    0x80000000u /* in pool_block.slab: the block is free */
 
 /* uid -> heap table. Fixed: a machine has few users of its GPUs, and even a
  * few thousand uids only make chains of ~10. */
 #define HEAP_BUCKET_BITS 8
 
 /*
- * 7 x 8 = 56 bytes on LP64, which glibc serves from a 64-byte chunk. The free
- * flag lives in bit 0 of size_flags (sizes are granule multiples) because a
- * separate bool would pad the struct to 64 bytes and the chunk to 80.
+ * A block descriptor: 32 bytes, from the pool's arena (no malloc header), so
+ * a million live blocks take 32 MiB where a malloc'd struct of pointers took
+ * 64. Links are 32-bit arena indices (NIL: none); offsets and sizes are
+ * 48-bit granule counts (slabs up to POOL_MAX_SLAB); the slab is an index in
+ * the pool's slab arena, with the free flag in its top bit.
  */
+#define NIL 0u /* index 0 is an arena header slot, never a block */
+
 struct pool_block {
-	struct pool_slab *slab;
-	struct pool_block *prev_phys; /* address-order neighbours in the slab */
-	struct pool_block *next_phys;
-	struct pool_block *prev_free; /* class list links, meaningful while free */
-	struct pool_block *next_free; /* (also chains the spare list) */
-	uint64_t offset;
-	uint64_t size_flags; /* size | BLOCK_FREE */
+	uint32_t prev_phys, next_phys; /* address-order neighbours in the slab */
+	uint32_t prev_free, next_free; /* class list links, meaningful while free */
+	uint32_t slab;                 /* slab index | SLAB_INDEX_FREE */
+	uint16_t off_hi, size_hi;      /* granule counts, bits 32-47 */
+	uint32_t off_lo, size_lo;      /* granule counts, bits 0-31 */
 };
 
-_Static_assert(sizeof(struct pool_block) <= 64, "keep pool_block within 64 bytes");
+_Static_assert(sizeof(struct pool_block) == 32, "pool_block is 32 bytes");
+/* blk_at() and blk_index() compute with these constants. */
+#define BLK_SHIFT 11
+_Static_assert(ARENA_CHUNK / sizeof(struct pool_block) == 1u << BLK_SHIFT,
+               "2^BLK_SHIFT blocks to an arena chunk");
+_Static_assert(POOL_MAX_SLAB >> POOL_GRANULE_SHIFT < 1ull << 48, "granule counts fit 48 bits");
 
 struct pool_slab {
 	void *backend;
 	struct pool_heap *heap;
 	struct pool_slab *prev; /* the heap's slabs, unordered */
 	struct pool_slab *next;
-	struct pool_block *first; /* the block at offset 0 */
 	uint64_t size;
-	uint64_t live; /* live blocks */
+	uint64_t live;  /* live blocks */
+	uint32_t first; /* the block at offset 0 */
+	uint32_t index; /* in the pool's slab arena */
 	uint32_t uid;
-	unsigned pins;
-	bool dedicated;
+	unsigned pins : 31;
+	unsigned dedicated : 1;
 };
+
+/* slab_at() computes with this constant. */
+#define SLAB_SHIFT 10
+_Static_assert(ARENA_CHUNK / sizeof(struct pool_slab) == 1u << SLAB_SHIFT,
+               "2^SLAB_SHIFT slab records to an arena chunk");
 
 struct pool_heap {
 	uint32_t uid;
@@ -60,8 +77,8 @@ struct pool_heap {
 	uint64_t nslabs;
 	uint64_t used;             /* bytes in live blocks */
 	uint64_t fl_map;           /* bit fl: sl_map[fl] != 0 */
-	uint32_t sl_map[FL_COUNT]; /* bit sl: lists[fl][sl] != NULL */
-	struct pool_block *lists[FL_COUNT][SL_COUNT];
+	uint32_t sl_map[FL_COUNT]; /* bit sl: lists[fl][sl] != NIL */
+	uint32_t lists[FL_COUNT][SL_COUNT];
 };
 
 struct pool {
@@ -74,8 +91,8 @@ struct pool {
 	struct pool_heap *buckets[1u << HEAP_BUCKET_BITS];
 	unsigned nheaps;
 
-	struct pool_block *spare;
-	unsigned nspare;
+	struct arena blocks;      /* struct pool_block */
+	struct arena slabs_arena; /* struct pool_slab */
 
 	uint64_t reserved;
 	uint64_t used;
@@ -88,19 +105,80 @@ struct pool {
 	uint64_t ooms;
 };
 
+static inline struct pool_block *blk_at(const struct pool *pool, uint32_t i)
+{
+	return (struct pool_block *)pool->blocks.chunks[i >> BLK_SHIFT] +
+	       (i & ((1u << BLK_SHIFT) - 1));
+}
+
+/* The index of a block, from the chunk's first slot: see block_index(). */
+static inline uint32_t blk_index(const struct pool_block *b)
+{
+	uint32_t off = (uint32_t)((uintptr_t)b & (ARENA_CHUNK - 1));
+
+	return arena_chunk_of(b)->no << BLK_SHIFT | off / (uint32_t)sizeof(*b);
+}
+
+static inline struct pool *pool_of_block(const struct pool_block *b)
+{
+	return (struct pool *)((char *)arena_of(b) - offsetof(struct pool, blocks));
+}
+
+static inline struct pool_slab *slab_at(const struct pool *pool, uint32_t i)
+{
+	return (struct pool_slab *)pool->slabs_arena.chunks[i >> SLAB_SHIFT] +
+	       (i & ((1u << SLAB_SHIFT) - 1));
+}
+
+static inline struct pool_slab *block_slab(const struct pool *pool, const struct pool_block *b)
+{
+	return slab_at(pool, b->slab & ~SLAB_INDEX_FREE);
+}
+
+/* The index of a block of the slab, from a neighbour's link: the free that
+ * needs it reads the neighbours next anyway, where the chunk's first slot
+ * would be one more cache line (and one that chunks' alignment keeps
+ * evicting). */
+static inline uint32_t block_index(const struct pool *pool, const struct pool_slab *slab,
+                                   const struct pool_block *b)
+{
+	if (b->prev_phys)
+		return blk_at(pool, b->prev_phys)->next_phys;
+	if (b->next_phys)
+		return blk_at(pool, b->next_phys)->prev_phys;
+	return slab->first;
+}
+
 static inline uint64_t block_size(const struct pool_block *b)
 {
-	return b->size_flags & ~(uint64_t)BLOCK_FREE;
+	return ((uint64_t)b->size_hi << 32 | b->size_lo) << POOL_GRANULE_SHIFT;
+}
+
+static inline uint64_t block_offset(const struct pool_block *b)
+{
+	return ((uint64_t)b->off_hi << 32 | b->off_lo) << POOL_GRANULE_SHIFT;
 }
 
 static inline bool block_is_free(const struct pool_block *b)
 {
-	return b->size_flags & BLOCK_FREE;
+	return b->slab & SLAB_INDEX_FREE;
 }
 
 static inline void block_set(struct pool_block *b, uint64_t size, bool free)
 {
-	b->size_flags = size | (free ? BLOCK_FREE : 0);
+	uint64_t g = size >> POOL_GRANULE_SHIFT;
+
+	b->size_lo = (uint32_t)g;
+	b->size_hi = (uint16_t)(g >> 32);
+	b->slab = (b->slab & ~SLAB_INDEX_FREE) | (free ? SLAB_INDEX_FREE : 0);
+}
+
+static inline void block_set_offset(struct pool_block *b, uint64_t offset)
+{
+	uint64_t g = offset >> POOL_GRANULE_SHIFT;
+
+	b->off_lo = (uint32_t)g;
+	b->off_hi = (uint16_t)(g >> 32);
 }
 
 static inline uint64_t align_up(uint64_t v, uint64_t align)
@@ -108,40 +186,36 @@ static inline uint64_t align_up(uint64_t v, uint64_t align)
 	return (v + align - 1) & ~(align - 1);
 }
 
-/* pool_tlsf.c: the free-range index of a heap and the blocks it files. */
+/* pool_tlsf.c: the free-range index of a heap and the blocks it files.
+ * Blocks go by index (bi) and, where the caller has it at hand, pointer (b). */
 
-/* Files the free range b in its class list (and counts it in free_blocks). */
-void tlsf_insert(struct pool *pool, struct pool_heap *heap, struct pool_block *b);
-/* Takes the free range b out of its class list. */
-void tlsf_remove(struct pool *pool, struct pool_heap *heap, struct pool_block *b);
-/* A free range of the heap that holds `size` bytes at `align`, or NULL.
+/* Files the free range bi of `size` bytes in its class list (and counts it
+ * in free_blocks). */
+void tlsf_insert(struct pool *pool, struct pool_heap *heap, uint32_t bi, struct pool_block *b,
+                 uint64_t size);
+/* Takes the free range b (of `size` bytes) out of its class list. */
+void tlsf_remove(struct pool *pool, struct pool_heap *heap, struct pool_block *b, uint64_t size);
+/* A free range of the heap that holds `size` bytes at `align`, or NIL.
  * `need` is size + align - granule: any range that large fits. */
-struct pool_block *tlsf_fit(const struct pool_heap *heap, uint64_t size, uint64_t align,
-                            uint64_t need);
-/* Carves a live block of `size` bytes at `align` out of the free range b,
- * filing the remainders as free; returns the live block. Needs two spare
- * block structs (tlsf_spare_reserve). Counts nothing but free ranges. */
-struct pool_block *tlsf_split(struct pool *pool, struct pool_block *b, uint64_t size,
+uint32_t tlsf_fit(const struct pool *pool, const struct pool_heap *heap, uint64_t size,
+                  uint64_t align, uint64_t need);
+/* Carves a live block of `size` bytes at `align` out of the free range bi of
+ * the heap, filing the remainders as free; returns the live block. Needs two
+ * spare block slots (arena_reserve). Counts nothing but free ranges. */
+struct pool_block *tlsf_split(struct pool *pool, struct pool_heap *heap, uint32_t bi, uint64_t size,
                               uint64_t align);
-/* Marks the live block free, coalesces it with free address neighbours and
- * files the result. Counts nothing but free ranges. */
-void tlsf_merge(struct pool *pool, struct pool_heap *heap, struct pool_block *block);
+/* Marks the live block bi (of `size` bytes) free, coalesces it with free
+ * address neighbours and files the result. Counts nothing but free ranges. */
+void tlsf_merge(struct pool *pool, struct pool_heap *heap, uint32_t bi, struct pool_block *block,
+                uint64_t size);
 /* The largest free range of the heap (0 when none). */
-uint64_t tlsf_largest_free(const struct pool_heap *heap);
-
-/* Makes sure `n` block structs are at hand so that a split cannot fail
- * halfway through changing the lists. */
-int tlsf_spare_reserve(struct pool *pool, unsigned n);
-/* A zeroed block struct from the spares (reserved beforehand). */
-struct pool_block *tlsf_spare_take(struct pool *pool);
-/* Keeps b for a later split, or frees it when enough are kept. */
-void tlsf_spare_put(struct pool *pool, struct pool_block *b);
+uint64_t tlsf_largest_free(const struct pool *pool, const struct pool_heap *heap);
 
 /* Checks that every free range of the heap is in exactly the list of its
  * class and that the bitmaps say which lists are non-empty; free_blocks is
  * how many free ranges the heap's slabs hold. Returns 0 or -EFAULT. */
-int tlsf_check_lists(const struct pool_heap *heap, uint64_t free_blocks, char *msg,
-                     unsigned msg_len);
+int tlsf_check_lists(const struct pool *pool, const struct pool_heap *heap, uint64_t free_blocks,
+                     char *msg, unsigned msg_len);
 
 /* pool.c: pool_check's reporting, shared with tlsf_check_lists. */
 

@@ -24,10 +24,6 @@
  * asking for a new slab: keeps the worst case of an alloc constant. */
 #define FIT_SCAN_MAX 32
 
-/* Block structs recycled by coalescing are kept for the next split rather
- * than going back to malloc each time; capped so a mass free returns them. */
-#define SPARE_MAX 64
-
 static inline unsigned log2_u64(uint64_t v)
 {
 	return 63 - __builtin_clzll(v);
@@ -57,47 +53,50 @@ static bool class_round(uint64_t size, unsigned *fl, unsigned *sl)
 
 	if (g >= SL_COUNT)
 		g += (1ull << (log2_u64(g) - SL_LOG2)) - 1;
+	if (g >> 48)
+		return false;
 	class_of(g * POOL_GRANULE, fl, sl);
 	return *fl < FL_COUNT;
 }
 
-void tlsf_insert(struct pool *pool, struct pool_heap *heap, struct pool_block *b)
+void tlsf_insert(struct pool *pool, struct pool_heap *heap, uint32_t bi, struct pool_block *b,
+                 uint64_t size)
 {
 	unsigned fl, sl;
 
-	class_of(block_size(b), &fl, &sl);
-	b->prev_free = NULL;
+	class_of(size, &fl, &sl);
+	b->prev_free = NIL;
 	b->next_free = heap->lists[fl][sl];
 	if (b->next_free)
-		b->next_free->prev_free = b;
-	heap->lists[fl][sl] = b;
+		blk_at(pool, b->next_free)->prev_free = bi;
+	heap->lists[fl][sl] = bi;
 	heap->sl_map[fl] |= 1u << sl;
 	heap->fl_map |= 1ull << fl;
 	pool->free_blocks++;
 }
 
-void tlsf_remove(struct pool *pool, struct pool_heap *heap, struct pool_block *b)
+void tlsf_remove(struct pool *pool, struct pool_heap *heap, struct pool_block *b, uint64_t size)
 {
 	unsigned fl, sl;
 
-	class_of(block_size(b), &fl, &sl);
+	class_of(size, &fl, &sl);
 	if (b->prev_free)
-		b->prev_free->next_free = b->next_free;
+		blk_at(pool, b->prev_free)->next_free = b->next_free;
 	else
 		heap->lists[fl][sl] = b->next_free;
 	if (b->next_free)
-		b->next_free->prev_free = b->prev_free;
+		blk_at(pool, b->next_free)->prev_free = b->prev_free;
 	if (!heap->lists[fl][sl]) {
 		heap->sl_map[fl] &= ~(1u << sl);
 		if (!heap->sl_map[fl])
 			heap->fl_map &= ~(1ull << fl);
 	}
-	b->prev_free = b->next_free = NULL;
+	b->prev_free = b->next_free = NIL;
 	pool->free_blocks--;
 }
 
 /* Head of the first non-empty list at or above (*fl, *sl); updates both. */
-static struct pool_block *list_find(const struct pool_heap *heap, unsigned *fl, unsigned *sl)
+static uint32_t list_find(const struct pool_heap *heap, unsigned *fl, unsigned *sl)
 {
 	uint32_t sm = heap->sl_map[*fl] & (~0u << *sl);
 
@@ -105,7 +104,7 @@ static struct pool_block *list_find(const struct pool_heap *heap, unsigned *fl, 
 		uint64_t fm = *fl + 1 < FL_COUNT ? heap->fl_map & (~0ull << (*fl + 1)) : 0;
 
 		if (!fm)
-			return NULL;
+			return NIL;
 		*fl = __builtin_ctzll(fm);
 		sm = heap->sl_map[*fl];
 	}
@@ -115,29 +114,34 @@ static struct pool_block *list_find(const struct pool_heap *heap, unsigned *fl, 
 
 static bool block_fits(const struct pool_block *b, uint64_t size, uint64_t align)
 {
-	uint64_t front = align_up(b->offset, align) - b->offset;
+	uint64_t off = block_offset(b), front = align_up(off, align) - off;
 
 	return front < block_size(b) && block_size(b) - front >= size;
 }
 
-struct pool_block *tlsf_fit(const struct pool_heap *heap, uint64_t size, uint64_t align,
-                            uint64_t need)
+uint32_t tlsf_fit(const struct pool *pool, const struct pool_heap *heap, uint64_t size,
+                  uint64_t align, uint64_t need)
 {
 	unsigned fl, sl, budget = FIT_SCAN_MAX;
-	struct pool_block *b;
+	uint32_t bi;
 
 	if (class_round(need, &fl, &sl)) {
-		b = list_find(heap, &fl, &sl);
-		if (b)
-			return b;
+		bi = list_find(heap, &fl, &sl);
+		if (bi)
+			return bi;
 	}
 	/* Nothing at or above the rounded class, so whatever fits is in the
 	 * few lists below it: look at a bounded number of ranges. */
 	class_of(size, &fl, &sl);
-	while (budget && (b = list_find(heap, &fl, &sl))) {
-		for (; b && budget; b = b->next_free, budget--) {
+	if (fl >= FL_COUNT)
+		return NIL;
+	while (budget && (bi = list_find(heap, &fl, &sl))) {
+		for (; bi && budget; budget--) {
+			const struct pool_block *b = blk_at(pool, bi);
+
 			if (block_fits(b, size, align))
-				return b;
+				return bi;
+			bi = b->next_free;
 		}
 		if (++sl == SL_COUNT) {
 			sl = 0;
@@ -145,123 +149,113 @@ struct pool_block *tlsf_fit(const struct pool_heap *heap, uint64_t size, uint64_
 				break;
 		}
 	}
-	return NULL;
+	return NIL;
 }
 
-int tlsf_spare_reserve(struct pool *pool, unsigned n)
+/* A zeroed block from the arena, reserved beforehand (pool_alloc). */
+static struct pool_block *spare_take(struct pool *pool, uint32_t *bi)
 {
-	while (pool->nspare < n) {
-		struct pool_block *b = malloc(sizeof(*b));
-
-		if (!b)
-			return -ENOMEM;
-		b->next_free = pool->spare;
-		pool->spare = b;
-		pool->nspare++;
-	}
-	return 0;
+	return arena_alloc_sized(&pool->blocks, bi, sizeof(struct pool_block));
 }
 
-struct pool_block *tlsf_spare_take(struct pool *pool)
+/* Inserts the fresh block n (index ni) after b (index bi) in address order,
+ * as a piece of b's slab. */
+static void phys_link_after(struct pool *pool, uint32_t bi, struct pool_block *b, uint32_t ni,
+                            struct pool_block *n)
 {
-	struct pool_block *b = pool->spare;
-
-	pool->spare = b->next_free;
-	pool->nspare--;
-	memset(b, 0, sizeof(*b));
-	return b;
-}
-
-void tlsf_spare_put(struct pool *pool, struct pool_block *b)
-{
-	if (pool->nspare >= SPARE_MAX) {
-		free(b);
-		return;
-	}
-	b->next_free = pool->spare;
-	pool->spare = b;
-	pool->nspare++;
-}
-
-/* Inserts n after b in address order, as a piece of b's slab. */
-static void phys_link_after(struct pool_block *b, struct pool_block *n)
-{
-	n->slab = b->slab;
-	n->prev_phys = b;
+	n->slab = b->slab & ~SLAB_INDEX_FREE;
+	n->prev_phys = bi;
 	n->next_phys = b->next_phys;
 	if (b->next_phys)
-		b->next_phys->prev_phys = n;
-	b->next_phys = n;
+		blk_at(pool, b->next_phys)->prev_phys = ni;
+	b->next_phys = ni;
 }
 
-static void phys_unlink(struct pool_block *b)
+/* Takes b (index bi) out of the address order and gives its descriptor
+ * back. */
+static void phys_drop(struct pool *pool, uint32_t bi, struct pool_block *b)
 {
 	if (b->prev_phys)
-		b->prev_phys->next_phys = b->next_phys;
+		blk_at(pool, b->prev_phys)->next_phys = b->next_phys;
 	if (b->next_phys)
-		b->next_phys->prev_phys = b->prev_phys;
+		blk_at(pool, b->next_phys)->prev_phys = b->prev_phys;
+	arena_free_sized(&pool->blocks, bi, b, sizeof(*b));
 }
 
-struct pool_block *tlsf_split(struct pool *pool, struct pool_block *b, uint64_t size,
+struct pool_block *tlsf_split(struct pool *pool, struct pool_heap *heap, uint32_t bi, uint64_t size,
                               uint64_t align)
 {
-	struct pool_heap *heap = b->slab->heap;
-	uint64_t front = align_up(b->offset, align) - b->offset;
+	struct pool_block *b = blk_at(pool, bi);
+	uint64_t off = block_offset(b), front = align_up(off, align) - off, bsize = block_size(b);
 
-	tlsf_remove(pool, heap, b);
+	tlsf_remove(pool, heap, b, bsize);
 	if (front) {
 		/* The front remainder stays free in b; its left neighbour is
 		 * live (no two free neighbours), so no coalescing is due. */
-		struct pool_block *rest = tlsf_spare_take(pool);
+		uint32_t ri;
+		struct pool_block *rest = spare_take(pool, &ri);
 
-		phys_link_after(b, rest);
-		rest->offset = b->offset + front;
-		block_set(rest, block_size(b) - front, false);
+		phys_link_after(pool, bi, b, ri, rest);
+		block_set_offset(rest, off + front);
 		block_set(b, front, true);
-		tlsf_insert(pool, heap, b);
+		tlsf_insert(pool, heap, bi, b, front);
 		b = rest;
+		bi = ri;
+		off += front;
+		bsize -= front;
 	}
-	if (block_size(b) > size) {
-		struct pool_block *tail = tlsf_spare_take(pool);
+	if (bsize > size) {
+		uint32_t ti;
+		struct pool_block *tail = spare_take(pool, &ti);
 
-		phys_link_after(b, tail);
-		tail->offset = b->offset + size;
-		block_set(tail, block_size(b) - size, true);
-		tlsf_insert(pool, heap, tail);
+		phys_link_after(pool, bi, b, ti, tail);
+		block_set_offset(tail, off + size);
+		block_set(tail, bsize - size, true);
+		tlsf_insert(pool, heap, ti, tail, bsize - size);
 	}
 	block_set(b, size, false);
 	return b;
 }
 
-void tlsf_merge(struct pool *pool, struct pool_heap *heap, struct pool_block *block)
+void tlsf_merge(struct pool *pool, struct pool_heap *heap, uint32_t bi, struct pool_block *block,
+                uint64_t size)
 {
 	struct pool_block *n;
 
-	block_set(block, block_size(block), true);
+	if (block->prev_phys) {
+		uint32_t ni = block->prev_phys;
 
-	n = block->prev_phys;
-	if (n && block_is_free(n)) {
-		tlsf_remove(pool, heap, n);
-		block_set(n, block_size(n) + block_size(block), true);
-		phys_unlink(block);
-		tlsf_spare_put(pool, block);
-		block = n;
+		n = blk_at(pool, ni);
+		if (block_is_free(n)) {
+			uint64_t nsize = block_size(n);
+
+			tlsf_remove(pool, heap, n, nsize);
+			size += nsize;
+			phys_drop(pool, bi, block);
+			block = n;
+			bi = ni;
+		}
 	}
-	n = block->next_phys;
-	if (n && block_is_free(n)) {
-		tlsf_remove(pool, heap, n);
-		block_set(block, block_size(block) + block_size(n), true);
-		phys_unlink(n);
-		tlsf_spare_put(pool, n);
+	if (block->next_phys) {
+		uint32_t ni = block->next_phys;
+
+		n = blk_at(pool, ni);
+		if (block_is_free(n)) {
+			uint64_t nsize = block_size(n);
+
+			tlsf_remove(pool, heap, n, nsize);
+			size += nsize;
+			phys_drop(pool, ni, n);
+		}
 	}
-	tlsf_insert(pool, heap, block);
+	block_set(block, size, true);
+	tlsf_insert(pool, heap, bi, block, size);
 }
 
 /* Every range in a higher class is larger than every range in a lower one,
  * so the largest is in the highest non-empty list. */
-uint64_t tlsf_largest_free(const struct pool_heap *heap)
+uint64_t tlsf_largest_free(const struct pool *pool, const struct pool_heap *heap)
 {
-	const struct pool_block *b;
 	unsigned fl, sl;
 	uint64_t max = 0;
 
@@ -269,15 +263,15 @@ uint64_t tlsf_largest_free(const struct pool_heap *heap)
 		return 0;
 	fl = log2_u64(heap->fl_map);
 	sl = 31 - __builtin_clz(heap->sl_map[fl]);
-	for (b = heap->lists[fl][sl]; b; b = b->next_free) {
-		if (block_size(b) > max)
-			max = block_size(b);
+	for (uint32_t bi = heap->lists[fl][sl]; bi; bi = blk_at(pool, bi)->next_free) {
+		if (block_size(blk_at(pool, bi)) > max)
+			max = block_size(blk_at(pool, bi));
 	}
 	return max;
 }
 
-int tlsf_check_lists(const struct pool_heap *heap, uint64_t free_blocks, char *msg,
-                     unsigned msg_len)
+int tlsf_check_lists(const struct pool *pool, const struct pool_heap *heap, uint64_t free_blocks,
+                     char *msg, unsigned msg_len)
 {
 	uint64_t seen = 0;
 	unsigned bfl, bsl;
@@ -288,13 +282,16 @@ int tlsf_check_lists(const struct pool_heap *heap, uint64_t free_blocks, char *m
 		          !(heap->sl_map[fl] >> SL_COUNT),
 		      "uid %u: bitmap of class %u", heap->uid, fl);
 		for (unsigned sl = 0; sl < SL_COUNT; sl++) {
-			const struct pool_block *b, *prev = NULL;
+			uint32_t bi, prev = NIL;
 
 			CHECK(!!(heap->sl_map[fl] & (1u << sl)) == !!heap->lists[fl][sl],
 			      "uid %u: bitmap of class %u/%u", heap->uid, fl, sl);
-			for (b = heap->lists[fl][sl]; b; prev = b, b = b->next_free) {
+			for (bi = heap->lists[fl][sl]; bi;
+			     prev = bi, bi = blk_at(pool, bi)->next_free) {
+				const struct pool_block *b = blk_at(pool, bi);
+
 				CHECK(++seen <= free_blocks && block_is_free(b) &&
-				          b->slab->heap == heap && b->prev_free == prev,
+				          block_slab(pool, b)->heap == heap && b->prev_free == prev,
 				      "uid %u: bad entry in list %u/%u", heap->uid, fl, sl);
 				class_of(block_size(b), &bfl, &bsl);
 				CHECK(bfl == fl && bsl == sl,

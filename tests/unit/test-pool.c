@@ -105,6 +105,8 @@ static void test_create_config(void **state)
 		bad.slab_size = bad_size[i];
 		assert_null(pool_create(&bad, &fake_ops, &f));
 	}
+	bad.slab_size = POOL_MAX_SLAB + POOL_SLAB_ALIGN;
+	assert_null(pool_create(&bad, &fake_ops, &f));
 	assert_null(pool_create(NULL, NULL, &f));
 	assert_null(pool_create(NULL, &no_create, &f));
 	pool_destroy(NULL);
@@ -136,6 +138,14 @@ static void test_alloc_invalid(void **state)
 	assert_int_equal(f.calls, 0);
 	st = stats_of(pool);
 	assert_int_equal(st.allocs + st.ooms + st.slabs, 0);
+	/* A dedicated slab above POOL_MAX_SLAB (descriptors hold 48-bit
+	 * granule counts) is more than any device has: out of memory, without
+	 * asking the backend. */
+	assert_int_equal(pool_alloc(pool, 1, POOL_MAX_SLAB + 1, 0, &b), -ENOMEM);
+	assert_int_equal(pool_alloc(pool, 1, 1ull << 63, 0, &b), -ENOMEM);
+	assert_null(b);
+	assert_int_equal(f.calls, 0);
+	assert_int_equal(stats_of(pool).ooms, 2);
 	/* Alignments below the granule are valid and mean the granule. */
 	for (uint64_t a = 1; a <= 256; a *= 2)
 		assert_int_equal(pool_block_offset(alloc_ok(pool, 1, 1, a)) % 256, 0);
@@ -458,6 +468,8 @@ static void test_huge_sizes(void **state)
 	free_ok(pool, b[0]);
 	b[0] = alloc_ok(pool, 1, 3ull << 50, 0);
 	assert_int_equal(pool_slab_size(pool_block_slab(b[0])), 3ull << 50);
+	/* The largest slab there may be, with a free tail of 2 MiB - 256. */
+	free_ok(pool, alloc_ok(pool, 1, POOL_MAX_SLAB - 2 * MiB + 1, 0));
 	for (unsigned i = 0; i < 16; i += 2)
 		free_ok(pool, b[i]);
 	for (unsigned i = 1; i < 16; i += 2)
