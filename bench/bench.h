@@ -139,7 +139,7 @@ struct bench_frag {
 	double pool_used;   /* the pool's rounded bytes in use / capacity */
 	double direct_live; /* the same trace through the direct allocator */
 	double direct2m_live;
-	double whole_live; /* the pool with large_threshold = slab size */
+	double half_live; /* the pool with the old rule: large_threshold = half a slab */
 	uint64_t steps, live_count, failed_size;
 	uint64_t direct_steps;
 };

@@ -80,7 +80,7 @@ static void frag_run(enum frag_kind kind, uint64_t capacity, uint64_t seed, uint
 {
 	struct fake_backend fb = {.capacity = capacity};
 	/* broker_create's configuration, with the large threshold given
-	 * (0: the pool's default, half a slab). */
+	 * (0: the pool's default, the slab size). */
 	struct pool_config cfg = {
 	    .slab_size = POOL_DEFAULT_SLAB, .large_threshold = threshold, .keep_empty = 1};
 	struct pool *pool = kind == FRAG_POOL ? pool_create(&cfg, &fake_ops, &fb) : NULL;
@@ -163,11 +163,11 @@ void bench_fragmentation(uint64_t capacity, uint64_t seed, struct bench_frag *ou
 	frag_run(FRAG_POOL, capacity, seed, 0, &p);
 	frag_run(FRAG_DIRECT, capacity, seed, 0, &d);
 	frag_run(FRAG_DIRECT_2M, capacity, seed, 0, &d2);
-	/* What-if: requests up to a whole slab are fitted in standard slabs
-	 * (large_threshold = slab size) instead of getting dedicated slabs
-	 * from half a slab up. */
-	frag_run(FRAG_POOL, capacity, seed, POOL_DEFAULT_SLAB, &w);
-	out->whole_live = (double)w.live_bytes / (double)capacity;
+	/* For comparison, the old rule: dedicated slabs from half a slab up
+	 * (requests between half a slab and a slab never used the holes of
+	 * standard slabs). */
+	frag_run(FRAG_POOL, capacity, seed, POOL_DEFAULT_SLAB / 2, &w);
+	out->half_live = (double)w.live_bytes / (double)capacity;
 	out->pool_live = (double)p.live_bytes / (double)capacity;
 	out->pool_used = (double)p.held_bytes / (double)capacity;
 	out->direct_live = (double)d.live_bytes / (double)capacity;

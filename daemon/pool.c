@@ -193,8 +193,10 @@ struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_o
 	}
 	if (slab_size % POOL_SLAB_ALIGN || slab_size > POOL_MAX_SLAB)
 		return NULL;
+	/* By default a request gets a dedicated slab only when no standard
+	 * slab could hold it (pool.h says why). */
 	if (!threshold)
-		threshold = slab_size / 2;
+		threshold = slab_size;
 	/* A request bigger than a standard slab cannot come from one. */
 	if (threshold > slab_size)
 		threshold = slab_size;

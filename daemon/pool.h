@@ -13,9 +13,15 @@
  * host memory, never in the device memory it describes: 32 bytes per block
  * (live or free range), from arenas owned by the pool.
  *
- * Requests larger than large_threshold get a dedicated slab rounded up to the
- * slab alignment. No slab, standard or dedicated, may exceed POOL_MAX_SLAB:
- * block descriptors keep offsets and sizes as 48-bit granule counts.
+ * Requests larger than large_threshold (by default the slab size) get a
+ * dedicated slab rounded up to the slab alignment; the others are fitted into
+ * the uid's standard slabs, in a new one when none has room. (Half a slab,
+ * the old default, left 5-15% of the device in holes of standard slabs at the
+ * first out-of-memory of the benchmark's churn: a request between half a slab
+ * and a slab never looked at them. The slab size as the threshold leaves
+ * 92.6-95.5% of the device live there over ten seeds, against 84.8-94.9%.)
+ * No slab, standard or dedicated, may exceed POOL_MAX_SLAB: block
+ * descriptors keep offsets and sizes as 48-bit granule counts.
  *
  * When a slab becomes empty it is returned to the backend,
  * except that each uid keeps up to keep_empty standard slabs as a cache
@@ -49,7 +55,7 @@ struct pool_slab_ops {
 
 struct pool_config {
 	uint64_t slab_size;       /* standard slab bytes; 0 = POOL_DEFAULT_SLAB */
-	uint64_t large_threshold; /* requests above get a dedicated slab; 0 = slab_size / 2 */
+	uint64_t large_threshold; /* requests above get a dedicated slab; 0 = slab_size */
 	unsigned keep_empty;      /* empty standard slabs kept per uid (default 1 when
 	                             the whole config is zero; set explicitly otherwise) */
 };

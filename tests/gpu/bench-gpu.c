@@ -4,7 +4,7 @@
  * For sizes 4 KiB to 256 MiB, the time per cycle of
  *   broker   gpb_alloc + gpb_free through gpubrokerd --backend cuda, with one
  *            other allocation held in the slab (the steady state: the slab's
- *            handle stays open); sizes over half a slab get a dedicated slab
+ *            handle stays open); sizes over a slab get a dedicated slab
  *            each time (cuMemAlloc, scrub, IPC handle, open, close, cuMemFree);
  *   raw      cuMemAlloc + cuMemFree in this process;
  *   ipc      cuMemAlloc + cuIpcGetMemHandle here, cuIpcOpenMemHandle +
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
 	                   "# gpubroker cuda benchmark%s\n\n"
 	                   "- date: %s\n- device: %s%s\n- driver API: %d.%d\n- host: %s %s\n\n"
 	                   "Median microseconds per cycle. broker = gpb_alloc + gpb_free "
-	                   "(slab held by another allocation; over 32 MiB a dedicated slab "
+	                   "(slab held by another allocation; over 64 MiB a dedicated slab "
 	                   "each time); raw = cuMemAlloc + cuMemFree; ipc = cuMemAlloc + "
 	                   "cuIpcGetMemHandle, open + close in a second process, cuMemFree.\n\n"
 	                   "| size | cycles | broker us | raw us | ipc us | raw / broker | "

@@ -120,12 +120,12 @@ int main(int argc, char **argv)
 	GPB(gpb_mapping_stats(&st));
 	CHECK(st.opens == 1 && st.closes == 1 && st.open_now == 0);
 
-	/* A dedicated slab (over half a slab) goes back to the driver at its
-	 * free: the library must have closed it first (the fake counts a
+	/* A dedicated slab (larger than a slab) goes back to the driver at
+	 * its free: the library must have closed it first (the fake counts a
 	 * free under an open mapping as a violation). */
 	struct gpb_allocation big;
-	GPB(gpb_alloc(c, inst, 3 * SLAB / 4, 0, &big));
-	CU(cu.MemsetD8((CUdeviceptr)(uintptr_t)big.ptr, 0x11, 3 * SLAB / 4));
+	GPB(gpb_alloc(c, inst, SLAB + SLAB / 4, 0, &big));
+	CU(cu.MemsetD8((CUdeviceptr)(uintptr_t)big.ptr, 0x11, SLAB + SLAB / 4));
 	CU(cu.CtxSynchronize());
 	GPB(gpb_free(c, big.id));
 	GPB(gpb_mapping_stats(&st));

@@ -228,7 +228,7 @@ static void test_oom(void **state)
 	struct broker_grant gb = alloc_ok(b, sb, ib, 4096, 0); /* B: one standard slab */
 	struct broker_grant ga[3];
 	for (int i = 0; i < 3; i++)
-		ga[i] = alloc_ok(b, sa, ia, 2 * MiB, 0); /* A: three dedicated slabs */
+		ga[i] = alloc_ok(b, sa, ia, 2 * MiB, 0); /* A: three slabs, each full */
 	check(b);
 	struct pool_stats st = dev_stats(b, 0);
 	assert_int_equal(st.slabs, 4);
@@ -236,7 +236,7 @@ static void test_oom(void **state)
 	assert_int_equal(st.ooms, 0);
 	assert_int_equal(broker_device_free(b, 0), 8 * MiB - 6 * MiB - 4096);
 
-	/* Full: A can neither get a dedicated nor a standard slab. */
+	/* Full: A can get no slab, whatever the size. */
 	grant_poison(&g);
 	assert_int_equal(broker_alloc(b, sa, ia->id, 2 * MiB, 0, &g), -ENOMEM);
 	assert_int_equal(dev_stats(b, 0).ooms, 1);
@@ -277,11 +277,12 @@ static void test_oom(void **state)
 	assert_int_equal(dev_stats(b, 0).ooms, 4);
 	check(b);
 
-	/* With B connected, B's cached empty slab still yields to A when the
-	 * device is full (pool.h: on -ENOMEM every idle slab is released and
-	 * the creation retried), and that is no OOM. */
-	assert_int_equal(broker_free(b, sa, ga[0].id), 0); /* dedicated: returned */
-	assert_int_equal(dev_stats(b, 0).reserved, 6 * MiB);
+	/* An empty slab of a connected uid is its cache, and yields to
+	 * another uid when the device is full (pool.h: on -ENOMEM every idle
+	 * slab is released and the creation retried), which is no OOM: A's
+	 * to B here, then B's to A. */
+	assert_int_equal(broker_free(b, sa, ga[0].id), 0); /* A's cache now */
+	assert_int_equal(dev_stats(b, 0).reserved, 8 * MiB);
 	sb = open_session(b, UID_B, 3);
 	ib = reg(b, sb, 0);
 	gb = alloc_ok(b, sb, ib, 4096, 0);

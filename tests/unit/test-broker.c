@@ -141,7 +141,7 @@ static void test_session_close_reclaims(void **state)
 
 	struct broker_grant other2 = alloc_ok(b, s2, i20, 8 * KiB, 0);
 	alloc_ok(b, s3, i30, 16 * KiB, 0);
-	alloc_ok(b, s3, i31, 1536 * KiB, 0); /* dedicated slab */
+	alloc_ok(b, s3, i31, 3 * MiB, 0); /* dedicated slab (over the 2 MiB slab size) */
 	check(b);
 	uint64_t used0 = dev_stats(b, 0).used, used1 = dev_stats(b, 1).used;
 	uint64_t live0 = dev_stats(b, 0).live, live1 = dev_stats(b, 1).live;
@@ -158,7 +158,7 @@ static void test_session_close_reclaims(void **state)
 		ids[n++] = alloc_ok(b, s1, a, 3000 + (uint64_t)i * 700, 0).id;
 	for (int i = 0; i < 3; i++)
 		ids[n++] = alloc_ok(b, s1, c, 5000 + (uint64_t)i * 300, 512).id;
-	ids[n++] = alloc_ok(b, s1, a, 1536 * KiB, 0).id;
+	ids[n++] = alloc_ok(b, s1, a, 3 * MiB, 0).id;
 	check(b);
 	assert_int_equal(s1->alloc_count, n);
 	assert_int_equal(b->instance_count, instances_before + 3);
@@ -273,7 +273,7 @@ static void test_holds(void **state)
 
 	/* A dedicated slab (exactly full, so nothing else lands in its
 	 * tail) is another slab: handle again. */
-	struct broker_grant big = alloc_ok(b, s1, i1, 2 * MiB, 0);
+	struct broker_grant big = alloc_ok(b, s1, i1, 4 * MiB, 0);
 	assert_int_not_equal(big.slab_id, slab);
 	assert_non_null(big.handle);
 	assert_int_not_equal(big.fd, a1.fd);
@@ -581,14 +581,14 @@ static void test_attach_pins_slab(void **state)
 
 	/* Large: a dedicated slab, returned as soon as it is empty and
 	 * unpinned. */
-	struct broker_grant big = alloc_ok(b, s1, i1, 2 * MiB, 0);
+	struct broker_grant big = alloc_ok(b, s1, i1, 4 * MiB, 0);
 	assert_non_null(big.handle);
 	assert_int_equal(slab_count(b, 0), slabs0 + 1);
 	uint64_t reserved = dev_stats(b, 0).reserved;
 	/* (Without an attachment, freeing it returns the slab at once.) */
 	assert_int_equal(broker_free(b, s1, big.id), 0);
 	assert_int_equal(slab_count(b, 0), slabs0);
-	big = alloc_ok(b, s1, i1, 2 * MiB, 0);
+	big = alloc_ok(b, s1, i1, 4 * MiB, 0);
 	assert_int_equal(slab_count(b, 0), slabs0 + 1);
 
 	grant_poison(&g);
@@ -614,12 +614,12 @@ static void test_attach_pins_slab(void **state)
 	assert_int_equal(broker_detach(b, s2, big.id), 0);
 	check(b);
 	assert_int_equal(slab_count(b, 0), slabs0);
-	assert_int_equal(dev_stats(b, 0).reserved, reserved - 2 * MiB);
+	assert_int_equal(dev_stats(b, 0).reserved, reserved - 4 * MiB);
 	assert_int_equal(broker_detach(b, s2, big.id), -ENOENT);
 	assert_int_equal(s2->held.count, 0);
 
 	/* Closing the attacher unpins too. */
-	big = alloc_ok(b, s1, i1, 2 * MiB, 0);
+	big = alloc_ok(b, s1, i1, 4 * MiB, 0);
 	grant_poison(&g);
 	assert_int_equal(broker_attach(b, s2, big.id, &g), 0);
 	assert_int_equal(broker_free(b, s1, big.id), 0);

@@ -238,7 +238,7 @@ static void model_run(const struct pool_config *cfg, uint64_t capacity, unsigned
 	unsigned trims = 0;
 
 	assert_non_null(pool);
-	m.threshold = cfg->large_threshold ? cfg->large_threshold : cfg->slab_size / 2;
+	m.threshold = cfg->large_threshold ? cfg->large_threshold : cfg->slab_size;
 	m.v = calloc(ops, sizeof(*m.v));
 	m.sorted = calloc(ops, sizeof(*m.sorted));
 	m.pinned = calloc(ops, sizeof(*m.pinned));

@@ -155,7 +155,7 @@ static void test_dedicated_slab(void **state)
 	struct pool_slab *ded;
 
 	(void)state;
-	std = alloc_ok(pool, 1, 2 * MiB, 0); /* == threshold: standard */
+	std = alloc_ok(pool, 1, 2 * MiB, 0); /* below the threshold (the slab size): standard */
 	assert_int_equal(f.last_size, 4 * MiB);
 	big = alloc_ok(pool, 1, 5 * MiB, 0);
 	ded = pool_block_slab(big);
@@ -176,9 +176,9 @@ static void test_dedicated_slab(void **state)
 	assert_int_equal(f.destroys, 1);
 	assert_int_equal(stats_of(pool).slabs, 1);
 	/* A dedicated slab starts at offset 0, so every alignment holds. */
-	al = alloc_ok(pool, 1, 3 * MiB, POOL_MAX_ALIGNMENT);
+	al = alloc_ok(pool, 1, 4 * MiB + 1, POOL_MAX_ALIGNMENT);
 	assert_int_equal(pool_block_offset(al), 0);
-	assert_int_equal(f.last_size, 4 * MiB);
+	assert_int_equal(f.last_size, 6 * MiB);
 	free_ok(pool, al);
 	free_ok(pool, std);
 	assert_int_equal(fake_live(&f), 1);

@@ -28,7 +28,7 @@ static void test_create_defaults(void **state)
 {
 	struct fake f = {0};
 	struct pool *pool = pool_create(NULL, &fake_ops, &f);
-	struct pool_block *a, *b, *c;
+	struct pool_block *a, *b, *c, *d;
 
 	(void)state;
 	assert_non_null(pool);
@@ -36,19 +36,26 @@ static void test_create_defaults(void **state)
 	assert_int_equal(f.last_size, POOL_DEFAULT_SLAB);
 	assert_int_equal(f.last_uid, 7);
 	assert_int_equal(pool_slab_size(pool_block_slab(a)), POOL_DEFAULT_SLAB);
-	/* Exactly the threshold (slab / 2) is still a standard request. */
+	/* Half a slab (the threshold before) is a standard request... */
 	b = alloc_ok(pool, 7, POOL_DEFAULT_SLAB / 2, 0);
 	assert_ptr_equal(pool_block_slab(b), pool_block_slab(a));
 	assert_int_equal(f.creates, 1);
-	/* One byte more gets a dedicated slab rounded up to 2 MiB. */
-	c = alloc_ok(pool, 7, POOL_DEFAULT_SLAB / 2 + 1, 0);
+	/* ...and so is exactly the threshold (the slab size): a standard slab
+	 * of its own when no free range holds it. */
+	d = alloc_ok(pool, 7, POOL_DEFAULT_SLAB, 0);
 	assert_int_equal(f.creates, 2);
-	assert_int_equal(pool_slab_size(pool_block_slab(c)), POOL_DEFAULT_SLAB / 2 + 2 * MiB);
+	assert_int_equal(pool_slab_size(pool_block_slab(d)), POOL_DEFAULT_SLAB);
+	/* One byte more gets a dedicated slab rounded up to 2 MiB. */
+	c = alloc_ok(pool, 7, POOL_DEFAULT_SLAB + 1, 0);
+	assert_int_equal(f.creates, 3);
+	assert_int_equal(pool_slab_size(pool_block_slab(c)), POOL_DEFAULT_SLAB + 2 * MiB);
 	assert_int_equal(pool_block_offset(c), 0);
 	free_ok(pool, a);
 	free_ok(pool, b);
 	free_ok(pool, c);
-	/* keep_empty defaults to 1: the standard slab stays, the dedicated goes. */
+	free_ok(pool, d);
+	/* keep_empty defaults to 1: one standard slab stays, the dedicated and
+	 * the other standard one go. */
 	assert_int_equal(fake_live(&f), 1);
 	assert_int_equal(stats_of(pool).slabs, 1);
 	pool_destroy(pool);
@@ -75,17 +82,17 @@ static void test_create_config(void **state)
 
 	/* slab_size 0 is the default; keep_empty is taken as given. */
 	pool = pool_new(&f, 0, 0, 2);
-	a = alloc_ok(pool, 1, POOL_DEFAULT_SLAB / 2 + 1, 0);
-	assert_int_equal(f.last_size, POOL_DEFAULT_SLAB / 2 + 2 * MiB);
+	a = alloc_ok(pool, 1, POOL_DEFAULT_SLAB + 1, 0);
+	assert_int_equal(f.last_size, POOL_DEFAULT_SLAB + 2 * MiB);
 	free_ok(pool, a);
 	pool_destroy(pool);
 
-	/* threshold 0 is slab / 2; keep_empty 0 caches nothing. */
+	/* threshold 0 is the slab size; keep_empty 0 caches nothing. */
 	pool = pool_new(&f, 8 * MiB, 0, 0);
-	a = alloc_ok(pool, 1, 4 * MiB, 0);
+	a = alloc_ok(pool, 1, 8 * MiB, 0);
 	assert_int_equal(f.last_size, 8 * MiB);
-	b = alloc_ok(pool, 1, 4 * MiB + 1, 0);
-	assert_int_equal(f.last_size, 6 * MiB);
+	b = alloc_ok(pool, 1, 8 * MiB + 1, 0);
+	assert_int_equal(f.last_size, 10 * MiB);
 	assert_ptr_not_equal(pool_block_slab(a), pool_block_slab(b));
 	free_ok(pool, a);
 	free_ok(pool, b);
