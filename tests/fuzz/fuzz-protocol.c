@@ -14,9 +14,13 @@
  * be reclaimed.
  *
  * Input:
- *   byte 0  flags (FZ_*), byte 1 more flags (FZ2_*), byte 2 chunk seed;
+ *   byte 0  flags (FZ_*), byte 1 more flags (FZ2_*), byte 2 the chunk seed
+ *   (its top bit: write_high_water 512 bytes instead of 4096, so replies
+ *   and events queue past it, pause the client and get it dropped);
  *   then client A's stream, and after the first 0x1e byte (a raw control
  *   byte, which the daemon refuses in a frame anyway) client B's stream.
+ *   A 0x1d byte in a stream is not sent: the chunk it is in carries a
+ *   descriptor instead (SCM_RIGHTS), which the daemon must refuse.
  * In a stream "$0".."$7" stand for the 8 most recent allocation ids the
  * clients were given (replies and allocation_ready events): ids are random,
  * the fuzzer could never guess one, and free/attach/detach/claim of real
@@ -73,7 +77,8 @@ enum {
 
 enum {
 	FZ2_ACTIVE = 1u << 0,       /* the policy starts in active mode */
-	FZ2_ONE_PER_UID = 1u << 1,  /* max_clients_per_uid 1 (B may be refused) */
+	FZ2_ONE_PER_UID = 1u << 1,  /* B refused: max_clients_per_uid 1 (same uid), else
+	                               max_clients 1 */
 	FZ2_RELOAD_FAILS = 1u << 2, /* the `reload` request finds a bad file */
 	FZ2_FLOOD = 1u << 3,        /* A's stream ends in 70000 bytes without a newline */
 	FZ2_BIG_SHARE = 1u << 4,    /* min_auto_share 0.3: the auto pool fills up */
@@ -107,6 +112,7 @@ struct fz {
 	unsigned flags, flags2;
 	uint32_t rng;
 	unsigned rounds;
+	bool tiny_high_water;
 	char ids[FZ_IDS][17]; /* most recent first */
 	int nids;
 };
@@ -301,12 +307,19 @@ static void fz_pump(struct fz *f, bool drain)
 }
 
 /* Fills buf with up to want input bytes of c's stream, "$N" expanded. */
-static size_t fz_take(struct fz *f, struct fz_client *c, size_t want, char *buf, size_t *consumed)
+static size_t fz_take(struct fz *f, struct fz_client *c, size_t want, char *buf, size_t *consumed,
+                      bool *pass_fd)
 {
 	size_t n = 0, used = 0;
+	*pass_fd = false;
 	while (used < want && c->in_pos + used < c->in_len) {
 		const uint8_t *p = c->in + c->in_pos + used;
 		size_t left = c->in_len - c->in_pos - used;
+		if (p[0] == 0x1d) {
+			*pass_fd = true;
+			used++;
+			continue;
+		}
 		if (p[0] == '$' && left >= 2 && p[1] >= '0' && p[1] < '0' + FZ_IDS &&
 		    p[1] - '0' < f->nids) {
 			memcpy(buf + n, f->ids[p[1] - '0'], 16);
@@ -337,14 +350,35 @@ static void fz_write_chunk(struct fz *f, struct fz_client *c)
 		want = 8192; /* the flood */
 	char buf[8192 * 2];
 	size_t consumed;
-	size_t n = fz_take(f, c, want, buf, &consumed);
-	if (n == 0) {
+	bool pass_fd;
+	size_t n = fz_take(f, c, want, buf, &consumed, &pass_fd);
+	if (n == 0 && !consumed) {
 		c->done = true;
 		return;
 	}
+	if (n == 0)
+		buf[n++] = '\n'; /* a descriptor needs a byte to ride on */
 	size_t off = 0;
 	for (int tries = 0; off < n;) {
-		ssize_t w = send(c->fd, buf + off, n - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+		union {
+			struct cmsghdr align;
+			char buf[CMSG_SPACE(sizeof(int))];
+		} ctl;
+		struct iovec iov = {buf + off, n - off};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+		if (pass_fd) {
+			/* Our own end of the connection: any descriptor will do. */
+			mh.msg_control = ctl.buf;
+			mh.msg_controllen = sizeof(ctl.buf);
+			struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cm), &c->fd, sizeof(int));
+		}
+		ssize_t w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w > 0)
+			pass_fd = false;
 		if (w > 0) {
 			off += (size_t)w;
 			continue;
@@ -385,7 +419,9 @@ static void fz_setup_conf(struct fz *f)
 	fz_conf.limits.slab_size = FZ_SLAB;
 	fz_conf.limits.max_instances = 4;
 	fz_conf.limits.max_allocations = 12;
-	fz_conf.limits.write_high_water = 4096;
+	fz_conf.limits.write_high_water = f->tiny_high_water ? 512 : 4096;
+	if ((f->flags2 & FZ2_ONE_PER_UID) && !(f->flags & FZ_SAME_UID))
+		fz_conf.limits.max_clients = 1;
 	fz_conf.limits.mode = f->flags2 & FZ2_ACTIVE ? POLICY_ACTIVE : POLICY_PASSIVE;
 	fz_conf.limits.min_auto_share = f->flags2 & FZ2_BIG_SHARE ? 0.3 : POLICY_MIN_AUTO_SHARE;
 	const char *level = getenv("GPB_FUZZ_LOG");
@@ -439,7 +475,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	f.flags = data[0];
 	f.flags2 = data[1];
-	f.rng = 0x9e3779b9u ^ (uint32_t)data[2] * 0x01000193u;
+	f.rng = 0x9e3779b9u ^ (uint32_t)(data[2] & 0x7f) * 0x01000193u;
+	f.tiny_high_water = data[2] & 0x80;
 	data += 3;
 	size -= 3;
 	const uint8_t *sep = memchr(data, 0x1e, size);

@@ -150,6 +150,17 @@ def protocol_corpus():
         hello("b") + req("t", "attach", {"id": "$0"}) + req("i", "invalidate_all") + req("s", "selfcheck"),
         flags=ADMIN_B | SAME_UID)
     put("limit-per-uid", hello(), hello("b"), flags=SAME_UID, flags2=ONE_PER_UID)
+    put("limit-max-clients", hello(), hello("b"), flags2=ONE_PER_UID)
+    # Events for a client that is paused pile up past four write_high_water
+    # marks (512 bytes here: the seed's top bit) and get it dropped.
+    put("paused-events-dropped", hello() + register() + "".join(req("m%d" % i, "metrics") for i in range(3)),
+        hello("b") + "".join(register("b%d" % i, proportion=0.1) + req("u%d" % i, "unregister",
+                                                                      {"instance": "%016x" % (i + 2)})
+                             for i in range(20)),
+        flags=NO_DRAIN | SMALL_BUF, flags2=ACTIVE, seed=0x80 | 3)
+    # 0x1d: the chunk carries a descriptor (the daemon closes the connection).
+    put("client-sends-fd", hello() + req("s", "status") + "\x1d" + req("s2", "status"), hello("b"),
+        flags2=INTERLEAVE)
     put("active-quota", hello() + register(proportion=0.25) + alloc("8388608") + alloc("8388608"),
         flags2=ACTIVE)
     put("auto-pool-full", hello() + register() + register("b") + register("c") + register("d"),
