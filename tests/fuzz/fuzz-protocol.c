@@ -360,10 +360,12 @@ static void fz_write_chunk(struct fz *f, struct fz_client *c)
 		buf[n++] = '\n'; /* a descriptor needs a byte to ride on */
 	size_t off = 0;
 	for (int tries = 0; off < n;) {
+		/* Zeroed: the padding after the descriptor goes to the
+		 * kernel too, and valgrind rightly flags it. */
 		union {
 			struct cmsghdr align;
 			char buf[CMSG_SPACE(sizeof(int))];
-		} ctl;
+		} ctl = {0};
 		struct iovec iov = {buf + off, n - off};
 		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 		if (pass_fd) {
