@@ -41,6 +41,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -119,8 +120,9 @@ struct fz {
 
 static struct conf fz_conf;
 static bool fz_reload_fails;
-static bool fz_trace;  /* GPB_FUZZ_TRACE set: print every line the daemon sends */
-static char *fz_rx[2]; /* the clients' reply buffers, reused from input to input */
+static int fz_devnull = -1; /* the descriptor clients pass */
+static bool fz_trace;       /* GPB_FUZZ_TRACE set: print every line the daemon sends */
+static char *fz_rx[2];      /* the clients' reply buffers, reused from input to input */
 static size_t fz_rx_cap[2];
 
 static __attribute__((format(printf, 1, 2), noreturn)) void fz_fail(const char *fmt, ...)
@@ -369,14 +371,17 @@ static void fz_write_chunk(struct fz *f, struct fz_client *c)
 		struct iovec iov = {buf + off, n - off};
 		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 		if (pass_fd) {
-			/* Our own end of the connection: any descriptor will do. */
+			/* Not our own end of the connection: in flight, it would
+			 * keep that end open after we close it, so a paused server
+			 * would see no hangup until its pause timer, which this
+			 * harness never runs (bad input 22 covers that timer). */
 			mh.msg_control = ctl.buf;
 			mh.msg_controllen = sizeof(ctl.buf);
 			struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 			cm->cmsg_level = SOL_SOCKET;
 			cm->cmsg_type = SCM_RIGHTS;
 			cm->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(cm), &c->fd, sizeof(int));
+			memcpy(CMSG_DATA(cm), &fz_devnull, sizeof(int));
 		}
 		ssize_t w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (w > 0)
@@ -454,6 +459,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	jsonmem_install();
 	signal(SIGPIPE, SIG_IGN);
+	fz_devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fz_devnull < 0)
+		fz_fail("/dev/null: %s", strerror(errno));
 	fz_trace = getenv("GPB_FUZZ_TRACE") != NULL;
 	/* libuv opens a process-wide pipe for signals with the first loop and
 	 * keeps it: open it now, so it does not count as a descriptor leaked
