@@ -1,0 +1,174 @@
+"""A CuPy allocator: CuPy's device memory through gpubrokerd (cuda backend).
+
+    import cupy
+    import gpubroker.cupy
+
+    cupy.cuda.set_allocator(gpubroker.cupy.malloc)   # every array from now on
+    with gpubroker.cupy.using_allocator():           # or only inside a block
+        x = cupy.zeros((1000, 1000), dtype=cupy.float32)
+
+Each allocation is a broker allocation wrapped in ``cupy.cuda.UnownedMemory``
+whose owner is the gpubroker.Allocation: when CuPy drops the memory, the
+allocation goes back to the broker at once (nothing is cached in this
+process: the daemon's pool is the pool). The statistics CuPy's MemoryPool
+offers (used_bytes, free_bytes, total_bytes, n_free_blocks) are the daemon's
+pool of the current device (gpb_stats), which all of its clients share.
+
+``attach()`` opens another process's broker allocation (same user) as a
+CuPy array, for example one a Numba kernel wrote through gpubroker.numba.
+"""
+
+import contextlib
+import threading
+
+try:
+    import cupy as _cupy
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("gpubroker.cupy needs CuPy: %s" % e) from e
+
+from . import dtypes
+from .client import Client
+from .errors import E_NOT_SUPPORTED, NotSupportedError
+
+
+def _current_device():
+    return _cupy.cuda.runtime.getDevice()
+
+
+def _device_uuid(device):
+    """The device's UUID in nvidia-smi's form, or None where CuPy does not say."""
+    try:
+        raw = _cupy.cuda.runtime.getDeviceProperties(device)["uuid"]
+    except (KeyError, AttributeError, TypeError):
+        return None
+    if isinstance(raw, str):
+        raw = raw.encode("latin-1")
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) != 16:
+        return None
+    h = bytes(raw).hex()
+    return "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+
+
+class BrokerAllocator:
+    """A callable for ``cupy.cuda.set_allocator``: allocates on the current
+    device through one connection, with one broker instance per device
+    (registered on first use, by UUID: @name, manual @proportion or the auto
+    pool, stream @group)."""
+
+    def __init__(self, socket=None, name="cupy", proportion=None, group=None):
+        self.client = Client(socket, "cupy")
+        if self.client.backend != "cuda":
+            backend = self.client.backend
+            self.client.close()
+            raise NotSupportedError(E_NOT_SUPPORTED, "gpubrokerd serves the %s backend, whose "
+                                    "memory is not device memory" % backend, "gpubroker.cupy")
+        self._name, self._proportion, self._group = name, proportion, group
+        self._instances = {}
+        self._lock = threading.Lock()
+
+    def instance(self, device=None):
+        """The broker instance of @device (default: the current one)."""
+        device = _current_device() if device is None else device
+        with self._lock:
+            inst = self._instances.get(device)
+            if inst is None:
+                uuid = _device_uuid(device)
+                inst = self.client.register("%s-%d" % (self._name, device),
+                                            device=0 if uuid else device,
+                                            proportion=self._proportion, group=self._group,
+                                            device_uuid=uuid)
+                self._instances[device] = inst
+            return inst
+
+    def __call__(self, size):
+        device = _current_device()
+        a = self.client.alloc(self.instance(device), size)
+        mem = _cupy.cuda.UnownedMemory(a.ptr, size, a, device)
+        return _cupy.cuda.MemoryPointer(mem, 0)
+
+    malloc = __call__
+
+    def mem_info(self, device=None):
+        """This allocator's instance on @device: gpubroker.MemInfo (cap, used,
+        free, ...), like cupy.cuda.runtime.memGetInfo seen through the broker."""
+        return self.client.mem_info(self.instance(device))
+
+    def _stats(self, device):
+        inst = self.instance(device)
+        return self.client.stats(self.client.instance_info(inst).device)
+
+    def used_bytes(self, device=None):
+        """Bytes in live allocations of the device's broker pool."""
+        return self._stats(device).used
+
+    def free_bytes(self, device=None):
+        """Bytes the broker's pool holds from the device but has not handed out."""
+        return self._stats(device).free
+
+    def total_bytes(self, device=None):
+        """Bytes the broker's pool holds from the device (used + free)."""
+        return self._stats(device).reserved
+
+    def n_free_blocks(self, device=None):
+        """Free ranges in the broker's pool of the device."""
+        return self._stats(device).free_blocks
+
+    def get_limit(self, device=None):
+        """The instance's cap (MemoryPool.get_limit's counterpart)."""
+        return self.mem_info(device).cap
+
+    def close(self):
+        """Disconnects: every allocation still alive becomes invalid."""
+        self.client.close()
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_allocator():
+    """The process-wide BrokerAllocator that malloc() uses (created on first
+    use: socket from $GPUBROKER_SOCKET or the default)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.client.closed:
+            _default = BrokerAllocator()
+        return _default
+
+
+def malloc(size):
+    """The allocator function for ``cupy.cuda.set_allocator(gpubroker.cupy.malloc)``."""
+    return default_allocator()(size)
+
+
+@contextlib.contextmanager
+def using_allocator(allocator=None):
+    """Within the block CuPy allocates through @allocator (default: the
+    process-wide one); the previous allocator is restored on exit."""
+    allocator = allocator or default_allocator()
+    previous = _cupy.cuda.get_allocator()
+    _cupy.cuda.set_allocator(allocator)
+    try:
+        yield allocator
+    finally:
+        _cupy.cuda.set_allocator(previous)
+
+
+def attach(handle, shape=None, dtype="uint8", client=None):
+    """A cupy.ndarray over a broker allocation another connection of the same
+    user made: @handle a gpubroker.numba.GpubrokerIpcHandle or an allocation
+    id; @shape and @dtype (default: all its bytes as uint8). The attachment is
+    dropped when the array (and its views) are."""
+    client = client or default_allocator().client
+    ident = getattr(handle, "allocation_id", handle)
+    offset = getattr(handle, "offset", 0)
+    a = client.attach(ident)
+    size = getattr(handle, "size", a.size - offset)
+    if shape is None:
+        shape = (size // dtypes.itemsize(dtype),)
+    if dtypes.nbytes(shape, dtype) > size:
+        a.free()
+        raise ValueError("gpubroker.cupy.attach: shape larger than the allocation")
+    # The device from the pointer: the daemon's index need not be CuPy's.
+    mem = _cupy.cuda.UnownedMemory(a.ptr + offset, size, a)
+    return _cupy.ndarray(dtypes.shape_tuple(shape), dtype, _cupy.cuda.MemoryPointer(mem, 0))

@@ -1,0 +1,268 @@
+"""A Numba External Memory Management (EMM) plugin: device memory through
+gpubrokerd (cuda backend).
+
+Use it with the environment::
+
+    NUMBA_CUDA_MEMORY_MANAGER=gpubroker.numba python app.py
+
+or before Numba creates its first context::
+
+    from numba import cuda
+    from gpubroker.numba import GpubrokerMemoryManager
+    cuda.set_memory_manager(GpubrokerMemoryManager)
+
+Each Numba context (one per device) connects to the daemon (socket:
+``$GPUBROKER_SOCKET``, else the default) and registers one instance on its
+device, found by UUID. ``configure()`` (or the variables
+``GPUBROKER_NUMBA_NAME``, ``GPUBROKER_NUMBA_PROPORTION``,
+``GPUBROKER_NUMBA_GROUP``) sets the instance's name, manual proportion and
+stream group.
+
+Device memory (``memalloc``) comes from the broker; host memory
+(``memhostalloc``, ``mempin``) is Numba's own, as in
+``numba.cuda.HostOnlyCUDAMemoryManager``. ``get_memory_info()`` is the
+instance's view: ``total`` its cap (in active mode its share of the device)
+and ``free`` what it may still allocate.
+
+Deallocation: a device array's memory goes back to the broker as soon as
+Numba drops it. Inside ``numba.cuda.defer_cleanup()`` these frees are held
+back and performed when the outermost ``defer_cleanup`` block exits (as are
+Numba's host-memory frees); memory freed meanwhile still counts against the
+instance's cap.
+
+IPC: memory the broker hands out is itself imported through CUDA IPC, so it
+cannot be re-exported with ``cuIpcGetMemHandle``. ``get_ipc_handle()``
+returns a ``GpubrokerIpcHandle`` instead: picklable, it names the broker
+allocation (and the offset and size inside it), and ``open()`` in another
+process of the same user attaches that allocation through the broker
+(``gpb_attach``) and gives a ``MemoryPointer``. So ``DeviceNDArray.
+get_ipc_handle()`` works as usual, for processes of the same user, while the
+allocation lives in its maker's process.
+"""
+
+import contextlib
+import ctypes
+import os
+import threading
+
+try:
+    from numba.core import config as _config
+    from numba.cuda import HostOnlyCUDAMemoryManager, MemoryPointer
+    from numba.cuda.cudadrv import driver as _driver
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("gpubroker.numba needs Numba with CUDA support (numba.cuda): %s" % e) from e
+
+from .client import Client
+from .errors import NotSupportedError, E_NOT_SUPPORTED
+
+_settings = {
+    "socket": None,
+    "name": os.environ.get("GPUBROKER_NUMBA_NAME") or None,
+    "proportion": float(os.environ["GPUBROKER_NUMBA_PROPORTION"])
+    if os.environ.get("GPUBROKER_NUMBA_PROPORTION") else None,
+    "group": os.environ.get("GPUBROKER_NUMBA_GROUP") or None,
+}
+
+
+def configure(socket=None, name=None, proportion=None, group=None):
+    """How managers created from now on connect and register: @socket (None:
+    $GPUBROKER_SOCKET or the default), the instance @name (default
+    "numba-<pid>"), a manual @proportion in (0, 1] (None: the auto pool) and
+    a stream @group."""
+    _settings.update(socket=socket, name=name, proportion=proportion, group=group)
+
+
+def _use_nv_binding():
+    return getattr(_driver, "USE_NV_BINDING", getattr(_config, "CUDA_USE_NVIDIA_BINDING", False))
+
+
+def _device_pointer(value):
+    """@value (an int) as the pointer type Numba's MemoryPointer takes."""
+    if _use_nv_binding():
+        return _driver.binding.CUdeviceptr(value)
+    return ctypes.c_uint64(value)
+
+
+def _pointer_value(memory):
+    """The address a Numba MemoryPointer points at, as an int."""
+    v = getattr(memory, "device_pointer_value", None)
+    if v is not None:
+        return int(v)
+    h = memory.handle
+    return int(h) if _use_nv_binding() else (h.value or 0)
+
+
+def _device_uuid(context):
+    uuid = getattr(context.device, "uuid", None)
+    return uuid if isinstance(uuid, str) and uuid else None
+
+
+class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
+    """The EMM plugin (see the module's documentation)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._client = None
+        self._instance = None
+        self._live = {}  # device address -> Allocation
+        self._lock = threading.RLock()
+        self._defer_depth = 0
+        self._held = []  # Allocations whose free waits for defer_cleanup to end
+
+    @property
+    def interface_version(self):
+        return 1
+
+    @property
+    def client(self):
+        """The gpubroker.Client of this context (after initialize())."""
+        return self._client
+
+    @property
+    def instance(self):
+        """The broker instance id of this context (after initialize())."""
+        return self._instance
+
+    def initialize(self):
+        super().initialize()
+        with self._lock:
+            if self._client is not None:
+                return
+            client = Client(_settings["socket"], "numba")
+            if client.backend != "cuda":
+                client.close()
+                raise NotSupportedError(
+                    E_NOT_SUPPORTED,
+                    "gpubrokerd serves the %s backend, whose memory is not device memory"
+                    % client.backend, "gpubroker.numba")
+            uuid = _device_uuid(self.context)
+            name = _settings["name"] or "numba-%d" % os.getpid()
+            self._instance = client.register(
+                name, device=0 if uuid else self.context.device.id,
+                proportion=_settings["proportion"], group=_settings["group"], device_uuid=uuid)
+            self._client = client
+
+    def memalloc(self, size):
+        if size == 0:
+            return MemoryPointer(self.context, _device_pointer(0), 0)
+        a = self._client.alloc(self._instance, size)
+        with self._lock:
+            self._live[a.ptr] = a
+        return MemoryPointer(self.context, _device_pointer(a.ptr), size,
+                             finalizer=self._finalizer(a.ptr))
+
+    def _finalizer(self, ptr):
+        # Holds the manager weakly enough: the dict and the lock, not the
+        # MemoryPointer (which would never be collected then).
+        def finalize():
+            self._release(ptr)
+
+        return finalize
+
+    def _release(self, ptr):
+        with self._lock:
+            a = self._live.pop(ptr, None)
+            if a is None:  # reset() took it already
+                return
+            if self._defer_depth:
+                self._held.append(a)
+                return
+        a.free()
+
+    def get_memory_info(self):
+        info = self._client.mem_info(self._instance)
+        return _driver.MemoryInfo(free=info.free, total=info.cap)
+
+    def get_ipc_handle(self, memory):
+        base = memory.owner
+        base_ptr = _pointer_value(base)
+        with self._lock:
+            a = self._live.get(base_ptr)
+        if a is None:
+            raise ValueError("gpubroker.numba: not memory of this manager")
+        return GpubrokerIpcHandle(self._client.socket, a.id, _pointer_value(memory) - base_ptr,
+                                  memory.size)
+
+    def reset(self):
+        """Frees everything this manager allocated (Numba's memory pointers to
+        it become invalid), then Numba's host memory."""
+        with self._lock:
+            held = list(self._live.values()) + self._held
+            self._live.clear()
+            self._held = []
+        for a in held:
+            a.free()
+        super().reset()
+
+    @contextlib.contextmanager
+    def defer_cleanup(self):
+        with self._lock:
+            self._defer_depth += 1
+        try:
+            with super().defer_cleanup():
+                yield
+        finally:
+            with self._lock:
+                self._defer_depth -= 1
+                held = self._held if self._defer_depth == 0 else []
+                if held:
+                    self._held = []
+            for a in held:
+                a.free()
+
+
+_attached = {}  # (socket, allocation id) -> [Allocation, opens]
+_readers = {}  # socket -> Client used for attachments
+_attach_lock = threading.Lock()
+
+
+class GpubrokerIpcHandle:
+    """A broker allocation (or part of one) to open in another process of
+    the same user: picklable; open() attaches it through the broker, close()
+    detaches it. See the module's documentation."""
+
+    def __init__(self, socket, allocation_id, offset, size):
+        self.socket = socket
+        self.allocation_id = allocation_id
+        self.offset = offset
+        self.size = size
+        self._opened = False
+
+    def __getstate__(self):
+        return {"socket": self.socket, "allocation_id": self.allocation_id,
+                "offset": self.offset, "size": self.size, "_opened": False}
+
+    def open(self, context):
+        """A MemoryPointer to the memory in @context's process."""
+        if self._opened:
+            raise ValueError("gpubroker.numba: IPC handle already open")
+        key = (self.socket, self.allocation_id)
+        with _attach_lock:
+            entry = _attached.get(key)
+            if entry is None:
+                reader = _readers.get(self.socket)
+                if reader is None or reader.closed:
+                    reader = _readers[self.socket] = Client(self.socket, "numba-ipc")
+                entry = _attached[key] = [reader.attach(self.allocation_id), 0]
+            entry[1] += 1
+        self._opened = True
+        return MemoryPointer(context, _device_pointer(entry[0].ptr + self.offset), self.size)
+
+    def close(self):
+        """Detaches (when this process has no other handle to it open)."""
+        if not self._opened:
+            return
+        self._opened = False
+        key = (self.socket, self.allocation_id)
+        with _attach_lock:
+            entry = _attached.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _attached[key]
+                entry[0].free()
+
+
+# NUMBA_CUDA_MEMORY_MANAGER=gpubroker.numba
+_numba_memory_manager = GpubrokerMemoryManager
