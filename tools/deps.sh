@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian 12 packages gpubroker needs to build and test, when
 # any is missing. Sourced by quickstart.sh and test.sh.
-GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind"
+GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest"
 # Only for the libFuzzer build of tools/fuzz.sh (clang 14 and its libFuzzer).
 GPB_FUZZ_PACKAGES="clang libclang-rt-14-dev"
 
@@ -28,7 +28,9 @@ gpb_build() {
 	dir=$1
 	shift
 	if [ ! -f "$dir/build.ninja" ]; then
-		meson setup "$dir" -Dwerror=true "$@" || return 1
+		# -Dpython=enabled: a missing pytest-3 fails here, loudly, rather
+		# than leaving the python suite out.
+		meson setup "$dir" -Dwerror=true -Dpython=enabled "$@" || return 1
 	fi
 	ninja -C "$dir"
 }

@@ -62,8 +62,9 @@ class Allocation:
 
     def free(self):
         """Gives the memory back (gpb_free, or gpb_detach for an attachment).
-        Idempotent; a no-op once the client is closed. Errors from the daemon
-        (other than the allocation being gone already) raise."""
+        Idempotent; a no-op once the client is closed, and quiet when the
+        allocation is gone already (an "invalidate" event, or the daemon died
+        and took everything with it); other errors raise."""
         if not self._finalizer.alive:
             return
         self._finalizer.detach()
@@ -75,7 +76,8 @@ class Allocation:
                 rc = conn.lib.gpb_detach(conn.handle, self.id)
             else:
                 rc = conn.lib.gpb_free(conn.handle, self.id)
-            if rc < 0 and rc != errors.E_NOT_FOUND:
+            # Gone already (an invalidate) or with the daemon: nothing to give back.
+            if rc < 0 and rc not in (errors.E_NOT_FOUND, errors.E_DAEMON_GONE):
                 raise errors.error_for(rc, "free")
 
     close = free

@@ -3,6 +3,7 @@
 import collections.abc
 import ctypes
 import json
+import os
 import select
 import threading
 import time
@@ -14,6 +15,7 @@ from .records import (MODES, ArrayRequest, Chunking, Event, GroupInfo, InstanceI
                       MemInfo, PolicyInfo, PoolStats)
 
 _MAX_WAIT_MS = 86400000
+DEFAULT_SOCKET = "/run/gpubroker/gpubroker.sock"  # GPB_DEFAULT_SOCKET_PATH
 
 
 class _Conn:
@@ -109,6 +111,8 @@ class Client:
 
     def __init__(self, socket=None, name=None):
         lib = _lib.lib()
+        #: the socket path as the library resolves it (for other processes)
+        self.socket = socket or os.environ.get("GPUBROKER_SOCKET") or DEFAULT_SOCKET
         handle = ctypes.c_void_p()
         errors.check(lib.gpb_connect(_lib.cstr(socket), _lib.cstr(name), ctypes.byref(handle)),
                      "connect")

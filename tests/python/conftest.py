@@ -1,0 +1,187 @@
+"""Fixtures for the Python tests: the real gpubrokerd on a temporary socket.
+
+Programs come from the environment `meson test` sets (tests/python/meson.build):
+GPUBROKERD (the daemon), GPUBROKER_LIBRARY (libgpubroker, loaded by the
+package) and GPUBROKERCTL (the CLI), never from paths baked in elsewhere.
+"""
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def env_path(name):
+    v = os.environ.get(name)
+    if not v:
+        pytest.fail("environment variable %s is not set (run through meson test)" % name,
+                    pytrace=False)
+    return v
+
+
+def daemon_env():
+    """The daemon's environment: ours, less what only the Python process
+    needs under ASan (LD_PRELOAD of libasan; leak checks off), with the
+    daemon's own sanitizer options when the test gives them."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if "GPB_DAEMON_ASAN_OPTIONS" in env:
+        env["ASAN_OPTIONS"] = env["GPB_DAEMON_ASAN_OPTIONS"]
+    return env
+
+
+class Daemon:
+    """gpubrokerd on a socket of its own (sim: 2 devices of 1 GiB, 2 MiB
+    slabs, unless @args say otherwise)."""
+
+    def __init__(self, args=(), backend="sim"):
+        self.dir = tempfile.mkdtemp(prefix="gpb-py-")
+        os.chmod(self.dir, 0o755)  # helpers run as another user reach the socket
+        self.socket = os.path.join(self.dir, "gpubroker.sock")
+        self.args = ["--socket", self.socket, "--backend", backend, "--log-level", "warn",
+                     "--socket-mode", "0666"]
+        if backend == "sim":
+            self.args += ["--sim-devices", "2", "--sim-memory", "1GiB", "--slab-size", "2MiB"]
+        self.args += list(args)
+        self.proc = None
+        self.killed = False
+
+    def start(self, timeout=20.0):
+        self.proc = subprocess.Popen([env_path("GPUBROKERD")] + self.args, env=daemon_env())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail("gpubrokerd exited with %d at start" % self.proc.returncode)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(self.socket)
+                return self
+            except OSError:
+                time.sleep(0.02)
+            finally:
+                s.close()
+        self.proc.kill()
+        pytest.fail("gpubrokerd did not listen on %s" % self.socket)
+
+    def kill(self):
+        """kill -9: every client's connection ends at once."""
+        self.proc.kill()
+        self.proc.wait()
+        self.killed = True
+
+    def stop(self):
+        """SIGTERM; returns the exit status (0 expected: nothing leaked)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return "timeout"
+        return self.proc.returncode
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon().start()
+    yield d
+    rc = d.stop()
+    d.cleanup()
+    if not d.killed:
+        assert rc == 0, "gpubrokerd exited with %r (see its stderr above)" % (rc,)
+
+
+def have_gpu():
+    """Why the gpu suite cannot run here, or None when it can."""
+    if not os.path.exists("/dev/nvidiactl"):
+        return "no /dev/nvidiactl (no NVIDIA driver or device)"
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        return "libcuda.so.1 does not load: %s" % e
+    return None
+
+
+@pytest.fixture(scope="module")
+def cuda_daemon():
+    """gpubrokerd on the cuda backend, its socket in $GPUBROKER_SOCKET (the
+    default the Numba and CuPy bridges connect to); skips without a GPU."""
+    why = have_gpu()
+    if why:
+        pytest.skip(why)
+    d = Daemon(backend="cuda").start()
+    old = os.environ.get("GPUBROKER_SOCKET")
+    os.environ["GPUBROKER_SOCKET"] = d.socket
+    yield d
+    if old is None:
+        os.environ.pop("GPUBROKER_SOCKET", None)
+    else:
+        os.environ["GPUBROKER_SOCKET"] = old
+    rc = d.stop()
+    d.cleanup()
+    assert rc == 0, "gpubrokerd exited with %r" % (rc,)
+
+
+@pytest.fixture
+def client(daemon):
+    import gpubroker
+
+    with gpubroker.Client(daemon.socket, "pytest") as c:
+        yield c
+
+
+@pytest.fixture
+def other(daemon):
+    """A second connection to the same daemon."""
+    import gpubroker
+
+    with gpubroker.Client(daemon.socket, "pytest-other") as c:
+        yield c
+
+
+def child_env():
+    """The environment a helper Python process needs to import gpubroker."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def run_python(code, *args, **kw):
+    """Runs @code in a fresh interpreter (this one's) with gpubroker
+    importable; returns the CompletedProcess (output captured, text)."""
+    return subprocess.run([sys.executable, "-c", code] + [str(a) for a in args],
+                          env=child_env(), capture_output=True, text=True, timeout=60, **kw)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With GPB_PYTEST_SKIP_EXIT set (the gpu suite), a run in which nothing
+    passed and something was skipped exits 77, which meson counts as skipped."""
+    if not os.environ.get("GPB_PYTEST_SKIP_EXIT"):
+        return
+    rep = session.config.pluginmanager.get_plugin("terminalreporter")
+    if rep is None:
+        return
+    passed = len(rep.stats.get("passed", []))
+    failed = len(rep.stats.get("failed", [])) + len(rep.stats.get("error", []))
+    skipped = len(rep.stats.get("skipped", []))
+    if not passed and not failed and skipped:
+        session.exitstatus = 77

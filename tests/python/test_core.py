@@ -1,0 +1,223 @@
+"""The gpubroker package against a real gpubrokerd (sim backend): connect,
+register, alloc, free, info, statistics, lifetimes, sharing."""
+
+import gc
+import textwrap
+import weakref
+
+import pytest
+
+import gpubroker
+from conftest import MiB, GiB, run_python
+
+
+def test_version_and_backend(client):
+    assert gpubroker.library_version() == "0.1.0"
+    assert client.backend == "sim"
+    assert client.request("status")["backend"] == "sim"
+
+
+def test_socket_from_environment(daemon, monkeypatch):
+    # socket=None: the C library reads $GPUBROKER_SOCKET.
+    monkeypatch.setenv("GPUBROKER_SOCKET", daemon.socket)
+    with gpubroker.Client() as c:
+        assert c.request("status")["clients"] == 1
+
+
+def test_alloc_free_counts_daemon_side(client):
+    inst = client.register("solver", device=1)
+    before = client.stats(1)
+    a = client.alloc(inst, 3 * MiB + 1)
+    assert a.size >= 3 * MiB + 1 and a.size % 256 == 0
+    assert a.device == 1 and a.ptr != 0 and a.kind == "alloc" and a.instance == inst
+    st = client.stats(1)
+    assert st.live == before.live + 1 and st.used == a.size and st.allocs == before.allocs + 1
+    info = client.mem_info(inst)
+    assert info.used == a.size and info.device_total == 1 * GiB
+    assert info.free == info.cap - a.size
+    a.free()
+    assert a.freed
+    st = client.stats(1)
+    assert st.live == 0 and st.used == 0 and st.frees == before.frees + 1
+    a.free()  # idempotent
+    assert client.stats(1).frees == before.frees + 1
+
+
+def test_alloc_array_shape_and_dtype(client):
+    inst = client.register("arr")
+    a = client.alloc_array(inst, (1000, 3), "float64")
+    assert a.shape == (1000, 3) and a.size >= 24000
+    assert client.mem_info(inst).used == a.size
+
+
+def test_context_manager_frees(client):
+    inst = client.register("ctx")
+    with client.alloc(inst, MiB) as a:
+        assert client.stats(0).live == 1
+    assert a.freed and client.stats(0).live == 0
+
+
+def test_client_context_manager_releases_everything(daemon, other):
+    with gpubroker.Client(daemon.socket) as c:
+        inst = c.register("short-lived")
+        c.alloc(inst, MiB)  # dropped at once, but ...
+        keep = c.alloc(inst, 2 * MiB)
+        assert other.stats(0).live == 1
+    assert c.closed and keep.freed
+    assert other.stats(0).live == 0
+    assert other.request("status")["instances"] == 0
+
+
+def test_garbage_collection_frees(client):
+    inst = client.register("gc")
+    a = client.alloc(inst, MiB)
+    b = client.alloc(inst, MiB)
+    ref = weakref.ref(a)
+    assert client.stats(0).live == 2
+    del a
+    gc.collect()
+    assert ref() is None
+    assert client.stats(0).live == 1
+    # A reference cycle through the allocation is collected too.
+    holder = [b]
+    holder.append(holder)
+    del b
+    del holder
+    gc.collect()
+    assert client.stats(0).live == 0
+
+
+def test_allocation_keeps_its_client_alive(daemon, other):
+    c = gpubroker.Client(daemon.socket)
+    a = c.alloc(c.register("keep"), MiB)
+    a.write(b"still here")
+    del c
+    gc.collect()
+    assert not a.freed and a.read(10) == b"still here"
+    assert other.stats(0).live == 1
+    del a
+    gc.collect()
+    # The last reference to the allocation was the last to the client too.
+    assert other.stats(0).live == 0
+    assert other.request("status")["clients"] == 1
+
+
+def test_allocation_after_client_closed(daemon, other):
+    c = gpubroker.Client(daemon.socket)
+    a = c.alloc(c.register("closing"), MiB)
+    c.close()
+    c.close()  # idempotent
+    assert a.freed and a.ptr != 0
+    a.free()  # no-op, no crash
+    with pytest.raises(gpubroker.InvalidError):
+        a.read(4)
+    with pytest.raises(gpubroker.InvalidError):
+        c.alloc(1, MiB)
+    del a
+    gc.collect()
+    assert other.stats(0).live == 0
+
+
+def test_read_write_and_memoryview(client):
+    a = client.alloc(client.register("rw"), 4096)
+    a.write(b"abcdef", offset=100)
+    assert a.read(6, offset=100) == b"abcdef"
+    view = a.memoryview()
+    assert len(view) == a.size and view.readonly is False
+    assert bytes(view[100:106]) == b"abcdef"
+    view[0:3] = b"xyz"
+    assert a.read(3) == b"xyz"
+    del view
+    with pytest.raises(gpubroker.InvalidError):
+        a.read(8, offset=a.size - 4)
+    with pytest.raises(gpubroker.InvalidError):
+        a.write(b"12345678", offset=a.size - 4)
+
+
+def test_attach_detach(client, other):
+    a = client.alloc(client.register("maker"), 8192)
+    a.write(b"shared bytes")
+    b = other.attach(a.id)
+    assert b.kind == "attach" and b.size == a.size and b.read(12) == b"shared bytes"
+    with pytest.raises(gpubroker.InvalidError):
+        other.attach(a.id)  # attached already through this client
+    b.write(b"SHARED")
+    assert a.read(6) == b"SHARED"
+    b.free()  # detaches: the maker's allocation lives on
+    assert client.stats(0).live == 1 and a.read(6) == b"SHARED"
+    c = other.attach(a.id)
+    del c
+    gc.collect()
+    other.attach(a.id).free()  # detached by the collection, so attachable again
+    with pytest.raises(gpubroker.NotFoundError):
+        other.attach(0x1234)
+
+
+def test_data_crosses_processes(client):
+    """Bytes written through this process's Allocation are read by another
+    process that attaches it, and its answer is read back here: the sim
+    backend's memory is shared, not copied."""
+    a = client.alloc(client.register("xproc"), MiB)
+    view = a.memoryview()
+    pattern = bytes(range(256)) * 16
+    view[:len(pattern)] = pattern
+    code = textwrap.dedent("""
+        import sys, gpubroker
+        sock, ident = sys.argv[1], int(sys.argv[2], 16)
+        with gpubroker.Client(sock, "child") as c:
+            b = c.attach(ident)
+            got = bytes(b.memoryview()[:4096])
+            assert got == bytes(range(256)) * 16, got[:16]
+            b.write(b"answer from %d" % 7, offset=8192)
+            print(b.size)
+        """)
+    r = run_python(code, client.socket, "%016x" % a.id)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == a.size
+    assert bytes(view[8192:8205]) == b"answer from 7"
+
+
+def test_info_records(client, other):
+    i1 = client.register("one", proportion=0.25, group="g")
+    i2 = other.register("two", group="g")
+    info = client.instance_info(i1)
+    assert (info.name, info.group, info.proportion, info.device) == ("one", "g", 0.25, 0)
+    assert other.instance_info(i1).instance == i1  # any connection may look
+    pol = client.policy_info(0)
+    assert pol.mode == "passive" and pol.manual == 0.25 and pol.manual_instances == 1
+    assert pol.auto_instances == 1 and pol.total == GiB
+    g = client.group_info("g")
+    assert g.members == 2 and g.used == 0
+    info = client.set_group(i1, "h")
+    assert info.group == "h" and client.group_info("g").members == 1
+    info = client.set_auto(i1)
+    assert info.proportion == 0 and info.share == 0.5
+    info = other.set_proportion(i2, 0.5)
+    assert info.proportion == 0.5
+    client.unregister(i1)
+    with pytest.raises(gpubroker.NotFoundError):
+        client.instance_info(i1)
+
+
+def test_unregister_busy_instance(client):
+    inst = client.register("busy")
+    a = client.alloc(inst, 256)
+    with pytest.raises(gpubroker.InvalidError):
+        client.unregister(inst)
+    a.free()
+    client.unregister(inst)
+
+
+def test_mapping_stats(client):
+    before = gpubroker.mapping_stats()
+    a = client.alloc(client.register("map", device=1), MiB)
+    after = gpubroker.mapping_stats()
+    assert after.opens == before.opens + 1 and after.open_now == before.open_now + 1
+    a.free()
+    assert gpubroker.mapping_stats().closes == before.closes + 1
+
+
+def test_device_uuid_registration(client):
+    uuid = client.request("devices")["devices"][1]["uuid"]
+    inst = client.register("by-uuid", device_uuid=uuid)
+    assert client.instance_info(inst).device == 1

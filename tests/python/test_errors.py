@@ -1,0 +1,149 @@
+"""Error codes of libgpubroker as Python exceptions, each provoked for real."""
+
+import os
+import textwrap
+import threading
+import time
+
+import pytest
+
+import gpubroker
+from conftest import MiB, run_python
+
+
+def test_connect_error(tmp_path):
+    with pytest.raises(gpubroker.ConnectError) as e:
+        gpubroker.Client(str(tmp_path / "nobody.sock"))
+    assert e.value.code == gpubroker.errors.E_CONNECT
+    assert isinstance(e.value, ConnectionError) and e.value.name
+
+
+def test_not_found(client):
+    inst = client.register("nf")
+    with pytest.raises(gpubroker.NotFoundError) as e:
+        client.free(0xDEADBEEF)
+    assert e.value.code == -9 and "not found" in str(e.value)
+    assert isinstance(e.value, LookupError)
+    with pytest.raises(gpubroker.NotFoundError):
+        client.mem_info(inst + 1000)
+    with pytest.raises(gpubroker.NotFoundError):
+        client.detach(0xDEADBEEF)
+
+
+def test_invalid(client):
+    with pytest.raises(gpubroker.InvalidError) as e:
+        client.register("bad", proportion=1.5)
+    assert isinstance(e.value, ValueError) and e.value.code == -1
+    assert e.value.detail  # gpb_last_error() said why
+    inst = client.register("ok")
+    with pytest.raises(ValueError):
+        client.alloc(inst, MiB, alignment=3)
+    with pytest.raises(ValueError):
+        client.set_mode("sideways")
+    with pytest.raises(ValueError):
+        client.stats(7)
+    with pytest.raises(ValueError):
+        client.alloc(inst, MiB, timeout=90000)
+
+
+def test_quota_in_active_mode(client):
+    client.set_mode("active")
+    inst = client.register("capped", proportion=0.25)
+    assert client.mem_info(inst).cap == 256 * MiB
+    a = client.alloc(inst, 200 * MiB)
+    with pytest.raises(gpubroker.QuotaError) as e:
+        client.alloc(inst, 100 * MiB)
+    assert e.value.code == gpubroker.errors.E_QUOTA and isinstance(e.value, MemoryError)
+    assert "quota" in e.value.detail
+    a.free()
+    client.alloc(inst, 100 * MiB).free()
+
+
+def test_out_of_memory_under_limit(client):
+    client.set_limit(size=4 * MiB)
+    assert client.policy_info(0).capacity == 4 * MiB
+    inst = client.register("small")
+    with pytest.raises(gpubroker.OutOfMemoryError) as e:
+        client.alloc(inst, 8 * MiB)
+    assert isinstance(e.value, MemoryError) and e.value.code == -7
+    assert "out of memory" in str(e.value)
+    client.set_limit()  # removed
+    client.alloc(inst, 8 * MiB).free()
+
+
+def test_alloc_wait_times_out(client):
+    client.set_mode("active")
+    inst = client.register("waiter", proportion=0.25)
+    a = client.alloc(inst, 200 * MiB)
+    t0 = time.monotonic()
+    with pytest.raises(gpubroker.BrokerTimeoutError) as e:
+        client.alloc(inst, 100 * MiB, timeout=0.3)
+    assert time.monotonic() - t0 >= 0.25
+    assert isinstance(e.value, TimeoutError) and e.value.code == -12
+    a.free()
+
+
+def test_alloc_wait_is_served_when_the_cap_grows(client, other):
+    client.set_mode("active")
+    inst = client.register("waiter", proportion=0.25)
+    client.alloc(inst, 200 * MiB)
+
+    def grow():
+        time.sleep(0.3)
+        other.set_proportion(inst, 0.5)  # root is an administrator
+
+    t = threading.Thread(target=grow)
+    t.start()
+    b = client.alloc(inst, 100 * MiB, timeout=10)
+    t.join()
+    assert b.size == 100 * MiB and client.mem_info(inst).cap == 512 * MiB
+
+
+def test_daemon_gone(daemon, client):
+    inst = client.register("orphan")
+    a = client.alloc(inst, MiB)
+    daemon.kill()
+    with pytest.raises(gpubroker.DaemonGoneError) as e:
+        client.alloc(inst, MiB)
+    assert e.value.code == gpubroker.errors.E_DAEMON_GONE
+    assert isinstance(e.value, ConnectionError)
+    with pytest.raises(gpubroker.DaemonGoneError):
+        client.stats(0)
+    a.free()  # swallowed: the daemon took it with it
+    del a
+    client.close()
+
+
+def test_dispatch_reports_daemon_gone(daemon, client):
+    daemon.kill()
+    with pytest.raises(gpubroker.DaemonGoneError):
+        for _ in range(50):
+            client.dispatch()
+            time.sleep(0.02)
+
+
+def test_permission_for_non_administrators(daemon):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a helper as another user")
+    code = textwrap.dedent("""
+        import os, sys, gpubroker
+        os.setgid(65534); os.setuid(65534)
+        c = gpubroker.Client(sys.argv[1])
+        try:
+            c.set_mode("active")
+        except gpubroker.BrokerPermissionError as e:
+            assert isinstance(e, PermissionError) and e.code == -10
+            print("refused")
+        """)
+    r = run_python(code, daemon.socket)
+    if "Permission denied" in r.stderr and "gpubroker" not in r.stderr:
+        pytest.skip("the tree is not readable by nobody: " + r.stderr[-200:])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "refused"
+
+
+def test_error_has_code_name_and_detail(client):
+    err = gpubroker.errors.error_for(-8, "alloc")
+    assert isinstance(err, gpubroker.QuotaError) and err.name == gpubroker.errors.strerror(-8)
+    unknown = gpubroker.errors.error_for(-99)
+    assert type(unknown) is gpubroker.GpubrokerError and unknown.code == -99

@@ -1,0 +1,79 @@
+"""Events through fileno()/dispatch() and handlers registered with on()."""
+
+import select
+
+import pytest
+
+import gpubroker
+from conftest import MiB
+
+
+def test_cap_changed_when_another_instance_registers(client, other):
+    client.set_mode("active")
+    seen = []
+    client.on("cap_changed", seen.append)
+    mine = client.register("first")
+    assert client.mem_info(mine).cap == 1024 * MiB
+    assert client.dispatch() == []  # its own change comes in the reply, not as an event
+    other.register("second")
+    # The descriptor polls readable once the event is there.
+    r, _, _ = select.select([client.fileno()], [], [], 5)
+    assert r, "event fd never became readable"
+    ev = client.wait_event("cap_changed")
+    assert ev.data["instance"] == "%016x" % mine
+    assert int(ev.data["cap"]) == 512 * MiB and ev.data["mode"] == "active"
+    assert seen == [ev]
+    assert client.mem_info(mine).cap == 512 * MiB
+
+
+def test_handler_for_every_event_and_errors_propagate(client, other):
+    client.set_mode("active")
+    client.register("a")
+    names = []
+    client.on("*", lambda ev: names.append(ev.name))
+
+    def boom(ev):
+        raise RuntimeError("handler failed")
+
+    client.on("cap_changed", boom)
+    other.register("b")
+    with pytest.raises(RuntimeError, match="handler failed"):
+        client.wait_event("cap_changed")
+    assert names == [] or names == ["cap_changed"]
+
+
+def test_wait_event_times_out(client):
+    with pytest.raises(gpubroker.BrokerTimeoutError):
+        client.wait_event("cap_changed", timeout=0.2)
+
+
+def test_invalidate_releases_allocations(client, other):
+    mine = client.alloc(client.register("victim"), MiB)
+    theirs = other.alloc(other.register("other-victim"), MiB)
+    assert client.stats(0).live == 2
+    client.invalidate_all()
+    ev = client.wait_event("invalidate")
+    assert ev.data["reason"] == "invalidate_all"
+    assert mine.freed
+    mine.free()  # nothing to do: the daemon released it
+    assert other.wait_event("invalidate").data["reason"] == "invalidate_all"
+    assert theirs.freed
+    assert client.stats(0).live == 0
+
+
+def test_set_allocator(client):
+    a = client.alloc(client.register("alloc"), MiB)
+    with pytest.raises(gpubroker.InvalidError):
+        client.set_allocator("bogus")
+    with pytest.raises(gpubroker.NotSupportedError):
+        client.set_allocator("async")  # not on sim
+    client.set_allocator("direct")
+    assert client.wait_event("invalidate").data["reason"] == "set_allocator"
+    assert a.freed and client.stats(0).live == 0
+    client.set_allocator("pool")
+
+
+def test_shutdown_event(daemon, client):
+    daemon.proc.terminate()
+    ev = client.wait_event("shutdown", timeout=10)
+    assert ev.data["reason"] == "SIGTERM"
