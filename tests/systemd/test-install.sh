@@ -152,5 +152,23 @@ echo "$ctl"
 [ "$ctl" = "gpubrokerctl $GPB_VERSION (libgpubroker $GPB_VERSION)" ] ||
 	fail "unexpected version line from the installed gpubrokerctl"
 
+# The Python package (-Dpython): in the interpreter's pure-Python directory,
+# naming the installed library, importable from there.
+if [ -n "${GPB_PYTHON:-}" ]; then
+	pkg=$root$(abs "$GPB_PYTHON_PURELIB")/gpubroker
+	for f in __init__.py client.py numba.py cupy.py _config.py; do
+		[ -f "$pkg/$f" ] || fail "python package file $pkg/$f not installed"
+	done
+	grep -qx "LIBRARY = \"$(abs "$GPB_LIBDIR")/libgpubroker.so.0\"" "$pkg/_config.py" ||
+		fail "_config.py does not name the installed library: $(cat "$pkg/_config.py")"
+	# A sanitized library cannot be loaded into an uninstrumented python.
+	if [ -z "$san" ]; then
+		pyver=$(PYTHONPATH=$(dirname "$pkg") GPUBROKER_LIBRARY=$lib PYTHONDONTWRITEBYTECODE=1 \
+			"$GPB_PYTHON" -c 'import gpubroker; print(gpubroker.library_version())') ||
+			fail "the installed python package does not import"
+		[ "$pyver" = "$GPB_VERSION" ] || fail "gpubroker.library_version() said '$pyver'"
+	fi
+fi
+
 [ $status -eq 0 ] && echo "installed into a temporary DESTDIR; an outside program builds and runs with gpb_version() = $out"
 exit $status
