@@ -58,6 +58,7 @@ class Daemon:
         self.args += list(args)
         self.proc = None
         self.killed = False
+        self.terminated = False
 
     def start(self, timeout=20.0):
         self.proc = subprocess.Popen([env_path("GPUBROKERD")] + self.args, env=daemon_env())
@@ -82,10 +83,17 @@ class Daemon:
         self.proc.wait()
         self.killed = True
 
-    def stop(self):
-        """SIGTERM; returns the exit status (0 expected: nothing leaked)."""
-        if self.proc.poll() is None:
+    def terminate(self):
+        """SIGTERM, once: the daemon tells its clients and stops."""
+        if not self.terminated:
+            self.terminated = True
             self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self):
+        """SIGTERM (unless sent already); returns the exit status (0
+        expected: nothing leaked)."""
+        if self.proc.poll() is None:
+            self.terminate()
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
@@ -154,6 +162,17 @@ def other(daemon):
 
     with gpubroker.Client(daemon.socket, "pytest-other") as c:
         yield c
+
+
+def wait_until(pred, timeout=10.0):
+    """Polls @pred until true; false after @timeout seconds. For what another
+    connection sees of a close: the daemon learns of it asynchronously."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def child_env():

@@ -8,7 +8,7 @@ import weakref
 import pytest
 
 import gpubroker
-from conftest import MiB, GiB, run_python
+from conftest import MiB, GiB, run_python, wait_until
 
 
 def test_version_and_backend(client):
@@ -64,7 +64,7 @@ def test_client_context_manager_releases_everything(daemon, other):
         keep = c.alloc(inst, 2 * MiB)
         assert other.stats(0).live == 1
     assert c.closed and keep.freed
-    assert other.stats(0).live == 0
+    assert wait_until(lambda: other.stats(0).live == 0)
     assert other.request("status")["instances"] == 0
 
 
@@ -98,8 +98,8 @@ def test_allocation_keeps_its_client_alive(daemon, other):
     del a
     gc.collect()
     # The last reference to the allocation was the last to the client too.
+    assert wait_until(lambda: other.request("status")["clients"] == 1)
     assert other.stats(0).live == 0
-    assert other.request("status")["clients"] == 1
 
 
 def test_allocation_after_client_closed(daemon, other):
@@ -115,7 +115,7 @@ def test_allocation_after_client_closed(daemon, other):
         c.alloc(1, MiB)
     del a
     gc.collect()
-    assert other.stats(0).live == 0
+    assert wait_until(lambda: other.stats(0).live == 0)
 
 
 def test_read_write_and_memoryview(client):

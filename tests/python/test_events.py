@@ -74,6 +74,6 @@ def test_set_allocator(client):
 
 
 def test_shutdown_event(daemon, client):
-    daemon.proc.terminate()
+    daemon.terminate()
     ev = client.wait_event("shutdown", timeout=10)
     assert ev.data["reason"] == "SIGTERM"
