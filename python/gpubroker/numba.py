@@ -124,7 +124,7 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
         return self._instance
 
     def initialize(self):
-        super().initialize()
+        # Idempotent: Numba may call it again for the same context.
         with self._lock:
             if self._client is not None:
                 return

@@ -221,3 +221,54 @@ def test_device_uuid_registration(client):
     uuid = client.request("devices")["devices"][1]["uuid"]
     inst = client.register("by-uuid", device_uuid=uuid)
     assert client.instance_info(inst).device == 1
+
+
+def test_interpreter_exit_with_live_allocations(daemon, other):
+    """Allocations still referenced at exit (some in cycles, some of a closed
+    client) are released by the finalizers without errors or crashes."""
+    code = textwrap.dedent("""
+        import sys, gpubroker
+        c = gpubroker.Client(sys.argv[1])
+        inst = c.register("exit")
+        keep = [c.alloc(inst, 4096) for _ in range(10)]
+        cycle = [c.alloc(inst, 4096)]
+        cycle.append(cycle)
+        closed = gpubroker.Client(sys.argv[1])
+        orphan = closed.alloc(closed.register("orphan"), 4096)
+        closed.close()
+        print("ok")
+        """)
+    r = run_python(code, daemon.socket)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert r.stderr == ""
+    assert wait_until(lambda: other.request("status")["clients"] == 1)
+    assert other.stats(0).live == 0
+
+
+def test_threads_share_a_client(client):
+    """Allocations made, freed and collected from several threads at once."""
+    import threading
+
+    inst = client.register("threads")
+    failures = []
+
+    def work():
+        try:
+            for i in range(100):
+                a = client.alloc(inst, 256 * (1 + i % 7))
+                a.write(b"x")
+                if i % 2:
+                    a.free()
+                del a  # the rest go by reference counting
+        except Exception as e:  # noqa: BLE001
+            failures.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    gc.collect()
+    st = client.stats(0)
+    assert st.live == 0 and st.allocs >= 400 and st.frees >= 400
