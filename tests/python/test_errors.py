@@ -147,3 +147,22 @@ def test_error_has_code_name_and_detail(client):
     assert isinstance(err, gpubroker.QuotaError) and err.name == gpubroker.errors.strerror(-8)
     unknown = gpubroker.errors.error_for(-99)
     assert type(unknown) is gpubroker.GpubrokerError and unknown.code == -99
+
+
+def test_limit_error():
+    from conftest import Daemon
+
+    d = Daemon(["--max-allocations", "2"]).start()
+    try:
+        with gpubroker.Client(d.socket) as c:
+            inst = c.register("many")
+            keep = [c.alloc(inst, 256) for _ in range(2)]
+            with pytest.raises(gpubroker.LimitError) as e:
+                c.alloc(inst, 256)
+            assert e.value.code == gpubroker.errors.E_LIMIT and "max_allocations" in str(e.value)
+            keep.pop().free()
+            keep.append(c.alloc(inst, 256))  # room again
+    finally:
+        rc = d.stop()
+        d.cleanup()
+    assert rc == 0
