@@ -3,7 +3,7 @@
 import ctypes
 import weakref
 
-from . import _lib, errors
+from . import errors
 
 ALLOC = "alloc"    # made by Client.alloc(): given back with gpb_free()
 ATTACH = "attach"  # mapped by Client.attach(): given back with gpb_detach()
