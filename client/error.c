@@ -50,6 +50,24 @@ GPB_EXPORT const char *gpb_strerror(int err)
 		return "the daemon is shutting down";
 	case GPB_E_SYSTEM:
 		return "system error";
+	case GPB_E_LAYOUT_NAME:
+		return "bad layout name";
+	case GPB_E_LAYOUT_DUPLICATE:
+		return "layout name already used";
+	case GPB_E_LAYOUT_ZERO_SIZE:
+		return "buffer of zero elements";
+	case GPB_E_LAYOUT_OVERFLOW:
+		return "layout size overflow";
+	case GPB_E_LAYOUT_ALIAS_UNKNOWN:
+		return "alias to an unknown buffer";
+	case GPB_E_LAYOUT_ALIAS_PERSISTENT:
+		return "alias involving a persistent buffer";
+	case GPB_E_LAYOUT_ALIAS_CYCLE:
+		return "alias cycle";
+	case GPB_E_LAYOUT_ALIAS_LOCATION:
+		return "alias between shared and local memory";
+	case GPB_E_LAYOUT_NO_FIT:
+		return "not even one warp fits the shared memory budget";
 	default:
 		return "unknown error";
 	}

@@ -55,6 +55,17 @@ enum gpb_error {
 	GPB_E_BACKEND = -14,       /**< the device or its driver failed */
 	GPB_E_SHUTTING_DOWN = -15, /**< the daemon is stopping */
 	GPB_E_SYSTEM = -16,        /**< a system call failed; see errno via gpb_last_error() */
+	/* The kernel buffer layout planner (gpb_layout_*, below): one code per
+	 * rule, so that callers can tell the rules apart. */
+	GPB_E_LAYOUT_NAME = -17,             /**< a name is empty, too long or not printable */
+	GPB_E_LAYOUT_DUPLICATE = -18,        /**< the component or buffer name is taken */
+	GPB_E_LAYOUT_ZERO_SIZE = -19,        /**< a buffer of 0 elements */
+	GPB_E_LAYOUT_OVERFLOW = -20,         /**< a byte size, offset or total overflows 64 bits */
+	GPB_E_LAYOUT_ALIAS_UNKNOWN = -21,    /**< an alias names no buffer of the same component */
+	GPB_E_LAYOUT_ALIAS_PERSISTENT = -22, /**< an alias from or to a persistent buffer */
+	GPB_E_LAYOUT_ALIAS_CYCLE = -23,      /**< aliases that lead back to where they started */
+	GPB_E_LAYOUT_ALIAS_LOCATION = -24,   /**< an alias between shared and local memory */
+	GPB_E_LAYOUT_NO_FIT = -25, /**< one warp needs more shared memory than the budget */
 };
 
 /** Returns a static, human-readable name for an error code. Never NULL. */
@@ -507,6 +518,214 @@ struct gpb_mapping_stats {
 
 /** Fills @out. Errors: GPB_E_INVALID (@out NULL). */
 int gpb_mapping_stats(struct gpb_mapping_stats *out);
+
+/* ---- kernel buffer layout planner ------------------------------------------
+ *
+ * cubie's buffer registry, as pure computation: no daemon, no connection.
+ * Every component that generates device code (a step function, its
+ * right-hand side, a Newton solver...) registers the scratch buffers it
+ * needs; one layout is computed and the kernel allocates it once at launch.
+ *
+ * The model:
+ * - Components form trees. A root is one kernel: its layout starts at
+ *   offset 0. A child's region is delegated from its parent's: the parent's
+ *   own buffers come first, then each child's region in the order the
+ *   children were added, recursively. A component's region holds its
+ *   buffers and its descendants' regions, nothing else.
+ * - Three separate address spaces: shared memory, local memory (buffers
+ *   that are not persistent) and persistent local memory (state that
+ *   survives from one step to the next). A persistent shared buffer lives in
+ *   the shared space. Each space is laid out independently.
+ * - Sizes are per thread: each thread owns a slice of every space, so a
+ *   block needs (shared bytes of the root) x (threads per block) of shared
+ *   memory. Offsets are bytes from the start of a thread's slice.
+ * - A buffer's offset is a multiple of its element size (its precision, 4
+ *   or 8 bytes). A region's start and size are multiples of the largest
+ *   alignment inside it, so that consecutive threads' slices stay aligned.
+ * - Aliasing: a buffer B that names an alias X (a buffer of the same
+ *   component, same location) asserts that the lifetimes of B and X never
+ *   overlap; it asserts nothing about other buffers. B is then placed inside
+ *   X's storage when it fits there, else it gets storage of its own ("where
+ *   sizes allow"). Several buffers may alias X: they are packed into X's
+ *   bytes one after another in the order they were added, never on top of
+ *   each other, since they did not assert anything about one another. A
+ *   buffer that was itself placed inside another's storage hosts nobody:
+ *   whoever aliases it gets storage of its own. Persistent buffers are never
+ *   aliased, in either direction.
+ *
+ * Names (components, buffers, aliases) are 1-GPB_LAYOUT_MAX_NAME bytes of
+ * printable ASCII without blanks. Component names are unique in a layout;
+ * buffer names are unique within their component.
+ *
+ * Ownership: every string passed in is copied. Strings returned (through
+ * struct gpb_layout_buffer, gpb_layout_placement and gpb_layout_component_info)
+ * belong to the layout and stay valid until gpb_layout_destroy().
+ *
+ * Threads: a layout is not locked; use one from one thread at a time.
+ * Failed calls leave the layout as it was and explain themselves through
+ * gpb_last_error() (which buffer, which rule).
+ */
+
+/** At most this many bytes in a component, buffer or alias name. */
+#define GPB_LAYOUT_MAX_NAME 64
+/** At most this many components in one layout (GPB_E_LIMIT beyond). */
+#define GPB_LAYOUT_MAX_COMPONENTS 1024
+/** At most this many buffers in one layout (GPB_E_LIMIT beyond). */
+#define GPB_LAYOUT_MAX_BUFFERS 4096
+/** The shared-memory budget per block when none is given: 48 KiB. */
+#define GPB_LAYOUT_DEFAULT_BUDGET 49152u
+/** Threads in a warp: block sizes are whole warps. */
+#define GPB_LAYOUT_WARP 32u
+/** The largest block CUDA launches. */
+#define GPB_LAYOUT_MAX_THREADS 1024u
+
+typedef struct gpb_layout gpb_layout;
+
+/** Where a buffer lives. */
+enum gpb_layout_location {
+	GPB_LAYOUT_SHARED = 0, /**< on-chip shared memory of the block */
+	GPB_LAYOUT_LOCAL = 1,  /**< per-thread local memory (registers, L1) */
+};
+
+/** The address space a buffer is laid out in. */
+enum gpb_layout_space {
+	GPB_LAYOUT_SPACE_SHARED = 0,           /**< shared, persistent or not */
+	GPB_LAYOUT_SPACE_LOCAL = 1,            /**< local, not persistent */
+	GPB_LAYOUT_SPACE_PERSISTENT_LOCAL = 2, /**< local and persistent */
+};
+
+/** A buffer to register (cubie's CUDABuffer). Zero-initialise, then fill. */
+struct gpb_layout_buffer {
+	const char *component;             /**< the component that registers it (required) */
+	const char *name;                  /**< unique within @component */
+	uint64_t size;                     /**< elements, at least 1 */
+	enum gpb_layout_location location; /**< shared or local */
+	int persistent;                    /**< 1: survives across steps; never aliased */
+	const char *alias;  /**< a buffer of @component it may share storage with, or NULL */
+	unsigned precision; /**< bytes per element: 4 (float32) or 8 (float64) */
+};
+
+/** Where a buffer was placed. */
+struct gpb_layout_placement {
+	enum gpb_layout_space space; /**< shared, local or persistent local */
+	uint64_t offset;             /**< bytes from the start of a thread's slice of @space */
+	uint64_t bytes;              /**< size x precision */
+	const char *aliased_with;    /**< the buffer whose storage it shares, or NULL */
+};
+
+/** A component's region: its buffers and its descendants', per thread. */
+struct gpb_layout_sizes {
+	uint64_t shared;                  /**< shared bytes (cubie's shared_buffer_size) */
+	uint64_t local;                   /**< local bytes, not persistent (local_buffer_size) */
+	uint64_t persistent_local;        /**< persistent local bytes */
+	uint64_t shared_offset;           /**< where the region starts in the shared space */
+	uint64_t local_offset;            /**< ... in the local space */
+	uint64_t persistent_local_offset; /**< ... in the persistent local space */
+};
+
+/** One component, as gpb_layout_component_at() lists it. */
+struct gpb_layout_component_info {
+	const char *name;   /**< the component's */
+	const char *parent; /**< NULL for a root */
+	unsigned depth;     /**< 0 for a root */
+	struct gpb_layout_sizes sizes;
+};
+
+/**
+ * Creates an empty layout. @out receives it; free it with
+ * gpb_layout_destroy(). Errors: GPB_E_INVALID (@out NULL), GPB_E_NOMEM.
+ */
+int gpb_layout_create(gpb_layout **out);
+
+/** Frees a layout and every string it returned. NULL is a no-op. */
+void gpb_layout_destroy(gpb_layout *layout);
+
+/**
+ * Adds component @name under @parent (a component added before), or as a
+ * root when @parent is NULL. Its region follows its parent's buffers and
+ * the regions of the children added before it.
+ * Errors: GPB_E_INVALID (@layout NULL), GPB_E_LAYOUT_NAME,
+ * GPB_E_LAYOUT_DUPLICATE (a component of that name exists),
+ * GPB_E_NOT_FOUND (no component @parent), GPB_E_LIMIT, GPB_E_NOMEM.
+ */
+int gpb_layout_add_component(gpb_layout *layout, const char *name, const char *parent);
+
+/**
+ * Registers a buffer. The alias may name a buffer added later; it is
+ * checked by gpb_layout_compute().
+ * Errors: GPB_E_INVALID (@layout or @desc NULL, location, precision other
+ * than 4 or 8), GPB_E_NOT_FOUND (no such component), GPB_E_LAYOUT_NAME (name
+ * or alias), GPB_E_LAYOUT_DUPLICATE (a buffer of that name in the
+ * component), GPB_E_LAYOUT_ZERO_SIZE, GPB_E_LAYOUT_OVERFLOW (size x
+ * precision), GPB_E_LAYOUT_ALIAS_PERSISTENT (a persistent buffer with an
+ * alias), GPB_E_LAYOUT_ALIAS_CYCLE (an alias to itself), GPB_E_LIMIT,
+ * GPB_E_NOMEM.
+ */
+int gpb_layout_add_buffer(gpb_layout *layout, const struct gpb_layout_buffer *desc);
+
+/**
+ * Places every buffer (see the model above). Queries need a layout
+ * computed since its last change.
+ * Errors: GPB_E_INVALID (@layout NULL), GPB_E_LAYOUT_ALIAS_UNKNOWN,
+ * GPB_E_LAYOUT_ALIAS_PERSISTENT (the alias is persistent),
+ * GPB_E_LAYOUT_ALIAS_LOCATION, GPB_E_LAYOUT_ALIAS_CYCLE,
+ * GPB_E_LAYOUT_OVERFLOW (an offset or total), GPB_E_NOMEM. On failure the
+ * layout stays uncomputed.
+ */
+int gpb_layout_compute(gpb_layout *layout);
+
+/**
+ * Where buffer @name of @component was placed.
+ * Errors: GPB_E_INVALID (NULL argument, layout not computed),
+ * GPB_E_NOT_FOUND (no such component or buffer).
+ */
+int gpb_layout_buffer_info(const gpb_layout *layout, const char *component, const char *name,
+                           struct gpb_layout_placement *out);
+
+/**
+ * The per-thread bytes of @component and its descendants in each space,
+ * and where its region starts.
+ * Errors: GPB_E_INVALID (NULL argument, layout not computed),
+ * GPB_E_NOT_FOUND (no such component).
+ */
+int gpb_layout_component_sizes(const gpb_layout *layout, const char *component,
+                               struct gpb_layout_sizes *out);
+
+/**
+ * The largest block size that fits @component's shared memory (its and its
+ * descendants', usually a root's) into @budget bytes per block: @requested,
+ * else the largest whole number of warps below it, such that shared bytes
+ * per thread x threads <= @budget.
+ * @budget: shared bytes per block; 0 means GPB_LAYOUT_DEFAULT_BUDGET.
+ * @max_budget: the device's opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin,
+ * 227 KiB on an H100); 0 means GPB_LAYOUT_DEFAULT_BUDGET. A budget above
+ * 48 KiB needs the kernel's opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize).
+ * @requested: threads per block, a multiple of GPB_LAYOUT_WARP up to
+ * GPB_LAYOUT_MAX_THREADS.
+ * Errors: GPB_E_INVALID (NULL argument, layout not computed, @requested,
+ * @budget above @max_budget), GPB_E_NOT_FOUND, GPB_E_LAYOUT_NO_FIT (one warp
+ * needs more than @budget).
+ */
+int gpb_layout_block_size(const gpb_layout *layout, const char *component, uint32_t budget,
+                          uint32_t max_budget, uint32_t requested, uint32_t *threads);
+
+/**
+ * The buffer at @index (from 0) in layout order: each root's components
+ * depth first (a component, then its children in the order added), each
+ * component's buffers in the order added. @desc and @out may be NULL.
+ * Errors: GPB_E_INVALID (layout not computed), GPB_E_NOT_FOUND (@index past
+ * the last buffer).
+ */
+int gpb_layout_buffer_at(const gpb_layout *layout, size_t index, struct gpb_layout_buffer *desc,
+                         struct gpb_layout_placement *out);
+
+/**
+ * The component at @index (from 0), in the order of gpb_layout_buffer_at().
+ * Errors: GPB_E_INVALID (NULL argument, layout not computed),
+ * GPB_E_NOT_FOUND (@index past the last component).
+ */
+int gpb_layout_component_at(const gpb_layout *layout, size_t index,
+                            struct gpb_layout_component_info *out);
 
 #ifdef __cplusplus
 }
