@@ -49,6 +49,9 @@ __attribute__((format(printf, 1, 2))) int usage_error(const char *fmt, ...);
 int ctl_fail(int err);
 int ctl_oom(void);
 int ctl_bad_reply(const char *what);
+/* Prints the rows of @result[@key] (an array of objects) with @cols. */
+int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols, size_t ncols,
+               const struct ctl_options *o, bool header);
 int print_status(const cJSON *result, const struct ctl_options *o, bool header);
 int print_clients(const cJSON *result, const struct ctl_options *o, bool header);
 
@@ -58,5 +61,8 @@ int print_reload(const cJSON *result, const struct ctl_options *o, bool header);
 int print_metrics(const cJSON *result, const struct ctl_options *o, bool header);
 int print_version(const cJSON *result, const struct ctl_options *o, bool header);
 int print_done(const cJSON *result, const struct ctl_options *o, bool header);
+
+/* ctl_layout.c: `layout FILE`, which needs no daemon. Returns an exit code. */
+int ctl_layout(const struct ctl_options *o);
 
 #endif

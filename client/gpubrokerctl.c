@@ -66,6 +66,10 @@ static void usage(FILE *out)
 	    "                       (for node_exporter's textfile collector)\n"
 	    "  version              versions of gpubrokerctl, libgpubroker and the daemon\n"
 	    "\n"
+	    "Without a daemon:\n"
+	    "  layout FILE          a kernel's buffer layout and block size from FILE (JSON, or\n"
+	    "                       - for standard input; see gpubrokerctl(1))\n"
+	    "\n"
 	    "Options:\n"
 	    "  -s, --socket PATH    daemon socket (default: $GPUBROKER_SOCKET, else %s)\n"
 	    "  -o, --output FORMAT  table (default), json (the result object, one line) or csv\n"
@@ -75,8 +79,8 @@ static void usage(FILE *out)
 	    "  -h, --help           show this help and exit\n"
 	    "  -V, --version        show the version and exit\n"
 	    "\n"
-	    "Exit status: 0 success, 1 the daemon answered an error, 2 usage error,\n"
-	    "3 daemon unreachable, 4 permission denied.\n",
+	    "Exit status: 0 success, 1 the daemon answered an error (layout: FILE is wrong\n"
+	    "or no block fits), 2 usage error, 3 daemon unreachable, 4 permission denied.\n",
 	    GPB_DEFAULT_SOCKET_PATH);
 }
 
@@ -122,8 +126,8 @@ int ctl_bad_reply(const char *what)
 }
 
 /* Prints the rows of result[@key] with @cols. */
-static int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols,
-                      size_t ncols, const struct ctl_options *o, bool header)
+int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols, size_t ncols,
+               const struct ctl_options *o, bool header)
 {
 	struct ctl_table t;
 	int rc;
@@ -709,6 +713,9 @@ int main(int argc, char **argv)
 	rc = parse_options(argc, argv, &o);
 	if (rc != EXIT_OK)
 		return rc;
+	/* The one command that needs no daemon. */
+	if (strcmp(o.command, "layout") == 0)
+		return ctl_layout(&o);
 	cmd = ctl_command_find(o.command);
 	if (!cmd)
 		return usage_error("unknown command '%s'", o.command);
