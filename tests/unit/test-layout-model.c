@@ -26,14 +26,14 @@
 #define MAX_BUFS  (MAX_COMPS * 7)
 
 struct mcomp {
-	char name[8];
+	char name[16];
 	int parent; /* -1: a root */
 };
 
 struct mbuf {
 	int comp;
-	char name[8];
-	char alias[8]; /* "" for none */
+	char name[16];
+	char alias[16]; /* "" for none */
 	uint64_t size;
 	enum gpb_layout_location loc;
 	int persistent;
@@ -116,7 +116,7 @@ static void generate(struct model *m)
 			continue;
 		pick = n && rnd(50) ? cand[rnd((uint64_t)n)] : (int)rnd((uint64_t)m->nbufs);
 		if (m->bufs[pick].comp == b->comp || rnd(4) == 0)
-			snprintf(b->alias, sizeof(b->alias), "%s", m->bufs[pick].name);
+			memcpy(b->alias, m->bufs[pick].name, sizeof(b->alias));
 	}
 	/* Added in a random order: the order is part of the rules. */
 	for (int i = m->nbufs - 1; i > 0; i--) {
