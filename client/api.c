@@ -443,6 +443,7 @@ GPB_EXPORT int gpb_request(gpb_client *c, const char *method, const char *params
 	switch (proto_op_lookup(method)) {
 	case PROTO_OP_ALLOC:
 	case PROTO_OP_ATTACH:
+	case PROTO_OP_OPEN:
 	case PROTO_OP_FREE:
 	case PROTO_OP_DETACH:
 	case PROTO_OP_CLAIM:

@@ -1,6 +1,7 @@
 /*
- * memory.c - gpb_alloc, gpb_free, gpb_attach and gpb_detach: the exchanges
- * that change which slabs a connection holds, kept in step with track.c.
+ * memory.c - gpb_alloc, gpb_free, gpb_attach, gpb_open_shared and
+ * gpb_detach: the exchanges that change which slabs a connection holds, kept
+ * in step with track.c; and gpb_export / gpb_unexport, which name memory.
  */
 #include "client.h"
 #include "internal.h"
@@ -306,6 +307,80 @@ GPB_EXPORT int gpb_detach(gpb_client *c, uint64_t id)
 	return memory_release(c, TRACK_ATTACH, id);
 }
 
+static cJSON *name_params(const char *name)
+{
+	cJSON *params = cJSON_CreateObject();
+
+	if (params && !cJSON_AddStringToObject(params, "name", name)) {
+		cJSON_Delete(params);
+		return NULL;
+	}
+	return params;
+}
+
+static bool name_valid(const char *name)
+{
+	return name && *name && strlen(name) <= PROTO_MAX_NAME;
+}
+
+GPB_EXPORT int gpb_export(gpb_client *c, uint64_t id, const char *name, int64_t uid)
+{
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!name_valid(name) || uid > (int64_t)UINT32_MAX - 1) {
+		rc =
+		    error_set(GPB_E_INVALID, "gpb_export: name must be 1-%d bytes, uid a uid or -1",
+		              PROTO_MAX_NAME);
+		goto out;
+	}
+	params = name_params(name);
+	if (params && (proto_add_id64(params, "id", id) < 0 ||
+	               (uid >= 0 && !cJSON_AddNumberToObject(params, "uid", (double)uid)))) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = client_call(c, "export", params, NULL, NULL);
+out:
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_unexport(gpb_client *c, const char *name)
+{
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!name_valid(name))
+		rc = error_set(GPB_E_INVALID, "gpb_unexport: name must be 1-%d bytes",
+		               PROTO_MAX_NAME);
+	else
+		rc = client_call(c, "unexport", name_params(name), NULL, NULL);
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_open_shared(gpb_client *c, const char *name, struct gpb_allocation *out)
+{
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out || !name_valid(name))
+		rc = error_set(GPB_E_INVALID, "gpb_open_shared: needs a name of 1-%d bytes and out",
+		               PROTO_MAX_NAME);
+	else
+		rc = memory_call(c, TRACK_ATTACH, "open", name_params(name), out, NULL);
+	client_leave(c);
+	return rc;
+}
+
 void memory_invalidate(void *client)
 {
 	gpb_client *c = client;
@@ -329,7 +404,8 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 	uint64_t id;
 	int rc;
 
-	if (op == PROTO_OP_ALLOC || op == PROTO_OP_ATTACH || op == PROTO_OP_CLAIM)
+	if (op == PROTO_OP_ALLOC || op == PROTO_OP_ATTACH || op == PROTO_OP_OPEN ||
+	    op == PROTO_OP_CLAIM)
 		return memory_call(c, kind, method, params, NULL, result_json);
 	if (op == PROTO_OP_FREE_LABEL) {
 		rc = conn_call(&c->conn, method, params, &rep, NULL);

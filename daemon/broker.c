@@ -71,6 +71,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	b->backend = backend;
 	b->limits = *limits;
 	list_init(&b->sessions);
+	list_init(&b->exports);
 	list_init(&b->waits);
 	idmap_init(&b->allocs);
 	arena_init(&b->alloc_arena, sizeof(struct broker_alloc), 32);
@@ -211,29 +212,46 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 	int device = a->inst->device;
 	idmap_remove(&b->allocs, a->id);
 	list_remove(&a->link);
+	if (a->exported)
+		broker_exports_drop_alloc(b, a);
 	/* An unclaimed allocation was never counted as a hold on its slab. */
 	if (!a->unclaimed)
 		session_release(s, bs->id);
 	a->inst->used -= size;
 	a->inst->live--;
-	policy_uncharge(&b->policy, &a->inst->pol, size);
 	s->used -= size;
 	s->alloc_count--;
+	free(a->label);
+	a->label = NULL;
+	if (a->holders) {
+		/* Others have it open: the memory stays theirs (and the
+		 * device's, not the instance's) until the last detaches. */
+		policy_orphan(&b->policy, &a->inst->pol, size);
+		a->inst = NULL;
+		a->orphan = true;
+		b->orphan_count++;
+		return;
+	}
+	policy_uncharge(&b->policy, &a->inst->pol, size);
 	/* Last: this may hand the slab back to the backend. */
 	pool_free(b->dev[device].pool, a->block);
-	free(a->label);
 	arena_free(&b->alloc_arena, a);
 }
 
-/* Drops what one attachment holds: the session's hold on the slab and the
- * pin. The attachment map entry is the caller's to remove. */
-void broker_unpin(struct broker *b, struct session *s, struct pool_slab *slab)
+void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a)
 {
+	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
 	int device = bs->device;
 	session_release(s, bs->id);
-	/* Last: this may hand the slab back to the backend. */
 	pool_slab_unpin(b->dev[device].pool, slab);
+	if (--a->holders || !a->orphan)
+		return;
+	policy_orphan_release(&b->policy, device, pool_block_size(a->block));
+	b->orphan_count--;
+	/* Last: this may hand the slab back to the backend. */
+	pool_free(b->dev[device].pool, a->block);
+	arena_free(&b->alloc_arena, a);
 }
 
 /* Tells the owner of every instance whose cap moved, then serves the waits
@@ -292,9 +310,9 @@ void broker_session_close(struct broker *b, struct session *s)
 		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
 	}
 	size_t it = 0;
-	struct pool_slab *slab;
-	while ((slab = idmap_next(&s->attached, &it, NULL)))
-		broker_unpin(b, s, slab);
+	struct broker_alloc *a;
+	while ((a = idmap_next(&s->attached, &it, NULL)))
+		broker_unpin(b, s, a);
 	list_for_each_safe(pos, tmp, &s->instances)
 	{
 		broker_instance_free(b, s, list_entry(pos, struct broker_instance, link));
@@ -579,7 +597,7 @@ int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker
 }
 
 /* An allocation this session owns; NULL for unknown and foreign ids alike. */
-static struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id)
+struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id)
 {
 	struct broker_alloc *a = idmap_get(&b->allocs, id);
 	return a && a->inst->owner == s ? a : NULL;
@@ -600,7 +618,13 @@ int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broke
 	struct broker_alloc *a = idmap_get(&b->allocs, id);
 	if (!a || a->inst->owner->uid != s->uid)
 		return -ENOENT;
-	if (idmap_get(&s->attached, id))
+	return broker_hold(b, s, a, out);
+}
+
+int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
+                struct broker_grant *out)
+{
+	if (idmap_get(&s->attached, a->id))
 		return -EEXIST;
 	/* Attachments pin slabs: they count against the same limit. */
 	if (s->alloc_count + s->attached.count >= b->limits.max_allocations)
@@ -610,23 +634,24 @@ int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broke
 	int fresh = session_hold(s, bs->id);
 	if (fresh < 0)
 		return -EAGAIN;
-	if (idmap_put(&s->attached, id, slab) < 0) {
+	if (idmap_put(&s->attached, a->id, a) < 0) {
 		session_release(s, bs->id);
 		return -EAGAIN;
 	}
 	pool_slab_pin(slab);
-	out->id = id;
+	a->holders++;
+	out->id = a->id;
 	broker_grant_fill(s, a->block, fresh == 1, out);
 	return 0;
 }
 
 int broker_detach(struct broker *b, struct session *s, uint64_t id)
 {
-	struct pool_slab *slab = idmap_remove(&s->attached, id);
-	if (!slab)
+	struct broker_alloc *a = idmap_remove(&s->attached, id);
+	if (!a)
 		return -ENOENT;
-	/* An unpinned slab may go back to the device: real room for a wait. */
-	broker_unpin(b, s, slab);
+	/* An unpinned slab, a released orphan: real room for a wait. */
+	broker_unpin(b, s, a);
 	broker_waits_run(b);
 	return 0;
 }
@@ -681,8 +706,8 @@ const struct broker_rule *broker_rule_for(const struct broker *b, const struct s
 
 int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 {
-	uint64_t allocs = 0, instances = 0;
-	unsigned sessions = 0, waits = 0, listed = 0;
+	uint64_t allocs = 0, instances = 0, orphans_held = 0;
+	unsigned sessions = 0, waits = 0, listed = 0, exports = 0;
 	for (int i = 0; i < b->device_count; i++) {
 		int rc = pool_check(b->dev[i].pool, msg, msg_len);
 		if (rc < 0)
@@ -717,6 +742,18 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 				return -EFAULT;
 			}
 		}
+		size_t it = 0;
+		const struct broker_alloc *a;
+		uint64_t id;
+		while ((a = idmap_next(&s->attached, &it, &id))) {
+			if (a->id != id || !a->holders ||
+			    (a->orphan ? a->inst != NULL : idmap_get(&b->allocs, id) != a)) {
+				snprintf(msg, msg_len, "attachment %016llx misfiled",
+				         (unsigned long long)id);
+				return -EFAULT;
+			}
+			orphans_held += a->orphan;
+		}
 		waits += s->wait_count;
 		if (used != s->used || n != s->alloc_count) {
 			snprintf(msg, msg_len,
@@ -732,6 +769,26 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 	    instances != b->instance_count || instances != b->instances.count ||
 	    instances != b->policy.count) {
 		snprintf(msg, msg_len, "broker counters disagree with the sessions");
+		return -EFAULT;
+	}
+	/* Every orphan has a holder; none without one (a leak). */
+	if ((b->orphan_count == 0) != (orphans_held == 0) || b->orphan_count > orphans_held) {
+		snprintf(msg, msg_len, "%llu orphans, %llu attachments to orphans",
+		         (unsigned long long)b->orphan_count, (unsigned long long)orphans_held);
+		return -EFAULT;
+	}
+	for (pos = b->exports.next; pos != &b->exports; pos = pos->next) {
+		const struct broker_export *e = list_entry(pos, const struct broker_export, link);
+		if (idmap_get(&b->allocs, e->alloc->id) != e->alloc || !e->alloc->exported ||
+		    e->alloc->inst->owner != e->owner) {
+			snprintf(msg, msg_len, "export %s misfiled", e->name);
+			return -EFAULT;
+		}
+		exports++;
+	}
+	if (exports != b->export_count) {
+		snprintf(msg, msg_len, "%u exports listed, broker counts %u", exports,
+		         b->export_count);
 		return -EFAULT;
 	}
 	for (pos = b->waits.next; pos != &b->waits; pos = pos->next)

@@ -79,9 +79,22 @@ struct broker_alloc {
 	struct list link; /* session->allocs */
 	struct broker_instance *inst;
 	struct pool_block *block;
-	char *label;    /* made by allocate_queue: the request's label; else NULL */
-	bool unclaimed; /* made by allocate_queue and not claimed yet: the session does
-	                   not hold its slab (its client has not been given the handle) */
+	char *label;      /* made by allocate_queue: the request's label; else NULL */
+	uint32_t holders; /* attachments (attach, open): they keep the block alive */
+	bool unclaimed;   /* made by allocate_queue and not claimed yet: the session does
+	                     not hold its slab (its client has not been given the handle) */
+	bool exported;    /* has a name in broker->exports */
+	bool orphan;      /* freed by its owner while attached: out of the table and of
+	                     every instance, alive until its last holder detaches */
+};
+
+/* A name under which an allocation can be opened (export, open). */
+struct broker_export {
+	struct list link; /* broker->exports */
+	struct broker_alloc *alloc;
+	struct session *owner;
+	uid_t uid; /* who may open it */
+	char name[PROTO_MAX_NAME + 1];
 };
 
 /* An array request queued for allocate_queue (queue_request). */
@@ -109,7 +122,7 @@ struct session {
 	uint64_t alloc_count;
 	uint64_t used;
 	struct idmap held;     /* slab id -> struct session_slab: slabs this session holds */
-	struct idmap attached; /* allocation id -> struct pool_slab (pinned) */
+	struct idmap attached; /* allocation id -> struct broker_alloc it holds */
 	unsigned wait_count;   /* its allocations waiting in broker->waits */
 };
 
@@ -163,7 +176,10 @@ struct broker {
 	struct broker_limits limits;
 	struct broker_device dev[BACKEND_MAX_DEVICES];
 	int device_count;
-	struct idmap allocs;      /* allocation id -> struct broker_alloc */
+	struct idmap allocs; /* allocation id -> struct broker_alloc */
+	struct list exports; /* struct broker_export */
+	unsigned export_count;
+	uint64_t orphan_count;    /* allocations freed by their owner, still attached */
 	struct arena alloc_arena; /* where the struct broker_alloc records live */
 	struct list sessions;
 	unsigned session_count;
@@ -235,9 +251,30 @@ int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_
                  uint64_t align, struct broker_grant *out);
 /* -ENOENT: unknown, freed, or another session's (indistinguishable). */
 int broker_free(struct broker *b, struct session *s, uint64_t id);
-/* Same-uid allocations only; -ENOENT otherwise; -EEXIST if already attached. */
+/*
+ * Same-uid allocations only; -ENOENT otherwise; -EEXIST if already attached;
+ * -EMFILE (max_allocations counts attachments too). An attachment keeps the
+ * allocation's memory alive: freed by its owner meanwhile, it becomes an
+ * orphan, gone from the table, until its last holder detaches.
+ */
 int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out);
 int broker_detach(struct broker *b, struct session *s, uint64_t id);
+
+/*
+ * Sharing by name (broker_share.c). broker_export names one of s's
+ * allocations for uid to open: -ENOENT (not s's allocation), -EALREADY
+ * (already exported), -EEXIST (uid already has an export of that name),
+ * -EPERM (uid is another user and the allocation shares its slab, which
+ * the opener would map whole), -EMFILE (max_allocations exports), -EAGAIN
+ * (host memory). The name goes when the allocation is freed (orphaned or
+ * not) or its session ends.
+ */
+int broker_export(struct broker *b, struct session *s, uint64_t id, const char *name, uid_t uid);
+/* Withdraws one of s's names: -ENOENT. Openers keep what they opened. */
+int broker_unexport(struct broker *b, struct session *s, const char *name);
+/* Attaches the allocation exported to s's uid under name: -ENOENT (no such
+ * name for this uid), then as broker_attach(). */
+int broker_open(struct broker *b, struct session *s, const char *name, struct broker_grant *out);
 
 void broker_set_sender(struct broker *b, broker_send_fn fn, void *ctx);
 /* Sends a frame to a session through the sender (frees it when none). */

@@ -7,10 +7,18 @@
 
 #include "broker.h"
 
+/* s's allocation id, or NULL (unknown, freed, another session's). */
+struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id);
 /* Frees one allocation of s: its slab hold, its charge, its pool block. */
 void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a);
-/* Drops one attachment's slab hold and pin (the map entry is the caller's). */
-void broker_unpin(struct broker *b, struct session *s, struct pool_slab *slab);
+/* Drops one attachment: its slab hold, its pin, and the allocation when it
+ * was the last holder of an orphan (the map entry is the caller's). */
+void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a);
+/* Attaches a to s (the checks are the caller's): as broker_attach(). */
+int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
+                struct broker_grant *out);
+/* Drops the names of an allocation that is being freed. */
+void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a);
 /* Sends cap_changed for every cap the policy moved, then serves the waits. */
 void broker_policy_changed(struct broker *b);
 /* The pool configuration of an allocator strategy. */

@@ -66,9 +66,9 @@ static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *att
 			(*allocs)++;
 		}
 		size_t it = 0;
-		struct pool_slab *slab;
-		while ((slab = idmap_next(&s->attached, &it, NULL))) {
-			broker_unpin(b, s, slab);
+		struct broker_alloc *a;
+		while ((a = idmap_next(&s->attached, &it, NULL))) {
+			broker_unpin(b, s, a);
 			(*attachments)++;
 		}
 		/* Emptied: removing entries while iterating would be undefined

@@ -30,7 +30,7 @@ int dispatch_param_error(struct dispatch_ctx *ctx, int rc, const char *key, cons
 }
 
 /* Maps a broker errno to a protocol error with a message. */
-static int broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
+int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 {
 	switch (rc) {
 	case -ENOENT:
@@ -222,7 +222,7 @@ static int on_register(struct dispatch_ctx *ctx)
 	if (rc == -EINVAL || rc == -ENOSPC || rc == -EUSERS)
 		return dispatch_policy_error(ctx, rc, (int)device, proportion);
 	if (rc < 0)
-		return broker_error(ctx, rc, "instance");
+		return dispatch_broker_error(ctx, rc, "instance");
 	cJSON *r = dispatch_result(ctx);
 	if (!r || proto_add_id64(r, "instance", inst->id) || add_int(r, "device", inst->device) ||
 	    proto_add_u64(r, "cap", inst->pol.cap) || add_int(r, "share", inst->pol.share) ||
@@ -231,7 +231,7 @@ static int on_register(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-static int get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id)
+int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id)
 {
 	int rc = proto_get_id64(ctx->params, key, id);
 	return rc < 0 ? dispatch_param_error(ctx, rc, key, "16 lowercase hex digits") : 0;
@@ -240,11 +240,11 @@ static int get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id)
 static int on_unregister(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
-	int rc = get_id(ctx, "instance", &id);
+	int rc = dispatch_get_id(ctx, "instance", &id);
 	if (rc == 0)
 		rc = broker_unregister(ctx->b, ctx->s, id);
 	if (rc < 0)
-		return ctx->err.code ? rc : broker_error(ctx, rc, "instance");
+		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "instance");
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
@@ -344,7 +344,7 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 	case -EAGAIN:
 		return -ENOMEM;
 	default:
-		return broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
+		return dispatch_broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
 	}
 }
 
@@ -352,7 +352,7 @@ static int on_alloc(struct dispatch_ctx *ctx)
 {
 	uint64_t instance, size, align = POOL_GRANULE;
 	const char *type = "device";
-	int rc = get_id(ctx, "instance", &instance);
+	int rc = dispatch_get_id(ctx, "instance", &instance);
 	if (rc < 0)
 		return rc;
 	rc = proto_get_u64(ctx->params, "size", 1, UINT64_MAX, &size);
@@ -462,11 +462,11 @@ void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
 static int on_free(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
-	int rc = get_id(ctx, "id", &id);
+	int rc = dispatch_get_id(ctx, "id", &id);
 	if (rc == 0)
 		rc = broker_free(ctx->b, ctx->s, id);
 	if (rc < 0)
-		return ctx->err.code ? rc : broker_error(ctx, rc, "allocation");
+		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "allocation");
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
@@ -474,25 +474,25 @@ static int on_attach(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
 	struct broker_grant g;
-	int rc = get_id(ctx, "id", &id);
+	int rc = dispatch_get_id(ctx, "id", &id);
 	if (rc < 0)
 		return rc;
 	rc = broker_attach(ctx->b, ctx->s, id, &g);
 	if (rc == -EAGAIN)
 		return -ENOMEM;
 	if (rc < 0)
-		return broker_error(ctx, rc, "allocation");
+		return dispatch_broker_error(ctx, rc, "allocation");
 	return dispatch_grant_result(ctx, &g);
 }
 
 static int on_detach(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
-	int rc = get_id(ctx, "id", &id);
+	int rc = dispatch_get_id(ctx, "id", &id);
 	if (rc == 0)
 		rc = broker_detach(ctx->b, ctx->s, id);
 	if (rc < 0)
-		return ctx->err.code ? rc : broker_error(ctx, rc, "attachment");
+		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "attachment");
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
@@ -625,6 +625,9 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_INVALIDATE_ALL] = dispatch_invalidate_all,
     [PROTO_OP_SET_ALLOCATOR] = dispatch_set_allocator,
     [PROTO_OP_SELFCHECK] = on_selfcheck,
+    [PROTO_OP_EXPORT] = dispatch_export,
+    [PROTO_OP_UNEXPORT] = dispatch_unexport,
+    [PROTO_OP_OPEN] = dispatch_open,
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)

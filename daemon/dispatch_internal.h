@@ -49,6 +49,16 @@ int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **
 /* The result of an alloc: the grant (and the descriptor to pass). */
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
 
+/* An id64 parameter, or -EINVAL with ctx->err set. */
+int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id);
+/* Sets ctx->err for a broker error about what ("allocation", ...); returns rc. */
+int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what);
+
+/* dispatch_share.c */
+int dispatch_export(struct dispatch_ctx *ctx);
+int dispatch_unexport(struct dispatch_ctx *ctx);
+int dispatch_open(struct dispatch_ctx *ctx);
+
 /* dispatch_queue.c */
 int dispatch_queue_request(struct dispatch_ctx *ctx);
 int dispatch_allocate_queue(struct dispatch_ctx *ctx);

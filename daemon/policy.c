@@ -425,6 +425,23 @@ void policy_uncharge(struct policy *p, struct policy_instance *pi, uint64_t byte
 	dev->used -= bytes;
 }
 
+void policy_orphan(struct policy *p, struct policy_instance *pi, uint64_t bytes)
+{
+	if (bytes > pi->used)
+		bytes = pi->used;
+	pi->used -= bytes;
+	p->dev[pi->device].orphaned += bytes;
+}
+
+void policy_orphan_release(struct policy *p, int device, uint64_t bytes)
+{
+	struct policy_device *dev = &p->dev[device];
+	if (bytes > dev->orphaned)
+		bytes = dev->orphaned;
+	dev->orphaned -= bytes;
+	dev->used -= bytes;
+}
+
 struct policy_instance *policy_take_changed(struct policy *p)
 {
 	if (list_empty(&p->changed))
@@ -687,8 +704,9 @@ static int check_device(const struct policy *p, int d, char *msg, unsigned msg_l
 		caps += pi->next_cap;
 		CHECK(group_valid(pi->group) == 0, "instance %" PRIu64 ": bad group name", pi->id);
 	}
-	CHECK(used == dev->used, "device %d: used %" PRIu64 ", instances hold %" PRIu64, d,
-	      dev->used, used);
+	CHECK(used + dev->orphaned == dev->used,
+	      "device %d: used %" PRIu64 ", instances hold %" PRIu64 ", orphaned %" PRIu64, d,
+	      dev->used, used, dev->orphaned);
 	CHECK(manual == dev->manual && n_manual == dev->n_manual && n_auto == dev->n_auto,
 	      "device %d: aggregates %.17g/%u/%u, instances say %.17g/%u/%u", d, dev->manual,
 	      dev->n_manual, dev->n_auto, manual, n_manual, n_auto);

@@ -102,7 +102,8 @@ struct policy_device {
 	uint64_t limit;        /* byte limit, 0 = none */
 	double limit_fraction; /* fraction limit in (0, 1], 0 = none */
 	uint64_t capacity;     /* what the broker may hand out: total bounded by the limit */
-	uint64_t used;         /* bytes charged to its instances */
+	uint64_t used;         /* bytes charged: its instances' and orphaned */
+	uint64_t orphaned;     /* freed by their instance, still held (policy_orphan) */
 	double manual;         /* sum of the manual proportions */
 	double auto_share;     /* share of each auto instance */
 	uint64_t auto_cap;     /* cap of each auto instance in active mode */
@@ -177,6 +178,13 @@ int policy_admit(const struct policy *p, const struct policy_instance *pi, uint6
 /* Accounts bytes to pi once the allocation has happened (and back). */
 void policy_charge(struct policy *p, struct policy_instance *pi, uint64_t bytes);
 void policy_uncharge(struct policy *p, struct policy_instance *pi, uint64_t bytes);
+/*
+ * Moves bytes from pi to the device's orphaned bytes: memory its instance
+ * freed that others still hold open (a shared allocation). The device stays
+ * charged, the instance no longer is, until policy_orphan_release().
+ */
+void policy_orphan(struct policy *p, struct policy_instance *pi, uint64_t bytes);
+void policy_orphan_release(struct policy *p, int device, uint64_t bytes);
 
 /* Capacity left on a device: capacity - used, 0 when over. */
 uint64_t policy_device_available(const struct policy *p, int device);

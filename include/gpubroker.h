@@ -153,15 +153,46 @@ int gpb_free(gpb_client *client, uint64_t id);
 /**
  * Maps an allocation made by another connection of the same user (for
  * example in another process). The allocation stays owned by its maker; the
- * mapping lasts until gpb_detach() or disconnect. If the maker frees it, the
- * bytes may be reused for a later allocation of the same user.
+ * mapping lasts until gpb_detach() or disconnect. If the maker frees it
+ * meanwhile, the memory stays allocated (and its bytes as they were) until
+ * the last connection that attached it detaches.
  * Errors: GPB_E_NOT_FOUND (unknown or another user's), GPB_E_INVALID
  * (already attached through this client), GPB_E_LIMIT, GPB_E_DAEMON_GONE.
  */
 int gpb_attach(gpb_client *client, uint64_t id, struct gpb_allocation *out);
 
-/** Drops a mapping made by gpb_attach(). GPB_E_NOT_FOUND. */
+/** Drops a mapping made by gpb_attach() or gpb_open_shared(). GPB_E_NOT_FOUND. */
 int gpb_detach(gpb_client *client, uint64_t id);
+
+/**
+ * Names one of this connection's allocations so that a client of @uid
+ * (this user's own uid when @uid is negative) can map it with
+ * gpb_open_shared(). One name per allocation; names are unique per opening
+ * uid and per exporting connection. The name is withdrawn by gpb_unexport(),
+ * by freeing the allocation, or when this connection ends; what was opened
+ * stays mapped (and allocated) until its openers detach. Another user maps
+ * the whole slab, so only an allocation with a slab of its own may go to
+ * another uid: one larger than the daemon's slab size, or any under the
+ * "direct" allocator. @name is copied.
+ * Errors: GPB_E_INVALID (name not 1-64 bytes, uid out of range, allocation
+ * already exported, name taken, or another uid for a pooled allocation:
+ * gpb_last_error() says which), GPB_E_NOT_FOUND (not this connection's
+ * allocation), GPB_E_DAEMON_GONE.
+ */
+int gpb_export(gpb_client *client, uint64_t id, const char *name, int64_t uid);
+
+/** Withdraws a name given by gpb_export(). GPB_E_NOT_FOUND, GPB_E_INVALID. */
+int gpb_unexport(gpb_client *client, const char *name);
+
+/**
+ * Maps the allocation exported under @name to this user, as gpb_attach()
+ * does (@out->id is the allocation's id; gpb_detach() it when done).
+ * Errors: GPB_E_NOT_FOUND (no such name for this uid: withdrawn, never
+ * given, or given to someone else, answered alike), GPB_E_INVALID (bad name,
+ * @out NULL, or already mapped through this client), GPB_E_LIMIT,
+ * GPB_E_DAEMON_GONE.
+ */
+int gpb_open_shared(gpb_client *client, const char *name, struct gpb_allocation *out);
 
 /** Memory as one instance sees it. */
 struct gpb_mem_info {

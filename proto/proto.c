@@ -42,6 +42,9 @@ const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
     [PROTO_OP_SET_ALLOCATOR] = {"set_allocator", PROTO_OPF_ADMIN},
     [PROTO_OP_EVICT] = {"evict", PROTO_OPF_ADMIN},
     [PROTO_OP_SELFCHECK] = {"selfcheck", PROTO_OPF_ADMIN},
+    [PROTO_OP_EXPORT] = {"export", 0},
+    [PROTO_OP_UNEXPORT] = {"unexport", 0},
+    [PROTO_OP_OPEN] = {"open", 0},
 };
 
 int proto_op_lookup(const char *name)

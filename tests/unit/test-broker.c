@@ -184,6 +184,15 @@ static void test_session_close_reclaims(void **state)
 		/* Freed, attached or not. */
 		assert_int_equal(broker_attach(b, s2, ids[i], &g), -ENOENT);
 	}
+	/* What s2 attached lives on (orphans) until s2 detaches it. */
+	assert_int_equal(b->orphan_count, 2);
+	assert_int_equal(dev_stats(b, 0).live, live0 + 2);
+	assert_int_equal(broker_detach(b, s2, ids[0]), 0);
+	assert_int_equal(b->orphan_count, 1);
+	check(b);
+	assert_int_equal(broker_detach(b, s2, ids[n - 1]), 0);
+	assert_int_equal(b->orphan_count, 0);
+	check(b);
 	assert_int_equal(dev_stats(b, 0).used, used0);
 	assert_int_equal(dev_stats(b, 1).used, used1);
 	assert_int_equal(dev_stats(b, 0).live, live0);
@@ -600,7 +609,9 @@ static void test_attach_pins_slab(void **state)
 	struct pool_stats st = dev_stats(b, 0);
 	assert_int_equal(st.slabs, slabs0 + 1);
 	assert_int_equal(st.reserved, reserved);
-	assert_int_equal(st.live, 1);
+	/* The block too: the attacher's bytes stay as they were. */
+	assert_int_equal(st.live, 2);
+	assert_int_equal(b->orphan_count, 1);
 	/* The descriptor is still the slab's. */
 	assert_true(fcntl(fd, F_GETFD) >= 0);
 	/* Gone for every other purpose. */

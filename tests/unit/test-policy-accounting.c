@@ -296,12 +296,49 @@ static void test_check_detects(void **state)
 	policy_finish(&p);
 }
 
+/* Orphaned bytes: off the instance, still on the device, until released;
+ * neither step takes more than is there. */
+static void test_orphans(void **state)
+{
+	struct policy p;
+	(void)state;
+	policy_new(&p, 1, 1000, POLICY_ACTIVE, 0);
+	add_ok(&p, 0, 0, 0.5, NULL);
+	policy_charge(&p, &inst[0], 400);
+	policy_orphan(&p, &inst[0], 300);
+	check(&p);
+	assert_int_equal(inst[0].used, 100);
+	assert_int_equal(p.dev[0].orphaned, 300);
+	assert_int_equal(p.dev[0].used, 400);
+	/* The instance may use its cap again, the device has 600 left. */
+	assert_int_equal(policy_headroom(&p, &inst[0]), 400);
+	assert_int_equal(policy_device_available(&p, 0), 600);
+	assert_int_equal(policy_admit(&p, &inst[0], 401, NULL), -EDQUOT);
+	/* More than the instance holds: only what it holds moves. */
+	policy_orphan(&p, &inst[0], 500);
+	check(&p);
+	assert_int_equal(inst[0].used, 0);
+	assert_int_equal(p.dev[0].orphaned, 400);
+	/* The instance goes; its orphaned bytes stay charged. */
+	policy_remove(&p, &inst[0]);
+	assert_int_equal(p.dev[0].used, 400);
+	policy_orphan_release(&p, 0, 300);
+	assert_int_equal(p.dev[0].orphaned, 100);
+	assert_int_equal(p.dev[0].used, 100);
+	policy_orphan_release(&p, 0, 1000);
+	assert_int_equal(p.dev[0].orphaned, 0);
+	assert_int_equal(p.dev[0].used, 0);
+	assert_int_equal(policy_device_available(&p, 0), 1000);
+	check(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_change_queue), cmocka_unit_test(test_modes),
 	    cmocka_unit_test(test_admit),        cmocka_unit_test(test_limits),
 	    cmocka_unit_test(test_groups),       cmocka_unit_test(test_check_detects),
+	    cmocka_unit_test(test_orphans),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,7 +37,8 @@ static void test_op_table(void **state)
 	    "set_auto",  "set_group",     "group_info",     "set_mode",
 	    "set_limit", "queue_request", "allocate_queue", "chunk_parameters",
 	    "claim",     "free_label",    "invalidate_all", "set_allocator",
-	    "evict",     "selfcheck",
+	    "evict",     "selfcheck",     "export",         "unexport",
+	    "open",
 	};
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);

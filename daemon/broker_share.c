@@ -1,0 +1,105 @@
+/*
+ * broker_share.c - sharing by name: a client exports one of its
+ * allocations under a name for a uid (its own or another user's); a client
+ * of that uid opens it by name and gets the same bytes, as an attachment.
+ *
+ * The name lives as long as the allocation (or until unexport): the
+ * exporter's free or death withdraws it for new openers. What was opened
+ * stays: an attachment keeps the block alive (broker_alloc_release turns a
+ * held allocation into an orphan, freed by the last broker_unpin).
+ *
+ * An opener maps the whole slab (the sim memfd, the CUDA IPC handle), so an
+ * allocation goes to another uid only from a slab made for it alone: one
+ * above the pool's large threshold, or any under the direct allocator.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+#include "broker_internal.h"
+#include "log.h"
+
+/*
+ * The export called name that uid may open (owner NULL), or that owner gave
+ * (for any uid); NULL when there is none. Names are per opening uid, so one
+ * user's names neither collide with nor reveal another's; and per exporter,
+ * so that unexport needs only the name.
+ */
+static struct broker_export *export_find(struct broker *b, const struct session *owner, uid_t uid,
+                                         const char *name)
+{
+	struct list *pos;
+	for (pos = b->exports.next; pos != &b->exports; pos = pos->next) {
+		struct broker_export *e = list_entry(pos, struct broker_export, link);
+		if ((owner ? e->owner == owner : e->uid == uid) && strcmp(e->name, name) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+static void export_free(struct broker *b, struct broker_export *e)
+{
+	log_debug("session %llu: export %s withdrawn", (unsigned long long)e->owner->id, e->name);
+	list_remove(&e->link);
+	b->export_count--;
+	free(e);
+}
+
+int broker_export(struct broker *b, struct session *s, uint64_t id, const char *name, uid_t uid)
+{
+	struct broker_alloc *a = broker_alloc_owned(b, s, id);
+	if (!a)
+		return -ENOENT;
+	if (a->exported)
+		return -EALREADY;
+	if (export_find(b, NULL, uid, name) || export_find(b, s, 0, name))
+		return -EEXIST;
+	if (uid != s->uid && !pool_slab_dedicated(pool_block_slab(a->block)))
+		return -EPERM;
+	/* At most one name per allocation: bounded by max_allocations. */
+	struct broker_export *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -EAGAIN;
+	e->alloc = a;
+	e->owner = s;
+	e->uid = uid;
+	snprintf(e->name, sizeof(e->name), "%s", name);
+	list_insert_tail(&b->exports, &e->link);
+	b->export_count++;
+	a->exported = true;
+	log_debug("session %llu: exports %016llx as %s for uid %u", (unsigned long long)s->id,
+	          (unsigned long long)id, name, (unsigned)uid);
+	return 0;
+}
+
+int broker_unexport(struct broker *b, struct session *s, const char *name)
+{
+	struct broker_export *e = export_find(b, s, 0, name);
+	if (!e)
+		return -ENOENT;
+	e->alloc->exported = false;
+	export_free(b, e);
+	return 0;
+}
+
+int broker_open(struct broker *b, struct session *s, const char *name, struct broker_grant *out)
+{
+	struct broker_export *e = export_find(b, NULL, s->uid, name);
+	if (!e)
+		return -ENOENT;
+	return broker_hold(b, s, e->alloc, out);
+}
+
+void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a)
+{
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &b->exports)
+	{
+		struct broker_export *e = list_entry(pos, struct broker_export, link);
+		if (e->alloc == a)
+			export_free(b, e);
+	}
+	a->exported = false;
+}

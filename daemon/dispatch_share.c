@@ -1,0 +1,89 @@
+/*
+ * dispatch_share.c - the sharing requests: export, unexport, open
+ * (broker_share.c has the rules).
+ */
+#include <errno.h>
+#include <stdio.h>
+
+#include "broker.h"
+#include "dispatch_internal.h"
+
+static int get_name(struct dispatch_ctx *ctx, const char **name)
+{
+	int rc = proto_get_string(ctx->params, "name", PROTO_MAX_NAME, name);
+	return rc < 0 ? dispatch_param_error(ctx, rc, "name", "a string of 1-64 bytes") : 0;
+}
+
+int dispatch_export(struct dispatch_ctx *ctx)
+{
+	uint64_t id;
+	const char *name;
+	int64_t uid = ctx->s->uid;
+	int rc = dispatch_get_id(ctx, "id", &id);
+	if (rc == 0)
+		rc = get_name(ctx, &name);
+	if (rc < 0)
+		return rc;
+	rc = proto_get_int(ctx->params, "uid", 0, UINT32_MAX - 1, &uid);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, "uid", "a uid (0 to 4294967294)");
+	rc = broker_export(ctx->b, ctx->s, id, name, (uid_t)uid);
+	switch (rc) {
+	case 0:
+		break;
+	case -EALREADY:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: the allocation is already exported");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "id");
+		return rc;
+	case -EEXIST:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: that name is already exported (by this client "
+		                "or to that uid)");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "name");
+		return rc;
+	case -EPERM:
+		/* The opener would map the whole slab, other allocations included. */
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: only an allocation with a slab of its own can "
+		                "go to another uid (larger than the slab size, or allocator "
+		                "\"direct\")");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), "uid");
+		return rc;
+	case -EAGAIN:
+		return -ENOMEM;
+	default:
+		return dispatch_broker_error(ctx, rc, "allocation");
+	}
+	cJSON *r = dispatch_result(ctx);
+	if (!r || !cJSON_AddStringToObject(r, "name", name) || proto_add_id64(r, "id", id) ||
+	    !cJSON_AddNumberToObject(r, "uid", (double)uid))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_unexport(struct dispatch_ctx *ctx)
+{
+	const char *name;
+	int rc = get_name(ctx, &name);
+	if (rc == 0)
+		rc = broker_unexport(ctx->b, ctx->s, name);
+	if (rc < 0)
+		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "export");
+	return dispatch_result(ctx) ? 0 : -ENOMEM;
+}
+
+int dispatch_open(struct dispatch_ctx *ctx)
+{
+	const char *name;
+	struct broker_grant g;
+	int rc = get_name(ctx, &name);
+	if (rc < 0)
+		return rc;
+	rc = broker_open(ctx->b, ctx->s, name, &g);
+	if (rc == -EAGAIN)
+		return -ENOMEM;
+	if (rc < 0)
+		return dispatch_broker_error(ctx, rc, "export");
+	return dispatch_grant_result(ctx, &g);
+}

@@ -1,0 +1,398 @@
+/*
+ * test-broker-share.c - unit tests of sharing by name (broker_share.c and
+ * the export/unexport/open requests): who may open what, the errors, and the
+ * life of what was opened after its exporter freed it or went away
+ * (orphans), checked against the pool, the policy and broker_check().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "broker.h"
+#include "policy.h"
+#include "pool.h"
+#include "proto.h"
+
+#include "session-helpers.h"
+
+/* Writes a byte pattern through the sim descriptor of a grant. */
+static void grant_fill(const struct broker_grant *g, unsigned char byte)
+{
+	assert_true(g->fd >= 0);
+	unsigned char *p = mmap(NULL, g->slab_size, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
+	assert_true(p != MAP_FAILED);
+	memset(p + g->offset, byte, g->size);
+	munmap(p, g->slab_size);
+}
+
+/* True when every byte of the grant's range is byte. */
+static bool grant_holds(const struct broker_grant *g, int fd, unsigned char byte)
+{
+	unsigned char *p = mmap(NULL, g->slab_size, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(p != MAP_FAILED);
+	bool ok = true;
+	for (uint64_t i = 0; i < g->size && ok; i++)
+		ok = p[g->offset + i] == byte;
+	munmap(p, g->slab_size);
+	return ok;
+}
+
+/* Same uid: export, open from another session, the bytes are the same. */
+static void test_export_open_same_uid(void **state)
+{
+	struct broker *b = broker_new(64 * MiB, 0, 0);
+	struct session *s1 = open_session(b, UID_A, 101);
+	struct session *s2 = open_session(b, UID_A, 102);
+	struct broker_instance *i1 = reg(b, s1, 0);
+	(void)state;
+
+	struct broker_grant a = alloc_ok(b, s1, i1, 64 * KiB, 0);
+	grant_fill(&a, 0x5a);
+	assert_int_equal(broker_export(b, s1, a.id, "weights", UID_A), 0);
+	assert_int_equal(b->export_count, 1);
+	check(b);
+
+	struct broker_grant g;
+	grant_poison(&g);
+	assert_int_equal(broker_open(b, s2, "weights", &g), 0);
+	assert_int_equal(g.id, a.id);
+	assert_int_equal(g.size, a.size);
+	assert_int_equal(g.offset, a.offset);
+	assert_int_equal(g.slab_id, a.slab_id);
+	assert_non_null(g.handle); /* s2 did not hold the slab yet */
+	assert_true(grant_holds(&g, g.fd, 0x5a));
+	assert_int_equal(s2->attached.count, 1);
+	check(b);
+	/* Twice through one session: as attach. */
+	struct broker_grant g2;
+	grant_poison(&g2);
+	assert_int_equal(broker_open(b, s2, "weights", &g2), -EEXIST);
+	/* Unknown names and wrong uids look alike. */
+	assert_int_equal(broker_open(b, s2, "nope", &g2), -ENOENT);
+
+	assert_int_equal(broker_detach(b, s2, a.id), 0);
+	assert_int_equal(broker_free(b, s1, a.id), 0);
+	/* Freed: the name went with it. */
+	assert_int_equal(b->export_count, 0);
+	assert_int_equal(broker_open(b, s2, "weights", &g2), -ENOENT);
+	check(b);
+	broker_done(b);
+}
+
+/* The errors of broker_export and broker_unexport, each distinct. */
+static void test_export_errors(void **state)
+{
+	struct broker *b = broker_new(64 * MiB, 0, 0);
+	struct session *s1 = open_session(b, UID_A, 101);
+	struct session *s2 = open_session(b, UID_A, 102);
+	struct broker_instance *i1 = reg(b, s1, 0);
+	struct broker_instance *i2 = reg(b, s2, 0);
+	(void)state;
+
+	struct broker_grant a = alloc_ok(b, s1, i1, 4 * KiB, 0);
+	struct broker_grant c = alloc_ok(b, s1, i1, 4 * KiB, 0);
+	struct broker_grant other = alloc_ok(b, s2, i2, 4 * KiB, 0);
+	/* Not this session's allocation (same uid or not): not found. */
+	assert_int_equal(broker_export(b, s1, other.id, "x", UID_A), -ENOENT);
+	assert_int_equal(broker_export(b, s1, 0x1234, "x", UID_A), -ENOENT);
+	/* A pooled allocation cannot go to another uid: the opener would
+	 * map its slab whole. */
+	assert_int_equal(broker_export(b, s1, a.id, "x", UID_B), -EPERM);
+	assert_int_equal(b->export_count, 0);
+
+	assert_int_equal(broker_export(b, s1, a.id, "x", UID_A), 0);
+	/* One name per allocation. */
+	assert_int_equal(broker_export(b, s1, a.id, "y", UID_A), -EALREADY);
+	/* The name is taken for that uid, and by this exporter. */
+	assert_int_equal(broker_export(b, s1, c.id, "x", UID_A), -EEXIST);
+	assert_int_equal(broker_export(b, s2, other.id, "x", UID_A), -EEXIST);
+	check(b);
+
+	/* Only the exporter withdraws its names. */
+	assert_int_equal(broker_unexport(b, s2, "x"), -ENOENT);
+	assert_int_equal(broker_unexport(b, s1, "nope"), -ENOENT);
+	assert_int_equal(broker_unexport(b, s1, "x"), 0);
+	assert_int_equal(broker_unexport(b, s1, "x"), -ENOENT);
+	/* Withdrawn: the allocation may be exported again, the name reused. */
+	assert_int_equal(broker_export(b, s1, a.id, "y", UID_A), 0);
+	assert_int_equal(broker_export(b, s2, other.id, "x", UID_A), 0);
+	assert_int_equal(b->export_count, 2);
+	check(b);
+	broker_done(b);
+}
+
+/* Names are per opening uid: two users may use the same one, and neither
+ * sees the other's. A dedicated allocation may go to another uid. */
+static void test_export_other_uid(void **state)
+{
+	struct broker *b = broker_new(64 * MiB, 0, 0);
+	struct session *sa = open_session(b, UID_A, 101);
+	struct session *sb = open_session(b, UID_B, 201);
+	struct session *sa2 = open_session(b, UID_A, 102);
+	struct broker_instance *ia = reg(b, sa, 0);
+	struct broker_instance *ib = reg(b, sb, 0);
+	(void)state;
+
+	/* Above the 2 MiB slab size: a slab of its own. */
+	struct broker_grant big = alloc_ok(b, sa, ia, 3 * MiB, 0);
+	grant_fill(&big, 0xc3);
+	assert_int_equal(broker_export(b, sa, big.id, "result", UID_B), 0);
+	struct broker_grant mine = alloc_ok(b, sb, ib, 3 * MiB, 0);
+	assert_int_equal(broker_export(b, sb, mine.id, "result", UID_B), -EEXIST);
+	assert_int_equal(broker_export(b, sb, mine.id, "result", UID_A), 0);
+
+	struct broker_grant g;
+	grant_poison(&g);
+	/* sa2 (uid A) opening "result" gets B's export to A, not A's to B. */
+	assert_int_equal(broker_open(b, sa2, "result", &g), 0);
+	assert_int_equal(g.id, mine.id);
+	grant_poison(&g);
+	assert_int_equal(broker_open(b, sb, "result", &g), 0);
+	assert_int_equal(g.id, big.id);
+	assert_true(grant_holds(&g, g.fd, 0xc3));
+	/* The opener's slab is the allocation's alone. */
+	assert_true(pool_slab_dedicated(
+	    pool_block_slab(((struct broker_alloc *)idmap_get(&b->allocs, big.id))->block)));
+	check(b);
+	broker_done(b);
+}
+
+/* Freed by its exporter while opened: the memory stays, charged to the
+ * device and to no instance, until the last opener detaches. */
+static void test_orphan_lifetime(void **state)
+{
+	struct broker *b = broker_new(16 * MiB, 0, 0);
+	struct session *s1 = open_session(b, UID_A, 101);
+	struct session *s2 = open_session(b, UID_A, 102);
+	struct session *s3 = open_session(b, UID_A, 103);
+	struct broker_instance *i1 = reg(b, s1, 0);
+	(void)state;
+
+	uint64_t free0 = broker_device_free(b, 0);
+	struct broker_grant a = alloc_ok(b, s1, i1, 1 * MiB, 0);
+	grant_fill(&a, 0x77);
+	assert_int_equal(broker_export(b, s1, a.id, "frame", UID_A), 0);
+	struct broker_grant g2, g3;
+	grant_poison(&g2);
+	grant_poison(&g3);
+	assert_int_equal(broker_open(b, s2, "frame", &g2), 0);
+	assert_int_equal(broker_open(b, s3, "frame", &g3), 0);
+	assert_int_equal(broker_device_free(b, 0), free0 - MiB);
+
+	assert_int_equal(broker_free(b, s1, a.id), 0);
+	check(b);
+	assert_int_equal(b->orphan_count, 1);
+	assert_int_equal(b->allocs.count, 0);
+	assert_int_equal(i1->used, 0);
+	assert_int_equal(i1->pol.used, 0);
+	assert_int_equal(b->policy.dev[0].orphaned, MiB);
+	/* Still charged to the device: nobody else gets those bytes. */
+	assert_int_equal(broker_device_free(b, 0), free0 - MiB);
+	assert_int_equal(dev_stats(b, 0).used, MiB);
+	/* Withdrawn for new openers; the bytes are intact for the old. */
+	struct broker_grant g;
+	grant_poison(&g);
+	assert_int_equal(broker_open(b, s1, "frame", &g), -ENOENT);
+	assert_int_equal(broker_attach(b, s1, a.id, &g), -ENOENT);
+	assert_true(grant_holds(&g2, g2.fd, 0x77));
+	/* A new allocation of the same size does not land on them. */
+	struct broker_grant n = alloc_ok(b, s1, i1, 1 * MiB, 0);
+	assert_false(n.slab_id == a.slab_id && n.offset == a.offset);
+	assert_int_equal(broker_free(b, s1, n.id), 0);
+
+	assert_int_equal(broker_detach(b, s2, a.id), 0);
+	assert_int_equal(b->orphan_count, 1);
+	check(b);
+	/* The last holder goes (here by closing): the memory goes back. */
+	broker_session_close(b, s3);
+	check(b);
+	assert_int_equal(b->orphan_count, 0);
+	assert_int_equal(b->policy.dev[0].orphaned, 0);
+	assert_int_equal(dev_stats(b, 0).used, 0);
+	assert_int_equal(broker_device_free(b, 0), free0);
+	broker_done(b);
+}
+
+/* The exporter's session ends: its names go, what was opened stays. */
+static void test_exporter_death(void **state)
+{
+	struct broker *b = broker_new(16 * MiB, 0, 0);
+	struct session *s1 = open_session(b, UID_A, 101);
+	struct session *s2 = open_session(b, UID_A, 102);
+	struct broker_instance *i1 = reg(b, s1, 0);
+	(void)state;
+
+	struct broker_grant a = alloc_ok(b, s1, i1, 8 * KiB, 0);
+	struct broker_grant c = alloc_ok(b, s1, i1, 8 * KiB, 0);
+	grant_fill(&a, 0x11);
+	assert_int_equal(broker_export(b, s1, a.id, "a", UID_A), 0);
+	assert_int_equal(broker_export(b, s1, c.id, "c", UID_A), 0);
+	struct broker_grant g;
+	grant_poison(&g);
+	assert_int_equal(broker_open(b, s2, "a", &g), 0);
+
+	broker_session_close(b, s1);
+	check(b);
+	assert_int_equal(b->export_count, 0);
+	assert_int_equal(b->orphan_count, 1);
+	assert_true(grant_holds(&g, g.fd, 0x11));
+	struct broker_grant g2;
+	grant_poison(&g2);
+	assert_int_equal(broker_open(b, s2, "c", &g2), -ENOENT);
+	assert_int_equal(broker_detach(b, s2, a.id), 0);
+	check(b);
+	assert_int_equal(b->orphan_count, 0);
+	assert_int_equal(dev_stats(b, 0).used, 0);
+	broker_done(b);
+}
+
+/* invalidate_all and set_allocator release orphans too. */
+static void test_orphans_released_by_reset(void **state)
+{
+	struct broker *b = broker_new(16 * MiB, 0, 0);
+	struct session *s1 = open_session(b, UID_A, 101);
+	struct session *s2 = open_session(b, UID_A, 102);
+	struct broker_instance *i1 = reg(b, s1, 0);
+	(void)state;
+
+	for (int round = 0; round < 2; round++) {
+		struct broker_grant a = alloc_ok(b, s1, i1, 8 * KiB, 0);
+		assert_int_equal(broker_export(b, s1, a.id, "a", UID_A), 0);
+		struct broker_grant g;
+		grant_poison(&g);
+		assert_int_equal(broker_open(b, s2, "a", &g), 0);
+		assert_int_equal(broker_free(b, s1, a.id), 0);
+		assert_int_equal(b->orphan_count, 1);
+		uint64_t allocs, attachments;
+		if (round == 0)
+			broker_invalidate_all(b, &allocs, &attachments);
+		else
+			assert_int_equal(
+			    broker_set_allocator(b, BROKER_ALLOCATOR_DIRECT, &allocs, &attachments),
+			    0);
+		check(b);
+		assert_int_equal(allocs, 0);
+		assert_int_equal(attachments, 1);
+		assert_int_equal(b->orphan_count, 0);
+		assert_int_equal(b->policy.dev[0].orphaned, 0);
+		assert_int_equal(dev_stats(b, 0).used, 0);
+	}
+	broker_done(b);
+}
+
+/* An allocation its own session attached, then freed: the session's close
+ * releases the orphan it holds itself. */
+static void test_self_attached_orphan(void **state)
+{
+	struct broker *b = broker_new(16 * MiB, 0, 0);
+	struct session *s1 = open_session(b, UID_A, 101);
+	struct broker_instance *i1 = reg(b, s1, 0);
+	(void)state;
+
+	struct broker_grant a = alloc_ok(b, s1, i1, 8 * KiB, 0);
+	assert_int_equal(broker_export(b, s1, a.id, "a", UID_A), 0);
+	struct broker_grant g;
+	grant_poison(&g);
+	assert_int_equal(broker_open(b, s1, "a", &g), 0);
+	assert_null(g.handle); /* the session holds the slab already */
+	broker_session_close(b, s1);
+	check(b);
+	assert_int_equal(b->orphan_count, 0);
+	assert_int_equal(dev_stats(b, 0).used, 0);
+	broker_done(b);
+}
+
+/* The requests: parameters, the error codes and fields, the results. */
+static void test_share_requests(void **state)
+{
+	struct broker *b = broker_new(64 * MiB, 0, 0);
+	struct session *s1 = open_session(b, UID_A, 101);
+	struct session *s2 = open_session(b, UID_A, 102);
+	struct reply r;
+	(void)state;
+
+	hello(b, s1, "a");
+	hello(b, s2, "b");
+	struct broker_instance *i1 = reg(b, s1, 0);
+	struct broker_grant a = alloc_ok(b, s1, i1, 4 * KiB, 0);
+	char id[17];
+	snprintf(id, sizeof(id), "%016llx", (unsigned long long)a.id);
+
+	expect_error_fmt(b, s1, PROTO_E_PARAMS, "id",
+	                 "{\"id\":\"e\",\"method\":\"export\",\"params\":{\"name\":\"n\"}}");
+	expect_error_fmt(b, s1, PROTO_E_PARAMS, "name",
+	                 "{\"id\":\"e\",\"method\":\"export\",\"params\":{\"id\":\"%s\"}}", id);
+	expect_error_fmt(b, s1, PROTO_E_PARAMS, "name",
+	                 "{\"id\":\"e\",\"method\":\"export\",\"params\":{\"id\":\"%s\","
+	                 "\"name\":\"\"}}",
+	                 id);
+	expect_error_fmt(b, s1, PROTO_E_PARAMS, "uid",
+	                 "{\"id\":\"e\",\"method\":\"export\",\"params\":{\"id\":\"%s\","
+	                 "\"name\":\"n\",\"uid\":-1}}",
+	                 id);
+	expect_error_fmt(b, s1, PROTO_E_PARAMS, "uid",
+	                 "{\"id\":\"e\",\"method\":\"export\",\"params\":{\"id\":\"%s\","
+	                 "\"name\":\"n\",\"uid\":2000}}",
+	                 id);
+	expect_error_fmt(b, s2, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"export\",\"params\":{\"id\":\"%s\","
+	                 "\"name\":\"n\"}}",
+	                 id);
+
+	request(b, s1, &r,
+	        "{\"id\":\"x\",\"method\":\"export\",\"params\":{\"id\":\"%s\",\"name\":\"n\"}}",
+	        id);
+	const cJSON *res = result_of(&r, "x");
+	assert_string_equal(jstr(res, "name"), "n");
+	assert_int_equal(jid(res, "id"), a.id);
+	assert_int_equal(jnum(res, "uid"), UID_A);
+	reply_done(&r);
+	expect_error_fmt(b, s1, PROTO_E_PARAMS, "id",
+	                 "{\"id\":\"e\",\"method\":\"export\",\"params\":{\"id\":\"%s\","
+	                 "\"name\":\"m\"}}",
+	                 id);
+
+	request(b, s2, &r, "{\"id\":\"o\",\"method\":\"open\",\"params\":{\"name\":\"n\"}}");
+	res = result_of(&r, "o");
+	assert_int_equal(jid(res, "id"), a.id);
+	assert_int_equal(ju64(res, "size"), a.size);
+	assert_true(r.fd >= 0); /* the slab's descriptor: s2 had not seen it */
+	reply_done(&r);
+	expect_error_fmt(b, s2, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"open\",\"params\":{\"name\":\"zz\"}}");
+	expect_error_fmt(b, s2, PROTO_E_PARAMS, "name",
+	                 "{\"id\":\"e\",\"method\":\"open\",\"params\":{\"name\":7}}");
+	expect_error_fmt(b, s2, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"unexport\",\"params\":{\"name\":\"n\"}}");
+	request(b, s1, &r, "{\"id\":\"u\",\"method\":\"unexport\",\"params\":{\"name\":\"n\"}}");
+	result_of(&r, "u");
+	reply_done(&r);
+	expect_error_fmt(b, s1, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"unexport\",\"params\":{\"name\":\"n\"}}");
+	check(b);
+	broker_done(b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_teardown(test_export_open_same_uid, teardown),
+	    cmocka_unit_test_teardown(test_export_errors, teardown),
+	    cmocka_unit_test_teardown(test_export_other_uid, teardown),
+	    cmocka_unit_test_teardown(test_orphan_lifetime, teardown),
+	    cmocka_unit_test_teardown(test_exporter_death, teardown),
+	    cmocka_unit_test_teardown(test_orphans_released_by_reset, teardown),
+	    cmocka_unit_test_teardown(test_self_attached_orphan, teardown),
+	    cmocka_unit_test_teardown(test_share_requests, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
