@@ -264,8 +264,8 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id);
  * Sharing by name (broker_share.c). broker_export names one of s's
  * allocations for uid to open: -ENOENT (not s's allocation), -EALREADY
  * (already exported), -EEXIST (uid already has an export of that name),
- * -EPERM (uid is another user and the allocation shares its slab, which
- * the opener would map whole), -EMFILE (max_allocations exports), -EAGAIN
+ * -EPERM (uid is another user and the allocation does not fill its slab,
+ * which the opener would map whole), -EMFILE (max_allocations exports), -EAGAIN
  * (host memory). The name goes when the allocation is freed (orphaned or
  * not) or its session ends.
  */

@@ -9,8 +9,10 @@
  * held allocation into an orphan, freed by the last broker_unpin).
  *
  * An opener maps the whole slab (the sim memfd, the CUDA IPC handle), so an
- * allocation goes to another uid only from a slab made for it alone: one
- * above the pool's large threshold, or any under the direct allocator.
+ * allocation goes to another uid only when it fills its slab: then no other
+ * allocation is in it, and none can be put there while it lives. (A
+ * dedicated slab is not enough: the pool fits later small requests of the
+ * same user into the tail of a large one's slab.)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -56,7 +58,7 @@ int broker_export(struct broker *b, struct session *s, uint64_t id, const char *
 		return -EALREADY;
 	if (export_find(b, NULL, uid, name) || export_find(b, s, 0, name))
 		return -EEXIST;
-	if (uid != s->uid && !pool_slab_dedicated(pool_block_slab(a->block)))
+	if (uid != s->uid && pool_block_size(a->block) != pool_slab_size(pool_block_slab(a->block)))
 		return -EPERM;
 	/* At most one name per allocation: bounded by max_allocations. */
 	struct broker_export *e = calloc(1, sizeof(*e));

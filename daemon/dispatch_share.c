@@ -45,9 +45,9 @@ int dispatch_export(struct dispatch_ctx *ctx)
 	case -EPERM:
 		/* The opener would map the whole slab, other allocations included. */
 		proto_error_set(&ctx->err, PROTO_E_PARAMS,
-		                "invalid params: only an allocation with a slab of its own can "
-		                "go to another uid (larger than the slab size, or allocator "
-		                "\"direct\")");
+		                "invalid params: only an allocation that fills a slab of its own "
+		                "can go to another uid (a multiple of 2 MiB, larger than the slab "
+		                "size or under allocator \"direct\")");
 		snprintf(ctx->err.field, sizeof(ctx->err.field), "uid");
 		return rc;
 	case -EAGAIN:

@@ -171,9 +171,9 @@ int gpb_detach(gpb_client *client, uint64_t id);
  * uid and per exporting connection. The name is withdrawn by gpb_unexport(),
  * by freeing the allocation, or when this connection ends; what was opened
  * stays mapped (and allocated) until its openers detach. Another user maps
- * the whole slab, so only an allocation with a slab of its own may go to
- * another uid: one larger than the daemon's slab size, or any under the
- * "direct" allocator. @name is copied.
+ * the whole slab, so only an allocation that fills a slab of its own may go
+ * to another uid: a multiple of 2 MiB, larger than the daemon's slab size or
+ * under the "direct" allocator. @name is copied.
  * Errors: GPB_E_INVALID (name not 1-64 bytes, uid out of range, allocation
  * already exported, name taken, or another uid for a pooled allocation:
  * gpb_last_error() says which), GPB_E_NOT_FOUND (not this connection's

@@ -142,11 +142,11 @@ static void test_export_other_uid(void **state)
 	struct broker_instance *ib = reg(b, sb, 0);
 	(void)state;
 
-	/* Above the 2 MiB slab size: a slab of its own. */
-	struct broker_grant big = alloc_ok(b, sa, ia, 3 * MiB, 0);
+	/* Filling a slab of its own (4 MiB: above the 2 MiB slab size). */
+	struct broker_grant big = alloc_ok(b, sa, ia, 4 * MiB, 0);
 	grant_fill(&big, 0xc3);
 	assert_int_equal(broker_export(b, sa, big.id, "result", UID_B), 0);
-	struct broker_grant mine = alloc_ok(b, sb, ib, 3 * MiB, 0);
+	struct broker_grant mine = alloc_ok(b, sb, ib, 2 * MiB, 0);
 	assert_int_equal(broker_export(b, sb, mine.id, "result", UID_B), -EEXIST);
 	assert_int_equal(broker_export(b, sb, mine.id, "result", UID_A), 0);
 
@@ -160,8 +160,14 @@ static void test_export_other_uid(void **state)
 	assert_int_equal(g.id, big.id);
 	assert_true(grant_holds(&g, g.fd, 0xc3));
 	/* The opener's slab is the allocation's alone. */
-	assert_true(pool_slab_dedicated(
-	    pool_block_slab(((struct broker_alloc *)idmap_get(&b->allocs, big.id))->block)));
+	assert_int_equal(big.size, big.slab_size);
+	/* A dedicated slab with room left is not: the pool puts a small
+	 * allocation of the same user into its tail. */
+	struct broker_grant odd = alloc_ok(b, sa, ia, 3 * MiB, 0);
+	struct broker_grant tail = alloc_ok(b, sa, ia, 4 * KiB, 0);
+	assert_int_equal(tail.slab_id, odd.slab_id);
+	assert_int_equal(broker_export(b, sa, odd.id, "odd", UID_B), -EPERM);
+	assert_int_equal(broker_export(b, sa, tail.id, "tail", UID_B), -EPERM);
 	check(b);
 	broker_done(b);
 }
