@@ -99,6 +99,15 @@ OPS = {
     "evict": hello() + req("c", "clients") + req("e", "evict", {"session": "0000000000000002"})
     + req("e2", "evict", {"session": "0000000000000001"}),
     "selfcheck": hello() + register() + alloc() + req("s", "selfcheck"),
+    "export": hello() + register() + alloc("2097152")
+    + req("x", "export", {"id": "$0", "name": "big", "uid": 2000})
+    + req("x2", "export", {"id": "$0", "name": "m"}) + alloc(rid="a2")
+    + req("x3", "export", {"id": "$0", "name": "n", "uid": 2000}),
+    "unexport": hello() + register() + alloc() + req("x", "export", {"id": "$0", "name": "n"})
+    + req("u", "unexport", {"name": "n"}) + req("u2", "unexport", {"name": "n"}),
+    "open": hello() + register() + alloc() + req("x", "export", {"id": "$0", "name": "n"})
+    + req("o", "open", {"name": "n"}) + req("f", "free", {"id": "$0"}) + req("s", "selfcheck")
+    + req("d", "detach", {"id": "$0"}),
 }
 
 
@@ -113,7 +122,7 @@ def protocol_corpus():
 
     for op, stream in OPS.items():
         admin = ADMIN_A if op in ("reload", "set_mode", "set_limit", "invalidate_all",
-                                  "set_allocator", "evict", "selfcheck") else 0
+                                  "set_allocator", "evict", "selfcheck", "open") else 0
         put("op-" + op, stream, flags=admin)
     put("op-set_mode-not-admin", OPS["set_mode"])
     put("op-reload-fails", OPS["reload"], flags=ADMIN_A, flags2=RELOAD_FAILS)
@@ -125,6 +134,15 @@ def protocol_corpus():
     put("two-clients-same-uid-attach", hello() + register() + alloc(),
         hello("b") + req("t", "attach", {"id": "$0"}) + req("d", "detach", {"id": "$0"}),
         flags=SAME_UID)
+    # Sharing: B opens what A exported, A frees it (an orphan) or goes away
+    # while B holds it; another uid opens a whole-slab allocation.
+    put("share-orphan", hello() + register() + alloc() + req("x", "export", {"id": "$0", "name": "n"})
+        + req("f", "free", {"id": "$0"}),
+        hello("b") + req("o", "open", {"name": "n"}) + req("m", "mem_info"), flags=SAME_UID, flags2=INTERLEAVE)
+    put("share-other-uid", hello() + register() + alloc("2097152")
+        + req("x", "export", {"id": "$0", "name": "n", "uid": 2000}),
+        hello("b") + req("o", "open", {"name": "n"}) + req("d", "detach", {"id": "$0"})
+        + req("o2", "open", {"name": "n"}))
     put("two-clients-other-uid-free", hello() + register() + alloc(),
         hello("b") + req("f", "free", {"id": "$0"}) + req("t", "attach", {"id": "$0"}))
     put("two-clients-cap-changed", hello() + register() + register("c", proportion=0.5),
@@ -365,7 +383,7 @@ METHODS = ["hello", "register", "unregister", "alloc", "free", "attach", "detach
            "stats", "status", "clients", "devices", "reload", "metrics", "policy", "set_proportion",
            "set_auto", "set_group", "group_info", "set_mode", "set_limit", "queue_request",
            "allocate_queue", "chunk_parameters", "claim", "free_label", "invalidate_all",
-           "set_allocator", "evict", "selfcheck"]
+           "set_allocator", "evict", "selfcheck", "export", "unexport", "open"]
 
 
 def dict_escape(b):
