@@ -17,9 +17,12 @@ from .allocation import Allocation
 from .client import Client
 from .errors import (BackendError, BrokerPermissionError, BrokerTimeoutError, ConnectError,
                      DaemonGoneError, GpubrokerError, HostMemoryError, InvalidError,
-                     LimitError, NotFoundError, NotSupportedError, OutOfMemoryError,
-                     ProtocolError, QuotaError, ShuttingDownError, SystemCallError,
-                     VersionError)
+                     LayoutAliasCycleError, LayoutAliasLocationError,
+                     LayoutAliasPersistentError, LayoutAliasUnknownError,
+                     LayoutDuplicateError, LayoutError, LayoutNameError, LayoutNoFitError,
+                     LayoutOverflowError, LayoutZeroSizeError, LimitError, NotFoundError,
+                     NotSupportedError, OutOfMemoryError, ProtocolError, QuotaError,
+                     ShuttingDownError, SystemCallError, VersionError)
 from .records import (ArrayRequest, Chunking, Event, GroupInfo, InstanceInfo, MappingStats,
                       MemInfo, PolicyInfo, PoolStats)
 
@@ -27,10 +30,14 @@ __all__ = [
     "Allocation", "ArrayRequest", "BackendError", "BrokerPermissionError",
     "BrokerTimeoutError", "Chunking", "Client", "ConnectError", "DaemonGoneError", "Event",
     "GpubrokerError", "GroupInfo", "HostMemoryError", "InstanceInfo", "InvalidError",
+    "LayoutAliasCycleError", "LayoutAliasLocationError",
+    "LayoutAliasPersistentError", "LayoutAliasUnknownError",
+    "LayoutDuplicateError", "LayoutError", "LayoutNameError",
+    "LayoutNoFitError", "LayoutOverflowError", "LayoutZeroSizeError",
     "LimitError", "MappingStats", "MemInfo", "NotFoundError", "NotSupportedError",
-    "OutOfMemoryError", "PolicyInfo", "PoolStats", "ProtocolError", "QuotaError",
-    "ShuttingDownError", "SystemCallError", "VersionError", "dtypes", "errors",
-    "library_version", "mapping_stats",
+    "OutOfMemoryError", "PolicyInfo", "PoolStats", "ProtocolError",
+    "QuotaError", "ShuttingDownError", "SystemCallError", "VersionError", "dtypes",
+    "errors", "library_version", "mapping_stats",
 ]
 
 

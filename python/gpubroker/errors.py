@@ -19,6 +19,16 @@ E_NOT_SUPPORTED = -13
 E_BACKEND = -14
 E_SHUTTING_DOWN = -15
 E_SYSTEM = -16
+# The kernel buffer layout planner (gpb_layout_*, gpubroker.layout).
+E_LAYOUT_NAME = -17
+E_LAYOUT_DUPLICATE = -18
+E_LAYOUT_ZERO_SIZE = -19
+E_LAYOUT_OVERFLOW = -20
+E_LAYOUT_ALIAS_UNKNOWN = -21
+E_LAYOUT_ALIAS_PERSISTENT = -22
+E_LAYOUT_ALIAS_CYCLE = -23
+E_LAYOUT_ALIAS_LOCATION = -24
+E_LAYOUT_NO_FIT = -25
 
 
 class GpubrokerError(Exception):
@@ -104,6 +114,53 @@ class SystemCallError(GpubrokerError, OSError):
     """GPB_E_SYSTEM: a system call failed (the detail names errno)."""
 
 
+class LayoutError(GpubrokerError, ValueError):
+    """A layout the planner refuses (GPB_E_LAYOUT_*): the base of the nine
+    classes below, one a rule. ``detail`` names the buffer and component."""
+
+
+class LayoutNameError(LayoutError):
+    """GPB_E_LAYOUT_NAME: a component, buffer or alias name is empty, over
+    64 bytes, or holds a byte outside printable ASCII (blanks included)."""
+
+
+class LayoutDuplicateError(LayoutError):
+    """GPB_E_LAYOUT_DUPLICATE: the component name is taken, or the buffer
+    name in its component."""
+
+
+class LayoutZeroSizeError(LayoutError):
+    """GPB_E_LAYOUT_ZERO_SIZE: a buffer of 0 elements."""
+
+
+class LayoutOverflowError(LayoutError, OverflowError):
+    """GPB_E_LAYOUT_OVERFLOW: a byte size, offset or region overflows 64 bits."""
+
+
+class LayoutAliasUnknownError(LayoutError):
+    """GPB_E_LAYOUT_ALIAS_UNKNOWN: an alias names no buffer of the same
+    component (checked by compute())."""
+
+
+class LayoutAliasPersistentError(LayoutError):
+    """GPB_E_LAYOUT_ALIAS_PERSISTENT: a persistent buffer with an alias, or an
+    alias to a persistent buffer: persistent buffers are never aliased."""
+
+
+class LayoutAliasCycleError(LayoutError):
+    """GPB_E_LAYOUT_ALIAS_CYCLE: a buffer aliasing itself, or aliases that
+    lead back to where they started."""
+
+
+class LayoutAliasLocationError(LayoutError):
+    """GPB_E_LAYOUT_ALIAS_LOCATION: an alias between shared and local memory."""
+
+
+class LayoutNoFitError(LayoutError):
+    """GPB_E_LAYOUT_NO_FIT: one warp (32 threads) needs more shared memory
+    than the budget."""
+
+
 _BY_CODE = {
     E_INVALID: InvalidError,
     E_NOMEM: HostMemoryError,
@@ -121,6 +178,15 @@ _BY_CODE = {
     E_BACKEND: BackendError,
     E_SHUTTING_DOWN: ShuttingDownError,
     E_SYSTEM: SystemCallError,
+    E_LAYOUT_NAME: LayoutNameError,
+    E_LAYOUT_DUPLICATE: LayoutDuplicateError,
+    E_LAYOUT_ZERO_SIZE: LayoutZeroSizeError,
+    E_LAYOUT_OVERFLOW: LayoutOverflowError,
+    E_LAYOUT_ALIAS_UNKNOWN: LayoutAliasUnknownError,
+    E_LAYOUT_ALIAS_PERSISTENT: LayoutAliasPersistentError,
+    E_LAYOUT_ALIAS_CYCLE: LayoutAliasCycleError,
+    E_LAYOUT_ALIAS_LOCATION: LayoutAliasLocationError,
+    E_LAYOUT_NO_FIT: LayoutNoFitError,
 }
 
 

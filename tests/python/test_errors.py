@@ -1,6 +1,7 @@
 """Error codes of libgpubroker as Python exceptions, each provoked for real."""
 
 import os
+import re
 import textwrap
 import threading
 import time
@@ -166,3 +167,65 @@ def test_limit_error():
         rc = d.stop()
         d.cleanup()
     assert rc == 0
+
+
+# Every GPB_E_* code of gpubroker.h with its class: a code added to the C
+# header without its class here (or in errors.py) fails this test.
+CODE_CLASSES = [
+    (-1, "E_INVALID", gpubroker.InvalidError, ValueError),
+    (-2, "E_NOMEM", gpubroker.HostMemoryError, MemoryError),
+    (-3, "E_CONNECT", gpubroker.ConnectError, ConnectionError),
+    (-4, "E_DAEMON_GONE", gpubroker.DaemonGoneError, ConnectionError),
+    (-5, "E_PROTOCOL", gpubroker.ProtocolError, gpubroker.GpubrokerError),
+    (-6, "E_VERSION", gpubroker.VersionError, gpubroker.GpubrokerError),
+    (-7, "E_OUT_OF_MEMORY", gpubroker.OutOfMemoryError, MemoryError),
+    (-8, "E_QUOTA", gpubroker.QuotaError, MemoryError),
+    (-9, "E_NOT_FOUND", gpubroker.NotFoundError, LookupError),
+    (-10, "E_PERMISSION", gpubroker.BrokerPermissionError, PermissionError),
+    (-11, "E_LIMIT", gpubroker.LimitError, gpubroker.GpubrokerError),
+    (-12, "E_TIMEOUT", gpubroker.BrokerTimeoutError, TimeoutError),
+    (-13, "E_NOT_SUPPORTED", gpubroker.NotSupportedError, NotImplementedError),
+    (-14, "E_BACKEND", gpubroker.BackendError, gpubroker.GpubrokerError),
+    (-15, "E_SHUTTING_DOWN", gpubroker.ShuttingDownError, ConnectionError),
+    (-16, "E_SYSTEM", gpubroker.SystemCallError, OSError),
+    (-17, "E_LAYOUT_NAME", gpubroker.LayoutNameError, gpubroker.LayoutError),
+    (-18, "E_LAYOUT_DUPLICATE", gpubroker.LayoutDuplicateError, gpubroker.LayoutError),
+    (-19, "E_LAYOUT_ZERO_SIZE", gpubroker.LayoutZeroSizeError, gpubroker.LayoutError),
+    (-20, "E_LAYOUT_OVERFLOW", gpubroker.LayoutOverflowError, OverflowError),
+    (-21, "E_LAYOUT_ALIAS_UNKNOWN", gpubroker.LayoutAliasUnknownError, gpubroker.LayoutError),
+    (-22, "E_LAYOUT_ALIAS_PERSISTENT", gpubroker.LayoutAliasPersistentError,
+     gpubroker.LayoutError),
+    (-23, "E_LAYOUT_ALIAS_CYCLE", gpubroker.LayoutAliasCycleError, gpubroker.LayoutError),
+    (-24, "E_LAYOUT_ALIAS_LOCATION", gpubroker.LayoutAliasLocationError, gpubroker.LayoutError),
+    (-25, "E_LAYOUT_NO_FIT", gpubroker.LayoutNoFitError, gpubroker.LayoutError),
+]
+
+
+def test_every_code_has_its_class():
+    """No daemon needed: error_for() of each code, the constant's value and
+    the library's name for it; the codes are those of gpubroker.h."""
+    header = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "include", "gpubroker.h")
+    with open(header) as f:
+        declared = {("E_" + m.group(1), int(m.group(2)))
+                    for m in re.finditer(r"\bGPB_E_(\w+) = (-\d+)", f.read())}
+    assert declared == {(const, code) for code, const, _, _ in CODE_CLASSES}
+    names = set()
+    for code, const, cls, base in CODE_CLASSES:
+        assert getattr(gpubroker.errors, const) == code
+        err = gpubroker.errors.error_for(code, "call")
+        assert type(err) is cls and isinstance(err, base), (code, type(err))
+        assert isinstance(err, gpubroker.GpubrokerError) and err.code == code
+        assert err.name != "unknown error" and str(err).startswith("call: " + err.name)
+        names.add(err.name)
+    assert len(names) == len(CODE_CLASSES)  # one text a code
+    classes = [c for _, _, c, _ in CODE_CLASSES]
+    assert len(set(classes)) == len(classes)  # one class a code
+    # The layout codes: one base, which is a ValueError (a refused input).
+    for code in range(-25, -16):
+        err = gpubroker.errors.error_for(code)
+        assert isinstance(err, gpubroker.LayoutError) and isinstance(err, ValueError)
+    assert not isinstance(gpubroker.errors.error_for(-1), gpubroker.LayoutError)
+    # The first code past the last is nobody's.
+    assert gpubroker.errors.strerror(-26) == "unknown error"
+    assert type(gpubroker.errors.error_for(-26)) is gpubroker.GpubrokerError
