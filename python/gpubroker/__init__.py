@@ -8,11 +8,14 @@ gpubrokerd (the GPU memory broker), through ctypes.
         with c.alloc(inst, 1 << 20) as a:     # freed on leaving the block
             a.write(b"hello")
 
+``gpubroker.Layout`` plans a kernel's scratch buffers (the library's
+gpb_layout_* planner; no daemon needed): see gpubroker.layout.
+
 Bridges: ``gpubroker.numba`` (a Numba EMM plugin) and ``gpubroker.cupy`` (a
 CuPy allocator); each imports its framework only when used.
 """
 
-from . import dtypes, errors
+from . import dtypes, errors, layout
 from .allocation import Allocation
 from .client import Client
 from .errors import (BackendError, BrokerPermissionError, BrokerTimeoutError, ConnectError,
@@ -23,6 +26,8 @@ from .errors import (BackendError, BrokerPermissionError, BrokerTimeoutError, Co
                      LayoutOverflowError, LayoutZeroSizeError, LimitError, NotFoundError,
                      NotSupportedError, OutOfMemoryError, ProtocolError, QuotaError,
                      ShuttingDownError, SystemCallError, VersionError)
+from .layout import (KernelBlock, Layout, LayoutBuffer, LayoutComponent, LayoutSizes,
+                     Placement)
 from .records import (ArrayRequest, Chunking, Event, GroupInfo, InstanceInfo, MappingStats,
                       MemInfo, PolicyInfo, PoolStats)
 
@@ -30,14 +35,14 @@ __all__ = [
     "Allocation", "ArrayRequest", "BackendError", "BrokerPermissionError",
     "BrokerTimeoutError", "Chunking", "Client", "ConnectError", "DaemonGoneError", "Event",
     "GpubrokerError", "GroupInfo", "HostMemoryError", "InstanceInfo", "InvalidError",
-    "LayoutAliasCycleError", "LayoutAliasLocationError",
-    "LayoutAliasPersistentError", "LayoutAliasUnknownError",
-    "LayoutDuplicateError", "LayoutError", "LayoutNameError",
-    "LayoutNoFitError", "LayoutOverflowError", "LayoutZeroSizeError",
+    "KernelBlock", "Layout", "LayoutAliasCycleError", "LayoutAliasLocationError",
+    "LayoutAliasPersistentError", "LayoutAliasUnknownError", "LayoutBuffer",
+    "LayoutComponent", "LayoutDuplicateError", "LayoutError", "LayoutNameError",
+    "LayoutNoFitError", "LayoutOverflowError", "LayoutSizes", "LayoutZeroSizeError",
     "LimitError", "MappingStats", "MemInfo", "NotFoundError", "NotSupportedError",
-    "OutOfMemoryError", "PolicyInfo", "PoolStats", "ProtocolError",
+    "OutOfMemoryError", "PolicyInfo", "PoolStats", "Placement", "ProtocolError",
     "QuotaError", "ShuttingDownError", "SystemCallError", "VersionError", "dtypes",
-    "errors", "library_version", "mapping_stats",
+    "errors", "layout", "library_version", "mapping_stats",
 ]
 
 

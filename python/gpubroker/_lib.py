@@ -144,6 +144,47 @@ class gpb_mapping_stats(ctypes.Structure):
     _fields_ = [("opens", c_u64), ("closes", c_u64), ("open_now", c_u64)]
 
 
+class gpb_layout_buffer(ctypes.Structure):
+    _fields_ = [
+        ("component", c_char_p),
+        ("name", c_char_p),
+        ("size", c_u64),
+        ("location", c_int),  # enum gpb_layout_location
+        ("persistent", c_int),
+        ("alias", c_char_p),
+        ("precision", c_uint),
+    ]
+
+
+class gpb_layout_placement(ctypes.Structure):
+    _fields_ = [
+        ("space", c_int),  # enum gpb_layout_space
+        ("offset", c_u64),
+        ("bytes", c_u64),
+        ("aliased_with", c_char_p),
+    ]
+
+
+class gpb_layout_sizes(ctypes.Structure):
+    _fields_ = [
+        ("shared", c_u64),
+        ("local", c_u64),
+        ("persistent_local", c_u64),
+        ("shared_offset", c_u64),
+        ("local_offset", c_u64),
+        ("persistent_local_offset", c_u64),
+    ]
+
+
+class gpb_layout_component_info(ctypes.Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("parent", c_char_p),
+        ("depth", c_uint),
+        ("sizes", gpb_layout_sizes),
+    ]
+
+
 # void (*)(gpb_client *, const char *name, const char *data_json, void *userdata)
 EVENT_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p, c_char_p, c_void_p)
 
@@ -193,6 +234,23 @@ _PROTOTYPES = {
     "gpb_copy_to_device": (c_int, [c_void_p, c_void_p, ctypes.c_size_t, c_void_p]),
     "gpb_copy_from_device": (c_int, [c_void_p, c_void_p, ctypes.c_size_t, c_void_p]),
     "gpb_mapping_stats": (c_int, [P(gpb_mapping_stats)]),
+    # The layout planner: a gpb_layout * is a void * here.
+    "gpb_layout_create": (c_int, [P(c_void_p)]),
+    "gpb_layout_destroy": (None, [c_void_p]),
+    "gpb_layout_add_component": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "gpb_layout_add_buffer": (c_int, [c_void_p, P(gpb_layout_buffer)]),
+    "gpb_layout_compute": (c_int, [c_void_p]),
+    "gpb_layout_buffer_info": (c_int, [c_void_p, c_char_p, c_char_p, P(gpb_layout_placement)]),
+    "gpb_layout_component_sizes": (c_int, [c_void_p, c_char_p, P(gpb_layout_sizes)]),
+    "gpb_layout_block_size": (
+        c_int,
+        [c_void_p, c_char_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+         P(ctypes.c_uint32)],
+    ),
+    "gpb_layout_buffer_at": (
+        c_int, [c_void_p, ctypes.c_size_t, P(gpb_layout_buffer), P(gpb_layout_placement)]),
+    "gpb_layout_component_at": (
+        c_int, [c_void_p, ctypes.c_size_t, P(gpb_layout_component_info)]),
 }
 
 
