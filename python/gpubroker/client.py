@@ -233,6 +233,30 @@ class Client:
         self._call("attach", ident, ctypes.byref(raw))
         return self._adopt(raw, ATTACH)
 
+    def export(self, allocation, name, uid=None):
+        """Names one of this client's allocations (an Allocation or an id)
+        so that a client of @uid (default: this user) can open it with
+        open_shared() (gpb_export). Another uid needs an allocation that
+        fills a slab of its own (a multiple of 2 MiB above the daemon's slab
+        size, or under the "direct" allocator). The name goes when the
+        allocation is freed, with unexport(), or when this client closes;
+        what was opened stays until its openers let it go."""
+        ident = allocation.id if isinstance(allocation, Allocation) else allocation
+        self._call("export", ident, _lib.cstr(name), -1 if uid is None else uid)
+
+    def unexport(self, name):
+        """Withdraws a name given by export() (gpb_unexport)."""
+        self._call("unexport", _lib.cstr(name))
+
+    def open_shared(self, name):
+        """Maps the allocation exported to this user under @name
+        (gpb_open_shared): an Allocation of kind "attach", which detaches when
+        freed or collected. The memory stays allocated while it is open, even
+        after its exporter freed it or went away."""
+        raw = _lib.gpb_allocation()
+        self._call("open_shared", _lib.cstr(name), ctypes.byref(raw))
+        return self._adopt(raw, ATTACH)
+
     def detach(self, attachment):
         """Drops an attachment (an Allocation from attach(), or an id)."""
         if isinstance(attachment, Allocation):

@@ -1,0 +1,85 @@
+"""Sharing by name through the package: export, open_shared, unexport, and
+what was opened outliving its exporter."""
+
+import textwrap
+
+import pytest
+
+import gpubroker
+from conftest import MiB, run_python, wait_until
+
+
+def test_export_open_free(client, other):
+    a = client.alloc(client.register("exporter"), 64 * 1024)
+    a.write(b"named bytes")
+    client.export(a, "frame")
+    with pytest.raises(gpubroker.InvalidError):
+        client.export(a, "again")  # one name per allocation
+    b = other.open_shared("frame")
+    assert b.id == a.id and b.kind == "attach" and b.read(11) == b"named bytes"
+    b.write(b"NAMED")
+    assert a.read(5) == b"NAMED"
+    with pytest.raises(gpubroker.NotFoundError):
+        other.open_shared("no-such-name")
+    # Freed by its exporter while open: the bytes stay for the opener,
+    # the name is gone for anyone else.
+    live = client.stats(0).live
+    a.free()
+    assert client.stats(0).live == live  # still allocated: an orphan
+    assert b.read(5) == b"NAMED"
+    with pytest.raises(gpubroker.NotFoundError):
+        client.open_shared("frame")
+    b.free()
+    assert client.stats(0).live == live - 1
+
+
+def test_unexport_and_close(daemon, client, other):
+    a = client.alloc(client.register("x"), 4096)
+    client.export(a.id, "gone-soon")
+    client.unexport("gone-soon")
+    with pytest.raises(gpubroker.NotFoundError):
+        client.unexport("gone-soon")
+    with pytest.raises(gpubroker.NotFoundError):
+        other.open_shared("gone-soon")
+    client.export(a, "until-close")
+    held = other.open_shared("until-close")
+    client.close()
+    # The daemon learns of the close asynchronously; then the name is gone
+    # and what was opened is still readable.
+    def withdrawn():
+        try:
+            other.open_shared("until-close")
+        except gpubroker.InvalidError:
+            return False  # still there (already mapped through this client)
+        except gpubroker.NotFoundError:
+            return True
+        return False
+    assert wait_until(withdrawn)
+    assert held.read(4) == bytes(4)
+    held.free()
+    assert other.stats(0).live == 0
+
+
+def test_other_user_opens(daemon, client):
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a helper as another user")
+    inst = client.register("root")
+    small = client.alloc(inst, 4096)
+    with pytest.raises(gpubroker.InvalidError) as e:
+        client.export(small, "to-nobody", uid=65534)  # shares its slab
+    assert "slab" in e.value.detail
+    big = client.alloc(inst, 4 * MiB)
+    big.write(b"for nobody")
+    client.export(big, "to-nobody", uid=65534)
+    code = textwrap.dedent("""
+        import os, sys, gpubroker
+        os.setgid(65534); os.setuid(65534)
+        with gpubroker.Client(sys.argv[1]) as c:
+            print(c.open_shared("to-nobody").read(10).decode())
+        """)
+    r = run_python(code, daemon.socket)
+    if "Permission denied" in r.stderr and "gpubroker" not in r.stderr:
+        pytest.skip("the tree is not readable by nobody: " + r.stderr[-200:])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "for nobody"
