@@ -138,7 +138,8 @@ static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stat
 	if (!o || add_num(o, "device", i) || !cJSON_AddStringToObject(o, "name", info->name) ||
 	    !cJSON_AddStringToObject(o, "uuid", info->uuid) ||
 	    proto_add_u64(o, "total", info->total) || proto_add_u64(o, "reserved", st->reserved) ||
-	    proto_add_u64(o, "used", st->used))
+	    proto_add_u64(o, "used", st->used) ||
+	    proto_add_u64(o, "orphaned", b->policy.dev[i].orphaned))
 		return NULL;
 	return o;
 }
@@ -166,7 +167,9 @@ int dispatch_status(struct dispatch_ctx *ctx)
 	    add_num(r, "pid", getpid()) ||
 	    add_num(r, "uptime_s", (double)(time(NULL) - b->started)) ||
 	    add_num(r, "clients", b->session_count) || add_num(r, "instances", b->instance_count) ||
-	    add_num(r, "allocations", (double)b->allocs.count))
+	    add_num(r, "allocations", (double)b->allocs.count) ||
+	    add_num(r, "exports", b->export_count) ||
+	    add_num(r, "orphans", (double)b->orphan_count))
 		return -ENOMEM;
 	return 0;
 }

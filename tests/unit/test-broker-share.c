@@ -204,6 +204,17 @@ static void test_orphan_lifetime(void **state)
 	/* Still charged to the device: nobody else gets those bytes. */
 	assert_int_equal(broker_device_free(b, 0), free0 - MiB);
 	assert_int_equal(dev_stats(b, 0).used, MiB);
+	/* What operators see. */
+	hello(b, s2, "op");
+	struct reply r;
+	request(b, s2, &r, "{\"id\":\"st\",\"method\":\"status\"}");
+	const cJSON *st = result_of(&r, "st");
+	assert_int_equal(jnum(st, "orphans"), 1);
+	assert_int_equal(jnum(st, "exports"), 0);
+	const cJSON *dev0 = cJSON_GetArrayItem(jarr(st, "devices", 2), 0);
+	assert_int_equal(ju64(dev0, "orphaned"), MiB);
+	assert_int_equal(ju64(dev0, "used"), MiB);
+	reply_done(&r);
 	/* Withdrawn for new openers; the bytes are intact for the old. */
 	struct broker_grant g;
 	grant_poison(&g);
