@@ -247,11 +247,69 @@ out:
 	return rc;
 }
 
-GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *label)
+/*
+ * Sends a free_label (@params consumed; NULL when building them ran out of
+ * memory) and forgets what the daemon freed; returns how many, or an error,
+ * and fills *result_json when not NULL. As gpb_free does for one slab
+ * (memory_release_call), every slab the label empties is closed before the
+ * daemon may free it; @label NULL (parameters the daemon will refuse)
+ * closes nothing. Lock held.
+ */
+static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint64_t instance,
+                           char **result_json)
 {
 	struct proto_reply rep;
+	uint64_t *closed = NULL;
+	size_t closing = 0;
+	int rc;
+
+	if (c->conn.dead) {
+		cJSON_Delete(params);
+		return conn_dead_error(&c->conn);
+	}
+	/* Counted first, to have room for their ids. */
+	if (label)
+		closing = track_release_label_early(&c->track, label, instance, NULL, 0);
+	if (closing)
+		closed = calloc(closing, sizeof(*closed));
+	if (!params || (closing && !closed)) {
+		cJSON_Delete(params);
+		free(closed);
+		return error_set(GPB_E_NOMEM, "out of memory");
+	}
+	if (closing)
+		closing = track_release_label_early(&c->track, label, instance, closed, closing);
+	rc = conn_call(&c->conn, "free_label", params, &rep, NULL);
+	if (rc < 0) {
+		if (closing && !c->conn.dead)
+			rc = conn_fail(&c->conn, rc, "free_label failed after closing slabs: %s",
+			               error_message());
+		free(closed);
+		return rc;
+	}
+	memory_release_freed(c, rep.result);
+	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, "freed"));
+	if (result_json && client_result_json(rep.result, result_json) < 0)
+		rc = GPB_E_NOMEM;
+	proto_reply_finish(&rep);
+	for (size_t i = 0; i < closing; i++) {
+		/* Closed, yet the daemon did not free all of it: the two sides
+		 * disagree for good. */
+		if (track_holds_slab(&c->track, closed[i])) {
+			rc = conn_fail(&c->conn, GPB_E_PROTOCOL,
+			               "free_label left slab %016" PRIx64 " held after closing it",
+			               closed[i]);
+			break;
+		}
+	}
+	free(closed);
+	return rc;
+}
+
+GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *label)
+{
 	cJSON *params;
-	int rc, n;
+	int rc;
 
 	rc = client_enter(c);
 	if (rc < 0)
@@ -259,23 +317,15 @@ GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *labe
 	if (!label || !*label || strlen(label) > PROTO_MAX_NAME) {
 		rc = error_set(GPB_E_INVALID, "gpb_free_label: label must be 1-%d bytes",
 		               PROTO_MAX_NAME);
-		goto out;
+	} else {
+		params = cJSON_CreateObject();
+		if (params && (!cJSON_AddStringToObject(params, "label", label) ||
+		               (instance && proto_add_id64(params, "instance", instance) < 0))) {
+			cJSON_Delete(params);
+			params = NULL;
+		}
+		rc = free_label_call(c, params, label, instance, NULL);
 	}
-	params = cJSON_CreateObject();
-	if (!params || !cJSON_AddStringToObject(params, "label", label) ||
-	    (instance && proto_add_id64(params, "instance", instance) < 0)) {
-		cJSON_Delete(params);
-		rc = error_set(GPB_E_NOMEM, "out of memory");
-		goto out;
-	}
-	rc = conn_call(&c->conn, "free_label", params, &rep, NULL);
-	if (rc < 0)
-		goto out;
-	memory_release_freed(c, rep.result);
-	n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, "freed"));
-	proto_reply_finish(&rep);
-	rc = n;
-out:
 	client_leave(c);
 	return rc;
 }
@@ -399,7 +449,6 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 	                        op == PROTO_OP_CLAIM || op == PROTO_OP_FREE_LABEL)
 	                           ? TRACK_ALLOC
 	                           : TRACK_ATTACH;
-	struct proto_reply rep;
 	bool have_id;
 	uint64_t id;
 	int rc;
@@ -408,13 +457,16 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 	    op == PROTO_OP_CLAIM)
 		return memory_call(c, kind, method, params, NULL, result_json);
 	if (op == PROTO_OP_FREE_LABEL) {
-		rc = conn_call(&c->conn, method, params, &rep, NULL);
-		if (rc < 0)
-			return rc;
-		memory_release_freed(c, rep.result);
-		rc = client_result_json(rep.result, result_json);
-		proto_reply_finish(&rep);
-		return rc;
+		/* The daemon judges the parameters; the slabs close early only
+		 * for ones it can accept. */
+		const char *label = NULL;
+		uint64_t instance = 0;
+		if (proto_get_string(params, "label", PROTO_MAX_NAME, &label) < 0 ||
+		    (cJSON_GetObjectItemCaseSensitive(params, "instance") &&
+		     proto_get_id64(params, "instance", &instance) < 0))
+			label = NULL;
+		rc = free_label_call(c, params, label, instance, result_json);
+		return rc < 0 ? rc : 0;
 	}
 
 	/* free / detach: passed to the daemon as they are (it judges the

@@ -83,6 +83,8 @@ struct track_result {
 	int64_t device;
 	const char *handle;
 	const char *device_uuid; /* with the handle, when the daemon sends it */
+	uint64_t label_hash;     /* a claim's label (0: none) and instance */
+	uint64_t instance;
 };
 
 static int track_parse(const cJSON *result, struct track_result *r)
@@ -109,6 +111,14 @@ static int track_parse(const cJSON *result, struct track_result *r)
 	rc = proto_get_string(result, "device_uuid", PROTO_MAX_NAME, &r->device_uuid);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'device_uuid'");
+	const char *label;
+	r->label_hash = r->instance = 0;
+	rc = proto_get_string(result, "label", PROTO_MAX_NAME, &label);
+	if (rc == 0)
+		r->label_hash = track_label_hash(label);
+	if ((rc < 0 && rc != -ENOENT) ||
+	    (rc == 0 && proto_get_id64(result, "instance", &r->instance) < 0))
+		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'label' or 'instance'");
 	return 0;
 }
 
@@ -172,6 +182,7 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 	prep->slab = NULL;
 	s->id = r->slab;
 	s->holds = 0;
+	s->mark = 0;
 	s->map = map;
 	/* Reserved by track_prepare(): cannot fail. */
 	idmap_put(&t->slabs, s->id, s);
@@ -220,6 +231,8 @@ int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, 
 		e->offset = r.offset;
 		e->device = (int)r.device;
 		e->refs = 1;
+		e->label_hash = r.label_hash;
+		e->instance = r.instance;
 		idmap_put(&t->entries[kind], e->id, e);
 	}
 	s->holds++;
@@ -245,6 +258,54 @@ bool track_release_early(struct track *t, enum track_kind kind, uint64_t id)
 	slab_cache_put(e->slab->map);
 	e->slab->map = NULL;
 	return true;
+}
+
+uint64_t track_label_hash(const char *label)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (const unsigned char *p = (const unsigned char *)label; *p; p++) {
+		h ^= *p;
+		h *= 1099511628211ull;
+	}
+	return h ? h : 1;
+}
+
+size_t track_release_label_early(struct track *t, const char *label, uint64_t instance,
+                                 uint64_t *closed, size_t cap)
+{
+	uint64_t hash = track_label_hash(label);
+	struct track_entry *e;
+	struct track_slab *s;
+	size_t pos, n = 0;
+
+	if (!t->opener || !t->opener->close_first)
+		return 0;
+	/* Marks count each slab's holds the label covers (attachments are
+	 * never freed by label); a slab goes early when they are all of them. */
+	pos = 0;
+	while ((e = idmap_next(&t->entries[TRACK_ALLOC], &pos, NULL))) {
+		if (e->label_hash == hash && (!instance || e->instance == instance))
+			e->slab->mark++;
+	}
+	pos = 0;
+	while ((s = idmap_next(&t->slabs, &pos, NULL)))
+		n += s->mark && s->map && s->mark == s->holds;
+	pos = 0;
+	while ((s = idmap_next(&t->slabs, &pos, NULL))) {
+		if (n <= cap && s->mark && s->map && s->mark == s->holds) {
+			*closed++ = s->id;
+			slab_cache_put(s->map);
+			s->map = NULL;
+		}
+		s->mark = 0;
+	}
+	return n;
+}
+
+bool track_holds_slab(struct track *t, uint64_t id)
+{
+	return idmap_get(&t->slabs, id) != NULL;
 }
 
 void track_release(struct track *t, enum track_kind kind, uint64_t id)

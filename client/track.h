@@ -28,6 +28,7 @@ struct track_slab {
 	uint64_t id;
 	uint64_t holds;       /* this connection's allocations + attachments in it */
 	struct slab_map *map; /* NULL once track_release_early() closed it */
+	uint64_t mark;        /* scratch of track_release_label_early(), 0 at rest */
 };
 
 struct track_entry {
@@ -40,6 +41,11 @@ struct track_entry {
 	/* Attachments: how many gpb_attach() calls the id has outstanding
 	 * (each is one hold, released by one gpb_detach()). Allocations: 1. */
 	unsigned long refs;
+	/* Claimed arrays: a hash of their label (0: none) and their instance,
+	 * what gpb_free_label() matches. A hash, not the label: 16 bytes per
+	 * entry, and nothing to allocate once the daemon has committed. */
+	uint64_t label_hash;
+	uint64_t instance;
 };
 
 struct track {
@@ -98,5 +104,19 @@ void track_release(struct track *t, enum track_kind kind, uint64_t id);
  * drop the connection if the daemon refuses the release.
  */
 bool track_release_early(struct track *t, enum track_kind kind, uint64_t id);
+
+/* FNV-1a of a label, never 0: what track entries keep of their label. */
+uint64_t track_label_hash(const char *label);
+/*
+ * track_release_early() for a free_label of @label (@instance 0: any): closes
+ * each slab whose every hold is an allocation with that label. Fills @closed
+ * (capacity @cap) with their ids and returns how many; returns more than
+ * @cap when there were more (the caller asks again with enough room, before
+ * anything was closed: nothing is closed then).
+ */
+size_t track_release_label_early(struct track *t, const char *label, uint64_t instance,
+                                 uint64_t *closed, size_t cap);
+/* True while this connection still holds slab @id. */
+bool track_holds_slab(struct track *t, uint64_t id);
 
 #endif

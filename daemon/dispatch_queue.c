@@ -587,7 +587,17 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 		return dispatch_param_error(ctx, -EINVAL, "id", "an allocation not claimed yet");
 	if (rc < 0)
 		return -ENOMEM;
-	return dispatch_grant_result(ctx, &g);
+	rc = dispatch_grant_result(ctx, &g);
+	if (rc < 0)
+		return rc;
+	/* The library closes a slab before free_label lets the daemon free
+	 * it: it needs to know which of its allocations a label covers. */
+	const struct broker_alloc *a = idmap_get(&ctx->b->allocs, id);
+	if (a && a->label &&
+	    (!cJSON_AddStringToObject(ctx->result, "label", a->label) ||
+	     proto_add_id64(ctx->result, "instance", a->inst->id) < 0))
+		return -ENOMEM;
+	return 0;
 }
 
 int dispatch_free_label(struct dispatch_ctx *ctx)
