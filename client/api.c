@@ -385,6 +385,43 @@ out:
 	return rc;
 }
 
+static int device_index_parse(const cJSON *result, void *arg)
+{
+	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(result, "devices");
+	int64_t index;
+
+	if (cJSON_GetArraySize(devs) != 1 ||
+	    proto_get_int(cJSON_GetArrayItem(devs, 0), "device", 0, INT_MAX, &index) < 0)
+		return error_set(GPB_E_PROTOCOL, "stats of one device without that device");
+	*(int *)arg = (int)index;
+	return 0;
+}
+
+GPB_EXPORT int gpb_device_index(gpb_client *c, const char *uuid, int *index)
+{
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!uuid || !*uuid || strlen(uuid) > PROTO_MAX_NAME || !index) {
+		rc = error_set(GPB_E_INVALID,
+		               "gpb_device_index: needs a UUID of 1-%d bytes and index",
+		               PROTO_MAX_NAME);
+	} else {
+		/* The daemon resolves it, as it does for every "device". */
+		params = cJSON_CreateObject();
+		if (params && !cJSON_AddStringToObject(params, "device", uuid)) {
+			cJSON_Delete(params);
+			params = NULL;
+		}
+		rc = client_call(c, "stats", params, device_index_parse, index);
+	}
+	client_leave(c);
+	return rc;
+}
+
 /* ---- raw requests -------------------------------------------------------------- */
 
 /* Parses @params_json (NULL = {}) into an object that fits in one frame. */

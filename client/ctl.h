@@ -24,9 +24,10 @@ struct ctl_options {
 	const char *socket;
 	enum ctl_format format;
 	bool header;
-	double interval;      /* 0: run once */
-	long device;          /* stats and set-limit --device; -1 = all */
-	const char *textfile; /* metrics --textfile: write here atomically */
+	double interval;         /* 0: run once */
+	long device;             /* stats and set-limit --device; -1 = all */
+	const char *device_uuid; /* --device given as a UUID (device is then -1) */
+	const char *textfile;    /* metrics --textfile: write here atomically */
 	const char *command;
 	char **args; /* the command's arguments */
 	int nargs;

@@ -446,7 +446,7 @@ int ctl_layout(const struct ctl_options *o)
 		return usage_error(o->nargs ? "unexpected argument '%s'"
 		                            : "layout needs a FILE (see --help)%s",
 		                   o->nargs ? o->args[1] : "");
-	if (o->interval > 0 || o->device >= 0 || o->textfile)
+	if (o->interval > 0 || o->device >= 0 || o->device_uuid || o->textfile)
 		return usage_error("layout reads a file: -l, --device and --textfile do not apply");
 	file = o->args[0];
 	rc = layout_read(file, &text, &len);

@@ -75,7 +75,7 @@ static void usage(FILE *out)
 	    "  -o, --output FORMAT  table (default), json (the result object, one line) or csv\n"
 	    "  -H, --no-header      omit the header line of table and csv output\n"
 	    "  -l SECONDS           repeat every SECONDS until interrupted\n"
-	    "  -d, --device N       with stats and set-limit: only device N\n"
+	    "  -d, --device N|UUID  with stats and set-limit: only that device\n"
 	    "  -h, --help           show this help and exit\n"
 	    "  -V, --version        show the version and exit\n"
 	    "\n"
@@ -241,6 +241,9 @@ static int print_stats(const cJSON *result, const struct ctl_options *o, bool he
 static int params_device(const struct ctl_options *o, cJSON *params)
 {
 	if (o->device >= 0 && !cJSON_AddNumberToObject(params, "device", (double)o->device))
+		return ctl_oom();
+	/* The daemon resolves a UUID (and refuses an unknown one). */
+	if (o->device_uuid && !cJSON_AddStringToObject(params, "device", o->device_uuid))
 		return ctl_oom();
 	return EXIT_OK;
 }
@@ -665,10 +668,18 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 		case 'd':
 			errno = 0;
 			o->device = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || o->device < 0 ||
-			    o->device > INT32_MAX)
-				return usage_error("--device needs a device index, not '%s'",
-				                   optarg);
+			if (optarg[0] >= '0' && optarg[0] <= '9') {
+				if (errno || *end || o->device > INT32_MAX)
+					return usage_error("--device needs a device index or UUID, "
+					                   "not '%s'",
+					                   optarg);
+			} else if (*optarg && strlen(optarg) <= 64) {
+				o->device = -1;
+				o->device_uuid = optarg;
+			} else {
+				return usage_error(
+				    "--device needs a device index or UUID, not '%s'", optarg);
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -724,7 +735,8 @@ int main(int argc, char **argv)
 	if (o.nargs < cmd->nargs)
 		return usage_error("%s needs %d argument%s (see --help)", cmd->name, cmd->nargs,
 		                   cmd->nargs > 1 ? "s" : "");
-	if (o.device >= 0 && strcmp(cmd->name, "stats") != 0 && strcmp(cmd->name, "set-limit") != 0)
+	if ((o.device >= 0 || o.device_uuid) && strcmp(cmd->name, "stats") != 0 &&
+	    strcmp(cmd->name, "set-limit") != 0)
 		return usage_error("--device only applies to stats and set-limit, not %s",
 		                   o.command);
 	if (o.textfile && strcmp(cmd->name, "metrics") != 0)

@@ -175,10 +175,10 @@ static bool uuid_matches(const char *uuid, const char *text)
 	return *text && strcasecmp(uuid, text) == 0;
 }
 
-/* register's "device": an index, or a UUID string (-ENOENT: absent, 0 kept). */
-static int get_device(struct dispatch_ctx *ctx, int64_t *device)
+int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
 {
 	const char *uuid;
+	int64_t index;
 	int rc = proto_get_string(ctx->params, "device", PROTO_MAX_NAME, &uuid);
 	if (rc == 0) {
 		for (int i = 0; i < ctx->b->device_count; i++) {
@@ -187,15 +187,21 @@ static int get_device(struct dispatch_ctx *ctx, int64_t *device)
 				return 0;
 			}
 		}
-		/* What an unknown index gets. */
-		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: no such device");
-		snprintf(ctx->err.field, sizeof(ctx->err.field), "device");
-		return -ENODEV;
+	} else {
+		rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, &index);
+		if (rc == -ENOENT)
+			return rc;
+		if (rc < 0)
+			return dispatch_param_error(ctx, rc, "device", "a device index or UUID");
+		if (index < ctx->b->device_count) {
+			*device = index;
+			return 0;
+		}
 	}
-	rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, device);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "device", "a device index or UUID");
-	return 0;
+	/* An unknown UUID or index, alike. */
+	proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: no such device");
+	snprintf(ctx->err.field, sizeof(ctx->err.field), "device");
+	return -ENODEV;
 }
 
 static int on_register(struct dispatch_ctx *ctx)
@@ -206,8 +212,8 @@ static int on_register(struct dispatch_ctx *ctx)
 	int rc = proto_get_string(ctx->params, "name", PROTO_MAX_NAME, &name);
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, "name", "a string of 1-64 bytes");
-	rc = get_device(ctx, &device);
-	if (rc < 0)
+	rc = dispatch_get_device(ctx, &device);
+	if (rc < 0 && rc != -ENOENT)
 		return rc;
 	rc = proto_get_double(ctx->params, "proportion", 0, 1, &proportion);
 	if (rc == 0 && proportion <= 0)

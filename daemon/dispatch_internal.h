@@ -49,6 +49,10 @@ int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **
 /* The result of an alloc: the grant (and the descriptor to pass). */
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
 
+/* The "device" parameter, an index or a UUID string: 0 with *device set,
+ * -ENOENT when absent (*device kept), or -EINVAL / -ENODEV (no such device)
+ * with ctx->err set. */
+int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device);
 /* An id64 parameter, or -EINVAL with ctx->err set. */
 int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id);
 /* Sets ctx->err for a broker error about what ("allocation", ...); returns rc. */

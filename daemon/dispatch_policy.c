@@ -322,11 +322,9 @@ int dispatch_set_limit(struct dispatch_ctx *ctx)
 	int64_t device = -1;
 	uint64_t size = 0;
 	double fraction = 0;
-	int rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, &device);
-	if (rc == 0 && device >= ctx->b->device_count)
-		rc = -ERANGE;
+	int rc = dispatch_get_device(ctx, &device);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "device", "a device index");
+		return rc;
 	int rs = proto_get_u64(ctx->params, "size", 0, UINT64_MAX, &size);
 	if (rs < 0 && rs != -ENOENT)
 		return dispatch_param_error(ctx, rs, "size", "a decimal string of 1-20 digits");

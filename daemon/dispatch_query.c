@@ -88,16 +88,10 @@ int dispatch_mem_info(struct dispatch_ctx *ctx)
 /* The optional "device" parameter of stats: -1 means all. */
 static int device_param(struct dispatch_ctx *ctx, int *device)
 {
-	int64_t d;
-	int rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, &d);
-	if (rc == -ENOENT) {
-		*device = -1;
-		return 0;
-	}
-	if (rc == 0 && d >= ctx->b->device_count)
-		rc = -ERANGE;
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "device", "a device index");
+	int64_t d = -1;
+	int rc = dispatch_get_device(ctx, &d);
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
 	*device = (int)d;
 	return 0;
 }

@@ -194,6 +194,15 @@ int gpb_unexport(gpb_client *client, const char *name);
  */
 int gpb_open_shared(gpb_client *client, const char *name, struct gpb_allocation *out);
 
+/**
+ * The index of the device with UUID @uuid ("GPU-..." as `gpubrokerctl devices`
+ * shows it), for the calls that take an index (gpb_stats, gpb_set_limit,
+ * gpb_policy_info); gpb_register takes the UUID itself. The daemon resolves
+ * it, so it names the same device for every client.
+ * Errors: GPB_E_INVALID (no such device, or a bad argument), GPB_E_DAEMON_GONE.
+ */
+int gpb_device_index(gpb_client *client, const char *uuid, int *index);
+
 /** Memory as one instance sees it. */
 struct gpb_mem_info {
 	uint64_t cap;          /**< bytes the instance may hold (in passive mode the device's

@@ -270,10 +270,22 @@ class Client:
         self._call("mem_info", instance, ctypes.byref(out))
         return MemInfo.from_struct(out)
 
+    def device_index(self, uuid):
+        """The index of the device with UUID @uuid ("GPU-...", as the daemon
+        names it; gpb_device_index)."""
+        index = ctypes.c_int()
+        self._call("device_index", _lib.cstr(uuid), ctypes.byref(index))
+        return index.value
+
+    def _device(self, device):
+        """@device as an index: an int, or a UUID string."""
+        return self.device_index(device) if isinstance(device, str) else device
+
     def stats(self, device=0):
-        """Pool statistics of @device (gpb_stats): a PoolStats."""
+        """Pool statistics of @device (an index or a UUID; gpb_stats): a
+        PoolStats."""
         out = _lib.gpb_pool_stats()
-        self._call("stats", device, ctypes.byref(out))
+        self._call("stats", self._device(device), ctypes.byref(out))
         return PoolStats.from_struct(out)
 
     # ---- VRAM policy --------------------------------------------------------
@@ -300,9 +312,9 @@ class Client:
         return self._instance_call("instance_info", instance)
 
     def policy_info(self, device=0):
-        """The policy of @device: a PolicyInfo."""
+        """The policy of @device (an index or a UUID): a PolicyInfo."""
         out = _lib.gpb_policy_info()
-        self._call("policy_info", device, ctypes.byref(out))
+        self._call("policy_info", self._device(device), ctypes.byref(out))
         return PolicyInfo.from_struct(out)
 
     def group_info(self, group):
@@ -322,9 +334,9 @@ class Client:
 
     def set_limit(self, device=-1, size=None, fraction=None):
         """Administrators: bound what the broker hands out on @device (-1:
-        every device) to @size bytes or @fraction of the memory; neither
-        removes the limit."""
-        self._call("set_limit", device, size or 0, fraction or 0.0)
+        every device; or a UUID) to @size bytes or @fraction of the memory;
+        neither removes the limit."""
+        self._call("set_limit", self._device(device), size or 0, fraction or 0.0)
 
     def set_allocator(self, allocator):
         """Administrators: "pool", "direct" or "async" (releases everything)."""

@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "harness.h"
 
 static struct th_daemon daemon_;
@@ -91,6 +93,34 @@ static void test_pattern_across_processes(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 	assert_true(check(a.ptr, size, 99));
 	assert_int_equal(gpb_free(c, a.id), 0);
+	gpb_disconnect(c);
+}
+
+/* A device named by UUID resolves to its index, as the daemon numbers it. */
+static void test_device_index(void **state)
+{
+	gpb_client *c = th_client(&daemon_, "uuids");
+	char *json = NULL;
+	assert_int_equal(gpb_request(c, "devices", NULL, &json), 0);
+	cJSON *root = cJSON_Parse(json);
+	gpb_string_free(json);
+	const cJSON *it;
+	int n = 0;
+	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "devices"))
+	{
+		int index = -1;
+		const char *uuid = cJSON_GetStringValue(cJSON_GetObjectItem(it, "uuid"));
+		assert_int_equal(gpb_device_index(c, uuid, &index), 0);
+		assert_int_equal(index, cJSON_GetObjectItem(it, "device")->valueint);
+		n++;
+	}
+	cJSON_Delete(root);
+	assert_int_equal(n, 2);
+	int index = 7;
+	assert_int_equal(gpb_device_index(c, "GPU-no-such-device", &index), GPB_E_INVALID);
+	assert_int_equal(index, 7);
+	assert_int_equal(gpb_device_index(c, NULL, &index), GPB_E_INVALID);
+	assert_int_equal(gpb_device_index(c, "GPU-x", NULL), GPB_E_INVALID);
 	gpb_disconnect(c);
 }
 
@@ -257,6 +287,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_pattern_across_processes),
+	    cmocka_unit_test(test_device_index),
 	    cmocka_unit_test(test_counters),
 	    cmocka_unit_test(test_slab_reopen),
 	    cmocka_unit_test(test_alignment_and_errors),

@@ -107,6 +107,38 @@ static void test_clients_and_stats(void **state)
 	cJSON_Delete(root);
 	assert_int_equal(ctl("--output", "csv", "stats", NULL), 0);
 	assert_non_null(strstr(out, "3145728"));
+
+	/* --device takes an index or a UUID (from `devices`). */
+	assert_int_equal(ctl("--output", "json", "devices", NULL), 0);
+	root = cJSON_Parse(out);
+	assert_non_null(root);
+	char uuid[80];
+	snprintf(uuid, sizeof(uuid), "%s",
+	         cJSON_GetStringValue(cJSON_GetObjectItem(
+	             cJSON_GetArrayItem(cJSON_GetObjectItem(root, "devices"), 1), "uuid")));
+	cJSON_Delete(root);
+	const char *by[] = {"1", uuid};
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ctl("--output", "json", "--device", by[i]), 2); /* no command */
+		char *argv[] = {(char *)th_env("GPB_CTL"),
+		                "--socket",
+		                daemon_.socket,
+		                "--output",
+		                "json",
+		                "--device",
+		                (char *)by[i],
+		                "stats",
+		                NULL};
+		assert_int_equal(th_run(argv, NULL, out, sizeof(out)), 0);
+		root = cJSON_Parse(out);
+		assert_non_null(root);
+		const cJSON *devs = cJSON_GetObjectItem(root, "devices");
+		assert_int_equal(cJSON_GetArraySize(devs), 1);
+		assert_int_equal(
+		    cJSON_GetObjectItem(cJSON_GetArrayItem(devs, 0), "device")->valueint, 1);
+		cJSON_Delete(root);
+	}
+	assert_int_equal(ctl("--device", "GPU-no-such-device", "stats", NULL), 1);
 }
 
 static void test_exit_codes(void **state)

@@ -221,6 +221,13 @@ def test_device_uuid_registration(client):
     uuid = client.request("devices")["devices"][1]["uuid"]
     inst = client.register("by-uuid", device_uuid=uuid)
     assert client.instance_info(inst).device == 1
+    # Everywhere a device is named, a UUID does too.
+    assert client.device_index(uuid) == 1
+    a = client.alloc(inst, 4096)  # kept: an Allocation frees itself when dropped
+    assert client.stats(uuid).live == 1 and client.stats(0).live == 0
+    assert client.policy_info(uuid).used == a.size and client.policy_info(0).used == 0
+    with pytest.raises(gpubroker.InvalidError):
+        client.device_index("GPU-no-such-device")
 
 
 def test_interpreter_exit_with_live_allocations(daemon, other):

@@ -208,6 +208,13 @@ static void test_dispatch_end_to_end(void **state)
 	assert_int_equal(jnum(o, "device"), 1);
 	assert_int_equal(ju64(o, "live"), 2);
 	reply_done(&r);
+	/* A device by UUID, as everywhere a device is named. */
+	request(b, s, &r, "{\"id\":\"10u\",\"method\":\"stats\",\"params\":{\"device\":\"%s\"}}",
+	        b->dev[1].info.uuid);
+	o = cJSON_GetArrayItem(jarr(result_of(&r, "10u"), "devices", 1), 0);
+	assert_int_equal(jnum(o, "device"), 1);
+	assert_int_equal(ju64(o, "live"), 2);
+	reply_done(&r);
 
 	/* status */
 	request(b, s, &r, "{\"id\":\"11\",\"method\":\"status\"}");
@@ -624,6 +631,19 @@ static void test_dispatch_params(void **state)
 	             PROTO_E_PARAMS, "device");
 	expect_error(b, s, "{\"id\":\"e\",\"method\":\"stats\",\"params\":{\"device\":\"0\"}}", "e",
 	             PROTO_E_PARAMS, "device");
+	bool was_admin = s->admin;
+	s->admin = true;
+	expect_error(b, s,
+	             "{\"id\":\"e\",\"method\":\"set_limit\",\"params\":{\"device\":\"GPU-nope\","
+	             "\"size\":\"0\"}}",
+	             "e", PROTO_E_PARAMS, "device");
+	request(b, s, &r,
+	        "{\"id\":\"lu\",\"method\":\"set_limit\",\"params\":{\"device\":\"%s\","
+	        "\"size\":\"0\"}}",
+	        b->dev[1].info.uuid);
+	result_of(&r, "lu");
+	reply_done(&r);
+	s->admin = was_admin;
 
 	/* free of unknown ids: -32004 */
 	expect_error(b, s,
