@@ -301,6 +301,23 @@ static void worker_step(struct worker *w, const char *socket)
 		/* Leave and come back. */
 		gpb_disconnect(c);
 		worker_connect(w, socket);
+	} else if (op < 96 && w->nheld > 0) {
+		/* Names from a small set, so that they collide and get opened
+		 * while their exporters free them or are killed. */
+		char name[8];
+		snprintf(name, sizeof(name), "n%u", rnd_below(8));
+		check(gpb_export(c, w->held[rnd_below((unsigned)w->nheld)].id, name, -1), "export");
+	} else if (op < 98 && w->nattached < 8) {
+		char name[8];
+		snprintf(name, sizeof(name), "n%u", rnd_below(8));
+		rc = gpb_open_shared(c, name, &a);
+		check(rc, "open_shared");
+		if (rc == 0) {
+			volatile unsigned char *p = a.ptr;
+			(void)p[0];
+			(void)p[a.size - 1];
+			w->attached[w->nattached++] = a.id;
+		}
 	} else {
 		/* Pipelined requests from a second thread of work are not in
 		 * the library's model; a burst of cheap ones instead. */
