@@ -153,7 +153,7 @@ int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 	static const struct ctl_column cols[] = {
 	    {"device", "DEVICE", CTL_NUM}, {"name", "NAME", CTL_TEXT},
 	    {"total", "TOTAL", CTL_SIZE},  {"reserved", "RESERVED", CTL_SIZE},
-	    {"used", "USED", CTL_SIZE},
+	    {"used", "USED", CTL_SIZE},    {"orphaned", "ORPHANED", CTL_SIZE},
 	};
 	static const struct {
 		const char *key, *label;
@@ -165,6 +165,8 @@ int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 	    {"clients", "clients"},
 	    {"instances", "instances"},
 	    {"allocations", "allocations"},
+	    {"exports", "exports"},
+	    {"orphans", "orphans"},
 	};
 
 	/* CSV is for machines: only the device rows (json has the rest). */
