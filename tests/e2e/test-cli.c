@@ -191,6 +191,7 @@ static void test_operator_commands(void **state)
 	assert_int_equal(ctl("metrics", NULL, NULL, NULL), 0);
 	assert_non_null(strstr(out, "# TYPE gpubroker_device_used_bytes gauge"));
 	assert_non_null(strstr(out, "gpubroker_device_used_bytes{device=\"1\""));
+	assert_non_null(strstr(out, "gpubroker_device_orphaned_bytes{device=\"1\""));
 	assert_non_null(strstr(out, "} 3145728\n"));
 	assert_non_null(strstr(out, "gpubroker_requests_total{method=\"alloc\",result=\"ok\"}"));
 	assert_non_null(strstr(out, "gpubroker_request_duration_seconds_count"));
