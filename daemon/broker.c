@@ -36,6 +36,8 @@ void broker_limits_default(struct broker_limits *limits)
 	limits->max_inflight = 64;
 	limits->mode = POLICY_PASSIVE;
 	limits->min_auto_share = POLICY_MIN_AUTO_SHARE;
+	/* Host memory is the machine's RAM: a bound an operator raises. */
+	limits->max_host_memory = 4ull << 30;
 }
 
 /* The pool reaches the backend through its device's entry. */
@@ -74,6 +76,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	list_init(&b->exports);
 	list_init(&b->waits);
 	idmap_init(&b->allocs);
+	idmap_init(&b->hosts);
 	arena_init(&b->alloc_arena, sizeof(struct broker_alloc), 32);
 	idmap_init(&b->instances);
 	b->timer_deadline = UINT64_MAX;
@@ -138,6 +141,7 @@ void broker_destroy(struct broker *b)
 	if (b->policy.device_count) /* policy_init succeeded */
 		policy_finish(&b->policy);
 	idmap_finish(&b->allocs);
+	idmap_finish(&b->hosts);
 	arena_finish(&b->alloc_arena);
 	idmap_finish(&b->instances);
 	backend_destroy(b->backend);
@@ -159,6 +163,7 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 	b->metrics.connections_total++;
 	list_init(&s->instances);
 	list_init(&s->allocs);
+	list_init(&s->hosts);
 	idmap_init(&s->held);
 	idmap_init(&s->attached);
 	list_insert_tail(&b->sessions, &s->link);
@@ -309,6 +314,7 @@ void broker_session_close(struct broker *b, struct session *s)
 	{
 		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
 	}
+	broker_hosts_release(b, s);
 	size_t it = 0;
 	struct broker_alloc *a;
 	while ((a = idmap_next(&s->attached, &it, NULL)))
@@ -435,8 +441,8 @@ int broker_unregister(struct broker *b, struct session *s, uint64_t instance)
 	return 0;
 }
 
-/* A fresh, unused, non-zero random id. Buffered: one getrandom() per 32. */
-static int broker_new_id(struct broker *b, uint64_t *out)
+/* Buffered: one getrandom() per 32. */
+int broker_new_id(struct broker *b, uint64_t *out)
 {
 	for (int tries = 0; tries < 8; tries++) {
 		if (b->rand_left == 0) {
@@ -445,7 +451,7 @@ static int broker_new_id(struct broker *b, uint64_t *out)
 			b->rand_left = sizeof(b->rand) / sizeof(b->rand[0]);
 		}
 		uint64_t id = b->rand[--b->rand_left];
-		if (id && !idmap_get(&b->allocs, id)) {
+		if (id && !idmap_get(&b->allocs, id) && !idmap_get(&b->hosts, id)) {
 			*out = id;
 			return 0;
 		}
@@ -491,7 +497,7 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 {
 	if (b->stopping)
 		return -ESHUTDOWN;
-	if (s->alloc_count + s->attached.count >= b->limits.max_allocations)
+	if (s->alloc_count + s->attached.count + s->host_count >= b->limits.max_allocations)
 		return -EMFILE;
 	/* The policy counts what the pool will hand out: the size rounded
 	 * up to the granule. */
@@ -607,7 +613,7 @@ int broker_free(struct broker *b, struct session *s, uint64_t id)
 {
 	struct broker_alloc *a = broker_alloc_owned(b, s, id);
 	if (!a)
-		return -ENOENT;
+		return broker_host_free(b, s, id);
 	broker_alloc_release(b, s, a);
 	broker_waits_run(b);
 	return 0;
@@ -627,7 +633,7 @@ int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
 	if (idmap_get(&s->attached, a->id))
 		return -EEXIST;
 	/* Attachments pin slabs: they count against the same limit. */
-	if (s->alloc_count + s->attached.count >= b->limits.max_allocations)
+	if (s->alloc_count + s->attached.count + s->host_count >= b->limits.max_allocations)
 		return -EMFILE;
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
@@ -706,7 +712,7 @@ const struct broker_rule *broker_rule_for(const struct broker *b, const struct s
 
 int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 {
-	uint64_t allocs = 0, instances = 0, orphans_held = 0;
+	uint64_t allocs = 0, instances = 0, orphans_held = 0, host_bytes = 0, hosts = 0;
 	unsigned sessions = 0, waits = 0, listed = 0, exports = 0;
 	for (int i = 0; i < b->device_count; i++) {
 		int rc = pool_check(b->dev[i].pool, msg, msg_len);
@@ -754,6 +760,25 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 			}
 			orphans_held += a->orphan;
 		}
+		unsigned nhost = 0;
+		for (ipos = s->hosts.next; ipos != &s->hosts; ipos = ipos->next) {
+			const struct broker_host *h =
+			    list_entry(ipos, const struct broker_host, link);
+			if (h->owner != s || idmap_get(&b->hosts, h->id) != h) {
+				snprintf(msg, msg_len, "host allocation %016llx misfiled",
+				         (unsigned long long)h->id);
+				return -EFAULT;
+			}
+			host_bytes += h->size;
+			nhost++;
+		}
+		if (nhost != s->host_count) {
+			snprintf(msg, msg_len,
+			         "session %llu: %u host allocations listed, %u counted",
+			         (unsigned long long)s->id, nhost, s->host_count);
+			return -EFAULT;
+		}
+		hosts += nhost;
 		waits += s->wait_count;
 		if (used != s->used || n != s->alloc_count) {
 			snprintf(msg, msg_len,
@@ -769,6 +794,13 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 	    instances != b->instance_count || instances != b->instances.count ||
 	    instances != b->policy.count) {
 		snprintf(msg, msg_len, "broker counters disagree with the sessions");
+		return -EFAULT;
+	}
+	if (hosts != b->hosts.count || host_bytes != b->host_used) {
+		snprintf(msg, msg_len,
+		         "host memory: %llu allocations of %llu bytes, broker says %llu of %llu",
+		         (unsigned long long)hosts, (unsigned long long)host_bytes,
+		         (unsigned long long)b->hosts.count, (unsigned long long)b->host_used);
 		return -EFAULT;
 	}
 	/* Every orphan has a holder; none without one (a leak). */

@@ -43,6 +43,7 @@ struct broker_limits {
 	unsigned max_inflight;     /* requests of one connection waiting at once */
 	enum policy_mode mode;     /* VRAM policy mode at start (set_mode changes it live) */
 	double min_auto_share;     /* policy: least share of each auto instance, (0, 1] */
+	uint64_t max_host_memory;  /* pinned/mapped host memory, every client together */
 };
 
 struct broker_device {
@@ -88,6 +89,20 @@ struct broker_alloc {
 	                     every instance, alive until its last holder detaches */
 };
 
+/*
+ * Host memory (alloc types "pinned" and "mapped"): a sealed memfd of its
+ * own, passed to the client, which maps it and registers it with CUDA
+ * (cuMemHostRegister). Not device memory: no pool, no policy charge.
+ */
+struct broker_host {
+	uint64_t id;
+	struct list link; /* session->hosts */
+	struct session *owner;
+	uint64_t size; /* the memfd's: the request rounded up to pages */
+	int fd;
+	bool mapped;
+};
+
 /* A name under which an allocation can be opened (export, open). */
 struct broker_export {
 	struct list link; /* broker->exports */
@@ -123,7 +138,9 @@ struct session {
 	uint64_t used;
 	struct idmap held;     /* slab id -> struct session_slab: slabs this session holds */
 	struct idmap attached; /* allocation id -> struct broker_alloc it holds */
-	unsigned wait_count;   /* its allocations waiting in broker->waits */
+	struct list hosts;     /* struct broker_host */
+	unsigned host_count;
+	unsigned wait_count; /* its allocations waiting in broker->waits */
 };
 
 /*
@@ -178,6 +195,8 @@ struct broker {
 	int device_count;
 	struct idmap allocs; /* allocation id -> struct broker_alloc */
 	struct list exports; /* struct broker_export */
+	struct idmap hosts;  /* host allocation id -> struct broker_host */
+	uint64_t host_used;  /* bytes of every struct broker_host */
 	unsigned export_count;
 	uint64_t orphan_count;    /* allocations freed by their owner, still attached */
 	struct arena alloc_arena; /* where the struct broker_alloc records live */
@@ -270,6 +289,15 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id);
  * not) or its session ends.
  */
 int broker_export(struct broker *b, struct session *s, uint64_t id, const char *name, uid_t uid);
+/*
+ * Host memory (broker_host.c) for one of s's instances: -ENOENT (instance),
+ * -EINVAL (size), -EMFILE (max_allocations, counting host allocations),
+ * -ENOMEM (max_host_memory), -EIO (no memfd), -ESHUTDOWN. Freed by
+ * broker_free() like an allocation, and with the session.
+ */
+int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
+                      bool mapped, struct broker_host **out);
+
 /* Withdraws one of s's names: -ENOENT. Openers keep what they opened. */
 int broker_unexport(struct broker *b, struct session *s, const char *name);
 /* Attaches the allocation exported to s's uid under name: -ENOENT (no such

@@ -17,6 +17,13 @@ void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a);
 /* Attaches a to s (the checks are the caller's): as broker_attach(). */
 int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
                 struct broker_grant *out);
+/* s's host allocation id freed: 0 or -ENOENT. */
+int broker_host_free(struct broker *b, struct session *s, uint64_t id);
+/* Frees every host allocation of s; returns how many. */
+uint64_t broker_hosts_release(struct broker *b, struct session *s);
+/* A fresh, unused, non-zero random id (allocations and host allocations). */
+int broker_new_id(struct broker *b, uint64_t *out);
+
 /* Drops the names of an allocation that is being freed. */
 void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a);
 /* Sends cap_changed for every cap the policy moved, then serves the waits. */

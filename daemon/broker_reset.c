@@ -65,6 +65,7 @@ static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *att
 			broker_alloc_release(b, s, list_entry(ipos, struct broker_alloc, link));
 			(*allocs)++;
 		}
+		*allocs += broker_hosts_release(b, s);
 		size_t it = 0;
 		struct broker_alloc *a;
 		while ((a = idmap_next(&s->attached, &it, NULL))) {

@@ -79,7 +79,8 @@ int broker_wait_add(struct broker *b, struct session *s, const char *req_id, uin
 		return -ESHUTDOWN;
 	/* A wait will become an allocation: it counts against the same limit,
 	 * so a client cannot park an unbounded queue here. */
-	if (s->alloc_count + s->attached.count + s->wait_count >= b->limits.max_allocations)
+	if (s->alloc_count + s->attached.count + s->host_count + s->wait_count >=
+	    b->limits.max_allocations)
 		return -EMFILE;
 	/* Requests a connection has in flight: those waiting for memory. */
 	if (s->wait_count >= b->limits.max_inflight)

@@ -71,6 +71,8 @@ static const struct conf_keydef conf_keys[CONF_KEY_COUNT] = {
                              FIELD(limits.min_auto_share)},
     [CONF_WRITE_HIGH_WATER] = {"write_high_water", TYPE_SIZE, false, 4096, 1ull << 32,
                                FIELD(limits.write_high_water)},
+    [CONF_MAX_HOST_MEMORY] = {"max_host_memory", TYPE_SIZE, false, 4096, 1ull << 50,
+                              FIELD(limits.max_host_memory)},
 };
 
 void conf_defaults(struct conf *cfg)

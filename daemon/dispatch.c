@@ -354,6 +354,42 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 	}
 }
 
+/* alloc of "pinned" or "mapped" host memory: its own memfd, passed. */
+static int alloc_host(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size, bool mapped)
+{
+	struct broker_host *h;
+	int rc = broker_host_alloc(ctx->b, ctx->s, instance, size, mapped, &h);
+	if (rc == -ENOMEM) {
+		uint64_t max = ctx->b->limits.max_host_memory, used = ctx->b->host_used;
+		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
+		                "out of memory: %llu bytes of host memory requested, %llu left "
+		                "under max_host_memory",
+		                (unsigned long long)size,
+		                (unsigned long long)(max > used ? max - used : 0));
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data)
+			proto_add_u64(ctx->data, "requested", size);
+		return rc;
+	}
+	if (rc == -EIO) {
+		proto_error_set(&ctx->err, PROTO_E_INTERNAL,
+		                "internal error: no memory file for host memory (see the "
+		                "daemon's log)");
+		return rc;
+	}
+	if (rc == -EAGAIN)
+		return -ENOMEM;
+	if (rc < 0)
+		return dispatch_broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_id64(r, "id", h->id) ||
+	    !cJSON_AddStringToObject(r, "type", mapped ? "mapped" : "pinned") ||
+	    proto_add_u64(r, "size", h->size) || !cJSON_AddTrueToObject(r, "fd"))
+		return -ENOMEM;
+	ctx->fd = h->fd;
+	return 0;
+}
+
 static int on_alloc(struct dispatch_ctx *ctx)
 {
 	uint64_t instance, size, align = POOL_GRANULE;
@@ -380,9 +416,14 @@ static int on_alloc(struct dispatch_ctx *ctx)
 			return dispatch_param_error(
 			    ctx, -EINVAL, "type",
 			    "\"device\", \"pinned\", \"mapped\" or \"managed\"");
-		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
-		                "memory type '%s' is not supported by this version", type);
-		return -EOPNOTSUPP;
+		if (strcmp(type, "managed") == 0) {
+			/* Unified memory cannot be shared across processes. */
+			proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
+			                "memory type 'managed' is not supported: managed memory "
+			                "cannot be shared between processes");
+			return -EOPNOTSUPP;
+		}
+		return alloc_host(ctx, instance, size, strcmp(type, "mapped") == 0);
 	}
 	int64_t wait_ms = 0;
 	rc = proto_get_int(ctx->params, "wait_ms", 0, DISPATCH_MAX_WAIT_MS, &wait_ms);

@@ -163,7 +163,9 @@ int dispatch_status(struct dispatch_ctx *ctx)
 	    add_num(r, "clients", b->session_count) || add_num(r, "instances", b->instance_count) ||
 	    add_num(r, "allocations", (double)b->allocs.count) ||
 	    add_num(r, "exports", b->export_count) ||
-	    add_num(r, "orphans", (double)b->orphan_count))
+	    add_num(r, "orphans", (double)b->orphan_count) ||
+	    add_num(r, "host_allocations", (double)b->hosts.count) ||
+	    proto_add_u64(r, "host_used", b->host_used))
 		return -ENOMEM;
 	return 0;
 }

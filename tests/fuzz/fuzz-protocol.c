@@ -564,7 +564,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fz_check(&f);
 	struct broker *b = f.broker;
 	if (b->session_count || b->allocs.count || b->instance_count || b->wait_count ||
-	    b->policy.count)
+	    b->policy.count || b->hosts.count || b->host_used)
 		fz_fail("left behind: %u sessions, %llu allocations, %llu instances, %u waits",
 		        b->session_count, (unsigned long long)b->allocs.count,
 		        (unsigned long long)b->instance_count, b->wait_count);

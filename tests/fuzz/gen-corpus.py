@@ -55,6 +55,9 @@ OPS = {
     "register": hello() + register() + register("m", 1, proportion=0.25, group="g"),
     "unregister": hello() + register() + req("u", "unregister", {"instance": I1}),
     "alloc": hello() + register() + alloc() + alloc("1000", alignment="65536"),
+    "alloc-host": hello() + register() + alloc("100000", type="pinned")
+    + alloc("5000", rid="a2", type="mapped") + req("f", "free", {"id": "$0"})
+    + alloc("1", rid="a3", type="managed") + alloc("99999999999", rid="a4", type="pinned"),
     "free": hello() + register() + alloc() + req("f", "free", {"id": "$0"}),
     "attach": hello() + register() + alloc() + req("t", "attach", {"id": "$0"}),
     "detach": hello() + register() + alloc() + req("t", "attach", {"id": "$0"})

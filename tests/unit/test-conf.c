@@ -62,7 +62,8 @@ static void test_every_key(void **state)
 	                   "limit = 90%\n"
 	                   "allocator = direct\n"
 	                   "min_auto_share = 0.25\n"
-	                   "max_inflight = 3\n";
+	                   "max_inflight = 3\n"
+	                   "max_host_memory = 64MiB\n";
 	struct conf cfg;
 	struct conf_error err;
 	assert_int_equal(parse(text, &cfg, &err), 0);
@@ -86,6 +87,7 @@ static void test_every_key(void **state)
 	assert_string_equal(cfg.allocator, "direct");
 	assert_true(cfg.limits.min_auto_share == 0.25);
 	assert_int_equal(cfg.limits.max_inflight, 3);
+	assert_int_equal(cfg.limits.max_host_memory, 64ull << 20);
 	assert_int_equal(cfg.set, (1ull << CONF_KEY_COUNT) - 1);
 	for (int k = 0; k < CONF_KEY_COUNT; k++)
 		assert_non_null(strstr(text, conf_key_name(k)));

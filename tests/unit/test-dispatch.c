@@ -521,13 +521,11 @@ static void test_dispatch_params(void **state)
 		                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":%s}",
 		                 inst_bad[i].params);
 
-	/* alloc: types this version cannot serve */
-	static const char *const unsupported[] = {"managed", "pinned", "mapped"};
-	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
-		expect_error_fmt(b, s, PROTO_E_NOT_SUPPORTED, NULL,
-		                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":"
-		                 "\"%016" PRIx64 "\",\"size\":\"4096\",\"type\":\"%s\"}}",
-		                 inst, unsupported[i]);
+	/* alloc: managed memory cannot be shared between processes */
+	expect_error_fmt(b, s, PROTO_E_NOT_SUPPORTED, NULL,
+	                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":"
+	                 "\"%016" PRIx64 "\",\"size\":\"4096\",\"type\":\"managed\"}}",
+	                 inst);
 	/* alloc: an unknown instance */
 	expect_error_fmt(b, s, PROTO_E_NOT_FOUND, NULL,
 	                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":"

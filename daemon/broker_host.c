@@ -1,0 +1,121 @@
+/*
+ * broker_host.c - host memory for the alloc types "pinned" and "mapped".
+ *
+ * Each allocation is a sealed memfd of its own (zero-filled by the kernel,
+ * so nothing of another user can be in it), handed to the client with
+ * SCM_RIGHTS; the client maps it and, with the cuda backend, registers it
+ * with cuMemHostRegister (page-locked; "mapped" also gets a device
+ * pointer). The daemon never maps it. Its pages stay alive while the
+ * client maps them, whatever the daemon does, so freeing here needs no
+ * ordering with the client. The bytes are counted against
+ * max_host_memory, every client together, and against each connection's
+ * max_allocations; they are not device memory and the VRAM policy does not
+ * see them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "broker_internal.h"
+#include "log.h"
+
+static uint64_t host_page(void)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	return page > 0 ? (uint64_t)page : 4096;
+}
+
+/* A memfd of size bytes whose size can no longer change (a client cannot
+ * truncate it under the daemon's accounting). */
+static int host_memfd(uint64_t size)
+{
+	int fd = memfd_create("gpubroker-host", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
+                      bool mapped, struct broker_host **out)
+{
+	if (b->stopping)
+		return -ESHUTDOWN;
+	if (!broker_instance_find(s, instance))
+		return -ENOENT;
+	uint64_t page = host_page();
+	if (size == 0 || size > UINT64_MAX - (page - 1))
+		return -EINVAL;
+	size = (size + page - 1) & ~(page - 1);
+	if (s->alloc_count + s->attached.count + s->host_count >= b->limits.max_allocations)
+		return -EMFILE;
+	if (size > b->limits.max_host_memory || b->host_used > b->limits.max_host_memory - size)
+		return -ENOMEM;
+	struct broker_host *h = calloc(1, sizeof(*h));
+	if (!h || idmap_reserve(&b->hosts, 1) < 0) {
+		free(h);
+		return -EAGAIN;
+	}
+	int rc = broker_new_id(b, &h->id);
+	if (rc < 0) {
+		free(h);
+		return rc;
+	}
+	h->fd = host_memfd(size);
+	if (h->fd < 0) {
+		log_warn("session %llu: host memory of %llu bytes: memfd: %s",
+		         (unsigned long long)s->id, (unsigned long long)size, strerror(-h->fd));
+		free(h);
+		return -EIO;
+	}
+	h->owner = s;
+	h->size = size;
+	h->mapped = mapped;
+	idmap_put(&b->hosts, h->id, h); /* reserved above: cannot fail */
+	list_insert_tail(&s->hosts, &h->link);
+	s->host_count++;
+	b->host_used += size;
+	*out = h;
+	return 0;
+}
+
+static void host_release(struct broker *b, struct session *s, struct broker_host *h)
+{
+	idmap_remove(&b->hosts, h->id);
+	list_remove(&h->link);
+	s->host_count--;
+	b->host_used -= h->size;
+	close(h->fd);
+	free(h);
+}
+
+int broker_host_free(struct broker *b, struct session *s, uint64_t id)
+{
+	struct broker_host *h = idmap_get(&b->hosts, id);
+	/* Another session's id is unknown here, as one that never existed. */
+	if (!h || h->owner != s)
+		return -ENOENT;
+	host_release(b, s, h);
+	return 0;
+}
+
+uint64_t broker_hosts_release(struct broker *b, struct session *s)
+{
+	struct list *pos, *tmp;
+	uint64_t n = 0;
+	list_for_each_safe(pos, tmp, &s->hosts)
+	{
+		host_release(b, s, list_entry(pos, struct broker_host, link));
+		n++;
+	}
+	return n;
+}
