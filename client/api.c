@@ -101,6 +101,7 @@ GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
 	pthread_mutex_init(&c->lock, NULL);
 	/* Until hello names the backend nothing can be mapped. */
 	track_init(&c->track, NULL);
+	hostmem_init(c);
 	c->conn.on_invalidate = memory_invalidate;
 	c->conn.invalidate_ctx = c;
 	rc = client_call(c, "hello", hello_params(name), hello_parse, c);
@@ -120,6 +121,8 @@ GPB_EXPORT void gpb_disconnect(gpb_client *c)
 	 * the connection held and may free its slabs, and CUDA memory must
 	 * not be freed under an open IPC mapping. */
 	track_finish(&c->track);
+	hostmem_finish(c);
+	idmap_finish(&c->hosts);
 	conn_finish(&c->conn);
 	pthread_mutex_destroy(&c->lock);
 	free(c);

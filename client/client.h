@@ -31,6 +31,7 @@ struct gpb_client {
 	pthread_mutex_t lock;
 	struct conn conn;
 	struct track track;
+	struct idmap hosts; /* host allocation id -> struct host_entry (hostmem.c) */
 	char backend[16];
 	uint64_t session;
 	int64_t uid;
@@ -69,5 +70,17 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 /* conn's on_invalidate hook: the daemon released everything the connection
  * held; forget it all and unmap. Lock held. */
 void memory_invalidate(void *client);
+
+/* hostmem.c: host memory (pinned, mapped). Lock held for all but init. */
+void hostmem_init(gpb_client *c);
+/* Unregisters and unmaps every host allocation (disconnect, invalidate). */
+void hostmem_finish(gpb_client *c);
+/* Sends an alloc of host memory (@params consumed) and maps the result;
+ * fills @out and/or *result_json when not NULL. */
+int hostmem_call(gpb_client *c, cJSON *params, bool mapped, struct gpb_allocation *out,
+                 char **result_json);
+/* The free of @id (@params consumed) when @id is a host allocation of this
+ * connection: its result; 1 when it is not one (nothing sent). */
+int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json);
 
 #endif

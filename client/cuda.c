@@ -115,6 +115,16 @@ static void cuda_release_context(struct cuda_mapping *m)
 		cuda.DevicePrimaryCtxRelease(m->dev);
 }
 
+/* Loads the driver (once) and a mapping record: 0 or a GPB_E_* code. */
+static int cuda_mapping_new(struct cuda_mapping **out)
+{
+	pthread_once(&cuda_once, cuda_load);
+	if (!cuda_ok)
+		return error_set(GPB_E_BACKEND, "the daemon serves CUDA memory, but %s", cuda_why);
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : error_set(GPB_E_NOMEM, "out of memory");
+}
+
 static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
                      void **base, void **priv)
 {
@@ -127,12 +137,9 @@ static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *wh
 	int err;
 
 	(void)fd;
-	pthread_once(&cuda_once, cuda_load);
-	if (!cuda_ok)
-		return error_set(GPB_E_BACKEND, "the daemon serves CUDA memory, but %s", cuda_why);
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return error_set(GPB_E_NOMEM, "out of memory");
+	err = cuda_mapping_new(&m);
+	if (err < 0)
+		return err;
 	err = cuda_find_device(where, &m->dev);
 	if (err == 0)
 		err = cuda_pick_context(m);
@@ -211,6 +218,72 @@ static int cuda_copy(void *priv, void *dst, const void *src, size_t n, bool to_d
 	return 0;
 }
 
+/*
+ * Host memory is registered in the calling thread's current context, or in
+ * device 0's primary context (retained until unregistered), and PORTABLE:
+ * page-locked for every context, whichever device they are on.
+ */
+static int cuda_host_register(void *p, size_t size, bool mapped, void **device_ptr, void **priv)
+{
+	struct cuda_mapping *m;
+	CUcontext popped;
+	CUresult rc;
+	int err;
+
+	err = cuda_mapping_new(&m);
+	if (err < 0)
+		return err;
+	if (cuda.CtxGetCurrent(&m->ctx) != CUDA_SUCCESS || !m->ctx) {
+		rc = cuda.DeviceGet(&m->dev, 0);
+		if (rc == CUDA_SUCCESS)
+			rc = cuda.DevicePrimaryCtxRetain(&m->ctx, m->dev);
+		if (rc != CUDA_SUCCESS) {
+			free(m);
+			return cuda_error(rc, "cuDevicePrimaryCtxRetain");
+		}
+		m->primary = true;
+	}
+	rc = cuda.CtxPushCurrent(m->ctx);
+	if (rc != CUDA_SUCCESS) {
+		err = cuda_error(rc, "cuCtxPushCurrent");
+		goto fail;
+	}
+	rc = cuda.MemHostRegister(
+	    p, size, CU_MEMHOSTREGISTER_PORTABLE | (mapped ? CU_MEMHOSTREGISTER_DEVICEMAP : 0));
+	if (rc != CUDA_SUCCESS) {
+		err = cuda_error(rc, "cuMemHostRegister");
+	} else if (mapped) {
+		rc = cuda.MemHostGetDevicePointer(&m->ptr, p, 0);
+		if (rc != CUDA_SUCCESS) {
+			err = cuda_error(rc, "cuMemHostGetDevicePointer");
+			cuda.MemHostUnregister(p);
+		}
+	}
+	cuda.CtxPopCurrent(&popped);
+	if (err < 0)
+		goto fail;
+	*device_ptr = mapped ? (void *)(uintptr_t)m->ptr : NULL;
+	*priv = m;
+	return 0;
+fail:
+	cuda_release_context(m);
+	free(m);
+	return err;
+}
+
+static void cuda_host_unregister(void *p, void *priv)
+{
+	struct cuda_mapping *m = priv;
+	CUcontext popped;
+
+	if (cuda.CtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
+		cuda.MemHostUnregister(p);
+		cuda.CtxPopCurrent(&popped);
+	}
+	cuda_release_context(m);
+	free(m);
+}
+
 const struct slab_opener slab_cuda_opener = {
     .backend = "cuda",
     .needs_fd = 0,
@@ -218,4 +291,6 @@ const struct slab_opener slab_cuda_opener = {
     .open = cuda_open,
     .close = cuda_close,
     .copy = cuda_copy,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
 };

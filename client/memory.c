@@ -144,6 +144,8 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		return rc;
 	if (c->conn.dead) {
 		rc = conn_dead_error(&c->conn);
+	} else if (kind == TRACK_ALLOC && idmap_get(&c->hosts, id)) {
+		rc = hostmem_free(c, id, client_params_id("id", id), NULL);
 	} else if (!track_lookup(&c->track, kind, id)) {
 		/* The daemon would answer not_found too; asking it is a round
 		 * trip that could only disagree with what this connection
@@ -440,6 +442,7 @@ void memory_invalidate(void *client)
 	 * pointer it handed out is invalid from here on. */
 	track_finish(&c->track);
 	track_init(&c->track, opener);
+	hostmem_finish(c);
 }
 
 int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json)
@@ -453,6 +456,13 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 	uint64_t id;
 	int rc;
 
+	if (op == PROTO_OP_ALLOC) {
+		/* Host memory is mapped its own way (hostmem.c). */
+		const char *type =
+		    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(params, "type"));
+		if (type && (strcmp(type, "pinned") == 0 || strcmp(type, "mapped") == 0))
+			return hostmem_call(c, params, type[0] == 'm', NULL, result_json);
+	}
 	if (op == PROTO_OP_ALLOC || op == PROTO_OP_ATTACH || op == PROTO_OP_OPEN ||
 	    op == PROTO_OP_CLAIM)
 		return memory_call(c, kind, method, params, NULL, result_json);
@@ -472,5 +482,7 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 	/* free / detach: passed to the daemon as they are (it judges the
 	 * parameters); on success, forget what it released. */
 	have_id = proto_get_id64(params, "id", &id) == 0;
+	if (op == PROTO_OP_FREE && have_id && idmap_get(&c->hosts, id))
+		return hostmem_free(c, id, params, result_json);
 	return memory_release_call(c, kind, method, params, id, have_id, result_json);
 }

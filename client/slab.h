@@ -51,6 +51,13 @@ struct slab_opener {
 	/* Copies @n bytes between host memory and this mapping, queued on
 	 * @stream where the backend has streams. 0 or a GPB_E_* code. */
 	int (*copy)(void *priv, void *dst, const void *src, size_t n, bool to_device, void *stream);
+	/* Host memory (gpb_alloc_host): page-locks [@p, @p + @size) for the
+	 * backend's devices and, with @mapped, maps it for them and sets
+	 * *device_ptr. NULL where there is nothing to do (sim: the "device" is
+	 * host memory already). 0 or a GPB_E_* code. */
+	int (*host_register)(void *p, size_t size, bool mapped, void **device_ptr, void **priv);
+	/* Undoes host_register() before the memory is unmapped. */
+	void (*host_unregister)(void *p, void *priv);
 };
 
 struct slab_map {

@@ -51,6 +51,9 @@ static const struct {
     SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", NULL),
     SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL),
     SYM(StreamSynchronize, "cuStreamSynchronize", NULL),
+    SYM(MemHostRegister, "cuMemHostRegister_v2", NULL),
+    SYM(MemHostUnregister, "cuMemHostUnregister", NULL),
+    SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", NULL),
 #undef SYM
 };
 

@@ -50,6 +50,9 @@ struct cuda_api {
 	PFN_cuMemcpyHtoDAsync_v3020 MemcpyHtoDAsync;
 	PFN_cuMemcpyDtoHAsync_v3020 MemcpyDtoHAsync;
 	PFN_cuStreamSynchronize_v2000 StreamSynchronize;
+	PFN_cuMemHostRegister_v6050 MemHostRegister;
+	PFN_cuMemHostUnregister_v4000 MemHostUnregister;
+	PFN_cuMemHostGetDevicePointer_v3020 MemHostGetDevicePointer;
 };
 
 /*

@@ -144,11 +144,44 @@ int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t ali
               struct gpb_allocation *out);
 
 /**
- * Frees an allocation made through this client. Its pointer becomes invalid.
+ * Frees an allocation made through this client (device or host memory). Its
+ * pointer becomes invalid.
  * Errors: GPB_E_NOT_FOUND (unknown, already freed, or not this client's),
  * GPB_E_DAEMON_GONE.
  */
 int gpb_free(gpb_client *client, uint64_t id);
+
+/** Host memory types for gpb_alloc_host(). */
+enum gpb_host_type {
+	GPB_HOST_PINNED = 1, /**< page-locked host memory: fast copies to and from devices */
+	GPB_HOST_MAPPED = 2, /**< pinned and mapped into the devices' address space */
+};
+
+/**
+ * Allocates @size bytes (rounded up to pages) of host memory for @instance's
+ * user: shared memory of its own from the daemon, mapped here at @out->ptr
+ * and, with the cuda backend, registered with cuMemHostRegister (portable to
+ * every context; in the current context, else device 0's primary one).
+ * @out->device is -1, @out->slab and @out->offset 0. Free it with
+ * gpb_free(); it cannot be attached or exported. It is not device memory:
+ * the VRAM policy does not count it, the daemon's max_host_memory (every
+ * client together) does. CUDA managed memory is not offered: it cannot be
+ * shared between processes.
+ * Errors: GPB_E_INVALID (size 0, type, @out NULL), GPB_E_NOT_FOUND
+ * (instance), GPB_E_OUT_OF_MEMORY (max_host_memory), GPB_E_LIMIT
+ * (max_allocations), GPB_E_BACKEND (cuMemHostRegister failed),
+ * GPB_E_SYSTEM (mapping), GPB_E_DAEMON_GONE.
+ */
+int gpb_alloc_host(gpb_client *client, uint64_t instance, uint64_t size, enum gpb_host_type type,
+                   struct gpb_allocation *out);
+
+/**
+ * The device's address of a GPB_HOST_MAPPED allocation @id of this client
+ * (cuMemHostGetDevicePointer; with the sim backend the host address).
+ * Errors: GPB_E_NOT_FOUND (no such host allocation here), GPB_E_INVALID
+ * (a pinned one, or @device_ptr NULL).
+ */
+int gpb_host_device_pointer(gpb_client *client, uint64_t id, void **device_ptr);
 
 /**
  * Maps an allocation made by another connection of the same user (for

@@ -207,6 +207,8 @@ _PROTOTYPES = {
     "gpb_open_shared": (c_int, [c_void_p, c_char_p, P(gpb_allocation)]),
     "gpb_mem_info": (c_int, [c_void_p, c_u64, P(gpb_mem_info)]),
     "gpb_device_index": (c_int, [c_void_p, c_char_p, P(c_int)]),
+    "gpb_alloc_host": (c_int, [c_void_p, c_u64, c_u64, c_int, P(gpb_allocation)]),
+    "gpb_host_device_pointer": (c_int, [c_void_p, c_u64, P(c_void_p)]),
     "gpb_set_proportion": (c_int, [c_void_p, c_u64, c_double, P(gpb_instance_info)]),
     "gpb_set_auto": (c_int, [c_void_p, c_u64, P(gpb_instance_info)]),
     "gpb_set_group": (c_int, [c_void_p, c_u64, c_char_p, P(gpb_instance_info)]),

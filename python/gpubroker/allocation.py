@@ -8,6 +8,7 @@ from . import errors
 ALLOC = "alloc"    # made by Client.alloc(): given back with gpb_free()
 ATTACH = "attach"  # mapped by Client.attach(): given back with gpb_detach()
 CLAIM = "claim"    # an array of allocate_queue() mapped by Client.claim(): gpb_free()
+HOST = "host"      # pinned or mapped host memory from Client.alloc_host(): gpb_free()
 
 
 def _release(conn, ident, kind):
@@ -107,6 +108,9 @@ class Allocation:
         n = view.nbytes
         src = (ctypes.c_char * n).from_buffer_copy(view)
         self._check_range(offset, n)
+        if self.kind == HOST:  # host memory on every backend
+            ctypes.memmove(self.ptr + offset, src, n)
+            return
         rc = self.client._conn.lib.gpb_copy_to_device(self.ptr + offset, src, n, None)
         errors.check(rc, "copy_to_device")
 
@@ -117,6 +121,9 @@ class Allocation:
             n = self.size - offset
         self._check_range(offset, n)
         dst = ctypes.create_string_buffer(n)
+        if self.kind == HOST:
+            ctypes.memmove(dst, self.ptr + offset, n)
+            return dst.raw
         rc = self.client._conn.lib.gpb_copy_from_device(dst, self.ptr + offset, n, None)
         errors.check(rc, "copy_from_device")
         return dst.raw
@@ -126,7 +133,7 @@ class Allocation:
         backend only (where ``ptr`` is host memory, shared with every process
         that maps the allocation). The view must not be used after the
         allocation is freed or its client closed."""
-        if self.client.backend != "sim":
+        if self.client.backend != "sim" and self.kind != HOST:
             raise errors.NotSupportedError(
                 errors.E_NOT_SUPPORTED, "host access needs the sim backend (use read/write)",
                 "memoryview")

@@ -10,7 +10,7 @@ import time
 import weakref
 
 from . import _lib, dtypes, errors
-from .allocation import ALLOC, ATTACH, CLAIM, Allocation
+from .allocation import ALLOC, ATTACH, CLAIM, HOST, Allocation
 from .records import (MODES, ArrayRequest, Chunking, Event, GroupInfo, InstanceInfo,
                       MemInfo, PolicyInfo, PoolStats)
 
@@ -208,6 +208,21 @@ class Client:
             self._call("alloc_wait", instance, size, alignment, _timeout_ms(timeout),
                        ctypes.byref(raw))
         return self._adopt(raw, ALLOC, instance=instance)
+
+    def alloc_host(self, instance, size, mapped=False):
+        """Pinned (or, with @mapped, pinned and device-mapped) host memory
+        of @size bytes (gpb_alloc_host): an Allocation of kind "host", whose
+        memoryview(), read() and write() work on every backend."""
+        raw = _lib.gpb_allocation()
+        self._call("alloc_host", instance, size, 2 if mapped else 1, ctypes.byref(raw))
+        return self._adopt(raw, HOST, instance=instance)
+
+    def host_device_pointer(self, allocation):
+        """The device's address of mapped host memory (an Allocation or id)."""
+        ident = allocation.id if isinstance(allocation, Allocation) else allocation
+        out = ctypes.c_void_p()
+        self._call("host_device_pointer", ident, ctypes.byref(out))
+        return out.value
 
     def alloc_array(self, instance, shape, dtype="float32", **kw):
         """alloc() of the bytes of an array of @shape and @dtype."""

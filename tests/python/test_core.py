@@ -279,3 +279,24 @@ def test_threads_share_a_client(client):
     gc.collect()
     st = client.stats(0)
     assert st.live == 0 and st.allocs >= 400 and st.frees >= 400
+
+
+def test_host_memory(client):
+    inst = client.register("host")
+    p = client.alloc_host(inst, 10000)
+    m = client.alloc_host(inst, 4096, mapped=True)
+    assert p.kind == "host" and p.size >= 10000 and p.device == -1
+    assert p.read(16) == bytes(16)  # zero-filled
+    p.write(b"pinned bytes")
+    assert bytes(p.memoryview()[:12]) == b"pinned bytes"
+    assert client.host_device_pointer(m) == m.ptr  # sim: the host address
+    with pytest.raises(gpubroker.InvalidError):
+        client.host_device_pointer(p)  # pinned, not mapped
+    status = client.request("status")
+    assert status["host_allocations"] == 2 and int(status["host_used"]) == p.size + m.size
+    assert client.stats(0).used == 0  # not device memory
+    del p
+    gc.collect()  # freed with its last reference, like device memory
+    assert client.request("status")["host_allocations"] == 1
+    m.free()
+    assert int(client.request("status")["host_used"]) == 0

@@ -1,0 +1,212 @@
+/*
+ * hostmem.c - gpb_alloc_host and the rest of host memory ("pinned" and
+ * "mapped"): a memfd of its own per allocation from the daemon, mapped here
+ * and, with the cuda backend, registered with cuMemHostRegister.
+ *
+ * Unlike a slab, the daemon never frees memory a client still maps: the
+ * mapping keeps the memfd's pages alive whatever the daemon does with its
+ * descriptor. So there is no close-before-free ordering here; a mapping is
+ * unregistered and unmapped when its allocation is freed, when the daemon
+ * invalidates everything, or at disconnect.
+ */
+#include "client.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct host_entry {
+	void *ptr;
+	uint64_t size;
+	void *device_ptr; /* "mapped": the device's view (on sim the host address) */
+	void *priv;       /* the opener's registration state */
+	bool registered;
+};
+
+void hostmem_init(gpb_client *c)
+{
+	idmap_init(&c->hosts);
+}
+
+static void host_entry_drop(gpb_client *c, struct host_entry *h)
+{
+	if (h->registered)
+		c->track.opener->host_unregister(h->ptr, h->priv);
+	munmap(h->ptr, h->size);
+	free(h);
+}
+
+void hostmem_finish(gpb_client *c)
+{
+	struct host_entry *h;
+	size_t pos = 0;
+
+	while ((h = idmap_next(&c->hosts, &pos, NULL)))
+		host_entry_drop(c, h);
+	idmap_finish(&c->hosts);
+	idmap_init(&c->hosts);
+}
+
+/* Maps and registers what an alloc reply handed over (@fd consumed).
+ * 0 with *out set, or a GPB_E_* code (nothing kept). */
+static int host_adopt(gpb_client *c, const cJSON *result, int fd, bool mapped, struct host_entry *h,
+                      uint64_t *id)
+{
+	int rc;
+
+	if (proto_get_id64(result, "id", id) < 0 ||
+	    proto_get_u64(result, "size", 1, SIZE_MAX, &h->size) < 0 || fd < 0) {
+		if (fd >= 0)
+			close(fd);
+		return error_set(GPB_E_PROTOCOL,
+		                 "host memory reply without id, size or descriptor");
+	}
+	h->ptr = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (h->ptr == MAP_FAILED)
+		return error_set(GPB_E_SYSTEM, "mapping %" PRIu64 " bytes of host memory: %s",
+		                 h->size, strerror(errno));
+	h->device_ptr = mapped ? h->ptr : NULL;
+	if (c->track.opener && c->track.opener->host_register) {
+		rc = c->track.opener->host_register(h->ptr, h->size, mapped, &h->device_ptr,
+		                                    &h->priv);
+		if (rc < 0) {
+			munmap(h->ptr, h->size);
+			return rc;
+		}
+		h->registered = true;
+	}
+	return 0;
+}
+
+int hostmem_call(gpb_client *c, cJSON *params, bool mapped, struct gpb_allocation *out,
+                 char **result_json)
+{
+	struct proto_reply rep;
+	struct host_entry *h;
+	uint64_t id = 0;
+	int fd = -1, rc;
+
+	if (c->conn.dead) {
+		cJSON_Delete(params);
+		return conn_dead_error(&c->conn);
+	}
+	/* Taken before the daemon commits: afterwards only mapping may fail. */
+	h = calloc(1, sizeof(*h));
+	if (!params || !h || idmap_reserve(&c->hosts, 1) < 0) {
+		cJSON_Delete(params);
+		free(h);
+		return error_set(GPB_E_NOMEM, "out of memory");
+	}
+	rc = conn_call(&c->conn, "alloc", params, &rep, &fd);
+	if (rc < 0) {
+		free(h);
+		return rc;
+	}
+	rc = host_adopt(c, rep.result, fd, mapped, h, &id);
+	if (rc == 0 && result_json)
+		rc = client_result_json(rep.result, result_json);
+	proto_reply_finish(&rep);
+	if (rc < 0) {
+		/* The daemon holds memory this process cannot use: give it back. */
+		char saved[256];
+		snprintf(saved, sizeof(saved), "%s", error_message());
+		if (h->registered) /* adopted, then result_json failed */
+			host_entry_drop(c, h);
+		else
+			free(h);
+		if (id && client_call_id(c, "free", "id", id) < 0)
+			conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64, id);
+		return error_set(rc, "%s", saved);
+	}
+	idmap_put(&c->hosts, id, h); /* reserved above */
+	if (out) {
+		out->id = id;
+		out->ptr = h->ptr;
+		out->size = h->size;
+		out->device = -1;
+		out->slab = 0;
+		out->offset = 0;
+	}
+	return 0;
+}
+
+int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json)
+{
+	struct host_entry *h = idmap_get(&c->hosts, id);
+	struct proto_reply rep;
+	int rc;
+
+	if (!h) {
+		cJSON_Delete(params);
+		return 1;
+	}
+	if (!params)
+		return error_set(GPB_E_NOMEM, "out of memory");
+	rc = conn_call(&c->conn, "free", params, &rep, NULL);
+	if (rc < 0)
+		return rc;
+	if (result_json)
+		rc = client_result_json(rep.result, result_json);
+	proto_reply_finish(&rep);
+	idmap_remove(&c->hosts, id);
+	host_entry_drop(c, h);
+	return rc;
+}
+
+GPB_EXPORT int gpb_alloc_host(gpb_client *c, uint64_t instance, uint64_t size,
+                              enum gpb_host_type type, struct gpb_allocation *out)
+{
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out || !size || (type != GPB_HOST_PINNED && type != GPB_HOST_MAPPED)) {
+		rc = error_set(GPB_E_INVALID,
+		               "gpb_alloc_host: needs out, a size and GPB_HOST_PINNED or "
+		               "GPB_HOST_MAPPED");
+	} else {
+		params = cJSON_CreateObject();
+		if (params &&
+		    (proto_add_id64(params, "instance", instance) < 0 ||
+		     proto_add_u64(params, "size", size) < 0 ||
+		     !cJSON_AddStringToObject(params, "type",
+		                              type == GPB_HOST_MAPPED ? "mapped" : "pinned"))) {
+			cJSON_Delete(params);
+			params = NULL;
+		}
+		rc = hostmem_call(c, params, type == GPB_HOST_MAPPED, out, NULL);
+	}
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_host_device_pointer(gpb_client *c, uint64_t id, void **device_ptr)
+{
+	struct host_entry *h;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	h = idmap_get(&c->hosts, id);
+	if (!device_ptr)
+		rc = error_set(GPB_E_INVALID, "gpb_host_device_pointer: device_ptr is NULL");
+	else if (!h)
+		rc = error_set(GPB_E_NOT_FOUND,
+		               "no host allocation %016" PRIx64 " on this connection", id);
+	else if (!h->device_ptr)
+		rc = error_set(GPB_E_INVALID,
+		               "host allocation %016" PRIx64 " is pinned, not mapped", id);
+	else
+		*device_ptr = h->device_ptr;
+	client_leave(c);
+	return rc;
+}
