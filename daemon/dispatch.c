@@ -379,6 +379,8 @@ static int alloc_host(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size
 	}
 	if (rc == -EAGAIN)
 		return -ENOMEM;
+	if (rc == -EINVAL)
+		return dispatch_param_error(ctx, -ERANGE, "size", "too large to round up to pages");
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
 	cJSON *r = dispatch_result(ctx);

@@ -161,6 +161,14 @@ static void test_host_requests(void **state)
 	                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
 	                 "\",\"size\":\"100\",\"type\":\"managed\"}}",
 	                 inst->id);
+	expect_error_fmt(b, s, PROTO_E_PARAMS, "size",
+	                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
+	                 "\",\"size\":\"18446744073709551615\",\"type\":\"pinned\"}}",
+	                 inst->id);
+	expect_error_fmt(b, s, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
+	                 "\",\"size\":\"1\",\"type\":\"pinned\"}}",
+	                 inst->id + 1);
 	b->limits.max_host_memory = 4096;
 	expect_error_fmt(b, s, PROTO_E_NO_MEMORY, NULL,
 	                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
