@@ -192,6 +192,15 @@ static int session_hold(struct session *s, uint64_t slab_id)
 	return 1;
 }
 
+/* pool_prefer: a slab the session holds, which its client has mapped. */
+static bool session_holds_slab(void *ctx, const struct pool_slab *slab)
+{
+	const struct session *s = ctx;
+	const struct backend_slab *bs = pool_slab_backend(slab);
+
+	return idmap_get(&s->held, bs->id) != NULL;
+}
+
 static void session_release(struct session *s, uint64_t slab_id)
 {
 	struct session_slab *ss = idmap_get(&s->held, slab_id);
@@ -519,7 +528,10 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 	if (rc < 0)
 		goto fail;
 	struct pool *pool = b->dev[inst->device].pool;
-	rc = pool_alloc(pool, s->uid, size, align, &a->block);
+	/* Where the client has a slab mapped, put it there: the handle need
+	 * not be sent, nor opened again. */
+	const struct pool_prefer pref = {session_holds_slab, s};
+	rc = pool_alloc_prefer(pool, s->uid, size, align, s->held.count ? &pref : NULL, &a->block);
 	if (rc < 0)
 		goto fail;
 	/* Should the pool ever hand out more than the rounded size, the

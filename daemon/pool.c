@@ -238,6 +238,12 @@ void pool_destroy(struct pool *pool)
 int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
                struct pool_block **out)
 {
+	return pool_alloc_prefer(pool, uid, size, align, NULL, out);
+}
+
+int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
+                      const struct pool_prefer *pref, struct pool_block **out)
+{
 	struct pool_heap *heap;
 	struct pool_slab *slab;
 	uint32_t bi = NIL;
@@ -283,7 +289,7 @@ int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
 
 	heap = heap_find(pool, uid);
 	if (heap && !dedicated)
-		bi = tlsf_fit(pool, heap, rsize, align, need);
+		bi = tlsf_fit(pool, heap, rsize, align, need, pref);
 	if (!bi) {
 		/* May trim, which may free the heap we just found. */
 		err = backend_create(pool, slab_bytes, uid, &backend);

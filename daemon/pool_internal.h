@@ -196,9 +196,10 @@ void tlsf_insert(struct pool *pool, struct pool_heap *heap, uint32_t bi, struct 
 /* Takes the free range b (of `size` bytes) out of its class list. */
 void tlsf_remove(struct pool *pool, struct pool_heap *heap, struct pool_block *b, uint64_t size);
 /* A free range of the heap that holds `size` bytes at `align`, or NIL.
- * `need` is size + align - granule: any range that large fits. */
+ * `need` is size + align - granule: any range that large fits. With pref,
+ * a range in a preferred slab when one is among the first few that fit. */
 uint32_t tlsf_fit(const struct pool *pool, const struct pool_heap *heap, uint64_t size,
-                  uint64_t align, uint64_t need);
+                  uint64_t align, uint64_t need, const struct pool_prefer *pref);
 /* Carves a live block of `size` bytes at `align` out of the free range bi of
  * the heap, filing the remainders as free; returns the live block. Needs two
  * spare block slots (arena_reserve). Counts nothing but free ranges. */

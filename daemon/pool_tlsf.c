@@ -119,27 +119,21 @@ static bool block_fits(const struct pool_block *b, uint64_t size, uint64_t align
 	return front < block_size(b) && block_size(b) - front >= size;
 }
 
-uint32_t tlsf_fit(const struct pool *pool, const struct pool_heap *heap, uint64_t size,
-                  uint64_t align, uint64_t need)
+/* The first of at most FIT_SCAN_MAX ranges, walking the lists up from
+ * class (fl, sl), that holds size at align and (with pref) lies in a
+ * preferred slab; NIL when none does. */
+static uint32_t fit_scan(const struct pool *pool, const struct pool_heap *heap, unsigned fl,
+                         unsigned sl, uint64_t size, uint64_t align, const struct pool_prefer *pref)
 {
-	unsigned fl, sl, budget = FIT_SCAN_MAX;
+	unsigned budget = FIT_SCAN_MAX;
 	uint32_t bi;
 
-	if (class_round(need, &fl, &sl)) {
-		bi = list_find(heap, &fl, &sl);
-		if (bi)
-			return bi;
-	}
-	/* Nothing at or above the rounded class, so whatever fits is in the
-	 * few lists below it: look at a bounded number of ranges. */
-	class_of(size, &fl, &sl);
-	if (fl >= FL_COUNT)
-		return NIL;
 	while (budget && (bi = list_find(heap, &fl, &sl))) {
 		for (; bi && budget; budget--) {
 			const struct pool_block *b = blk_at(pool, bi);
 
-			if (block_fits(b, size, align))
+			if (block_fits(b, size, align) &&
+			    (!pref || pref->prefer(pref->ctx, block_slab(pool, b))))
 				return bi;
 			bi = b->next_free;
 		}
@@ -150,6 +144,35 @@ uint32_t tlsf_fit(const struct pool *pool, const struct pool_heap *heap, uint64_
 		}
 	}
 	return NIL;
+}
+
+uint32_t tlsf_fit(const struct pool *pool, const struct pool_heap *heap, uint64_t size,
+                  uint64_t align, uint64_t need, const struct pool_prefer *pref)
+{
+	unsigned fl, sl;
+	uint32_t bi;
+
+	if (class_round(need, &fl, &sl)) {
+		unsigned hfl = fl, hsl = sl;
+
+		bi = list_find(heap, &hfl, &hsl);
+		if (bi && pref) {
+			/* Every range from here up fits; a few of them are
+			 * looked at for one in a slab the caller prefers (for
+			 * the daemon: one the client has mapped already). */
+			uint32_t pi = fit_scan(pool, heap, fl, sl, size, align, pref);
+
+			return pi ? pi : bi;
+		}
+		if (bi)
+			return bi;
+	}
+	/* Nothing at or above the rounded class, so whatever fits is in the
+	 * few lists below it: look at a bounded number of ranges. */
+	class_of(size, &fl, &sl);
+	if (fl >= FL_COUNT)
+		return NIL;
+	return fit_scan(pool, heap, fl, sl, size, align, NULL);
 }
 
 /* A zeroed block from the arena, reserved beforehand (pool_alloc). */

@@ -186,6 +186,42 @@ static void test_slab_reopen(void **state)
 	gpb_disconnect(c);
 }
 
+/* The daemon puts an allocation in a slab the connection holds already (no
+ * handle to send, nothing to open) over a better fit in another slab of the
+ * same user. */
+static void test_prefers_held_slab(void **state)
+{
+	gpb_client *c1 = th_client(&daemon_, "prefer-1");
+	gpb_client *c2 = th_client(&daemon_, "prefer-2");
+	uint64_t i1 = reg(c1, 0), i2 = reg(c2, 0);
+	struct gpb_allocation a1, a2, b1, b2, c1x;
+	const uint64_t KiB = 1 << 10;
+
+	/* The harness's slabs are 2 MiB. Slab A: 1920 KiB live, a 128 KiB
+	 * hole. Slab B: 256 + 1280 KiB live, a 512 KiB hole; only connection
+	 * 2 holds B (and only B). */
+	assert_int_equal(gpb_alloc(c1, i1, 1920 * KiB, 0, &a1), 0);
+	assert_int_equal(gpb_alloc(c1, i1, 256 * KiB, 0, &a2), 0);
+	assert_true(a2.slab != a1.slab);
+	assert_int_equal(gpb_alloc(c2, i2, 1280 * KiB, 0, &b1), 0);
+	assert_int_equal(b1.slab, a2.slab);
+	/* Good fit would take A's hole; connection 2 gets B, which it has. */
+	assert_int_equal(gpb_alloc(c2, i2, 64 * KiB, 0, &b2), 0);
+	assert_int_equal(b2.slab, b1.slab);
+	/* Connection 1 holds both: good fit, A's smaller hole. */
+	assert_int_equal(gpb_alloc(c1, i1, 64 * KiB, 0, &c1x), 0);
+	assert_int_equal(c1x.slab, a1.slab);
+	fill(b2.ptr, 4096, 7);
+	assert_true(check((unsigned char *)b1.ptr + (b2.offset - b1.offset), 4096, 7));
+	assert_int_equal(gpb_free(c1, c1x.id), 0);
+	assert_int_equal(gpb_free(c2, b2.id), 0);
+	assert_int_equal(gpb_free(c2, b1.id), 0);
+	assert_int_equal(gpb_free(c1, a2.id), 0);
+	assert_int_equal(gpb_free(c1, a1.id), 0);
+	gpb_disconnect(c2);
+	gpb_disconnect(c1);
+}
+
 static void test_alignment_and_errors(void **state)
 {
 	gpb_client *c = th_client(&daemon_, "align");
@@ -290,6 +326,7 @@ int main(void)
 	    cmocka_unit_test(test_device_index),
 	    cmocka_unit_test(test_counters),
 	    cmocka_unit_test(test_slab_reopen),
+	    cmocka_unit_test(test_prefers_held_slab),
 	    cmocka_unit_test(test_alignment_and_errors),
 	    cmocka_unit_test(test_other_connection_cannot_free),
 	    cmocka_unit_test(test_threads_share_a_client),

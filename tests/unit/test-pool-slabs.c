@@ -412,6 +412,61 @@ static void test_destroy_with_live(void **state)
 	fake_fini(&f);
 }
 
+/* prefer(): the slab the test names. */
+static bool prefer_slab(void *ctx, const struct pool_slab *slab)
+{
+	return slab == ctx;
+}
+
+/* pool_alloc_prefer takes a fitting range in a preferred slab over the
+ * good fit elsewhere, falls back to the good fit when the preferred slab has
+ * no room, and never makes a slab while another one has room. */
+static void test_prefer(void **state)
+{
+	struct fake f = {0};
+	struct pool *pool = pool_new(&f, 4 * MiB, 4 * MiB, 1);
+	struct pool_block *a1, *b1, *x, *y, *z;
+	struct pool_slab *sa, *sb;
+
+	(void)state;
+	/* Slab A keeps 512 KiB free, slab B 2 MiB. */
+	a1 = alloc_ok(pool, 1, 3 * MiB + 512 * KiB, 0);
+	b1 = alloc_ok(pool, 1, 2 * MiB, 0);
+	sa = pool_block_slab(a1);
+	sb = pool_block_slab(b1);
+	assert_ptr_not_equal(sa, sb);
+	/* Good fit: the smaller hole, in A. */
+	x = alloc_ok(pool, 1, 64 * KiB, 0);
+	assert_ptr_equal(pool_block_slab(x), sa);
+	/* Preferring B: B, although A's hole is the better fit. */
+	const struct pool_prefer pref_b = {prefer_slab, sb};
+	assert_int_equal(pool_alloc_prefer(pool, 1, 64 * KiB, 0, &pref_b, &y), 0);
+	assert_ptr_equal(pool_block_slab(y), sb);
+	check_pool(pool);
+	/* Preferring A for more than A has: B, and no new slab. */
+	const struct pool_prefer pref_a = {prefer_slab, sa};
+	assert_int_equal(pool_alloc_prefer(pool, 1, MiB, 0, &pref_a, &z), 0);
+	assert_ptr_equal(pool_block_slab(z), sb);
+	assert_int_equal(f.creates, 2);
+	/* With an alignment, a preferred range still has to fit it. */
+	free_ok(pool, z);
+	assert_int_equal(pool_alloc_prefer(pool, 1, 256 * KiB, 128 * KiB, &pref_a, &z), 0);
+	assert_ptr_equal(pool_block_slab(z), sa);
+	assert_int_equal(pool_block_offset(z) % (128 * KiB), 0);
+	check_pool(pool);
+	/* No preference (NULL) is pool_alloc. */
+	free_ok(pool, z);
+	assert_int_equal(pool_alloc_prefer(pool, 1, 64 * KiB, 0, NULL, &z), 0);
+	assert_ptr_equal(pool_block_slab(z), sa);
+	free_ok(pool, z);
+	free_ok(pool, y);
+	free_ok(pool, x);
+	free_ok(pool, b1);
+	free_ok(pool, a1);
+	pool_destroy(pool);
+	fake_fini(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -424,6 +479,7 @@ int main(void)
 	    cmocka_unit_test(test_trim),
 	    cmocka_unit_test(test_create_errors),
 	    cmocka_unit_test(test_destroy_with_live),
+	    cmocka_unit_test(test_prefer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
