@@ -108,6 +108,7 @@ fail_errno:;
 	 * a backend failure and say what the host ran out of. */
 	log_warn("sim: cannot create a slab of %llu bytes: %s", (unsigned long long)size,
 	         strerror(-rc));
+	snprintf(b->last_error, sizeof(b->last_error), "%s", strerrorname_np(-rc));
 	return -EIO;
 }
 

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -74,6 +75,10 @@ int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, ui
 	if (h->fd < 0) {
 		log_warn("session %llu: host memory of %llu bytes: memfd: %s",
 		         (unsigned long long)s->id, (unsigned long long)size, strerror(-h->fd));
+		/* What the host ran out of (descriptors, memory) reaches the
+		 * client as a backend error naming it, as for a slab. */
+		snprintf(b->backend->last_error, sizeof(b->backend->last_error), "%s",
+		         strerrorname_np(-h->fd));
 		free(h);
 		return -EIO;
 	}

@@ -371,12 +371,6 @@ static int alloc_host(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size
 			proto_add_u64(ctx->data, "requested", size);
 		return rc;
 	}
-	if (rc == -EIO) {
-		proto_error_set(&ctx->err, PROTO_E_INTERNAL,
-		                "internal error: no memory file for host memory (see the "
-		                "daemon's log)");
-		return rc;
-	}
 	if (rc == -EAGAIN)
 		return -ENOMEM;
 	if (rc == -EINVAL)

@@ -435,9 +435,13 @@ static void test_backend_error(void **state)
 	assert_int_equal(rc, GPB_E_BACKEND);
 	assert_non_null(strstr(gpb_last_error(), "-32010"));
 	assert_true(log_has(&e, "cannot create a slab"));
-	/* Again: the same answer, the connection kept. */
+	assert_non_null(strstr(gpb_last_error(), "EMFILE"));
+	/* Again: the same answer, the connection kept; host memory (a memory
+	 * file of its own) is refused the same way. */
 	struct gpb_allocation x;
 	assert_int_equal(gpb_alloc(c, inst, 2 << 20, 0, &x), GPB_E_BACKEND);
+	assert_int_equal(gpb_alloc_host(c, inst, 4096, GPB_HOST_PINNED, &x), GPB_E_BACKEND);
+	assert_non_null(strstr(gpb_last_error(), "EMFILE"));
 	env_check(&e);
 	/* What it holds is intact; freeing makes room. */
 	for (int i = 0; i < n; i++)
