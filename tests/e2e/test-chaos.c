@@ -204,10 +204,18 @@ static void worker_step(struct worker *w, const char *socket)
 		rc = gpb_register(c, &o, &w->inst[w->ninst]);
 		check(rc, "register");
 		w->ninst += rc == 0;
-	} else if (op < 34 && w->nheld < MAX_HELD) {
+	} else if (op < 31 && w->nheld < MAX_HELD) {
 		uint64_t align = rnd_below(8) ? 0 : (uint64_t)256 << rnd_below(14);
 		rc = gpb_alloc(c, inst, rnd_size(), align, &a);
 		check(rc, "alloc");
+		if (rc == 0)
+			hold(w, &a);
+	} else if (op < 34 && w->nheld < MAX_HELD) {
+		/* Host memory (its own memory file per allocation), freed by
+		 * the same gpb_free; attaching its id is a not_found. */
+		rc = gpb_alloc_host(c, inst, 1 + rnd_below(1 << 20),
+		                    rnd_below(2) ? GPB_HOST_PINNED : GPB_HOST_MAPPED, &a);
+		check(rc, "alloc_host");
 		if (rc == 0)
 			hold(w, &a);
 	} else if (op < 37 && w->nheld < MAX_HELD) {
@@ -568,6 +576,8 @@ static void test_chaos(void **state)
 	assert_int_equal(s1.waits, 0);
 	assert_int_equal(device_used(by, 0), a.size);
 	assert_int_equal(device_used(by, 1), 0);
+	assert_int_equal(th_status_field(by, "host_allocations"), 0);
+	assert_int_equal(th_status_field(by, "host_used"), 0);
 	assert_true(r.kills - kills0 >= secs * 10);
 	/* The heap bound: one 32-byte chunk lost per 256 workers killed
 	 * fails it (a CI run kills about 500; a planted 8-byte leak per
