@@ -187,10 +187,22 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 	CHECK(mkdtemp(d->dir) != NULL);
 	snprintf(d->socket, sizeof(d->socket), "%s/gpubroker.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
-	const char *argv[48] = {daemon,  "--socket",    d->socket, "--backend",
-	                        backend, "--log-level", "info"};
-	int n = 7;
-	for (int i = 0; extra && extra[i] && n < 46; i++)
+	const char *argv[72];
+	int n = 0;
+	/* `meson test --setup=valgrind` runs the daemon under valgrind too:
+	 * GPB_DAEMON_WRAPPER is the command to put in front of it (words
+	 * split at blanks), as in the e2e harness. */
+	char wrapper[1024];
+	snprintf(wrapper, sizeof(wrapper), "%s", getenv("GPB_DAEMON_WRAPPER") ?: "");
+	char *save = NULL;
+	for (char *w = strtok_r(wrapper, " \t", &save); w && n < 24;
+	     w = strtok_r(NULL, " \t", &save))
+		argv[n++] = w;
+	const char *base[] = {daemon,  "--socket",    d->socket, "--backend",
+	                      backend, "--log-level", "info"};
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		argv[n++] = base[i];
+	for (int i = 0; extra && extra[i] && n < 70; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
 	fflush(NULL);
@@ -204,7 +216,7 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 			dup2(fd, STDERR_FILENO);
 			dup2(fd, STDOUT_FILENO);
 		}
-		execv(daemon, (char *const *)argv);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	d->pid = pid;
@@ -354,7 +366,13 @@ void gt_status_backend(gpb_client *c, char *out, size_t len)
 pid_t gt_spawn_self(char *const args[], int *out_fd)
 {
 	char *argv[16] = {"gpu-test-child"};
+	char self[PATH_MAX];
 	int n = 1, pipefd[2] = {-1, -1};
+	/* The path, not /proc/self/exe itself: under valgrind the link reads
+	 * as this program while exec of it would start valgrind's tool. */
+	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	CHECK(len > 0);
+	self[len] = '\0';
 	for (int i = 0; args[i] && n < 15; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
@@ -366,7 +384,7 @@ pid_t gt_spawn_self(char *const args[], int *out_fd)
 	if (pid == 0) {
 		if (out_fd)
 			dup2(pipefd[1], STDOUT_FILENO);
-		execv("/proc/self/exe", argv);
+		execv(self, argv);
 		_exit(127);
 	}
 	if (out_fd) {
