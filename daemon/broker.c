@@ -12,6 +12,7 @@
 #include "broker.h"
 #include "broker_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +21,6 @@
 
 #include "dispatch.h"
 #include "log.h"
-
-struct session_slab {
-	uint64_t refs;
-};
 
 void broker_limits_default(struct broker_limits *limits)
 {
@@ -75,6 +72,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	list_init(&b->sessions);
 	list_init(&b->exports);
 	list_init(&b->waits);
+	list_init(&b->retired);
 	idmap_init(&b->allocs);
 	idmap_init(&b->hosts);
 	arena_init(&b->alloc_arena, sizeof(struct broker_alloc), 32);
@@ -138,6 +136,9 @@ void broker_destroy(struct broker *b)
 	}
 	for (int i = 0; i < b->device_count; i++)
 		pool_destroy(b->dev[i].pool);
+	/* Closing the sessions let go of every parting slab, which destroyed
+	 * every retired pool. */
+	assert(list_empty(&b->retired));
 	if (b->policy.device_count) /* policy_init succeeded */
 		policy_finish(&b->policy);
 	idmap_finish(&b->allocs);
@@ -174,8 +175,9 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 /* Counts one more allocation or attachment of s in slab. Returns 1 when the
  * session did not hold the slab before (the client must be given it), 0, or
  * -ENOMEM. */
-static int session_hold(struct session *s, uint64_t slab_id)
+static int session_hold(struct session *s, struct pool_slab *slab)
 {
+	uint64_t slab_id = ((struct backend_slab *)pool_slab_backend(slab))->id;
 	struct session_slab *ss = idmap_get(&s->held, slab_id);
 	if (ss) {
 		ss->refs++;
@@ -185,6 +187,7 @@ static int session_hold(struct session *s, uint64_t slab_id)
 	if (!ss)
 		return -ENOMEM;
 	ss->refs = 1;
+	ss->slab = slab;
 	if (idmap_put(&s->held, slab_id, ss) < 0) {
 		free(ss);
 		return -ENOMEM;
@@ -328,6 +331,7 @@ void broker_session_close(struct broker *b, struct session *s)
 	struct broker_alloc *a;
 	while ((a = idmap_next(&s->attached, &it, NULL)))
 		broker_unpin(b, s, a);
+	broker_parting_drop(b, s);
 	list_for_each_safe(pos, tmp, &s->instances)
 	{
 		broker_instance_free(b, s, list_entry(pos, struct broker_instance, link));
@@ -542,7 +546,7 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 		goto fail;
 	}
 	struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
-	int fresh = hold ? session_hold(s, bs->id) : 0;
+	int fresh = hold ? session_hold(s, pool_block_slab(a->block)) : 0;
 	if (fresh < 0 || idmap_put(&b->allocs, a->id, a) < 0) {
 		if (fresh >= 0 && hold)
 			session_release(s, bs->id);
@@ -604,8 +608,7 @@ int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker
 		return -ENOENT;
 	if (!a->unclaimed)
 		return -EEXIST;
-	struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
-	int fresh = session_hold(s, bs->id);
+	int fresh = session_hold(s, pool_block_slab(a->block));
 	if (fresh < 0)
 		return -EAGAIN;
 	a->unclaimed = false;
@@ -649,7 +652,7 @@ int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
 		return -EMFILE;
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
-	int fresh = session_hold(s, bs->id);
+	int fresh = session_hold(s, slab);
 	if (fresh < 0)
 		return -EAGAIN;
 	if (idmap_put(&s->attached, a->id, a) < 0) {
@@ -842,5 +845,8 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 		         waits, b->wait_count);
 		return -EFAULT;
 	}
+	int rc = broker_parting_check(b, msg, msg_len);
+	if (rc < 0)
+		return rc;
 	return b->policy.device_count ? policy_check(&b->policy, msg, msg_len) : 0;
 }

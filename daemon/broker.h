@@ -119,6 +119,8 @@ struct broker_queued {
 	struct policy_array arr;
 };
 
+struct broker_parting; /* broker_reset.c */
+
 struct session {
 	uint64_t id;
 	void *conn;       /* the server's connection (opaque here) */
@@ -140,7 +142,9 @@ struct session {
 	struct idmap attached; /* allocation id -> struct broker_alloc it holds */
 	struct list hosts;     /* struct broker_host */
 	unsigned host_count;
-	unsigned wait_count; /* its allocations waiting in broker->waits */
+	unsigned wait_count;            /* its allocations waiting in broker->waits */
+	struct broker_parting *parting; /* slabs its client may still have mapped */
+	unsigned parting_count;
 };
 
 /*
@@ -222,6 +226,8 @@ struct broker {
 	uint64_t timer_deadline; /* what the timer is armed for, UINT64_MAX = nothing */
 	unsigned wait_pass;
 	bool waits_running, waits_again;
+	uint64_t invalidate_epoch; /* invalidate events sent so far (their "epoch") */
+	struct list retired;       /* struct broker_retired: old pools, slabs still parting */
 };
 
 /* What a client needs to use an allocation (or an attachment). */
@@ -338,6 +344,11 @@ void broker_queue_clear(struct broker_instance *inst);
  * queued request, and sends each session that said hello the `invalidate`
  * event (its library drops its mappings). *allocs and *attachments count
  * what was released.
+ *
+ * The slabs a session held stay pinned, "parting", until its client says
+ * it has closed them (broker_invalidate_done with the event's epoch) or the
+ * session ends: with cuda, freeing memory another process still has open
+ * is undefined, and the client learns of the release only from the event.
  */
 void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachments);
 /*
@@ -350,6 +361,15 @@ void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachm
 int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t *allocs,
                          uint64_t *attachments);
 const char *broker_allocator_name(enum broker_allocator kind);
+/*
+ * The client of s has closed every slab of the invalidate events up to
+ * epoch: their pins go (and with them, slabs nobody holds, possibly a
+ * retired pool). *released counts the slabs let go. -EINVAL: an epoch not
+ * sent yet.
+ */
+int broker_invalidate_done(struct broker *b, struct session *s, uint64_t epoch, unsigned *released);
+/* Lets go of every parting slab of s (its session ends). */
+void broker_parting_drop(struct broker *b, struct session *s);
 /* 0 and *kind, or -EINVAL. */
 int broker_allocator_parse(const char *name, enum broker_allocator *kind);
 

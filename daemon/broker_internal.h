@@ -7,6 +7,13 @@
 
 #include "broker.h"
 
+/* One slab a session holds (session->held, keyed by the backend slab's id):
+ * how many of its allocations and attachments are there. */
+struct session_slab {
+	uint64_t refs;
+	struct pool_slab *slab;
+};
+
 /* s's allocation id, or NULL (unknown, freed, another session's). */
 struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id);
 /* Frees one allocation of s: its slab hold, its charge, its pool block. */
@@ -28,6 +35,8 @@ int broker_new_id(struct broker *b, uint64_t *out);
 void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a);
 /* Sends cap_changed for every cap the policy moved, then serves the waits. */
 void broker_policy_changed(struct broker *b);
+/* selfcheck of the parting slabs and retired pools: 0 or -EFAULT with msg. */
+int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len);
 /* The pool configuration of an allocator strategy. */
 void broker_pool_config(const struct broker *b, enum broker_allocator kind,
                         struct pool_config *cfg);

@@ -8,8 +8,17 @@
  * library drops its mappings (it does so as it reads the event, before any
  * reply behind it, so both sides agree that the session holds no slab).
  * Instances, their caps and waiting allocations stay.
+ *
+ * The client learns of the release only when it reads the event, and with
+ * cuda it must close its mappings before the memory goes back to the
+ * driver. So every slab a session held is pinned, "parting", until the
+ * client answers the event's epoch with invalidate_done (libgpubroker does
+ * as it reads the event) or the session ends. A pool replaced by
+ * set_allocator is "retired": it lives on, holding only parting slabs,
+ * until the last of them is let go.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,13 +62,152 @@ void broker_pool_config(const struct broker *b, enum broker_allocator kind, stru
 	}
 }
 
-/* Frees everything every session holds, without telling anyone yet. */
+/* A slab a session's client may still have mapped after an invalidate. */
+struct broker_parting {
+	struct broker_parting *next;
+	struct pool *pool; /* the slab's: current or retired */
+	struct pool_slab *slab;
+	uint64_t epoch; /* of the invalidate event that released it */
+};
+
+/* A pool set_allocator replaced while some of its slabs were parting. */
+struct broker_retired {
+	struct list link; /* broker->retired */
+	struct pool *pool;
+	uint64_t parting; /* its slabs still parting */
+};
+
+/* Pins every slab s holds until its client has closed it. Out of memory,
+ * a slab is not pinned: the daemon goes on and logs it. */
+static void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
+{
+	size_t it = 0;
+	struct session_slab *ss;
+	while ((ss = idmap_next(&s->held, &it, NULL))) {
+		const struct backend_slab *bs = pool_slab_backend(ss->slab);
+		struct broker_parting *p = malloc(sizeof(*p));
+		if (!p) {
+			log_warn("session %llu: slab %llu not kept for its client: out of memory",
+			         (unsigned long long)s->id, (unsigned long long)bs->id);
+			continue;
+		}
+		p->pool = b->dev[bs->device].pool;
+		p->slab = ss->slab;
+		p->epoch = epoch;
+		p->next = s->parting;
+		s->parting = p;
+		s->parting_count++;
+		pool_slab_pin(ss->slab);
+	}
+}
+
+static struct broker_retired *broker_retired_find(const struct broker *b, const struct pool *pool)
+{
+	struct list *pos;
+	for (pos = b->retired.next; pos != &b->retired; pos = pos->next) {
+		struct broker_retired *r = list_entry(pos, struct broker_retired, link);
+		if (r->pool == pool)
+			return r;
+	}
+	return NULL;
+}
+
+/* Unpins one parting slab and frees the entry; a retired pool goes with
+ * its last parting slab. */
+static void broker_parting_free(struct broker *b, struct broker_parting *p)
+{
+	struct broker_retired *r = broker_retired_find(b, p->pool);
+	pool_slab_unpin(p->pool, p->slab);
+	if (r && --r->parting == 0) {
+		list_remove(&r->link);
+		pool_destroy(r->pool);
+		free(r);
+	}
+	free(p);
+}
+
+/* Lets go of s's parting slabs released at or before epoch. */
+static unsigned broker_parting_release(struct broker *b, struct session *s, uint64_t epoch)
+{
+	struct broker_parting **pp = &s->parting;
+	unsigned n = 0;
+	while (*pp) {
+		struct broker_parting *p = *pp;
+		if (p->epoch > epoch) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		broker_parting_free(b, p);
+		n++;
+	}
+	s->parting_count -= n;
+	return n;
+}
+
+void broker_parting_drop(struct broker *b, struct session *s)
+{
+	broker_parting_release(b, s, UINT64_MAX);
+}
+
+int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
+{
+	const struct list *pos, *rpos;
+	uint64_t retired_total = 0, parting_retired = 0;
+	for (rpos = b->retired.next; rpos != &b->retired; rpos = rpos->next)
+		retired_total += list_entry(rpos, const struct broker_retired, link)->parting;
+	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+		const struct session *s = list_entry(pos, const struct session, link);
+		unsigned n = 0;
+		for (const struct broker_parting *p = s->parting; p; p = p->next, n++) {
+			bool current = false;
+			for (int i = 0; i < b->device_count; i++)
+				current |= p->pool == b->dev[i].pool;
+			if (!current && !broker_retired_find(b, p->pool)) {
+				snprintf(msg, msg_len, "session %llu: a parting slab of no pool",
+				         (unsigned long long)s->id);
+				return -EFAULT;
+			}
+			parting_retired += !current;
+			if (p->epoch > b->invalidate_epoch) {
+				snprintf(msg, msg_len,
+				         "session %llu: a parting slab of a future epoch",
+				         (unsigned long long)s->id);
+				return -EFAULT;
+			}
+		}
+		if (n != s->parting_count) {
+			snprintf(msg, msg_len, "session %llu: %u parting slabs, counted %u",
+			         (unsigned long long)s->id, n, s->parting_count);
+			return -EFAULT;
+		}
+	}
+	if (parting_retired != retired_total) {
+		snprintf(msg, msg_len, "%llu slabs parting from retired pools, which count %llu",
+		         (unsigned long long)parting_retired, (unsigned long long)retired_total);
+		return -EFAULT;
+	}
+	return 0;
+}
+
+int broker_invalidate_done(struct broker *b, struct session *s, uint64_t epoch, unsigned *released)
+{
+	if (epoch > b->invalidate_epoch)
+		return -EINVAL;
+	*released = broker_parting_release(b, s, epoch);
+	return 0;
+}
+
+/* Frees everything every session holds, without telling anyone yet; what
+ * the clients may have mapped is kept parting under the next epoch. */
 static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *attachments)
 {
 	struct list *pos, *tmp, *ipos;
 	*allocs = *attachments = 0;
+	b->invalidate_epoch++;
 	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
 		struct session *s = list_entry(pos, struct session, link);
+		broker_parting_add(b, s, b->invalidate_epoch);
 		list_for_each_safe(ipos, tmp, &s->allocs)
 		{
 			broker_alloc_release(b, s, list_entry(ipos, struct broker_alloc, link));
@@ -90,7 +238,8 @@ static void broker_send_invalidate(struct broker *b, const char *reason)
 		if (!s->hello)
 			continue;
 		cJSON *data = cJSON_CreateObject();
-		if (!data || !cJSON_AddStringToObject(data, "reason", reason)) {
+		if (!data || !cJSON_AddStringToObject(data, "reason", reason) ||
+		    proto_add_u64(data, "epoch", b->invalidate_epoch)) {
 			cJSON_Delete(data);
 			log_warn("session %llu: invalidate event dropped: out of memory",
 			         (unsigned long long)s->id);
@@ -112,7 +261,9 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
                          uint64_t *attachments)
 {
 	struct pool *fresh[BACKEND_MAX_DEVICES] = {NULL};
+	struct broker_retired *retired[BACKEND_MAX_DEVICES] = {NULL};
 	struct pool_config cfg;
+	struct list *pos;
 	*allocs = *attachments = 0;
 	if ((unsigned)kind > BROKER_ALLOCATOR_ASYNC)
 		return -EINVAL;
@@ -126,19 +277,40 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
 	broker_pool_config(b, kind, &cfg);
 	for (int i = 0; i < b->device_count; i++) {
 		fresh[i] = pool_create(&cfg, b->dev[i].pool_ops, &b->dev[i]);
-		if (!fresh[i]) {
-			while (i--)
+		retired[i] = malloc(sizeof(*retired[i]));
+		if (!fresh[i] || !retired[i]) {
+			for (; i >= 0; i--) {
 				pool_destroy(fresh[i]);
+				free(retired[i]);
+			}
 			return -ENOMEM;
 		}
 	}
 	broker_release_all(b, allocs, attachments);
-	/* The old pools hold nothing live now: only cached empty slabs,
-	 * which go back to the backend with them. */
+	/* The old pools hold nothing live now: cached empty slabs, which go
+	 * back to the backend with them, and parting slabs, which keep their
+	 * pool (retired) until the clients have closed them. */
 	for (int i = 0; i < b->device_count; i++) {
-		pool_destroy(b->dev[i].pool);
+		struct pool *old = b->dev[i].pool;
+		uint64_t parting = 0;
+		for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+			const struct session *s = list_entry(pos, struct session, link);
+			for (const struct broker_parting *p = s->parting; p; p = p->next)
+				parting += p->pool == old;
+		}
 		b->dev[i].pool = fresh[i];
+		if (!parting) {
+			pool_destroy(old);
+			continue;
+		}
+		pool_trim(old, 0, true);
+		retired[i]->pool = old;
+		retired[i]->parting = parting;
+		list_insert_tail(&b->retired, &retired[i]->link);
+		retired[i] = NULL;
 	}
+	for (int i = 0; i < b->device_count; i++)
+		free(retired[i]);
 	b->allocator = kind;
 	broker_send_invalidate(b, "set_allocator");
 	broker_policy_changed(b);

@@ -656,3 +656,20 @@ int dispatch_invalidate_all(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	return 0;
 }
+
+/* The client has closed what the invalidate events up to "epoch" released. */
+int dispatch_invalidate_done(struct dispatch_ctx *ctx)
+{
+	uint64_t epoch;
+	unsigned released;
+	int rc = proto_get_u64(ctx->params, "epoch", 1, UINT64_MAX, &epoch);
+	if (rc == 0)
+		rc = broker_invalidate_done(ctx->b, ctx->s, epoch, &released);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, "epoch",
+		                            "the u64 epoch of an invalidate event sent");
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_u64(r, "slabs", released))
+		return -ENOMEM;
+	return 0;
+}

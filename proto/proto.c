@@ -45,6 +45,7 @@ const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
     [PROTO_OP_EXPORT] = {"export", 0},
     [PROTO_OP_UNEXPORT] = {"unexport", 0},
     [PROTO_OP_OPEN] = {"open", 0},
+    [PROTO_OP_INVALIDATE_DONE] = {"invalidate_done", 0},
 };
 
 int proto_op_lookup(const char *name)

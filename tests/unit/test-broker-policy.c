@@ -443,6 +443,91 @@ static void test_departure(void **state)
 	broker_done(b);
 }
 
+/* Answers the invalidate event of epoch (0: the newest s was sent);
+ * returns the slabs let go. */
+static uint64_t invalidate_done(struct broker *b, struct session *s, uint64_t epoch)
+{
+	struct reply r;
+	if (!epoch)
+		epoch = ju64(jget(sent_nth(s, sent_to(s, "invalidate") - 1), "data"), "epoch");
+	request(b, s, &r,
+	        "{\"id\":\"d\",\"method\":\"invalidate_done\",\"params\":{\"epoch\":\"%" PRIu64
+	        "\"}}",
+	        epoch);
+	uint64_t n = ju64(result_of(&r, "d"), "slabs");
+	reply_done(&r);
+	check(b);
+	return n;
+}
+
+/* After an invalidate the slabs a client held stay until it says it has
+ * closed them (with cuda, memory another process has open must not go
+ * back to the driver), or its session ends. */
+static void test_invalidate_parting(void **state)
+{
+	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
+	struct session *s1 = client(b, UID_A, "one"), *idle = client(b, UID_B, "idle");
+	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
+	uint64_t allocs, attachments;
+	(void)state;
+
+	/* direct keeps no empty slab: a slab let go is gone at once. */
+	assert_int_equal(broker_set_allocator(b, BROKER_ALLOCATOR_DIRECT, &allocs, &attachments),
+	                 0);
+	alloc_ok(b, s1, a, 4096, 0);
+	sent_clear();
+	broker_invalidate_all(b, &allocs, &attachments);
+	check(b);
+	assert_int_equal(allocs, 1);
+	assert_int_equal(b->allocs.count, 0);
+	assert_int_equal(slab_count(b, 0), 1);
+	assert_int_equal(s1->parting_count, 1);
+	assert_int_equal(idle->parting_count, 0);
+	const cJSON *ev = jget(sent_nth(s1, 0), "data");
+	assert_int_equal(ju64(ev, "epoch"), b->invalidate_epoch);
+	/* An epoch not sent yet, or none, is refused and lets nothing go. */
+	expect_error_fmt(
+	    b, s1, PROTO_E_PARAMS, "epoch",
+	    "{\"id\":\"e\",\"method\":\"invalidate_done\",\"params\":{\"epoch\":\"%" PRIu64 "\"}}",
+	    b->invalidate_epoch + 1);
+	expect_error_fmt(b, s1, PROTO_E_PARAMS, "epoch",
+	                 "{\"id\":\"e\",\"method\":\"invalidate_done\",\"params\":{}}");
+	assert_int_equal(slab_count(b, 0), 1);
+	assert_int_equal(invalidate_done(b, idle, 0), 0);
+	assert_int_equal(slab_count(b, 0), 1);
+	assert_int_equal(invalidate_done(b, s1, 0), 1);
+	assert_int_equal(slab_count(b, 0), 0);
+	assert_int_equal(s1->parting_count, 0);
+
+	/* Two invalidates before the client reads either: answering the
+	 * first lets go of its slab only. */
+	alloc_ok(b, s1, a, 4096, 0);
+	broker_invalidate_all(b, &allocs, &attachments);
+	uint64_t first = b->invalidate_epoch;
+	alloc_ok(b, s1, a, 4096, 0);
+	broker_invalidate_all(b, &allocs, &attachments);
+	assert_int_equal(slab_count(b, 0), 2);
+	assert_int_equal(invalidate_done(b, s1, first), 1);
+	assert_int_equal(slab_count(b, 0), 1);
+	assert_int_equal(invalidate_done(b, s1, 0), 1);
+	assert_int_equal(slab_count(b, 0), 0);
+
+	/* A pool replaced while a slab is parting lives on, retired, until
+	 * that slab is let go; here the session's end does it. */
+	struct session *s2 = client(b, UID_A, "two");
+	struct broker_instance *a2 = reg_p(b, s2, 0, 0, NULL);
+	alloc_ok(b, s2, a2, 4096, 0);
+	assert_int_equal(broker_set_allocator(b, BROKER_ALLOCATOR_POOL, &allocs, &attachments), 0);
+	check(b);
+	assert_false(list_empty(&b->retired));
+	assert_int_equal(slab_count(b, 0), 0); /* the new pool's */
+	assert_int_equal(s2->parting_count, 1);
+	broker_session_close(b, s2);
+	check(b);
+	assert_true(list_empty(&b->retired));
+	broker_done(b);
+}
+
 static void test_set_allocator(void **state)
 {
 	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
@@ -518,6 +603,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_groups, sent_teardown),
 	    cmocka_unit_test_teardown(test_departure, sent_teardown),
 	    cmocka_unit_test_teardown(test_set_allocator, sent_teardown),
+	    cmocka_unit_test_teardown(test_invalidate_parting, sent_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,15 +30,15 @@ static void test_op_table(void **state)
 	(void)state;
 	/* The wire-visible order of PROTOCOL.md. */
 	static const char *const names[PROTO_OP_COUNT] = {
-	    "hello",     "register",      "unregister",     "alloc",
-	    "free",      "attach",        "detach",         "mem_info",
-	    "stats",     "status",        "clients",        "devices",
-	    "reload",    "metrics",       "policy",         "set_proportion",
-	    "set_auto",  "set_group",     "group_info",     "set_mode",
-	    "set_limit", "queue_request", "allocate_queue", "chunk_parameters",
-	    "claim",     "free_label",    "invalidate_all", "set_allocator",
-	    "evict",     "selfcheck",     "export",         "unexport",
-	    "open",
+	    "hello",     "register",        "unregister",     "alloc",
+	    "free",      "attach",          "detach",         "mem_info",
+	    "stats",     "status",          "clients",        "devices",
+	    "reload",    "metrics",         "policy",         "set_proportion",
+	    "set_auto",  "set_group",       "group_info",     "set_mode",
+	    "set_limit", "queue_request",   "allocate_queue", "chunk_parameters",
+	    "claim",     "free_label",      "invalidate_all", "set_allocator",
+	    "evict",     "selfcheck",       "export",         "unexport",
+	    "open",      "invalidate_done",
 	};
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);
@@ -57,6 +57,8 @@ static void test_op_table(void **state)
 	assert_true(proto_ops[PROTO_OP_SET_ALLOCATOR].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_ALLOCATE_QUEUE].flags & PROTO_OPF_ADMIN);
 	assert_true(proto_ops[PROTO_OP_SELFCHECK].flags & PROTO_OPF_ADMIN);
+	/* Any client answers the invalidate events it was sent. */
+	assert_false(proto_ops[PROTO_OP_INVALIDATE_DONE].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_SET_PROPORTION].flags & PROTO_OPF_ADMIN);
 	assert_false(proto_ops[PROTO_OP_POLICY].flags & PROTO_OPF_ADMIN);
 }
