@@ -31,6 +31,10 @@
  * from returning; what is left keeps the socket readable. */
 #define CONN_PUMP_READS 64
 #define CONN_READ_SIZE  16384
+/* The id prefix of invalidate_done requests; no exchange's id has it. */
+#define CONN_ACK_ID "inv-"
+
+static void conn_send_acks(struct conn *c);
 
 static void conn_close_fds(struct conn *c)
 {
@@ -374,11 +378,24 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		/* Dropped here, not in gpb_dispatch(): a reply behind this event
 		 * may put the connection back in a slab, and must find the
 		 * bookkeeping already empty, as the daemon's is. */
-		if (strcmp(r.event, "invalidate") == 0 && c->on_invalidate)
+		if (strcmp(r.event, "invalidate") == 0 && c->on_invalidate) {
+			uint64_t epoch;
 			c->on_invalidate(c->invalidate_ctx);
+			/* The mappings are closed: the daemon may let the slabs
+			 * go once it hears so (conn_send_acks). */
+			if (proto_get_u64(r.data, "epoch", 1, UINT64_MAX, &epoch) == 0 &&
+			    epoch > c->invalidate_epoch)
+				c->invalidate_epoch = epoch;
+		}
 		rc = conn_queue_event(c, &r);
 		proto_reply_finish(&r);
 		return rc;
+	}
+	if (r.id && strncmp(r.id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1) == 0) {
+		/* The answer to an invalidate_done: nothing waits for it (an
+		 * older daemon's "method not found" included). */
+		proto_reply_finish(&r);
+		return 0;
 	}
 	if (!want_id) {
 		/* An error with a null id outside an exchange is the daemon's
@@ -437,6 +454,7 @@ int conn_pump(struct conn *c)
 			break;
 		rc = conn_process_buffered(c);
 	}
+	conn_send_acks(c);
 	return rc < 0 ? rc : 0;
 }
 
@@ -486,7 +504,39 @@ static void conn_format_id(char *buf, uint64_t v)
 	buf[n] = '\0';
 }
 
-int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd)
+/* Tells the daemon that the slabs of the invalidate events read so far are
+ * closed, under an id no exchange uses: its reply is dropped as it comes. A
+ * failure kills the connection, which lets the slabs go as well. */
+static void conn_send_acks(struct conn *c)
+{
+	char id[sizeof(CONN_ACK_ID) + 20];
+	cJSON *params;
+	size_t len;
+	char *frame;
+
+	if (c->dead || c->invalidate_acked >= c->invalidate_epoch)
+		return;
+	/* First: conn_send() may pump, and so come back here. */
+	c->invalidate_acked = c->invalidate_epoch;
+	memcpy(id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1);
+	conn_format_id(id + sizeof(CONN_ACK_ID) - 1, c->invalidate_acked);
+	params = cJSON_CreateObject();
+	if (!params || proto_add_u64(params, "epoch", c->invalidate_acked) < 0) {
+		cJSON_Delete(params);
+		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
+		return;
+	}
+	frame = proto_encode_request(id, "invalidate_done", params, &len);
+	if (!frame) {
+		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
+		return;
+	}
+	conn_send(c, frame, len);
+	free(frame);
+}
+
+static int conn_exchange(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep,
+                         int *fd)
 {
 	struct proto_reply r;
 	char id[24];
@@ -571,4 +621,14 @@ int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_re
 	}
 	*rep = r;
 	return 0;
+}
+
+int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd)
+{
+	int rc = conn_exchange(c, method, params, rep, fd);
+
+	/* An invalidate read during the exchange is answered now; a failure
+	 * there does not undo the reply. */
+	conn_send_acks(c);
+	return rc;
 }

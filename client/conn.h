@@ -44,6 +44,9 @@ struct conn {
 	 * it: the daemon released everything this connection held. */
 	void (*on_invalidate)(void *ctx);
 	void *invalidate_ctx;
+	/* The newest invalidate epoch read, and the newest answered with
+	 * invalidate_done (sent once the frames at hand are handled). */
+	uint64_t invalidate_epoch, invalidate_acked;
 };
 
 /* Connects to @path (not NULL). Returns GPB_E_CONNECT, GPB_E_PERMISSION,

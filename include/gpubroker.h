@@ -456,7 +456,11 @@ int gpb_free_label(gpb_client *client, uint64_t instance, const char *label);
  * Administrators only: releases every allocation and attachment of every
  * client and every queued request (cubie's invalidate_all). Every client
  * gets an "invalidate" event; this library then forgets and unmaps all it
- * held, so every pointer from this client becomes invalid.
+ * held, so every pointer from this client becomes invalid, and tells the
+ * daemon (invalidate_done), which keeps the client's slabs from the driver
+ * until then. The event is read by any call on the client or by
+ * gpb_dispatch(): a client that never calls either keeps its slabs
+ * allocated until it disconnects.
  * Errors: GPB_E_PERMISSION, GPB_E_DAEMON_GONE.
  */
 int gpb_invalidate_all(gpb_client *client);
