@@ -57,6 +57,7 @@ void broker_pool_config(const struct broker *b, enum broker_allocator kind, stru
 		 * allocation, returned as soon as it is freed. */
 		cfg->large_threshold = 1;
 		cfg->keep_empty = 0;
+		cfg->exact = true;
 	} else {
 		cfg->keep_empty = 1;
 	}

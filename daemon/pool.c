@@ -180,16 +180,18 @@ struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_o
 {
 	uint64_t slab_size = POOL_DEFAULT_SLAB, threshold = 0;
 	unsigned keep_empty = 1;
+	bool exact = false;
 	struct pool *pool;
 
 	if (!ops || !ops->create || !ops->destroy)
 		return NULL;
 	/* An all-zero config means "defaults", like NULL (see pool.h). */
-	if (cfg && (cfg->slab_size || cfg->large_threshold || cfg->keep_empty)) {
+	if (cfg && (cfg->slab_size || cfg->large_threshold || cfg->keep_empty || cfg->exact)) {
 		if (cfg->slab_size)
 			slab_size = cfg->slab_size;
 		threshold = cfg->large_threshold;
 		keep_empty = cfg->keep_empty;
+		exact = cfg->exact;
 	}
 	if (slab_size % POOL_SLAB_ALIGN || slab_size > POOL_MAX_SLAB)
 		return NULL;
@@ -209,6 +211,7 @@ struct pool *pool_create(const struct pool_config *cfg, const struct pool_slab_o
 	pool->slab_size = slab_size;
 	pool->large_threshold = threshold;
 	pool->keep_empty = keep_empty;
+	pool->exact = exact;
 	arena_init(&pool->blocks, sizeof(struct pool_block), 32);
 	/* Slab indices leave the top bit of pool_block.slab to the free flag. */
 	arena_init(&pool->slabs_arena, sizeof(struct pool_slab), 31);
@@ -269,7 +272,9 @@ int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint64_t size, uint64_t a
 	if (dedicated) {
 		if (rsize > UINT64_MAX - (POOL_SLAB_ALIGN - 1))
 			return -EINVAL;
-		slab_bytes = align_up(rsize, POOL_SLAB_ALIGN);
+		/* The block sits at offset 0, aligned however the slab is: an
+		 * exact slab needs no room for alignment. */
+		slab_bytes = pool->exact ? rsize : align_up(rsize, POOL_SLAB_ALIGN);
 		/* No device has that much: out of memory, as the backend
 		 * would have said, without asking it. */
 		if (slab_bytes > POOL_MAX_SLAB) {
@@ -476,8 +481,9 @@ static int slab_check(const struct pool *pool, const struct pool_slab *slab, str
 	uint64_t off = 0, live = 0;
 	uint32_t uid = slab->uid, bi, prev_i = NIL;
 
-	CHECK(slab->size % POOL_SLAB_ALIGN == 0 && slab->size && slab->size <= POOL_MAX_SLAB &&
-	          slab->first && (slab->dedicated || slab->size == pool->slab_size) &&
+	CHECK(slab->size % (slab->dedicated && pool->exact ? POOL_GRANULE : POOL_SLAB_ALIGN) == 0 &&
+	          slab->size && slab->size <= POOL_MAX_SLAB && slab->first &&
+	          (slab->dedicated || slab->size == pool->slab_size) &&
 	          slab_at(pool, slab->index) == slab,
 	      "uid %u: bad slab of %" PRIu64 " bytes", uid, slab->size);
 	for (bi = slab->first; bi; prev = b, prev_i = bi, bi = b->next_phys) {

@@ -58,6 +58,9 @@ struct pool_config {
 	uint64_t large_threshold; /* requests above get a dedicated slab; 0 = slab_size */
 	unsigned keep_empty;      /* empty standard slabs kept per uid (default 1 when
 	                             the whole config is zero; set explicitly otherwise) */
+	bool exact;               /* a dedicated slab is the request rounded to the
+	                             granule, not to POOL_SLAB_ALIGN: what it reserves
+	                             is what it charges (the direct allocator) */
 };
 
 struct pool_stats {

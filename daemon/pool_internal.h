@@ -87,6 +87,7 @@ struct pool {
 	uint64_t slab_size;
 	uint64_t large_threshold;
 	unsigned keep_empty;
+	bool exact;
 
 	struct pool_heap *buckets[1u << HEAP_BUCKET_BITS];
 	unsigned nheaps;

@@ -133,7 +133,7 @@ struct broker_grant alloc_ok(struct broker *b, struct session *s,
 		fail_msg("broker_alloc(%llu) = %d", (unsigned long long)size, rc);
 	assert_int_not_equal(g.id, 0);
 	assert_int_equal(g.device, inst->device);
-	assert_int_equal(g.slab_size % SLAB, 0);
+	assert_int_equal(g.slab_size % POOL_GRANULE, 0); /* exact slabs (direct) too */
 	assert_true(g.size >= size && g.size % POOL_GRANULE == 0);
 	assert_true(g.offset + g.size <= g.slab_size);
 	if (g.handle) {

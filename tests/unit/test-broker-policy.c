@@ -576,6 +576,24 @@ static void test_set_allocator(void **state)
 	assert_int_equal(broker_free(b, s1, g1.id), 0);
 	assert_int_equal(slab_count(b, 0), 1);
 	check(b);
+	/* Exact accounting: each backend allocation is the request rounded
+	 * to the 256-byte granule, whatever its alignment, and holds only it;
+	 * what the device reserves is what the instance is charged. */
+	struct broker_grant g3 = alloc_ok(b, s1, a, 1000, 0);
+	assert_int_equal(g3.size, 1024);
+	assert_int_equal(g3.slab_size, 1024);
+	struct broker_grant g4 = alloc_ok(b, s1, a, 5 * MiB + 1, 1 << 20);
+	assert_int_equal(g4.slab_size, 5 * MiB + 256);
+	assert_int_equal(g4.offset, 0);
+	struct pool_stats ps = dev_stats(b, 0);
+	assert_int_equal(ps.reserved, ps.used);
+	assert_int_equal(ps.reserved, 4096 + 1024 + 5 * MiB + 256);
+	assert_int_equal(a->used, ps.used);
+	assert_int_equal(broker_free(b, s1, g3.id), 0);
+	assert_int_equal(broker_free(b, s1, g4.id), 0);
+	ps = dev_stats(b, 0);
+	assert_int_equal(ps.reserved, 4096);
+	check(b);
 	request(b, s1, &r, "{\"id\":\"p\",\"method\":\"policy\"}");
 	assert_string_equal(jstr(result_of(&r, "p"), "allocator"), "direct");
 	reply_done(&r);

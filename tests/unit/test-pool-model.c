@@ -183,8 +183,9 @@ static void model_alloc(struct pool *pool, struct fake *f, struct model *m)
 		return;
 	}
 	if (rc == -ENOMEM) {
-		uint64_t need = size > m->threshold ? (rsize + 2 * MiB - 1) / (2 * MiB) * (2 * MiB)
-		                                    : m->cfg->slab_size;
+		uint64_t need = size <= m->threshold ? m->cfg->slab_size
+		                : m->cfg->exact      ? rsize
+		                                : (rsize + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
 
 		m->ooms++;
 		assert_int_equal(f->calls, calls + 2);
@@ -200,6 +201,9 @@ static void model_alloc(struct pool *pool, struct fake *f, struct model *m)
 	assert_int_equal(pool_slab_uid(pool_block_slab(b)), 1000 + u);
 	assert_int_equal(fake_of(pool_block_slab(b))->uid, 1000 + u);
 	assert_int_equal(fake_of(pool_block_slab(b))->size, pool_slab_size(pool_block_slab(b)));
+	/* An exact dedicated slab is the block and nothing else. */
+	if (m->cfg->exact && size > m->threshold)
+		assert_int_equal(pool_slab_size(pool_block_slab(b)), rsize);
 	for (unsigned i = 0; i < m->n; i++) {
 		const struct mblock *o = &m->v[i];
 
@@ -313,9 +317,11 @@ static void test_random_model(void **state)
 		uint64_t capacity;
 		unsigned ops;
 	} runs[] = {
-	    {{4 * MiB, 0, 1}, 40 * MiB, 20000},
-	    {{2 * MiB, 2 * MiB, 0}, 24 * MiB, 15000},
-	    {{8 * MiB, 1 * MiB, 2}, 64 * MiB, 15000},
+	    {{4 * MiB, 0, 1, false}, 40 * MiB, 20000},
+	    {{2 * MiB, 2 * MiB, 0, false}, 24 * MiB, 15000},
+	    {{8 * MiB, 1 * MiB, 2, false}, 64 * MiB, 15000},
+	    /* The direct allocator's: every request its own exact slab. */
+	    {{2 * MiB, 1, 0, true}, 24 * MiB, 15000},
 	};
 	const char *env = getenv("GPB_TEST_SEED");
 	uint64_t seed = env ? strtoull(env, NULL, 0) : 0x9e3779b97f4a7c15ull;
