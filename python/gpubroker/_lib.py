@@ -2,7 +2,8 @@
 
 The library is looked for in this order:
 
-1. ``$GPUBROKER_LIBRARY``: an explicit path (the test runner sets it);
+1. ``$GPUBROKER_LIBRARY``: an explicit path (the test runner sets it), the
+   only one tried when set (a path that does not exist is an ImportError);
 2. the path ``meson install`` wrote into ``_config.py``, if any;
 3. ``build/client/libgpubroker.so`` of the source tree this package sits in
    (running from a checkout);
@@ -287,6 +288,11 @@ def _candidates():
 
 
 def _load():
+    explicit = os.environ.get("GPUBROKER_LIBRARY")
+    if explicit and os.sep in explicit and not os.path.exists(explicit):
+        # dlopen's message would blame a dependency as readily as the file.
+        raise ImportError("gpubroker: GPUBROKER_LIBRARY names %s, which does not exist"
+                          % explicit)
     errors = []
     for path in _candidates():
         try:

@@ -184,11 +184,13 @@ def child_env():
     return env
 
 
-def run_python(code, *args, **kw):
+def run_python(code, *args, env=None, **kw):
     """Runs @code in a fresh interpreter (this one's) with gpubroker
-    importable; returns the CompletedProcess (output captured, text)."""
+    importable and the variables of @env added; returns the CompletedProcess
+    (output captured, text)."""
     return subprocess.run([sys.executable, "-c", code] + [str(a) for a in args],
-                          env=child_env(), capture_output=True, text=True, timeout=60, **kw)
+                          env=dict(child_env(), **(env or {})), capture_output=True,
+                          text=True, timeout=60, **kw)
 
 
 def pytest_sessionfinish(session, exitstatus):

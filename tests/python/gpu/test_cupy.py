@@ -4,12 +4,20 @@ reading what a Numba kernel wrote, through the broker's sharing.
 Skipped (exit 77 through meson) without cupy, a driver or a device."""
 
 import gc
+import importlib.util
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
 cupy = pytest.importorskip("cupy")
 
 import gpubroker  # noqa: E402
+import gpubroker.cupy  # noqa: E402
+from conftest import child_env, run_python, wait_until  # noqa: E402
+
+MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +83,110 @@ def test_cupy_reads_what_numba_wrote(broker):
     assert int(y[999]) == 2997 and int(y.sum()) == 3 * 999 * 1000 // 2
     del y
     gc.collect()
+
+
+def test_set_allocator_malloc_and_using_allocator(broker):
+    # The README's two forms, with the process-wide allocator: the function
+    # for set_allocator, and the bare context manager.
+    gcp, alloc, admin = broker
+    previous = cupy.cuda.get_allocator()
+    default = gpubroker.cupy.default_allocator()
+    inst = default.instance()
+    dev = admin.instance_info(inst).device
+
+    def used():
+        return admin.instance_info(inst).used, admin.stats(dev).used
+
+    gc.collect()  # what earlier tests dropped is gone before the baseline
+    base, pool = used()
+    try:
+        cupy.cuda.set_allocator(gpubroker.cupy.malloc)
+        x = cupy.ones(1 << 20, dtype=cupy.float32)
+        now, now_pool = used()
+        assert now >= base + 4 * MiB and now_pool >= pool + 4 * MiB
+        assert float(x.sum()) == float(1 << 20)
+        del x
+        gc.collect()
+        assert used() == (base, pool)
+    finally:
+        cupy.cuda.set_allocator(previous)
+    with gpubroker.cupy.using_allocator():
+        assert cupy.cuda.get_allocator() == default
+        y = cupy.zeros((512, 1024), dtype=cupy.float64)
+        now, now_pool = used()
+        assert now >= base + 4 * MiB and now_pool >= pool + 4 * MiB
+        del y
+        gc.collect()
+        assert used() == (base, pool)
+    assert cupy.cuda.get_allocator() == previous
+    z = cupy.zeros(1 << 20, dtype=cupy.uint8)  # CuPy's own pool again
+    assert used() == (base, pool)
+    del z
+    default.close()
+
+
+# A Numba process fills broker memory and exports it by name; it waits on
+# its stdin, so that the allocation lives while the reader opens it.
+EXPORTER = textwrap.dedent("""
+    import sys
+    from numba import cuda
+    mm = cuda.current_context().memory_manager  # NUMBA_CUDA_MEMORY_MANAGER
+
+    @cuda.jit
+    def fill(out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = 3 * i + 1
+
+    arr = cuda.device_array(1000, dtype="int32")
+    fill.forall(arr.size)(arr)
+    cuda.synchronize()
+    h = arr.get_ipc_handle()._ipc_handle  # gpubroker.numba's: allocation id, offset
+    mm.client.export(h.allocation_id, sys.argv[1])
+    print("exported", h.offset, flush=True)
+    sys.stdin.readline()
+    print(int(arr.copy_to_host()[999]), flush=True)
+    """)
+
+# A CuPy process (no Numba) opens the name and reads the values in place.
+READER = textwrap.dedent("""
+    import gc, sys
+    import cupy
+    import gpubroker
+    offset = int(sys.argv[2])
+    with gpubroker.Client(None, "cupy-reader") as c:
+        a = c.open_shared(sys.argv[1])
+        y = cupy.asarray(a)[offset:offset + 4000].view(cupy.int32)
+        print(int(y[0]), int(y[999]), int(y.sum()))
+        del y
+        gc.collect()
+        a.free()
+    """)
+
+
+def test_cupy_process_reads_what_a_numba_process_wrote(broker):
+    if importlib.util.find_spec("numba") is None:
+        pytest.skip("numba is not installed (the exporting process needs it)")
+    gcp, alloc, admin = broker
+    gc.collect()
+    before = admin.stats(0).used
+    exporter = subprocess.Popen(
+        [sys.executable, "-c", EXPORTER, "numba-filled"],
+        env=dict(child_env(), NUMBA_CUDA_MEMORY_MANAGER="gpubroker.numba"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = exporter.stdout.readline().split()
+        assert line[:1] == ["exported"], exporter.communicate(timeout=60)[1]
+        assert admin.stats(0).used >= before + 4000
+        r = run_python(READER, "numba-filled", line[1])
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["1", "2998", str(3 * 999 * 1000 // 2 + 1000)]
+        out, err = exporter.communicate("done\n", timeout=60)
+        assert exporter.returncode == 0, err
+        assert out.split() == ["2998"]  # still the exporter's, unchanged
+    finally:
+        if exporter.poll() is None:
+            exporter.kill()
+            exporter.wait()
+    # Both processes gone: nothing of theirs is left in the daemon.
+    assert wait_until(lambda: admin.stats(0).used == before)

@@ -2,6 +2,7 @@
 
 Skipped (exit 77 through meson) without numba, a driver or a device."""
 
+import ctypes
 import gc
 import pickle
 import textwrap
@@ -10,6 +11,7 @@ import pytest
 
 numba = pytest.importorskip("numba")
 cuda = pytest.importorskip("numba.cuda")
+np = pytest.importorskip("numpy")  # Numba needs it: there whenever Numba is
 
 import gpubroker  # noqa: E402
 from conftest import run_python  # noqa: E402
@@ -117,3 +119,102 @@ def test_reset_frees_everything(emm):
     mm.reset()
     assert live(admin, mm) == 0
     del keep  # its finalizer finds nothing left to free
+
+
+def test_memory_manager_from_the_environment(cuda_daemon):
+    # A fresh process, nothing but NUMBA_CUDA_MEMORY_MANAGER: Numba imports
+    # gpubroker.numba itself, and a device array is a broker allocation.
+    if not cuda.is_available():
+        pytest.skip("numba.cuda sees no device")
+    code = textwrap.dedent("""
+        import gc, sys
+        from numba import cuda
+        import gpubroker
+        mm = cuda.current_context().memory_manager
+        print(type(mm).__module__ + "." + type(mm).__name__, mm.interface_version)
+        with gpubroker.Client(sys.argv[1], "observer") as admin:
+            dev = admin.instance_info(mm.instance).device
+            before = admin.stats(dev).used
+            arr = cuda.device_array(1 << 20, dtype="float32")
+            print(admin.stats(dev).used - before, admin.instance_info(mm.instance).used)
+            del arr
+            gc.collect()
+            print(admin.stats(dev).used - before)
+        """)
+    r = run_python(code, cuda_daemon.socket, env={"NUMBA_CUDA_MEMORY_MANAGER": "gpubroker.numba"})
+    assert r.returncode == 0, r.stderr
+    manager, grown, freed = r.stdout.splitlines()
+    assert manager == "gpubroker.numba.GpubrokerMemoryManager 1"
+    grew, inst_used = (int(v) for v in grown.split())
+    assert grew >= 4 << 20 and inst_used >= 4 << 20  # the daemon counts it
+    assert int(freed) == 0
+
+
+# Whether CUDA knows host memory as page-locked: cuPointerGetAttribute
+# (CU_POINTER_ATTRIBUTE_MEMORY_TYPE) is CU_MEMORYTYPE_HOST for memory from
+# cuMemHostAlloc or cuMemHostRegister, an error for pageable memory.
+CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+CU_MEMORYTYPE_HOST = 1
+
+
+def page_locked(array):
+    cu = ctypes.CDLL("libcuda.so.1")
+    fn = cu.cuPointerGetAttribute
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+    kind = ctypes.c_uint(0)
+    rc = fn(ctypes.byref(kind), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, array.ctypes.data)
+    return rc == 0 and kind.value == CU_MEMORYTYPE_HOST
+
+
+def test_pinned_array_is_host_memory_beside_broker_memory(emm):
+    # memhostalloc: page-locked host memory as Numba's own manager makes it,
+    # not broker memory; copies between it and broker memory work.
+    mm, admin = emm
+    before = live(admin, mm)
+    h = cuda.pinned_array(1 << 16, dtype="float32")
+    assert page_locked(h)
+    assert live(admin, mm) == before  # host memory is not the broker's
+    h[:] = np.arange(h.size, dtype="float32")
+    d = cuda.to_device(h)
+    assert live(admin, mm) >= before + h.nbytes
+    back = cuda.pinned_array(h.size, dtype="float32")
+    d.copy_to_host(back)
+    assert (back == h).all()
+    del d
+    gc.collect()
+    assert live(admin, mm) == before
+
+
+def test_mapped_array_is_written_by_a_kernel(emm):
+    # memhostalloc(mapped=True): the kernel writes host memory directly.
+    mm, admin = emm
+    before = live(admin, mm)
+    m = cuda.mapped_array(1000, dtype="float32")
+    assert page_locked(m)
+    fill.forall(m.size)(m, 2.0)
+    cuda.synchronize()
+    assert m[0] == 2.0 and m[999] == 2.0 + 999
+    assert live(admin, mm) == before
+
+
+def test_pinned_and_mapped_blocks_register_and_unregister(emm):
+    # mempin: cuda.pinned() and cuda.mapped() page-lock an ordinary array for
+    # the block only.
+    mm, admin = emm
+    a = np.zeros(1 << 16, dtype="float32")
+    assert not page_locked(a)
+    with cuda.pinned(a):
+        assert page_locked(a)
+        d = cuda.to_device(np.full(a.size, 4.0, dtype="float32"))
+        d.copy_to_host(a)
+    gc.collect()
+    assert not page_locked(a) and a[0] == 4.0 and a[-1] == 4.0
+    del d
+    b = np.zeros(1000, dtype="float32")
+    with cuda.mapped(b) as view:
+        assert page_locked(b)
+        fill.forall(view.size)(view, 5.0)
+        cuda.synchronize()
+    gc.collect()
+    assert not page_locked(b)
+    assert b[0] == 5.0 and b[999] == 5.0 + 999
