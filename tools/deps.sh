@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian 12 packages gpubroker needs to build and test, when
 # any is missing. Sourced by quickstart.sh and test.sh.
-GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest"
+GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest python3-pip"
 # Only for the libFuzzer build of tools/fuzz.sh (clang 14 and its libFuzzer).
 GPB_FUZZ_PACKAGES="clang libclang-rt-14-dev"
 
