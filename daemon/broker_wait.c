@@ -56,8 +56,16 @@ static void broker_timer_update(struct broker *b)
 	b->timer(b->timer_ctx, next == UINT64_MAX ? UINT64_MAX : next > now ? next - now : 0);
 }
 
-static void broker_wait_unlink(struct broker *b, struct broker_wait *w)
+/* Takes a wait off the queue; rc is how it ended (0 served, -ETIMEDOUT, or
+ * anything else: cancelled), for the metrics. */
+static void broker_wait_unlink(struct broker *b, struct broker_wait *w, int rc)
 {
+	if (rc == 0)
+		b->metrics.waits_served++;
+	else if (rc == -ETIMEDOUT)
+		b->metrics.waits_timed_out++;
+	else
+		b->metrics.waits_cancelled++;
 	list_remove(&w->link);
 	w->s->wait_count--;
 	b->wait_count--;
@@ -67,7 +75,7 @@ static void broker_wait_unlink(struct broker *b, struct broker_wait *w)
 static void broker_wait_finish(struct broker *b, struct broker_wait *w, int rc,
                                const struct broker_grant *g)
 {
-	broker_wait_unlink(b, w);
+	broker_wait_unlink(b, w, rc);
 	dispatch_wait_done(b, w, rc, g);
 	free(w);
 }
@@ -98,6 +106,7 @@ int broker_wait_add(struct broker *b, struct session *s, const char *req_id, uin
 	list_insert_tail(&b->waits, &w->link);
 	s->wait_count++;
 	b->wait_count++;
+	b->metrics.waits_started++;
 	broker_timer_update(b);
 	return 0;
 }
@@ -192,7 +201,7 @@ void broker_waits_drop(struct broker *b, struct session *s)
 		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
 		if (w->s != s)
 			continue;
-		broker_wait_unlink(b, w);
+		broker_wait_unlink(b, w, -ECANCELED);
 		free(w);
 	}
 	broker_timer_update(b);

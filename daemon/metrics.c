@@ -3,7 +3,9 @@
  *
  * Names follow the Prometheus conventions: base units (bytes, seconds),
  * `_total` for counters, no pid or session labels (they would make series
- * churn with every connection).
+ * churn with every connection). An instance is labelled `instance_id`, not
+ * `instance`: Prometheus attaches `instance` to every series of a scrape
+ * target, and a clash would rename ours to `exported_instance`.
  */
 #include "metrics.h"
 
@@ -187,12 +189,14 @@ static void metrics_instances(struct mbuf *m, const struct broker *b)
 			for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next) {
 				const struct broker_instance *inst =
 				    list_entry(ipos, const struct broker_instance, link);
-				char name[2 * PROTO_MAX_NAME + 1];
+				/* Room for every byte escaped, with metrics_escape()'s
+				 * margin: names are never cut short. */
+				char name[2 * PROTO_MAX_NAME + 3];
 				metrics_escape(inst->name, name, sizeof(name));
 				mbuf_printf(
 				    m,
-				    "%s{instance=\"%016llx\",name=\"%s\",uid=\"%u\",device=\"%d\"} "
-				    "%llu\n",
+				    "%s{instance_id=\"%016llx\",name=\"%s\","
+				    "uid=\"%u\",device=\"%d\"} %llu\n",
 				    names[k], (unsigned long long)inst->id, name, (unsigned)s->uid,
 				    inst->device,
 				    (unsigned long long)(k == 0 ? inst->used : inst->pol.cap));
@@ -206,7 +210,7 @@ static void metrics_uids(struct mbuf *m, const struct broker *b)
 {
 	struct {
 		uid_t uid;
-		uint64_t used, connections;
+		uint64_t used, connections, cap;
 	} uids[256];
 	size_t n = 0;
 	const struct list *pos;
@@ -218,19 +222,61 @@ static void metrics_uids(struct mbuf *m, const struct broker *b)
 		if (i == n) {
 			if (n == sizeof(uids) / sizeof(uids[0]))
 				continue; /* beyond 256 users: not worth a series each */
-			uids[n++] = (typeof(uids[0])){s->uid, 0, 0};
+			uids[n++] = (typeof(uids[0])){s->uid, 0, 0, 0};
 		}
 		uids[i].used += s->used;
 		uids[i].connections++;
+		/* The cap broker_alloc() holds the connection to: its uid's rule,
+		 * else its primary group's. Connections of one user with different
+		 * primary groups may meet different group rules: the tightest. */
+		const struct broker_rule *rule = broker_rule_for(b, s);
+		if (rule && rule->cap && (!uids[i].cap || rule->cap < uids[i].cap))
+			uids[i].cap = rule->cap;
 	}
 	mbuf_header(m, "gpubroker_uid_used_bytes", "gauge", "Bytes in live allocations per user.");
 	for (size_t i = 0; i < n; i++)
 		mbuf_printf(m, "gpubroker_uid_used_bytes{uid=\"%u\"} %llu\n", (unsigned)uids[i].uid,
 		            (unsigned long long)uids[i].used);
+	mbuf_header(m, "gpubroker_uid_cap_bytes", "gauge",
+	            "Bytes a user may hold on each device (its uid or group cap in "
+	            "gpubroker.conf); users without a cap have no series.");
+	for (size_t i = 0; i < n; i++) {
+		if (uids[i].cap)
+			mbuf_printf(m, "gpubroker_uid_cap_bytes{uid=\"%u\"} %llu\n",
+			            (unsigned)uids[i].uid, (unsigned long long)uids[i].cap);
+	}
 	mbuf_header(m, "gpubroker_uid_connections", "gauge", "Connections per user.");
 	for (size_t i = 0; i < n; i++)
 		mbuf_printf(m, "gpubroker_uid_connections{uid=\"%u\"} %llu\n",
 		            (unsigned)uids[i].uid, (unsigned long long)uids[i].connections);
+}
+
+/* Allocations that waited: the queue now and how waits ended. */
+static void metrics_waits(struct mbuf *m, const struct broker *b)
+{
+	const struct metrics *mt = &b->metrics;
+	const struct {
+		const char *name, *help;
+		uint64_t value;
+	} counters[] = {
+	    {"gpubroker_waits_started_total", "Allocations queued to wait for memory or quota.",
+	     mt->waits_started},
+	    {"gpubroker_waits_served_total", "Waiting allocations served.", mt->waits_served},
+	    {"gpubroker_waits_timed_out_total", "Waiting allocations that ran out of time.",
+	     mt->waits_timed_out},
+	    {"gpubroker_waits_cancelled_total",
+	     "Waiting allocations ended otherwise: connection closed, instance gone, daemon "
+	     "stopping.",
+	     mt->waits_cancelled},
+	};
+	mbuf_header(m, "gpubroker_waiting_allocations", "gauge",
+	            "Allocations waiting for memory or quota.");
+	mbuf_printf(m, "gpubroker_waiting_allocations %u\n", b->wait_count);
+	for (size_t k = 0; k < sizeof(counters) / sizeof(counters[0]); k++) {
+		mbuf_header(m, counters[k].name, "counter", counters[k].help);
+		mbuf_printf(m, "%s %llu\n", counters[k].name,
+		            (unsigned long long)counters[k].value);
+	}
 }
 
 static void metrics_requests(struct mbuf *m, const struct metrics *mt)
@@ -279,9 +325,7 @@ int metrics_render(const struct broker *b, char **out, size_t *len)
 	mbuf_header(&m, "gpubroker_connections_total", "counter", "Connections accepted.");
 	mbuf_printf(&m, "gpubroker_connections_total %llu\n",
 	            (unsigned long long)b->metrics.connections_total);
-	mbuf_header(&m, "gpubroker_waiting_allocations", "gauge",
-	            "Allocations waiting for memory or quota.");
-	mbuf_printf(&m, "gpubroker_waiting_allocations %u\n", b->wait_count);
+	metrics_waits(&m, b);
 	metrics_requests(&m, &b->metrics);
 	if (m.err) {
 		free(m.text);

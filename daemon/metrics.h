@@ -25,6 +25,10 @@ struct metrics {
 	uint64_t duration_count;
 	double duration_sum;
 	uint64_t connections_total;
+	/* Allocations that waited for memory or quota: every wait started ends
+	 * served, timed out or cancelled (its connection closed, its instance
+	 * went away, the daemon stopped) once it leaves the queue. */
+	uint64_t waits_started, waits_served, waits_timed_out, waits_cancelled;
 };
 
 struct broker;

@@ -1,5 +1,6 @@
 /*
  * test-cli.c - gpubrokerctl against the real daemon: formats, exit codes,
+ * top, --help against the CLI's own command table,
  * repetition, socket selection.
  */
 #include <stdarg.h>
@@ -181,8 +182,7 @@ static void test_permission_denied(void **state)
 	assert_int_equal(WEXITSTATUS(st), 4);
 }
 
-/* Operator commands: version, metrics (stdout and an atomic textfile),
- * reload, evict. */
+/* Operator commands: version, metrics, reload, evict. */
 static void test_operator_commands(void **state)
 {
 	assert_int_equal(ctl("version", NULL, NULL, NULL), 0);
@@ -195,27 +195,10 @@ static void test_operator_commands(void **state)
 	assert_non_null(strstr(out, "} 3145728\n"));
 	assert_non_null(strstr(out, "gpubroker_requests_total{method=\"alloc\",result=\"ok\"}"));
 	assert_non_null(strstr(out, "gpubroker_request_duration_seconds_count"));
-	char path[64];
-	snprintf(path, sizeof(path), "/tmp/gpb-test-metrics-%d.prom", (int)getpid());
-	assert_int_equal(ctl("metrics", "--textfile", path, NULL), 0);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	char line[256];
-	bool found = false;
-	while (fgets(line, sizeof(line), f))
-		found |= strncmp(line, "gpubroker_build_info{", 21) == 0;
-	fclose(f);
-	unlink(path);
-	assert_true(found);
-	/* promtool, when installed, validates the exposition format. */
-	if (access("/usr/bin/promtool", X_OK) == 0) {
-		char cmd[512];
-		snprintf(cmd, sizeof(cmd),
-		         "%s --socket %s metrics | /usr/bin/promtool check metrics",
-		         th_env("GPB_CTL"), daemon_.socket);
-		char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-		assert_int_equal(th_run(argv, NULL, out, sizeof(out)), 0);
-	}
+	/* This daemon has no uid or group rules: the family, no series. (The
+	 * format, the new series and --textfile: test-metrics.c.) */
+	assert_non_null(strstr(out, "# TYPE gpubroker_uid_cap_bytes gauge\n"));
+	assert_null(strstr(out, "gpubroker_uid_cap_bytes{"));
 
 	/* The test runs as the daemon's uid: root is an admin. */
 	if (geteuid() == 0) {
@@ -259,9 +242,18 @@ static void test_evict(void **state)
 	assert_int_equal(th_status_used(holder), used - (1 << 20));
 }
 
-/* -l repeats until interrupted; SIGINT ends it with status 0. */
-static void test_repeat(void **state)
+/* Runs gpubrokerctl --socket <daemon> args (NULL-terminated) for ms
+ * milliseconds, then SIGINT; returns its exit status (-1 when killed), its
+ * stdout in out. */
+static int ctl_interrupted(int ms, const char *const *args)
 {
+	char *argv[16] = {(char *)th_env("GPB_CTL"), "--socket", daemon_.socket};
+	int n = 3;
+	for (int i = 0; args[i]; i++) {
+		assert_true(n < 15);
+		argv[n++] = (char *)args[i];
+	}
+	argv[n] = NULL;
 	int pipefd[2];
 	assert_int_equal(pipe(pipefd), 0);
 	pid_t pid = fork();
@@ -269,26 +261,154 @@ static void test_repeat(void **state)
 	if (pid == 0) {
 		dup2(pipefd[1], STDOUT_FILENO);
 		close(pipefd[0]);
-		execl(th_env("GPB_CTL"), "gpubrokerctl", "--socket", daemon_.socket, "--output",
-		      "json", "-l", "1", "status", (char *)NULL);
+		close(pipefd[1]);
+		execv(argv[0], argv);
 		_exit(127);
 	}
 	close(pipefd[1]);
-	sleep(2);
-	usleep(500000);
+	usleep((useconds_t)ms * 1000);
 	kill(pid, SIGINT);
+	/* Read to the end before reaping: a full pipe would hold it up. */
+	size_t len = 0;
+	ssize_t r;
+	while ((r = read(pipefd[0], out + len, sizeof(out) - 1 - len)) > 0)
+		len += (size_t)r;
+	out[len] = '\0';
+	close(pipefd[0]);
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
-	ssize_t n = read(pipefd[0], out, sizeof(out) - 1);
-	close(pipefd[0]);
-	assert_true(n > 0);
-	out[n] = '\0';
-	int reports = 0;
-	for (char *p = out; (p = strstr(p, "\"backend\"")); p++)
-		reports++;
-	assert_true(reports >= 2);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count(const char *text, const char *what)
+{
+	int n = 0;
+	for (const char *p = text; (p = strstr(p, what)); p++)
+		n++;
+	return n;
+}
+
+/* -l repeats until interrupted; SIGINT ends it with status 0. */
+static void test_repeat(void **state)
+{
+	const char *args[] = {"--output", "json", "-l", "1", "status", NULL};
+	assert_int_equal(ctl_interrupted(2500, args), 0);
+	assert_true(count(out, "\"backend\"") >= 2);
+}
+
+/* top: status and clients, redrawn in place every -l seconds until
+ * interrupted; a table view only. */
+static void test_top(void **state)
+{
+	const char *args[] = {"-l", "0.2", "top", NULL};
+	assert_int_equal(ctl_interrupted(1000, args), 0);
+	/* Several screens, each cleared first (home, clear) and holding the
+	 * daemon summary, the device table and the client table with the
+	 * holder connected since setup. The last may have been cut short by
+	 * the interrupt; the others are whole. */
+	static const char clear[] = "\033[H\033[2J";
+	int screens = count(out, clear);
+	assert_true(screens >= 2);
+	char *p = strstr(out, clear);
+	assert_true(p == out);
+	for (int i = 0; i < screens - 1; i++) {
+		char *next = strstr(p + 1, clear);
+		*next = '\0';
+		assert_non_null(strstr(p, "backend      sim\n"));
+		assert_non_null(strstr(p, "DEVICE"));
+		assert_non_null(strstr(p, "SESSION"));
+		assert_non_null(strstr(p, "cli-holder"));
+		*next = clear[0];
+		p = next;
+	}
+	/* 1 second by default: one screen in 0.8 seconds. */
+	const char *plain[] = {"top", NULL};
+	assert_int_equal(ctl_interrupted(800, plain), 0);
+	assert_int_equal(count(out, "\033[H\033[2J"), 1);
+	assert_non_null(strstr(out, "cli-holder"));
+
+	/* --no-header drops the header lines of both tables, not the rows. */
+	const char *bare[] = {"--no-header", "-l", "0.2", "top", NULL};
+	assert_int_equal(ctl_interrupted(500, bare), 0);
+	assert_null(strstr(out, "DEVICE"));
+	assert_null(strstr(out, "SESSION"));
+	assert_non_null(strstr(out, "cli-holder"));
+
+	/* Table only (gpubrokerctl(1)): json and csv are usage errors. */
+	assert_int_equal(ctl("--output", "json", "top", NULL), 2);
+	assert_int_equal(ctl("--output", "csv", "top", NULL), 2);
+	assert_string_equal(out, "");
+	/* top changes nothing, but it takes no argument. */
+	assert_int_equal(ctl("top", "extra", NULL, NULL), 2);
+}
+
+/* The words of a C source that follow each occurrence of marker, as far as
+ * the next '"': the names in gpubrokerctl's tables. */
+static int source_names(const char *src, const char *marker, char names[][32], int max)
+{
+	int n = 0;
+	for (const char *p = src; (p = strstr(p, marker)) && n < max; p++) {
+		const char *s = p + strlen(marker), *e = strchr(s, '"');
+		assert_non_null(e);
+		assert_true(e - s > 0 && e - s < 32);
+		snprintf(names[n++], 32, "%.*s", (int)(e - s), s);
+	}
+	return n;
+}
+
+/* --help exits 0 and describes every command and long option the CLI has,
+ * as its own tables in client/gpubrokerctl.c list them. */
+static void test_help(void **state)
+{
+	char *argv[] = {(char *)th_env("GPB_CTL"), "--help", NULL};
+	assert_int_equal(th_run(argv, NULL, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "Usage: gpubrokerctl [OPTIONS] COMMAND\n"));
+	assert_non_null(strstr(out, "Exit status:"));
+	char *argv_h[] = {(char *)th_env("GPB_CTL"), "-h", "status", NULL};
+	static char short_out[sizeof(out)];
+	assert_int_equal(th_run(argv_h, NULL, short_out, sizeof(short_out)), 0);
+	assert_string_equal(short_out, out);
+
+	const char *path = getenv("GPB_CTL_SOURCE");
+	FILE *f = path ? fopen(path, "r") : NULL;
+	if (!f) {
+		/* A build tree moved away from its sources. */
+		print_message("GPB_CTL_SOURCE '%s' unreadable: commands not compared\n",
+		              path ? path : "(unset)");
+		return;
+	}
+	static char src[262144];
+	size_t len = fread(src, 1, sizeof(src) - 1, f);
+	fclose(f);
+	src[len] = '\0';
+	char names[64][32];
+	/* The command table; `layout`, which needs no daemon, is the one
+	 * command main() handles before it. */
+	int ncmd = source_names(src, "{.name = \"", names, 64);
+	assert_true(ncmd >= 15);
+	assert_non_null(strstr(src, "strcmp(o.command, \"layout\")"));
+	snprintf(names[ncmd++], 32, "layout");
+	for (int i = 0; i < ncmd; i++) {
+		/* Listed at the start of a line of its own section. */
+		char entry[40];
+		snprintf(entry, sizeof(entry), "\n  %.31s ", names[i]);
+		if (!strstr(out, entry))
+			fail_msg("--help does not describe the command '%s'", names[i]);
+	}
+	/* Every long option of getopt_long's table. */
+	char *opts = strstr(src, "longopts[] = {");
+	assert_non_null(opts);
+	char *end = strstr(opts, "{NULL, 0, NULL, 0}");
+	assert_non_null(end);
+	*end = '\0';
+	int nopt = source_names(opts, "{\"", names, 64);
+	assert_true(nopt >= 7);
+	for (int i = 0; i < nopt; i++) {
+		char opt[40];
+		snprintf(opt, sizeof(opt), "--%.31s", names[i]);
+		if (!strstr(out, opt))
+			fail_msg("--help does not mention %s", opt);
+	}
 }
 
 int main(void)
@@ -303,6 +423,8 @@ int main(void)
 	    cmocka_unit_test(test_operator_commands),
 	    cmocka_unit_test(test_evict),
 	    cmocka_unit_test(test_repeat),
+	    cmocka_unit_test(test_top),
+	    cmocka_unit_test(test_help),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

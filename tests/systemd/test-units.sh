@@ -8,6 +8,10 @@
 #   test-units.sh sysusers SYSUSERS TMPFILES_IN
 #       systemd-sysusers and systemd-tmpfiles into a temporary root: the
 #       gpubroker user and groups, /run/gpubroker and the configuration dir.
+#   test-units.sh contents SERVICE_IN SOCKET
+#       the settings the units must have (socket path and access, readiness,
+#       restart, reload, watchdog, the sandbox around the NVIDIA devices),
+#       read from the files themselves: needs no systemd at all.
 #
 # The service template gets the build tree's programs (GPB_DAEMON, GPB_CTL)
 # in place of @sbindir@ and @bindir@, since verify wants ExecStart= to exist.
@@ -120,8 +124,95 @@ sysusers)
 	done
 	echo "users, groups and directories created"
 	;;
+contents)
+	service=$1 socket=$2
+	# The value systemd uses for KEY in FILE: the last assignment wins (for
+	# list settings an empty assignment resets the list, so the last one
+	# is also the one that must not be empty where something is required).
+	last() {
+		sed -n "s/^[[:space:]]*$1=//p" "$2" | tail -n 1 | sed 's/[[:space:]]*$//'
+	}
+	# Every assignment of KEY in FILE, one per line.
+	all() {
+		sed -n "s/^[[:space:]]*$1=//p" "$2" | sed 's/[[:space:]]*$//'
+	}
+	expect() { # FILE KEY VALUE
+		v=$(last "$2" "$1")
+		[ "$v" = "$3" ] || fail "$(basename "$1"): $2= is '$v', expected '$3'"
+	}
+	yes_() { # FILE KEY: a boolean that is on
+		case $(last "$2" "$1") in
+		yes | true | on | 1) ;;
+		*) fail "$(basename "$1"): $2= must be yes" ;;
+		esac
+	}
+
+	# The socket: where clients find it, and who may connect.
+	listen=/run/gpubroker/gpubroker.sock
+	expect "$socket" ListenStream "$listen"
+	expect "$socket" SocketMode 0660
+	expect "$socket" SocketGroup gpubroker
+
+	# Readiness, restart and reload.
+	expect "$service" Type notify
+	expect "$service" Restart on-failure
+	case $(last ExecReload "$service") in
+	*/gpubrokerctl\ reload | */gpubrokerctl\ reload\ *) ;;
+	*) fail "gpubroker.service: ExecReload= must run gpubrokerctl reload" ;;
+	esac
+	# The daemon pings from its event loop when WatchdogSec= is set: a
+	# positive interval, with the notifications accepted from the daemon.
+	wd=$(last WatchdogSec "$service")
+	case $wd in
+	'' | 0 | 0s | infinity) fail "gpubroker.service: WatchdogSec= is not set ('$wd')" ;;
+	[1-9]*) ;;
+	*) fail "gpubroker.service: WatchdogSec= '$wd' is not a time" ;;
+	esac
+	case $(last NotifyAccess "$service") in
+	'' | main | exec | all) ;;
+	*) fail "gpubroker.service: NotifyAccess= keeps the daemon's READY=1 and WATCHDOG=1 out" ;;
+	esac
+
+	# The NVIDIA device nodes: the host's /dev, and each device allowed by
+	# its device group and by its node path.
+	case $(last PrivateDevices "$service") in
+	'' | no | false | off | 0) ;;
+	*) fail "gpubroker.service: PrivateDevices= would hide the GPUs" ;;
+	esac
+	allowed=$(all DeviceAllow "$service")
+	for dev in char-nvidiactl /dev/nvidiactl char-nvidia-uvm /dev/nvidia-uvm \
+		char-nvidia /dev/nvidia0 char-nvidia-frontend; do
+		printf '%s\n' "$allowed" | grep -q "^$dev rw\$" ||
+			fail "gpubroker.service: no 'DeviceAllow=$dev rw'"
+	done
+	expect "$service" DevicePolicy closed
+
+	# The sandbox.
+	expect "$service" ProtectSystem strict
+	yes_ "$service" NoNewPrivileges
+	expect "$service" RestrictAddressFamilies AF_UNIX
+	yes_ "$service" PrivateNetwork
+	grep -q '^CapabilityBoundingSet=' "$service" ||
+		fail "gpubroker.service: no CapabilityBoundingSet="
+	expect "$service" CapabilityBoundingSet ""
+	all SystemCallFilter "$service" | grep -q -v '^~' ||
+		fail "gpubroker.service: no SystemCallFilter= allow list"
+
+	# systemd removes a service's RuntimeDirectory= when the service stops:
+	# it must not be the socket's directory unless it is preserved.
+	sockdir=${listen%/*}
+	for d in $(all RuntimeDirectory "$service"); do
+		if [ "/run/${d#/}" = "$sockdir" ]; then
+			case $(last RuntimeDirectoryPreserve "$service") in
+			yes | true | on | 1) ;;
+			*) fail "gpubroker.service: RuntimeDirectory=$d removes $sockdir, the socket's directory" ;;
+			esac
+		fi
+	done
+	echo "unit contents as required"
+	;;
 *)
-	echo "usage: $0 verify|security|sysusers ..." >&2
+	echo "usage: $0 verify|security|sysusers|contents ..." >&2
 	exit 2
 	;;
 esac
