@@ -495,9 +495,13 @@ static int chunk_query_parse(const cJSON *result, void *arg)
 	return 0;
 }
 
-GPB_EXPORT int gpb_chunk_parameters(gpb_client *c, const char *group, uint64_t available,
-                                    uint64_t axis_length, const struct gpb_array_request *reqs,
-                                    size_t n, struct gpb_chunking *out, uint64_t (*shapes)[8])
+#define CHUNK_MAX_RUNS (1ull << 53)
+
+/* chunk_parameters with the one of group, available or chunk_length that is
+ * set (chunk_length > 0, else group when not NULL, else available). */
+static int chunk_query(gpb_client *c, const char *group, uint64_t available, uint64_t chunk_length,
+                       uint64_t axis_length, const struct gpb_array_request *reqs, size_t n,
+                       struct gpb_chunking *out, uint64_t (*shapes)[8])
 {
 	struct chunk_query q = {.n = n, .out = out, .shapes = shapes};
 	cJSON *params = NULL, *arr;
@@ -513,11 +517,20 @@ GPB_EXPORT int gpb_chunk_parameters(gpb_client *c, const char *group, uint64_t a
 	arr = requests_json(reqs, n, &rc);
 	if (!arr && rc != GPB_E_NOMEM)
 		goto out;
+	/* Run counts are JSON integers, exact as doubles up to 2^53. */
+	if (chunk_length > CHUNK_MAX_RUNS || axis_length > CHUNK_MAX_RUNS) {
+		cJSON_Delete(arr);
+		rc = error_set(GPB_E_INVALID, "chunking: more than 2^53 runs");
+		goto out;
+	}
 	params = arr ? cJSON_CreateObject() : NULL;
-	if (params && (!cJSON_AddItemToObject(params, "requests", arr) ||
-	               (group ? !cJSON_AddStringToObject(params, "group", group)
-	                      : proto_add_u64(params, "available", available) < 0) ||
-	               (axis_length && proto_add_u64(params, "axis_length", axis_length) < 0))) {
+	if (params &&
+	    (!cJSON_AddItemToObject(params, "requests", arr) ||
+	     (chunk_length ? !cJSON_AddNumberToObject(params, "chunk_length", (double)chunk_length)
+	      : group      ? !cJSON_AddStringToObject(params, "group", group)
+	                   : proto_add_u64(params, "available", available) < 0) ||
+	     (axis_length &&
+	      !cJSON_AddNumberToObject(params, "axis_length", (double)axis_length)))) {
 		cJSON_Delete(params);
 		params = NULL;
 	} else if (!params) {
@@ -527,6 +540,22 @@ GPB_EXPORT int gpb_chunk_parameters(gpb_client *c, const char *group, uint64_t a
 out:
 	client_leave(c);
 	return rc;
+}
+
+GPB_EXPORT int gpb_chunk_parameters(gpb_client *c, const char *group, uint64_t available,
+                                    uint64_t axis_length, const struct gpb_array_request *reqs,
+                                    size_t n, struct gpb_chunking *out, uint64_t (*shapes)[8])
+{
+	return chunk_query(c, group, available, 0, axis_length, reqs, n, out, shapes);
+}
+
+GPB_EXPORT int gpb_chunked_shapes(gpb_client *c, uint64_t chunk_length, uint64_t axis_length,
+                                  const struct gpb_array_request *reqs, size_t n,
+                                  struct gpb_chunking *out, uint64_t (*shapes)[8])
+{
+	if (!chunk_length)
+		return error_set(GPB_E_INVALID, "gpb_chunked_shapes: chunk_length must be >= 1");
+	return chunk_query(c, NULL, 0, chunk_length, axis_length, reqs, n, out, shapes);
 }
 
 GPB_EXPORT int gpb_invalidate_all(gpb_client *c)

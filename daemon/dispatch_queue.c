@@ -249,7 +249,7 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 	struct policy_group_info gi;
 	const char *group = NULL;
 	uint64_t available = 0;
-	int64_t axis = 0;
+	int64_t axis = 0, length = 0;
 	int n;
 	int rc = parse_requests(ctx, reqs, &n);
 	if (rc < 0)
@@ -261,9 +261,13 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 	if (ra < 0 && ra != -ENOENT)
 		return dispatch_param_error(ctx, ra, "available",
 		                            "a decimal string of 1-20 digits");
-	if ((rg == 0) == (ra == 0))
-		return dispatch_param_error(ctx, rg == 0 ? -EINVAL : -ENOENT, "group",
-		                            "either 'group' or 'available'");
+	int rl = proto_get_int(ctx->params, "chunk_length", 1, INT64_MAX, &length);
+	if (rl < 0 && rl != -ENOENT)
+		return dispatch_param_error(ctx, rl, "chunk_length", "a positive integer");
+	if ((rg == 0) + (ra == 0) + (rl == 0) != 1)
+		return dispatch_param_error(ctx, -EINVAL, "group",
+		                            "given alone: one of 'group', 'available' or "
+		                            "'chunk_length'");
 	rc = proto_get_int(ctx->params, "axis_length", 1, INT64_MAX, &axis);
 	if (rc < 0 && rc != -ENOENT)
 		return dispatch_param_error(ctx, rc, "axis_length", "a positive integer");
@@ -276,8 +280,12 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 	}
 	for (int i = 0; i < n; i++)
 		arrays[i] = reqs[i].arr;
-	rc =
-	    policy_chunk_parameters(arrays, (size_t)n, (uint64_t)axis, available, POOL_GRANULE, &c);
+	if (rl == 0)
+		rc = policy_chunk_fixed(arrays, (size_t)n, (uint64_t)axis, (uint64_t)length,
+		                        POOL_GRANULE, &c);
+	else
+		rc = policy_chunk_parameters(arrays, (size_t)n, (uint64_t)axis, available,
+		                             POOL_GRANULE, &c);
 	if (rc == -ENOMEM)
 		return chunk_oom(ctx, group ? group : "the request", c.chunk_bytes, available,
 		                 false);

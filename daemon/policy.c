@@ -576,8 +576,10 @@ static uint64_t div_ceil(uint64_t a, uint64_t b)
 	return a / b + (a % b != 0);
 }
 
-int policy_chunk_parameters(const struct policy_array *arrays, size_t n, uint64_t axis_length,
-                            uint64_t available, uint64_t granule, struct policy_chunking *out)
+/* What both chunkings start with: the arrays checked, the axis length
+ * (0: the longest run axis of the chunkable arrays), the whole request. */
+static int chunk_start(const struct policy_array *arrays, size_t n, uint64_t axis_length,
+                       uint64_t granule, struct policy_chunking *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (n == 0 || !arrays)
@@ -592,11 +594,31 @@ int policy_chunk_parameters(const struct policy_array *arrays, size_t n, uint64_
 	if (!axis_length)
 		axis_length = longest ? longest : 1;
 	out->axis_length = axis_length;
-	out->available = available;
-	/* The whole request, and the warning cubie gives for hopeless ones. */
-	int rc = chunk_total(arrays, n, axis_length, granule, &out->request_bytes);
+	return chunk_total(arrays, n, axis_length, granule, &out->request_bytes);
+}
+
+int policy_chunk_fixed(const struct policy_array *arrays, size_t n, uint64_t axis_length,
+                       uint64_t chunk_length, uint64_t granule, struct policy_chunking *out)
+{
+	int rc = chunk_start(arrays, n, axis_length, granule, out);
 	if (rc < 0)
 		return rc;
+	if (!chunk_length)
+		return -EINVAL;
+	out->chunk_length = chunk_length < out->axis_length ? chunk_length : out->axis_length;
+	out->chunks = div_ceil(out->axis_length, out->chunk_length);
+	return chunk_total(arrays, n, out->chunk_length, granule, &out->chunk_bytes);
+}
+
+int policy_chunk_parameters(const struct policy_array *arrays, size_t n, uint64_t axis_length,
+                            uint64_t available, uint64_t granule, struct policy_chunking *out)
+{
+	int rc = chunk_start(arrays, n, axis_length, granule, out);
+	if (rc < 0)
+		return rc;
+	axis_length = out->axis_length;
+	out->available = available;
+	/* The warning cubie gives for hopeless requests. */
 	if (out->request_bytes / POLICY_CHUNK_WARN > available ||
 	    (available == 0 && out->request_bytes > 0))
 		out->warn |= POLICY_WARN_OVERSIZED;

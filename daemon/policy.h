@@ -241,6 +241,14 @@ struct policy_chunking {
  */
 int policy_chunk_parameters(const struct policy_array *arrays, size_t n, uint64_t axis_length,
                             uint64_t available, uint64_t granule, struct policy_chunking *out);
+/*
+ * compute_chunked_shapes with a chunk length given: the figures of
+ * policy_chunk_parameters for chunk_length runs per chunk (cut to the axis
+ * length), without fitting anything (out->available 0, no warning). 0,
+ * -EINVAL (a malformed array, chunk_length 0), -EOVERFLOW.
+ */
+int policy_chunk_fixed(const struct policy_array *arrays, size_t n, uint64_t axis_length,
+                       uint64_t chunk_length, uint64_t granule, struct policy_chunking *out);
 /* compute_chunked_shapes for one array: its shape with the run axis cut to
  * chunk_length (unchunkable arrays, and shorter axes, unchanged). */
 void policy_chunked_shape(const struct policy_array *a, uint64_t chunk_length,

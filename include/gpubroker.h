@@ -438,6 +438,18 @@ int gpb_chunk_parameters(gpb_client *client, const char *group, uint64_t availab
                          struct gpb_chunking *out, uint64_t (*shapes)[8]);
 
 /**
+ * cubie's compute_chunked_shapes(requests, chunk_size): the chunking of
+ * @reqs at @chunk_length runs per chunk (cut to the axis length), nothing
+ * fitted or allocated; @out's available is 0. @axis_length and @shapes as
+ * for gpb_chunk_parameters(); unchunkable arrays keep their shape.
+ * Errors: GPB_E_INVALID (chunk_length 0, malformed requests),
+ * GPB_E_DAEMON_GONE.
+ */
+int gpb_chunked_shapes(gpb_client *client, uint64_t chunk_length, uint64_t axis_length,
+                       const struct gpb_array_request *reqs, size_t n, struct gpb_chunking *out,
+                       uint64_t (*shapes)[8]);
+
+/**
  * Maps an array that gpb_allocate_queue() made for this client (an id from
  * its allocation_ready event), as gpb_alloc() would have returned it.
  * Errors: GPB_E_NOT_FOUND (unknown, or not this client's), GPB_E_INVALID

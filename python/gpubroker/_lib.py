@@ -223,6 +223,11 @@ _PROTOTYPES = {
         [c_void_p, c_char_p, c_u64, c_u64, P(gpb_array_request), ctypes.c_size_t,
          P(gpb_chunking), P(c_u64 * MAX_DIMS)],
     ),
+    "gpb_chunked_shapes": (
+        c_int,
+        [c_void_p, c_u64, c_u64, P(gpb_array_request), ctypes.c_size_t,
+         P(gpb_chunking), P(c_u64 * MAX_DIMS)],
+    ),
     "gpb_claim": (c_int, [c_void_p, c_u64, P(gpb_allocation)]),
     "gpb_free_label": (c_int, [c_void_p, c_u64, c_char_p]),
     "gpb_invalidate_all": (c_int, [c_void_p]),

@@ -382,20 +382,31 @@ class Client:
         self._call("allocate_queue", instance, ctypes.byref(out))
         return Chunking.from_struct(out)
 
-    def chunk_parameters(self, requests, group=None, available=0, axis_length=0):
-        """The chunking of @requests ({label: ArrayRequest}) for @group's
-        available memory, or @available bytes, without allocating. Returns
-        (Chunking, {label: chunked shape})."""
+    def _chunking(self, name, requests, *args):
+        """gpb_<name>(client, *args, reqs, n, out, shapes): (Chunking,
+        {label: chunked shape})."""
         reqs = _as_requests(requests, None, None, 0, False)
         arr = _array_requests(reqs)
         out = _lib.gpb_chunking()
         shapes = ((ctypes.c_uint64 * _lib.MAX_DIMS) * len(reqs))()
-        self._call("chunk_parameters", _lib.cstr(group), available, axis_length, arr,
-                   len(reqs), ctypes.byref(out), shapes)
+        self._call(name, *args, arr, len(reqs), ctypes.byref(out), shapes)
         chunked = {}
         for (label, _), row, src in zip(reqs, shapes, arr):
             chunked[label] = tuple(row[i] for i in range(src.ndim))
         return Chunking.from_struct(out), chunked
+
+    def chunk_parameters(self, requests, group=None, available=0, axis_length=0):
+        """The chunking of @requests ({label: ArrayRequest}) for @group's
+        available memory, or @available bytes, without allocating. Returns
+        (Chunking, {label: chunked shape})."""
+        return self._chunking("chunk_parameters", requests, _lib.cstr(group), available,
+                              axis_length)
+
+    def compute_chunked_shapes(self, requests, chunk_length, axis_length=0):
+        """cubie's compute_chunked_shapes: {label: shape} of @requests
+        ({label: ArrayRequest}) at @chunk_length runs per chunk (unchunkable
+        arrays keep their shape). Nothing is allocated."""
+        return self._chunking("chunked_shapes", requests, chunk_length, axis_length)[1]
 
     def claim(self, ident, label=None, shape=None, instance=None):
         """Maps an array allocate_queue() made for this client (gpb_claim)."""

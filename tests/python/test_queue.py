@@ -45,6 +45,22 @@ def test_chunk_parameters_shapes(client):
         client.chunk_parameters({"x": ArrayRequest((10, 1 << 20), "f8")}, available=1024)
 
 
+def test_compute_chunked_shapes(client):
+    reqs = {"state": ArrayRequest((100000, 32), "float64", chunk_axis=0),
+            "params": ArrayRequest((64,), "f8", unchunkable=True),
+            "t": ArrayRequest((4, 100000), "int32", chunk_axis=1),
+            "short": ArrayRequest((500,), "f4")}
+    shapes = client.compute_chunked_shapes(reqs, 2500)
+    assert shapes == {"state": (2500, 32), "params": (64,), "t": (4, 2500), "short": (500,)}
+    # Longer than every axis: nothing is cut.
+    assert client.compute_chunked_shapes(reqs, 10 ** 9)["state"] == (100000, 32)
+    with pytest.raises(gpubroker.InvalidError):
+        client.compute_chunked_shapes(reqs, 0)
+    # An explicit axis length (the run count of the whole request).
+    ch, _ = client.chunk_parameters(reqs, available=1 << 40, axis_length=200000)
+    assert ch.axis_length == 200000 and ch.chunks == 1
+
+
 def test_queue_allocate_claim_and_free_label(client, other):
     a = client.register("a", group="solver")
     b = other.register("b", group="solver")

@@ -232,6 +232,29 @@ static void test_queue_more(void **state)
 	expect_error_fmt(b, s1, PROTO_E_PARAMS, "group",
 	                 "{\"id\":\"e\",\"method\":\"chunk_parameters\",\"params\":{\"requests\":"
 	                 "[{\"label\":\"r\",\"shape\":[100],\"elem_size\":4}]}}");
+	/* compute_chunked_shapes: a chunk length instead of memory to fit. */
+	request(b, s1, &r,
+	        "{\"id\":\"p\",\"method\":\"chunk_parameters\",\"params\":{\"chunk_length\":30,"
+	        "\"requests\":[{\"label\":\"r\",\"shape\":[3,100],\"elem_size\":4,\"axis\":1},"
+	        "{\"label\":\"t\",\"shape\":[10],\"elem_size\":1,\"unchunkable\":true}]}}");
+	res = result_of(&r, "p");
+	assert_int_equal(ju64(res, "chunks"), 4);
+	assert_int_equal(ju64(res, "chunk_length"), 30);
+	sh = jarr(cJSON_GetArrayItem(jarr(res, "arrays", 2), 0), "shape", 2);
+	assert_int_equal(cJSON_GetArrayItem(sh, 1)->valuedouble, 30);
+	sh = jarr(cJSON_GetArrayItem(jarr(res, "arrays", 2), 1), "shape", 1);
+	assert_int_equal(cJSON_GetArrayItem(sh, 0)->valuedouble, 10);
+	reply_done(&r);
+	/* Exactly one of the three. */
+	expect_error_fmt(
+	    b, s1, PROTO_E_PARAMS, "group",
+	    "{\"id\":\"e\",\"method\":\"chunk_parameters\",\"params\":{\"chunk_length\":3,"
+	    "\"available\":\"100\",\"requests\":[{\"label\":\"r\",\"shape\":[100],"
+	    "\"elem_size\":4}]}}");
+	expect_error_fmt(
+	    b, s1, PROTO_E_PARAMS, "chunk_length",
+	    "{\"id\":\"e\",\"method\":\"chunk_parameters\",\"params\":{\"chunk_length\":0,"
+	    "\"requests\":[{\"label\":\"r\",\"shape\":[100],\"elem_size\":4}]}}");
 	request(b, s1, &r,
 	        "{\"id\":\"e\",\"method\":\"chunk_parameters\",\"params\":{\"available\":\"100\","
 	        "\"requests\":[{\"label\":\"r\",\"shape\":[100],\"elem_size\":4096}]}}");

@@ -87,6 +87,36 @@ static void test_chunk_split(void **state)
 	assert_int_equal(shape[2], 34);
 }
 
+/* compute_chunked_shapes(requests, chunk_size): a chunk length given. */
+static void test_chunk_fixed(void **state)
+{
+	struct policy_chunking c;
+	struct policy_array a[2] = {arr2(1000, 1000, 8, false), arr2(1000, 125, 8, true)};
+	(void)state;
+	assert_int_equal(policy_chunk_fixed(a, 2, 0, 300, 1, &c), 0);
+	assert_int_equal(c.axis_length, 1000);
+	assert_int_equal(c.chunk_length, 300);
+	assert_int_equal(c.chunks, 4); /* 300, 300, 300, 100 */
+	assert_int_equal(c.request_bytes, 9000000);
+	assert_int_equal(c.chunk_bytes, 300 * 8000 + 1000000);
+	assert_int_equal(c.available, 0);
+	assert_int_equal(c.warn, 0);
+	/* Longer than the axis: one chunk of the whole axis. */
+	assert_int_equal(policy_chunk_fixed(a, 2, 0, 5000, 1, &c), 0);
+	assert_int_equal(c.chunk_length, 1000);
+	assert_int_equal(c.chunks, 1);
+	assert_int_equal(c.chunk_bytes, c.request_bytes);
+	/* An explicit axis length; granules round each array. */
+	assert_int_equal(policy_chunk_fixed(a, 2, 10, 3, 256, &c), 0);
+	assert_int_equal(c.chunks, 4);
+	assert_int_equal(c.chunk_bytes, 24064 + 1000192);
+	/* Refusals: no length, no arrays, a malformed one. */
+	assert_int_equal(policy_chunk_fixed(a, 2, 0, 0, 1, &c), -EINVAL);
+	assert_int_equal(policy_chunk_fixed(a, 0, 0, 10, 1, &c), -EINVAL);
+	struct policy_array bad = arr2(10, 1, 0, false);
+	assert_int_equal(policy_chunk_fixed(&bad, 1, 0, 10, 1, &c), -EINVAL);
+}
+
 static void test_chunk_refusals(void **state)
 {
 	struct policy_chunking c;
@@ -244,9 +274,10 @@ static void test_chunk_exhaustive(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_chunk_fits),     cmocka_unit_test(test_chunk_split),
-	    cmocka_unit_test(test_chunk_refusals), cmocka_unit_test(test_chunk_warning),
-	    cmocka_unit_test(test_chunk_granule),  cmocka_unit_test(test_chunk_exhaustive),
+	    cmocka_unit_test(test_chunk_fits),       cmocka_unit_test(test_chunk_split),
+	    cmocka_unit_test(test_chunk_fixed),      cmocka_unit_test(test_chunk_refusals),
+	    cmocka_unit_test(test_chunk_warning),    cmocka_unit_test(test_chunk_granule),
+	    cmocka_unit_test(test_chunk_exhaustive),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
