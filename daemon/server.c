@@ -643,10 +643,11 @@ static void server_list_key(cJSON *list, enum conf_key key)
 static int server_reload(struct server *srv, cJSON *result, char *message, size_t size)
 {
 	struct conf next;
-	if (srv->reload(&next) < 0) {
-		snprintf(message, size,
-		         "the configuration has errors (see the daemon's log); "
-		         "the running configuration stays in force");
+	char why[256];
+	if (srv->reload(&next, why, sizeof(why)) < 0) {
+		/* The cause first: a long path may cut the end short. */
+		snprintf(message, size, "%s; the running configuration stays in force", why);
+		log_error("reload: %s; the running configuration stays in force", why);
 		return -EINVAL;
 	}
 	uint64_t changed = conf_diff(&srv->cfg, &next);
@@ -700,8 +701,8 @@ static void server_on_sighup(uv_signal_t *sig, int signum)
 {
 	char message[256];
 	service_notify("RELOADING=1");
-	if (server_reload(sig->data, NULL, message, sizeof(message)) < 0)
-		log_error("SIGHUP: %s", message);
+	log_info("SIGHUP: reloading the configuration");
+	server_reload(sig->data, NULL, message, sizeof(message)); /* logs what failed */
 	service_notify("READY=1");
 }
 
