@@ -455,6 +455,10 @@ static void conn_serve(struct conn *c, const struct service_peer *peer)
 	}
 	c->session->conn = c;
 	c->session->admin = peer->admin;
+	if (broker_session_set_groups(c->session, peer->groups, peer->ngroups) < 0) {
+		conn_close(c, "out of memory");
+		return;
+	}
 	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
 	          (unsigned long long)c->session->id, (int)peer->pid, (unsigned)peer->uid,
 	          (unsigned)peer->gid, peer->admin ? " (admin)" : "");
@@ -519,7 +523,7 @@ int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid
 		return rc;
 	}
 	struct service_peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
-	conn_serve(c, &peer);
+	conn_serve(c, &peer); /* no supplementary groups */
 	return 0;
 }
 

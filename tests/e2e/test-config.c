@@ -1,8 +1,8 @@
 /*
  * test-config.c - the configuration file against the real daemon: errors
  * name the file and line, reload applies what can change live and keeps the
- * old configuration on errors, admin operations need an admin, per-user
- * connection limits hold.
+ * old configuration on errors, flags beat the file, per-user connection
+ * limits hold. Admin operations and group rules: test-access.c.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,14 +11,10 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -27,10 +23,7 @@ static char conf_path[64];
 
 static void write_conf(const char *text)
 {
-	FILE *f = fopen(conf_path, "w");
-	assert_non_null(f);
-	assert_true(fputs(text, f) >= 0);
-	assert_int_equal(fclose(f), 0);
+	th_write_file(conf_path, text);
 }
 
 static int setup(void **state)
@@ -121,15 +114,7 @@ static char log_want[128];
 /* Whether the daemon's log (log_path) names log_want twice. */
 static bool log_says_twice(void *arg)
 {
-	static char text[1 << 16];
-	int fd = open(log_path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	ssize_t n = read(fd, text, sizeof(text) - 1);
-	close(fd);
-	text[n > 0 ? n : 0] = '\0';
-	const char *first = strstr(text, log_want);
-	return first && strstr(first + 1, log_want);
+	return th_file_has(log_path, log_want, 2);
 }
 
 /* `gpubrokerctl reload` with a broken file: it fails, saying which file,
@@ -224,54 +209,6 @@ static void test_flag_beats_file(void **state)
 	assert_int_equal(device_count(c), 2);
 	assert_int_equal(instances_allowed(&d), 3);
 	gpb_disconnect(c);
-	assert_int_equal(th_daemon_stop(&d), 0);
-}
-
-/* Runs fn in a child as user nobody; returns its exit status. */
-static int as_nobody(int (*fn)(const char *socket), const char *socket)
-{
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
-			_exit(99);
-		_exit(fn(socket));
-	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int nobody_reload(const char *socket)
-{
-	gpb_client *c = NULL;
-	char *json = NULL;
-	if (gpb_connect(socket, "nobody", &c) < 0)
-		return 10;
-	int rc = gpb_request(c, "reload", NULL, &json);
-	int ok = rc == GPB_E_PERMISSION && strstr(gpb_last_error(), "permission denied");
-	/* Ordinary requests still work for this user. */
-	ok = ok && try_register(c) == 0;
-	gpb_disconnect(c);
-	return ok ? 0 : 11;
-}
-
-/* Admin operations are for root and the admin group only. */
-static void test_admin_only(void **state)
-{
-	if (geteuid() != 0)
-		skip();
-	write_conf("socket_mode = 0666\n");
-	const char *extra[] = {"--config", conf_path, NULL};
-	struct th_daemon d;
-	th_daemon_start(&d, extra);
-	assert_int_equal(chmod(d.dir, 0755), 0);
-	assert_int_equal(as_nobody(nobody_reload, d.socket), 0);
-	gpb_client *root = th_client(&d, "root");
-	char *json = NULL;
-	assert_int_equal(gpb_request(root, "reload", NULL, &json), 0);
-	gpb_string_free(json);
-	gpb_disconnect(root);
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
@@ -374,8 +311,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bad_file_refused),    cmocka_unit_test(test_reload),
 	    cmocka_unit_test(test_reload_cli_bad_file), cmocka_unit_test(test_flag_beats_file),
-	    cmocka_unit_test(test_admin_only),          cmocka_unit_test(test_user_rules),
-	    cmocka_unit_test(test_inflight_limit),      cmocka_unit_test(test_per_uid_limit),
+	    cmocka_unit_test(test_user_rules),          cmocka_unit_test(test_inflight_limit),
+	    cmocka_unit_test(test_per_uid_limit),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
