@@ -345,6 +345,7 @@ void broker_session_close(struct broker *b, struct session *s)
 	}
 	idmap_finish(&s->held);
 	idmap_finish(&s->attached);
+	free(s->groups);
 	free(s);
 	/* A dead client's share goes to the others, and its memory to
 	 * whoever waits for it. */
@@ -713,14 +714,39 @@ void broker_set_rules(struct broker *b, const struct broker_rule *rules, unsigne
 	memcpy(b->rules, rules, b->nrules * sizeof(*rules));
 }
 
+int broker_session_set_groups(struct session *s, const gid_t *groups, unsigned n)
+{
+	gid_t *copy = NULL;
+	if (n && !(copy = malloc(n * sizeof(*copy))))
+		return -ENOMEM;
+	if (n)
+		memcpy(copy, groups, n * sizeof(*copy));
+	free(s->groups);
+	s->groups = copy;
+	s->ngroups = n;
+	return 0;
+}
+
+static bool broker_session_in_group(const struct session *s, gid_t gid)
+{
+	if (s->gid == gid)
+		return true;
+	for (unsigned i = 0; i < s->ngroups; i++) {
+		if (s->groups[i] == gid)
+			return true;
+	}
+	return false;
+}
+
 const struct broker_rule *broker_rule_for(const struct broker *b, const struct session *s)
 {
 	const struct broker_rule *group = NULL;
 	for (unsigned i = 0; i < b->nrules; i++) {
-		if (!b->rules[i].group && b->rules[i].uid == s->uid)
-			return &b->rules[i];
-		if (b->rules[i].group && b->rules[i].gid == s->gid && !group)
-			group = &b->rules[i];
+		const struct broker_rule *r = &b->rules[i];
+		if (!r->group && r->uid == s->uid)
+			return r;
+		if (r->group && !group && broker_session_in_group(s, r->gid))
+			group = r;
 	}
 	return group;
 }

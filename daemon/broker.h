@@ -20,11 +20,12 @@
 #include "pool.h"
 #include "proto.h"
 
-/* An operator's rule for one user or the members of one group (primary
- * gid), from gpubroker.conf: a default proportion for instances that ask for
- * none, and a cap on what the user's live allocations hold per device. */
+/* An operator's rule for one user or the members of one group (primary or
+ * supplementary), from gpubroker.conf: a default proportion for instances
+ * that ask for none, and a cap on what the user's live allocations hold per
+ * device. */
 struct broker_rule {
-	bool group; /* matches gid, else uid */
+	bool group; /* matches a session with gid among its groups, else uid */
 	uid_t uid;
 	gid_t gid;
 	double proportion; /* 0: none */
@@ -126,7 +127,9 @@ struct session {
 	void *conn;       /* the server's connection (opaque here) */
 	struct list link; /* broker->sessions */
 	uid_t uid;
-	gid_t gid;
+	gid_t gid;     /* primary */
+	gid_t *groups; /* supplementary, as the server read them at connect */
+	unsigned ngroups;
 	pid_t pid;
 	char name[PROTO_MAX_NAME + 1];
 	bool admin; /* root or a member of the admin group (set by the server from
@@ -253,6 +256,9 @@ void broker_destroy(struct broker *b);
 struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_t pid);
 /* Frees every allocation, attachment and instance the session holds. */
 void broker_session_close(struct broker *b, struct session *s);
+/* Gives the session its supplementary groups (copied; the caller bounds n).
+ * 0 or -ENOMEM. */
+int broker_session_set_groups(struct session *s, const gid_t *groups, unsigned n);
 
 /*
  * -ENODEV (device), -EMFILE (max_instances), -ENOMEM, and the policy's
@@ -418,7 +424,8 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len);
 
 /* Replaces the rules (at most BROKER_MAX_RULES are kept). */
 void broker_set_rules(struct broker *b, const struct broker_rule *rules, unsigned n);
-/* The rule that applies to a session: its uid's, else its group's, else NULL. */
+/* The rule that applies to a session: its uid's, else the first group rule
+ * (in the order given) for one of its groups, else NULL. */
 const struct broker_rule *broker_rule_for(const struct broker *b, const struct session *s);
 
 #endif

@@ -184,20 +184,31 @@ static void conf_store(void *field, size_t size, unsigned long long v)
 }
 
 /*
+ * What conf_parse's "given twice" check tracks: one slot per plain key
+ * (enum conf_key), then two per rule (its proportion, its cap).
+ */
+#define CONF_SLOTS (CONF_KEY_COUNT + 2 * BROKER_MAX_RULES)
+
+/*
  * uid.<N>.proportion, uid.<N>.cap, group.<name>.proportion, group.<name>.cap:
- * a rule per user or group, created by its first key.
+ * a rule per user or group, created by its first key (so rules keep the
+ * order of their first keys in the file: the order group rules are tried in).
+ * *slot says which rule field was set.
  */
 static int conf_set_rule(struct conf *cfg, const char *key, const char *value,
-                         struct conf_error *err)
+                         struct conf_error *err, unsigned *slot)
 {
 	bool group = strncmp(key, "group.", 6) == 0;
 	const char *who = key + (group ? 6 : 4);
 	const char *dot = strrchr(who, '.');
 	char name[64];
 	unsigned long uid = 0;
-	if (!dot || dot == who || (size_t)(dot - who) >= sizeof(name))
+	if (!dot || dot == who)
 		return conf_fail(err, key, "'%s': expected uid.<N>.<field> or group.<name>.<field>",
 		                 key);
+	if ((size_t)(dot - who) >= sizeof(name))
+		return conf_fail(err, key, "'%s': a %s name is at most %zu bytes", key,
+		                 group ? "group" : "uid", sizeof(name) - 1);
 	memcpy(name, who, (size_t)(dot - who));
 	name[dot - who] = '\0';
 	if (!group && util_parse_uint(name, 0, UINT32_MAX - 1, &uid) < 0)
@@ -211,27 +222,26 @@ static int conf_set_rule(struct conf *cfg, const char *key, const char *value,
 		if (r->group == group && (group ? strcmp(r->name, name) == 0 : r->uid == uid))
 			break;
 	}
-	if (i == cfg->nrules) {
-		if (i == BROKER_MAX_RULES)
-			return conf_fail(err, key, "more than %d uid/group rules",
-			                 BROKER_MAX_RULES);
-		cfg->rules[i] = (struct conf_rule){.group = group, .uid = (uid_t)uid};
-		snprintf(cfg->rules[i].name, sizeof(cfg->rules[i].name), "%s", name);
-		cfg->nrules++;
-	}
-	struct conf_rule *r = &cfg->rules[i];
+	if (i == cfg->nrules && i == BROKER_MAX_RULES)
+		return conf_fail(err, key, "'%s': more than %d uid/group rules", key,
+		                 BROKER_MAX_RULES);
+	struct conf_rule r =
+	    i < cfg->nrules ? cfg->rules[i] : (struct conf_rule){.group = group, .uid = (uid_t)uid};
+	snprintf(r.name, sizeof(r.name), "%s", name);
 	if (is_cap) {
-		uint64_t cap;
-		if (util_parse_size(value, &cap) < 0 || cap == 0)
+		if (util_parse_size(value, &r.cap) < 0 || r.cap == 0)
 			return conf_fail(err, key, "'%s' must be a size (e.g. 8GiB)", key);
-		r->cap = cap;
 	} else {
 		char *end;
-		double p = strtod(value, &end);
-		if (!*value || *end || !(p > 0 && p <= 1))
+		r.proportion = strtod(value, &end);
+		if (!*value || *end || !(r.proportion > 0 && r.proportion <= 1))
 			return conf_fail(err, key, "'%s' must be a number in (0, 1]", key);
-		r->proportion = p;
 	}
+	/* Only a valid value creates the rule: a bad line leaves cfg as it was. */
+	cfg->rules[i] = r;
+	if (i == cfg->nrules)
+		cfg->nrules++;
+	*slot = CONF_KEY_COUNT + 2 * i + is_cap;
 	return 0;
 }
 
@@ -256,11 +266,13 @@ unsigned conf_rules_resolve(const struct conf *cfg, gid_t (*group_gid)(const cha
 	return n;
 }
 
-int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_error *err)
+/* conf_set, also saying which slot (CONF_SLOTS) the key set. */
+static int conf_set_slot(struct conf *cfg, const char *key, const char *value,
+                         struct conf_error *err, unsigned *slot)
 {
 	int k;
 	if (strncmp(key, "uid.", 4) == 0 || strncmp(key, "group.", 6) == 0)
-		return conf_set_rule(cfg, key, value, err);
+		return conf_set_rule(cfg, key, value, err, slot);
 	for (k = 0; k < CONF_KEY_COUNT; k++) {
 		if (strcmp(conf_keys[k].name, key) == 0)
 			break;
@@ -348,7 +360,14 @@ int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_e
 		break;
 	}
 	cfg->set |= 1ull << k;
+	*slot = (unsigned)k;
 	return 0;
+}
+
+int conf_set(struct conf *cfg, const char *key, const char *value, struct conf_error *err)
+{
+	unsigned slot;
+	return conf_set_slot(cfg, key, value, err, &slot);
 }
 
 /* Trims blanks at both ends, in place. */
@@ -365,7 +384,7 @@ static char *conf_trim(char *s)
 int conf_parse(const char *text, size_t len, struct conf *cfg, struct conf_error *err)
 {
 	struct conf next = *cfg;
-	uint64_t seen = 0;
+	uint64_t seen[(CONF_SLOTS + 63) / 64] = {0};
 	unsigned line = 0;
 	size_t pos = 0;
 	memset(err, 0, sizeof(*err));
@@ -395,20 +414,25 @@ int conf_parse(const char *text, size_t len, struct conf *cfg, struct conf_error
 		char *key = conf_trim(s), *value = conf_trim(eq + 1);
 		if (!*key)
 			return conf_fail(err, "", "missing key before '='");
-		uint64_t before = next.set;
-		next.set = 0;
-		int rc = conf_set(&next, key, value, err);
-		if (rc < 0)
+		unsigned slot;
+		if (conf_set_slot(&next, key, value, err, &slot) < 0)
 			return -EINVAL;
 		/* A key given twice is almost always an editing slip. */
-		if (seen & next.set)
+		if (seen[slot / 64] & (1ull << (slot % 64)))
 			return conf_fail(err, key, "'%s' is given twice", key);
-		seen |= next.set;
-		next.set |= before;
+		seen[slot / 64] |= 1ull << (slot % 64);
 	}
 	err->line = 0;
 	*cfg = next;
 	return 0;
+}
+
+void conf_error_format(const char *path, const struct conf_error *err, char *buf, size_t size)
+{
+	if (err->line)
+		snprintf(buf, size, "%s:%u: %s", path, err->line, err->message);
+	else
+		snprintf(buf, size, "%s: %s", path, err->message);
 }
 
 int conf_load(const char *path, bool optional, struct conf *cfg, struct conf_error *err)
@@ -427,11 +451,15 @@ int conf_load(const char *path, bool optional, struct conf *cfg, struct conf_err
 	int rc = 0;
 	for (;;) {
 		if (len == cap) {
-			cap = cap ? cap * 2 : 4096;
-			if (cap > (1u << 20)) {
-				rc = conf_fail(err, "", "file larger than 1 MiB");
+			if (len > CONF_MAX_FILE) {
+				rc = conf_fail(err, "", "file larger than %u bytes", CONF_MAX_FILE);
 				break;
 			}
+			/* One byte over the limit tells a file of exactly the
+			 * limit from a longer one. */
+			cap = cap ? cap * 2 : 4096;
+			if (cap > CONF_MAX_FILE)
+				cap = CONF_MAX_FILE + 1;
 			char *grown = realloc(text, cap);
 			if (!grown) {
 				rc = -ENOMEM;

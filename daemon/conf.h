@@ -18,6 +18,8 @@
 #include "broker.h"
 
 #define CONF_DEFAULT_PATH "/etc/gpubroker/gpubroker.conf"
+/* conf_load refuses a longer file: a configuration is a page or two. */
+#define CONF_MAX_FILE (1u << 20)
 
 /* uid.<N>.proportion / .cap and group.<name>.proportion / .cap. */
 struct conf_rule {
@@ -76,7 +78,7 @@ enum conf_key {
 
 struct conf_error {
 	unsigned line; /* 0 when not about one line */
-	char key[32];
+	char key[96];  /* room for the longest rule key, group.<63 bytes>.proportion */
 	char message[160];
 };
 
@@ -90,6 +92,7 @@ bool conf_key_needs_restart(enum conf_key key);
 /*
  * Parses text into cfg (which should hold the defaults). Returns 0, or
  * -EINVAL with err describing the first bad line (cfg is then unchanged).
+ * A key given twice, a rule key included, is such an error.
  */
 int conf_parse(const char *text, size_t len, struct conf *cfg, struct conf_error *err);
 /*
@@ -116,6 +119,10 @@ unsigned conf_rules_resolve(const struct conf *cfg, gid_t (*group_gid)(const cha
 uint64_t conf_diff(const struct conf *a, const struct conf *b);
 /* Copies the value of one key from src to dst. */
 void conf_copy_key(struct conf *dst, const struct conf *src, enum conf_key key);
+
+/* "PATH:LINE: MESSAGE" (or "PATH: MESSAGE" when no line is concerned): how
+ * the daemon reports a bad file at start and in a reload's error reply. */
+void conf_error_format(const char *path, const struct conf_error *err, char *buf, size_t size);
 
 /*
  * Reads and parses a file. A missing file is not an error when optional is

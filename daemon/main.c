@@ -144,31 +144,28 @@ static void flag_to_key(const char *flag, char *key, size_t size)
 
 /*
  * Builds the effective configuration: defaults, file, environment, flags.
- * Returns 0, or -EINVAL after printing what is wrong (usage errors in flags
+ * Returns 0, or -EINVAL with what is wrong in message (usage errors in flags
  * name the flag; file errors name the file, line and key).
  */
-static int conf_build(const struct cmdline *cl, struct conf *cfg)
+static int conf_build(const struct cmdline *cl, struct conf *cfg, char *message, size_t size)
 {
 	struct conf_error err;
 	conf_defaults(cfg);
 	int rc = conf_load(cl->config_path, !cl->config_explicit, cfg, &err);
 	if (rc < 0) {
-		if (err.line)
-			log_error("%s:%u: %s", cl->config_path, err.line, err.message);
-		else
-			log_error("%s: %s", cl->config_path, err.message);
+		conf_error_format(cl->config_path, &err, message, size);
 		return -EINVAL;
 	}
 	const char *env = getenv("GPUBROKER_SOCKET");
 	if (env && *env && conf_set(cfg, "socket", env, &err) < 0) {
-		log_error("GPUBROKER_SOCKET: %s", err.message);
+		snprintf(message, size, "GPUBROKER_SOCKET: %s", err.message);
 		return -EINVAL;
 	}
 	for (int i = 0; i < cl->nflags; i++) {
 		char key[64];
 		flag_to_key(cl->flags[i].key, key, sizeof(key));
 		if (conf_set(cfg, key, cl->flags[i].value, &err) < 0) {
-			log_error("--%s: %s", cl->flags[i].key, err.message);
+			snprintf(message, size, "--%s: %s", cl->flags[i].key, err.message);
 			return -EINVAL;
 		}
 	}
@@ -197,9 +194,9 @@ static int apply_policy(struct broker *b, const struct conf *cfg)
 }
 
 /* server_reload_fn: re-reads the configuration; the server applies it. */
-static int reload_conf(struct conf *out)
+static int reload_conf(struct conf *out, char *message, size_t size)
 {
-	return conf_build(reload_cmdline, out);
+	return conf_build(reload_cmdline, out, message, size);
 }
 
 int main(int argc, char **argv)
@@ -212,8 +209,11 @@ int main(int argc, char **argv)
 		return status;
 	log_init(LOG_LEVEL_INFO);
 	struct conf cfg;
-	if (conf_build(&cl, &cfg) < 0)
+	char message[256];
+	if (conf_build(&cl, &cfg, message, sizeof(message)) < 0) {
+		log_error("%s", message);
 		return 2;
+	}
 	log_init(cfg.log_level);
 	reload_cmdline = &cl;
 	/* A client that vanishes mid-reply must cost an EPIPE, not the daemon. */

@@ -455,6 +455,10 @@ static void conn_serve(struct conn *c, const struct service_peer *peer)
 	}
 	c->session->conn = c;
 	c->session->admin = peer->admin;
+	if (broker_session_set_groups(c->session, peer->groups, peer->ngroups) < 0) {
+		conn_close(c, "out of memory");
+		return;
+	}
 	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
 	          (unsigned long long)c->session->id, (int)peer->pid, (unsigned)peer->uid,
 	          (unsigned)peer->gid, peer->admin ? " (admin)" : "");
@@ -519,7 +523,7 @@ int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid
 		return rc;
 	}
 	struct service_peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
-	conn_serve(c, &peer);
+	conn_serve(c, &peer); /* no supplementary groups */
 	return 0;
 }
 
@@ -643,10 +647,11 @@ static void server_list_key(cJSON *list, enum conf_key key)
 static int server_reload(struct server *srv, cJSON *result, char *message, size_t size)
 {
 	struct conf next;
-	if (srv->reload(&next) < 0) {
-		snprintf(message, size,
-		         "the configuration has errors (see the daemon's log); "
-		         "the running configuration stays in force");
+	char why[256];
+	if (srv->reload(&next, why, sizeof(why)) < 0) {
+		/* The cause first: a long path may cut the end short. */
+		snprintf(message, size, "%s; the running configuration stays in force", why);
+		log_error("reload: %s; the running configuration stays in force", why);
 		return -EINVAL;
 	}
 	uint64_t changed = conf_diff(&srv->cfg, &next);
@@ -700,8 +705,8 @@ static void server_on_sighup(uv_signal_t *sig, int signum)
 {
 	char message[256];
 	service_notify("RELOADING=1");
-	if (server_reload(sig->data, NULL, message, sizeof(message)) < 0)
-		log_error("SIGHUP: %s", message);
+	log_info("SIGHUP: reloading the configuration");
+	server_reload(sig->data, NULL, message, sizeof(message)); /* logs what failed */
 	service_notify("READY=1");
 }
 

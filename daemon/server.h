@@ -16,8 +16,9 @@
 #include "conf.h"
 
 /* Builds the configuration afresh (file, environment, flags) for a reload.
- * 0 or -EINVAL (errors already logged). */
-typedef int (*server_reload_fn)(struct conf *out);
+ * 0 or -EINVAL with the error in message (for a bad file "PATH:LINE: ..."
+ * naming the key). */
+typedef int (*server_reload_fn)(struct conf *out, char *message, size_t size);
 
 struct server;
 

@@ -105,6 +105,16 @@ gid_t service_group(const char *name)
 	return result->gr_gid;
 }
 
+/* Whether gid is among n groups. */
+static bool service_has_group(const gid_t *groups, size_t n, gid_t gid)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (groups[i] == gid)
+			return true;
+	}
+	return false;
+}
+
 int service_peer(int fd, gid_t admin_gid, struct service_peer *out)
 {
 	struct ucred cred;
@@ -114,17 +124,32 @@ int service_peer(int fd, gid_t admin_gid, struct service_peer *out)
 	out->pid = cred.pid;
 	out->uid = cred.uid;
 	out->gid = cred.gid;
+	out->ngroups = 0;
 	out->admin = cred.uid == 0 || (admin_gid != (gid_t)-1 && cred.gid == admin_gid);
-	if (out->admin || admin_gid == (gid_t)-1)
-		return 0;
-	/* Supplementary groups as the peer had them at connect(). */
-	gid_t groups[256];
-	len = sizeof(groups);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
-		return errno == ERANGE ? 0 : -errno;
-	for (size_t i = 0; i < len / sizeof(gid_t); i++) {
-		if (groups[i] == admin_gid)
+	len = sizeof(out->groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, out->groups, &len) == 0) {
+		out->ngroups = len / sizeof(gid_t);
+	} else if (errno == ERANGE) {
+		/* More groups than we keep (len now says how many): the admin
+		 * check sees them all, the session keeps the first ones. */
+		gid_t *all = malloc(len);
+		if (!all)
+			return -ENOMEM;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, all, &len) < 0) {
+			int e = errno;
+			free(all);
+			return -e;
+		}
+		out->ngroups = SERVICE_MAX_GROUPS;
+		memcpy(out->groups, all, sizeof(out->groups));
+		if (admin_gid != (gid_t)-1 &&
+		    service_has_group(all, len / sizeof(gid_t), admin_gid))
 			out->admin = true;
+		free(all);
+	} else {
+		return -errno;
 	}
+	if (admin_gid != (gid_t)-1 && service_has_group(out->groups, out->ngroups, admin_gid))
+		out->admin = true;
 	return 0;
 }

@@ -35,15 +35,22 @@ void service_watchdog_start(uv_loop_t *loop, struct service_watchdog *w,
                             void (*status_fn)(void *ctx, char *buf, size_t size), void *ctx);
 void service_watchdog_stop(struct service_watchdog *w);
 
+/* Supplementary groups kept per peer (for group rules); the admin check sees
+ * them all. */
+#define SERVICE_MAX_GROUPS 256
+
 struct service_peer {
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
 	bool admin; /* root, or admin_gid among its groups */
+	unsigned ngroups;
+	gid_t groups[SERVICE_MAX_GROUPS]; /* the first ngroups supplementary groups */
 };
 
-/* Peer credentials and group membership of a connected Unix socket. admin_gid
- * is (gid_t)-1 when no admin group exists. 0 or -errno. */
+/* Peer credentials and group membership of a connected Unix socket, as the
+ * peer had them at connect(). admin_gid is (gid_t)-1 when no admin group
+ * exists. 0 or -errno. */
 int service_peer(int fd, gid_t admin_gid, struct service_peer *out);
 
 /* The gid of a group name, or (gid_t)-1 when there is no such group. */

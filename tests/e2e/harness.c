@@ -32,6 +32,31 @@ const char *th_env(const char *name)
 	return v;
 }
 
+void th_write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_true(fputs(text, f) >= 0);
+	assert_int_equal(fclose(f), 0);
+}
+
+bool th_file_has(const char *path, const char *text, int times)
+{
+	static char buf[1 << 16];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *p = buf;
+	for (int i = 0; i < times; i++, p++) {
+		if (!(p = strstr(p, text)))
+			return false;
+	}
+	return true;
+}
+
 /* The group fixtures th_run_group_tests wraps, and whether each returned 0
  * (a failed assertion leaves by longjmp and never sets its flag). */
 static CMFixtureFunction th_group_setup_fn, th_group_teardown_fn;

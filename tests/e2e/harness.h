@@ -101,6 +101,11 @@ bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms);
 
 const char *th_env(const char *name);
 
+/* Writes text to path (replacing it); fails the test on error. */
+void th_write_file(const char *path, const char *text);
+/* Whether the first 64 KiB of path hold text at least times times. */
+bool th_file_has(const char *path, const char *text, int times);
+
 /*
  * True under `meson test --setup=valgrind` (GPB_VALGRIND set), where the
  * daemons run under valgrind too (GPB_DAEMON_WRAPPER): their RSS then says

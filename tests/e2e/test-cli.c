@@ -158,30 +158,6 @@ static void test_exit_codes(void **state)
 	assert_non_null(strstr(out, "\"backend\":\"sim\""));
 }
 
-/* A user who may not open the socket gets exit status 4. Needs root to
- * become another user; skipped otherwise. */
-static void test_permission_denied(void **state)
-{
-	if (geteuid() != 0)
-		skip();
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		int devnull = open("/dev/null", O_WRONLY);
-		dup2(devnull, STDOUT_FILENO);
-		dup2(devnull, STDERR_FILENO);
-		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
-			_exit(99);
-		execl(th_env("GPB_CTL"), "gpubrokerctl", "--socket", daemon_.socket, "status",
-		      (char *)NULL);
-		_exit(127);
-	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 4);
-}
-
 /* Operator commands: version, metrics, reload, evict. */
 static void test_operator_commands(void **state)
 {
@@ -414,17 +390,11 @@ static void test_help(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_status_json),
-	    cmocka_unit_test(test_status_table),
-	    cmocka_unit_test(test_devices_csv),
-	    cmocka_unit_test(test_clients_and_stats),
-	    cmocka_unit_test(test_exit_codes),
-	    cmocka_unit_test(test_permission_denied),
-	    cmocka_unit_test(test_operator_commands),
-	    cmocka_unit_test(test_evict),
-	    cmocka_unit_test(test_repeat),
-	    cmocka_unit_test(test_top),
-	    cmocka_unit_test(test_help),
+	    cmocka_unit_test(test_status_json), cmocka_unit_test(test_status_table),
+	    cmocka_unit_test(test_devices_csv), cmocka_unit_test(test_clients_and_stats),
+	    cmocka_unit_test(test_exit_codes),  cmocka_unit_test(test_operator_commands),
+	    cmocka_unit_test(test_evict),       cmocka_unit_test(test_repeat),
+	    cmocka_unit_test(test_top),         cmocka_unit_test(test_help),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,8 +1,8 @@
 /*
  * test-config.c - the configuration file against the real daemon: errors
  * name the file and line, reload applies what can change live and keeps the
- * old configuration on errors, admin operations need an admin, per-user
- * connection limits hold.
+ * old configuration on errors, flags beat the file, per-user connection
+ * limits hold. Admin operations and group rules: test-access.c.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,13 +11,10 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -26,10 +23,7 @@ static char conf_path[64];
 
 static void write_conf(const char *text)
 {
-	FILE *f = fopen(conf_path, "w");
-	assert_non_null(f);
-	assert_true(fputs(text, f) >= 0);
-	assert_int_equal(fclose(f), 0);
+	th_write_file(conf_path, text);
 }
 
 static int setup(void **state)
@@ -114,51 +108,107 @@ static void test_reload(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
-/* Runs fn in a child as user nobody; returns its exit status. */
-static int as_nobody(int (*fn)(const char *socket), const char *socket)
+static char log_path[80];
+static char log_want[128];
+
+/* Whether the daemon's log (log_path) names log_want twice. */
+static bool log_says_twice(void *arg)
 {
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
-			_exit(99);
-		_exit(fn(socket));
-	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return th_file_has(log_path, log_want, 2);
 }
 
-static int nobody_reload(const char *socket)
+/* `gpubrokerctl reload` with a broken file: it fails, saying which file,
+ * line and key; the running configuration stays and clients are served.
+ * SIGHUP logs the same. */
+static void test_reload_cli_bad_file(void **state)
 {
-	gpb_client *c = NULL;
-	char *json = NULL;
-	if (gpb_connect(socket, "nobody", &c) < 0)
-		return 10;
-	int rc = gpb_request(c, "reload", NULL, &json);
-	int ok = rc == GPB_E_PERMISSION && strstr(gpb_last_error(), "permission denied");
-	/* Ordinary requests still work for this user. */
-	ok = ok && try_register(c) == 0;
-	gpb_disconnect(c);
-	return ok ? 0 : 11;
-}
-
-/* Admin operations are for root and the admin group only. */
-static void test_admin_only(void **state)
-{
-	if (geteuid() != 0)
-		skip();
-	write_conf("socket_mode = 0666\n");
+	write_conf("max_instances = 2\n");
+	snprintf(log_path, sizeof(log_path), "%s.log", conf_path);
+	unlink(log_path);
 	const char *extra[] = {"--config", conf_path, NULL};
 	struct th_daemon d;
-	th_daemon_start(&d, extra);
-	assert_int_equal(chmod(d.dir, 0755), 0);
-	assert_int_equal(as_nobody(nobody_reload, d.socket), 0);
-	gpb_client *root = th_client(&d, "root");
+	struct th_daemon_opts o = {.extra = extra, .log_path = log_path};
+	th_daemon_start_opts(&d, &o);
+	gpb_client *c = th_client(&d, "bystander");
+	assert_int_equal(try_register(c), 0);
+	assert_int_equal(try_register(c), 0);
+
+	write_conf("max_instances = 5\n\nmax_instanses = 6\n");
+	char cmd[512], out[4096], want[128];
+	snprintf(cmd, sizeof(cmd), "%s --socket %s reload 2>&1", th_env("GPB_CTL"), d.socket);
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	assert_int_equal(th_run(argv, NULL, out, sizeof(out)), 1);
+	snprintf(want, sizeof(want), "%s:3: unknown key 'max_instanses'", conf_path);
+	if (!strstr(out, want) || !strstr(out, "stays in force"))
+		fail_msg("want '%s', got '%s'", want, out);
+
+	/* max_instances is still 2, for the client connected throughout and
+	 * for a new one. */
+	assert_int_equal(try_register(c), GPB_E_LIMIT);
+	gpb_client *late = th_client(&d, "late");
+	assert_int_equal(try_register(late), 0);
+	assert_int_equal(try_register(late), 0);
+	assert_int_equal(try_register(late), GPB_E_LIMIT);
+	assert_int_equal(th_status_field(c, "clients"), 2);
+
+	/* The reload request's failure was logged; SIGHUP's is too. */
+	snprintf(log_want, sizeof(log_want), "%s:3: unknown key 'max_instanses'; the running",
+	         conf_path);
+	assert_int_equal(kill(d.pid, SIGHUP), 0);
+	assert_true(th_wait_for(log_says_twice, NULL, 5000));
+	assert_int_equal(try_register(c), GPB_E_LIMIT);
+	gpb_disconnect(late);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+	unlink(log_path);
+}
+
+/* Counts "device": entries in a `devices` result. */
+static int device_count(gpb_client *c)
+{
 	char *json = NULL;
-	assert_int_equal(gpb_request(root, "reload", NULL, &json), 0);
+	int n = 0;
+	assert_int_equal(gpb_request(c, "devices", NULL, &json), 0);
+	for (const char *p = json; (p = strstr(p, "\"device\":")); p++)
+		n++;
 	gpb_string_free(json);
-	gpb_disconnect(root);
+	return n;
+}
+
+/* Registers until refused; returns how many instances one client got. */
+static int instances_allowed(const struct th_daemon *d)
+{
+	gpb_client *c = th_client(d, "counter");
+	int n = 0;
+	while (n < 10 && try_register(c) == 0)
+		n++;
+	gpb_disconnect(c);
+	return n;
+}
+
+/* A command-line flag beats the same key in the file, at start and after a
+ * reload (which re-applies the flags on top of the re-read file). */
+static void test_flag_beats_file(void **state)
+{
+	write_conf("sim_devices = 1\nmax_instances = 1\n");
+	/* The harness passes --sim-devices 2. */
+	const char *extra[] = {"--config", conf_path, "--max-instances", "3", NULL};
+	struct th_daemon d;
+	th_daemon_start(&d, extra);
+	gpb_client *c = th_client(&d, "watcher");
+	assert_int_equal(device_count(c), 2);
+	assert_int_equal(instances_allowed(&d), 3);
+
+	write_conf("sim_devices = 1\nmax_instances = 2\nmax_allocations = 50\n");
+	char *json = NULL;
+	assert_int_equal(gpb_request(c, "reload", NULL, &json), 0);
+	if (!strstr(json, "\"applied\":[\"max_allocations\"]") ||
+	    !strstr(json, "\"needs_restart\":[]"))
+		fail_msg("reload: %s", json);
+	gpb_string_free(json);
+	assert_int_equal(device_count(c), 2);
+	assert_int_equal(instances_allowed(&d), 3);
+	gpb_disconnect(c);
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
@@ -259,9 +309,10 @@ static void test_per_uid_limit(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_bad_file_refused), cmocka_unit_test(test_reload),
-	    cmocka_unit_test(test_admin_only),       cmocka_unit_test(test_user_rules),
-	    cmocka_unit_test(test_inflight_limit),   cmocka_unit_test(test_per_uid_limit),
+	    cmocka_unit_test(test_bad_file_refused),    cmocka_unit_test(test_reload),
+	    cmocka_unit_test(test_reload_cli_bad_file), cmocka_unit_test(test_flag_beats_file),
+	    cmocka_unit_test(test_user_rules),          cmocka_unit_test(test_inflight_limit),
+	    cmocka_unit_test(test_per_uid_limit),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -56,10 +56,7 @@ static void env_start(struct env *e, const char *conf_text, unsigned nofile,
 	int n = 0;
 	if (conf_text) {
 		snprintf(e->conf, sizeof(e->conf), "/tmp/gpb-test-conf-%d", (int)getpid());
-		FILE *f = fopen(e->conf, "w");
-		assert_non_null(f);
-		assert_true(fputs(conf_text, f) >= 0);
-		assert_int_equal(fclose(f), 0);
+		th_write_file(e->conf, conf_text);
 		args[n++] = "--config";
 		args[n++] = e->conf;
 	}
@@ -124,14 +121,7 @@ static void env_stop(struct env *e)
 /* True when the daemon's log holds text. */
 static bool log_has(const struct env *e, const char *text)
 {
-	char buf[1 << 16];
-	FILE *f = fopen(e->log, "r");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	return strstr(buf, text) != NULL;
+	return th_file_has(e->log, text, 1);
 }
 
 static bool only_bystander(void *arg)

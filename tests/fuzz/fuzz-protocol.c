@@ -159,10 +159,13 @@ static int fz_count_fds(void)
 	return n;
 }
 
-static int fz_reload(struct conf *out)
+static int fz_reload(struct conf *out, char *message, size_t size)
 {
 	*out = fz_conf;
-	return fz_reload_fails ? -EINVAL : 0;
+	if (!fz_reload_fails)
+		return 0;
+	snprintf(message, size, "fuzz.conf:1: 'x' is bad");
+	return -EINVAL;
 }
 
 static void fz_check(struct fz *f)

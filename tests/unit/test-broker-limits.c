@@ -1,7 +1,7 @@
 /*
  * test-broker-limits.c - unit tests of the daemon core without sockets: the
  * broker over the sim backend (limits and their errors, running out of
- * device memory, allocation ids).
+ * device memory, allocation ids, which operator rule applies).
  *
  * Every test builds its own broker over a small simulated device (2 MiB
  * slabs), calls broker_check() after each step, frees every reply frame and
@@ -362,6 +362,40 @@ static void test_alloc_ids(void **state)
 	broker_done(b);
 }
 
+/* ---- operator rules ------------------------------------------------------ */
+
+/* The rule for a session: its uid's first; else the first group rule for its
+ * primary group or any supplementary one; else none. */
+static void test_rule_for_groups(void **state)
+{
+	struct broker *b = broker_new(16 * MiB, 0, 0);
+	const struct broker_rule rules[] = {
+	    {.group = true, .gid = 50, .cap = 1 * MiB},
+	    {.group = false, .uid = UID_A, .proportion = 0.5},
+	    {.group = true, .gid = 60, .cap = 2 * MiB},
+	};
+	broker_set_rules(b, rules, 3);
+	struct session *a = open_session(b, UID_A, 1);
+	struct session *other = open_session(b, UID_B, 2);
+	const gid_t both[] = {60, 50}, one[] = {7, 60};
+	/* UID_A's own rule beats its groups'. */
+	assert_int_equal(broker_session_set_groups(a, both, 2), 0);
+	assert_ptr_equal(broker_rule_for(b, a), &b->rules[1]);
+	/* Supplementary groups count; of two, the rule first in order wins. */
+	assert_null(broker_rule_for(b, other));
+	assert_int_equal(broker_session_set_groups(other, one, 2), 0);
+	assert_ptr_equal(broker_rule_for(b, other), &b->rules[2]);
+	assert_int_equal(broker_session_set_groups(other, both, 2), 0);
+	assert_ptr_equal(broker_rule_for(b, other), &b->rules[0]);
+	/* The primary group alone counts too. */
+	assert_int_equal(broker_session_set_groups(other, NULL, 0), 0);
+	other->gid = 60;
+	assert_ptr_equal(broker_rule_for(b, other), &b->rules[2]);
+	broker_session_close(b, other);
+	broker_session_close(b, a);
+	broker_done(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -370,6 +404,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_alloc_counts_attachments, teardown),
 	    cmocka_unit_test_teardown(test_oom, teardown),
 	    cmocka_unit_test_teardown(test_alloc_ids, teardown),
+	    cmocka_unit_test_teardown(test_rule_for_groups, teardown),
 	};
 
 	/* Errors only, as in every broker test binary: a warning a test provokes

@@ -121,6 +121,7 @@ static void test_bad_lines(void **state)
 	    {"log_level = loud\n", 1, "log_level", "error, warn"},
 	    {"socket = \n", 1, "socket", "bytes long"},
 	    {"max_clients = 5\nmax_clients = 6\n", 2, "max_clients", "twice"},
+	    {"uid.7.cap = 1GiB\nuid.7.cap = 1GiB\n", 2, "uid.7.cap", "twice"},
 	    {"Max_Clients = 5\n", 1, "Max_Clients", "unknown key"},
 	    {"mode = strict\n", 1, "mode", "active or passive"},
 	    {"limit = 0\n", 1, "limit", "percentage"},
@@ -254,6 +255,97 @@ static void test_rules(void **state)
 	}
 }
 
+/* Writes text (len bytes) to a temporary file and loads it; the file is
+ * removed again. Returns conf_load's value, with the error as the daemon
+ * reports it in report. */
+static int load_text(const char *text, size_t len, struct conf *cfg, char *path, char *report,
+                     size_t size)
+{
+	strcpy(path, "/tmp/gpb-conf-XXXXXX");
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, len), (ssize_t)len);
+	close(fd);
+	struct conf_error err;
+	conf_defaults(cfg);
+	int rc = conf_load(path, false, cfg, &err);
+	unlink(path);
+	conf_error_format(path, &err, report, size);
+	return rc;
+}
+
+/* Loads text, expecting an error that names the file, the line and the key
+ * as "PATH:LINE: 'KEY' ...", and says says. */
+static void expect_load_error(const char *text, unsigned line, const char *key, const char *says)
+{
+	struct conf cfg;
+	char path[32], report[256], want[200];
+	assert_int_equal(load_text(text, strlen(text), &cfg, path, report, sizeof(report)),
+	                 -EINVAL);
+	snprintf(want, sizeof(want), "%s:%u: '%s'", path, line, key);
+	if (strncmp(report, want, strlen(want)) != 0 || !strstr(report, says))
+		fail_msg("want '%s...%s', got '%s'", want, says, report);
+	assert_int_equal(cfg.nrules, 0);
+}
+
+/* Rule keys are checked like the others: given twice, too many rules, a name
+ * too long. */
+static void test_rule_limits(void **state)
+{
+	expect_load_error("uid.1000.cap = 1GiB\nuid.1000.proportion = 0.5\n"
+	                  "uid.1000.cap = 2GiB\n",
+	                  3, "uid.1000.cap", "given twice");
+	expect_load_error("group.render.proportion = 0.5\n# comment\n"
+	                  "group.render.proportion = 0.5\n",
+	                  3, "group.render.proportion", "given twice");
+	/* The same name as a uid and as a group is two rules. */
+	struct conf cfg;
+	struct conf_error err;
+	assert_int_equal(parse("uid.44.cap = 1GiB\ngroup.44.cap = 1GiB\n", &cfg, &err), 0);
+	assert_int_equal(cfg.nrules, 2);
+
+	/* BROKER_MAX_RULES rules are fine; one more names its line. */
+	static char text[BROKER_MAX_RULES * 32 + 64];
+	size_t n = 0;
+	for (int i = 0; i <= BROKER_MAX_RULES; i++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "uid.%d.cap = 1MiB\n", 1000 + i);
+	expect_load_error(text, BROKER_MAX_RULES + 1, "uid.1064.cap", "more than 64");
+	text[strstr(text, "uid.1064") - text] = '\0';
+	assert_int_equal(parse(text, &cfg, &err), 0);
+	assert_int_equal(cfg.nrules, BROKER_MAX_RULES);
+
+	/* A group name of 63 bytes is fine, 64 is too long. */
+	char name[65], line[128];
+	memset(name, 'g', 64);
+	name[64] = '\0';
+	snprintf(line, sizeof(line), "group.%s.proportion = 0.5\n", name);
+	char key[100];
+	snprintf(key, sizeof(key), "group.%s.proportion", name);
+	expect_load_error(line, 1, key, "at most 63 bytes");
+	snprintf(line, sizeof(line), "group.%s.proportion = 0.5\n", name + 1);
+	assert_int_equal(parse(line, &cfg, &err), 0);
+	assert_string_equal(cfg.rules[0].name, name + 1);
+}
+
+/* A file over CONF_MAX_FILE is refused, naming the file; one of exactly
+ * that size is read. */
+static void test_file_size_limit(void **state)
+{
+	char *text = malloc(CONF_MAX_FILE + 1);
+	assert_non_null(text);
+	/* Comment lines of 64 bytes. */
+	for (size_t i = 0; i <= CONF_MAX_FILE; i++)
+		text[i] = i % 64 == 63 ? '\n' : '#';
+	struct conf cfg;
+	char path[32], report[256], want[128];
+	assert_int_equal(load_text(text, CONF_MAX_FILE, &cfg, path, report, sizeof(report)), 0);
+	assert_int_equal(load_text(text, CONF_MAX_FILE + 1, &cfg, path, report, sizeof(report)),
+	                 -EINVAL);
+	snprintf(want, sizeof(want), "%s: file larger than %u bytes", path, CONF_MAX_FILE);
+	assert_string_equal(report, want);
+	free(text);
+}
+
 static void test_load(void **state)
 {
 	char path[] = "/tmp/gpb-conf-XXXXXX";
@@ -286,6 +378,8 @@ int main(void)
 	    cmocka_unit_test(test_set_and_diff),
 	    cmocka_unit_test(test_limit_parse),
 	    cmocka_unit_test(test_rules),
+	    cmocka_unit_test(test_rule_limits),
+	    cmocka_unit_test(test_file_size_limit),
 	    cmocka_unit_test(test_load),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
