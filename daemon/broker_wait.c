@@ -139,7 +139,9 @@ void broker_waits_run(struct broker *b)
 				short_device[inst->device] = true;
 				continue;
 			}
-			if (rc == -EDQUOT) {
+			/* Short of the instance's cap or of its user's: later
+			 * waits of that instance stay behind it. */
+			if (rc == -EDQUOT || rc == -EXFULL) {
 				inst->wait_pass = b->wait_pass;
 				continue;
 			}

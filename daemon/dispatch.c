@@ -430,15 +430,18 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	/* A request that may wait does not overtake those already waiting on
 	 * its device: it joins the queue behind them. */
 	struct broker_instance *target = broker_instance_find(ctx->s, instance);
-	if (wait_ms > 0 && target && broker_waits_on(ctx->b, target->device))
+	/* More than the user's cap could never be served: no wait. */
+	const struct broker_rule *rule = broker_rule_for(ctx->b, ctx->s);
+	bool over_user_cap = rule && rule->cap && size > rule->cap;
+	if (wait_ms > 0 && target && !over_user_cap && broker_waits_on(ctx->b, target->device))
 		rc = -ENOMEM;
 	else
 		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, &g);
-	if ((rc == -ENOMEM || rc == -EDQUOT) && wait_ms > 0) {
-		/* A request larger than the device could never be served:
-		 * say so now rather than after the wait. */
+	if ((rc == -ENOMEM || rc == -EDQUOT || rc == -EXFULL) && wait_ms > 0) {
+		/* A request larger than the device, or than the user's cap,
+		 * could never be served: say so now rather than after the wait. */
 		struct broker_instance *inst = broker_instance_find(ctx->s, instance);
-		if (size <= ctx->b->dev[inst->device].info.total) {
+		if (size <= ctx->b->dev[inst->device].info.total && !over_user_cap) {
 			int wrc = broker_wait_add(ctx->b, ctx->s, ctx->id, instance, size, align,
 			                          (uint64_t)wait_ms);
 			if (wrc == 0) {

@@ -162,6 +162,43 @@ static void test_wait_quota(void **state)
 	broker_done(b);
 }
 
+/* An operator's cap on the user (uid.N.cap) is waited for like the
+ * instance's; a request above the cap itself is refused at once. */
+static void test_wait_user_cap(void **state)
+{
+	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
+	const struct broker_rule rule = {.uid = UID_A, .cap = 8 * MiB};
+	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_A, "two");
+	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
+	struct broker_instance *c = reg_p(b, s2, 0, 0, NULL);
+	struct reply r;
+	(void)state;
+
+	broker_set_rules(b, &rule, 1);
+	struct broker_grant g = alloc_ok(b, s2, c, 6 * MiB, 0);
+	request_deferred(b, s1,
+	                 "{\"id\":\"u\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
+	                 "\",\"size\":\"%llu\",\"wait_ms\":60000}}",
+	                 a->id, (unsigned long long)(4 * MiB));
+	assert_int_equal(b->wait_count, 1);
+	request(b, s1, &r,
+	        "{\"id\":\"x\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
+	        "\",\"size\":\"%llu\",\"wait_ms\":60000}}",
+	        a->id, (unsigned long long)(9 * MiB));
+	assert_int_equal(r.r.code, PROTO_E_QUOTA);
+	reply_done(&r);
+	assert_int_equal(b->wait_count, 1);
+	/* The other connection of the same user frees: the wait is served. */
+	sent_clear();
+	assert_int_equal(broker_free(b, s2, g.id), 0);
+	check(b);
+	assert_int_equal(sent_to(s1, NULL), 1);
+	reply_result(sent_nth(s1, 0), "u");
+	assert_int_equal(a->used, 4 * MiB);
+	assert_int_equal(b->wait_count, 0);
+	broker_done(b);
+}
+
 static void test_wait_timeout(void **state)
 {
 	struct broker *b = policy_broker(8 * MiB, POLICY_PASSIVE, 0);
@@ -282,6 +319,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_teardown(test_wait_served, sent_teardown),
 	    cmocka_unit_test_teardown(test_wait_quota, sent_teardown),
+	    cmocka_unit_test_teardown(test_wait_user_cap, sent_teardown),
 	    cmocka_unit_test_teardown(test_wait_timeout, sent_teardown),
 	    cmocka_unit_test_teardown(test_wait_cancelled, sent_teardown),
 	};
