@@ -73,6 +73,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	list_init(&b->exports);
 	list_init(&b->waits);
 	list_init(&b->retired);
+	list_init(&b->ghosts);
 	idmap_init(&b->allocs);
 	idmap_init(&b->hosts);
 	arena_init(&b->alloc_arena, sizeof(struct broker_alloc), 32);
@@ -123,6 +124,7 @@ void broker_destroy(struct broker *b)
 	 * nothing waiting is served while the sessions are taken apart. */
 	b->send = NULL;
 	b->timer = NULL;
+	b->exit_watch = NULL;
 	b->stopping = true;
 	struct list *pos, *tmp;
 	list_for_each_safe(pos, tmp, &b->sessions)
@@ -134,6 +136,10 @@ void broker_destroy(struct broker *b)
 	{
 		broker_session_close(b, list_entry(pos, struct session, link));
 	}
+	/* The process of an evicted session may outlive the daemon: nothing
+	 * is watched any more, and the backend goes anyway. */
+	while (!list_empty(&b->ghosts))
+		broker_ghost_release(b, (struct broker_ghost *)b->ghosts.next);
 	for (int i = 0; i < b->device_count; i++)
 		pool_destroy(b->dev[i].pool);
 	/* Closing the sessions let go of every parting slab, which destroyed
@@ -322,6 +328,10 @@ void broker_session_close(struct broker *b, struct session *s)
 {
 	struct list *pos, *tmp;
 	broker_waits_drop(b, s);
+	/* Evicted, its process lives on with its mappings: what it held is
+	 * kept from the backend with what was parting (broker_ghost_make). */
+	if (s->evicted)
+		broker_parting_add(b, s, b->invalidate_epoch);
 	list_for_each_safe(pos, tmp, &s->allocs)
 	{
 		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
@@ -331,7 +341,10 @@ void broker_session_close(struct broker *b, struct session *s)
 	struct broker_alloc *a;
 	while ((a = idmap_next(&s->attached, &it, NULL)))
 		broker_unpin(b, s, a);
-	broker_parting_drop(b, s);
+	if (s->evicted)
+		broker_ghost_make(b, s);
+	else
+		broker_parting_drop(b, s);
 	list_for_each_safe(pos, tmp, &s->instances)
 	{
 		broker_instance_free(b, s, list_entry(pos, struct broker_instance, link));

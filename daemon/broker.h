@@ -121,6 +121,7 @@ struct broker_queued {
 };
 
 struct broker_parting; /* broker_reset.c */
+struct broker_ghost;   /* broker_reset.c */
 
 struct session {
 	uint64_t id;
@@ -148,6 +149,8 @@ struct session {
 	unsigned wait_count;            /* its allocations waiting in broker->waits */
 	struct broker_parting *parting; /* slabs its client may still have mapped */
 	unsigned parting_count;
+	bool evicted; /* by an administrator: its process may still have its slabs
+	                 mapped when the connection goes (broker_ghost) */
 };
 
 /*
@@ -178,6 +181,13 @@ typedef int (*broker_reload_fn)(void *ctx, cJSON *result, char *message, size_t 
  * the caller calls broker_waits_expire() itself.
  */
 typedef void (*broker_timer_fn)(void *ctx, uint64_t delay_ms);
+
+/*
+ * How the broker learns that a process has exited (the server's
+ * exitwatch.c): watch pid and call broker_ghost_release(b, ghost) once it
+ * has. 0, or a negative errno when it cannot (the ghost is released then).
+ */
+typedef int (*broker_exit_fn)(void *ctx, pid_t pid, struct broker_ghost *ghost);
 
 /* An allocation waiting for memory or quota (alloc with wait_ms). */
 struct broker_wait {
@@ -231,6 +241,10 @@ struct broker {
 	bool waits_running, waits_again;
 	uint64_t invalidate_epoch; /* invalidate events sent so far (their "epoch") */
 	struct list retired;       /* struct broker_retired: old pools, slabs still parting */
+	struct list ghosts;        /* struct broker_ghost: evicted sessions' slabs */
+	unsigned ghost_count;
+	broker_exit_fn exit_watch; /* the server's exit watch (NULL: none) */
+	void *exit_ctx;
 };
 
 /* What a client needs to use an allocation (or an attachment). */
@@ -376,6 +390,15 @@ const char *broker_allocator_name(enum broker_allocator kind);
 int broker_invalidate_done(struct broker *b, struct session *s, uint64_t epoch, unsigned *released);
 /* Lets go of every parting slab of s (its session ends). */
 void broker_parting_drop(struct broker *b, struct session *s);
+/*
+ * An evicted session ends: every slab it held or had parting stays pinned,
+ * as a "ghost" of the session, until its process has exited (the exit
+ * watch; at once without one, or without a pid).
+ */
+void broker_ghost_make(struct broker *b, struct session *s);
+/* The ghost's process has exited: its slabs go. */
+void broker_ghost_release(struct broker *b, struct broker_ghost *ghost);
+void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx);
 /* 0 and *kind, or -EINVAL. */
 int broker_allocator_parse(const char *name, enum broker_allocator *kind);
 

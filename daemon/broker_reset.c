@@ -71,6 +71,16 @@ struct broker_parting {
 	uint64_t epoch; /* of the invalidate event that released it */
 };
 
+/* What an evicted session kept from the backend until its process exits.
+ * First member: broker_destroy() walks the list through it. */
+struct broker_ghost {
+	struct list link; /* broker->ghosts */
+	struct broker_parting *parting;
+	unsigned count;
+	uint64_t session;
+	pid_t pid;
+};
+
 /* A pool set_allocator replaced while some of its slabs were parting. */
 struct broker_retired {
 	struct list link; /* broker->retired */
@@ -80,7 +90,7 @@ struct broker_retired {
 
 /* Pins every slab s holds until its client has closed it. Out of memory,
  * a slab is not pinned: the daemon goes on and logs it. */
-static void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
+void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
 {
 	size_t it = 0;
 	struct session_slab *ss;
@@ -151,6 +161,50 @@ void broker_parting_drop(struct broker *b, struct session *s)
 	broker_parting_release(b, s, UINT64_MAX);
 }
 
+void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx)
+{
+	b->exit_watch = fn;
+	b->exit_ctx = ctx;
+}
+
+void broker_ghost_release(struct broker *b, struct broker_ghost *g)
+{
+	log_debug("session %llu (pid %d): evicted process gone: %u slabs let go",
+	          (unsigned long long)g->session, (int)g->pid, g->count);
+	list_remove(&g->link);
+	b->ghost_count--;
+	while (g->parting) {
+		struct broker_parting *p = g->parting;
+		g->parting = p->next;
+		broker_parting_free(b, p);
+	}
+	free(g);
+}
+
+void broker_ghost_make(struct broker *b, struct session *s)
+{
+	struct broker_ghost *g = s->parting ? malloc(sizeof(*g)) : NULL;
+	if (!g) {
+		broker_parting_drop(b, s);
+		return;
+	}
+	g->parting = s->parting;
+	g->count = s->parting_count;
+	g->session = s->id;
+	g->pid = s->pid;
+	s->parting = NULL;
+	s->parting_count = 0;
+	list_insert_tail(&b->ghosts, &g->link);
+	b->ghost_count++;
+	int rc = b->exit_watch ? b->exit_watch(b->exit_ctx, s->pid, g) : -ENOSYS;
+	if (rc < 0) {
+		/* Gone already (ESRCH), or nothing to watch it with. */
+		log_debug("session %llu (pid %d): no exit watch (%s): slabs let go",
+		          (unsigned long long)s->id, (int)s->pid, strerror(-rc));
+		broker_ghost_release(b, g);
+	}
+}
+
 int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 {
 	const struct list *pos, *rpos;
@@ -180,6 +234,17 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 		if (n != s->parting_count) {
 			snprintf(msg, msg_len, "session %llu: %u parting slabs, counted %u",
 			         (unsigned long long)s->id, n, s->parting_count);
+			return -EFAULT;
+		}
+	}
+	for (pos = b->ghosts.next; pos != &b->ghosts; pos = pos->next) {
+		const struct broker_ghost *g = list_entry(pos, const struct broker_ghost, link);
+		unsigned n = 0;
+		for (const struct broker_parting *p = g->parting; p; p = p->next, n++)
+			parting_retired += broker_retired_find(b, p->pool) != NULL;
+		if (n != g->count || !n) {
+			snprintf(msg, msg_len, "session %llu's ghost: %u slabs, counted %u",
+			         (unsigned long long)g->session, n, g->count);
 			return -EFAULT;
 		}
 	}
@@ -297,6 +362,11 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
 		for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
 			const struct session *s = list_entry(pos, struct session, link);
 			for (const struct broker_parting *p = s->parting; p; p = p->next)
+				parting += p->pool == old;
+		}
+		for (pos = b->ghosts.next; pos != &b->ghosts; pos = pos->next) {
+			const struct broker_ghost *g = list_entry(pos, struct broker_ghost, link);
+			for (const struct broker_parting *p = g->parting; p; p = p->next)
 				parting += p->pool == old;
 		}
 		b->dev[i].pool = fresh[i];

@@ -583,6 +583,8 @@ static int on_evict(struct dispatch_ctx *ctx)
 		if (data)
 			cJSON_AddStringToObject(data, "reason", "evicted by an administrator");
 		broker_send_event(ctx->b, s, "evicted", data);
+		/* Its process may still have its slabs mapped after the close. */
+		s->evicted = true;
 		if (ctx->b->close)
 			ctx->b->close(ctx->b->send_ctx, s, "evicted by an administrator");
 		return dispatch_result(ctx) ? 0 : -ENOMEM;

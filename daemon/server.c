@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "dispatch.h"
+#include "exitwatch.h"
 #include "log.h"
 #include "service.h"
 
@@ -42,6 +43,7 @@ struct server {
 	uv_timer_t waits;    /* the broker's deadline for waiting allocations */
 	bool in_broker_send; /* conn_send called by the broker: do not close now */
 	struct service_watchdog watchdog;
+	struct exitwatch exits; /* processes of evicted sessions */
 	struct list conns;
 	unsigned conn_count;
 	bool listening, stopping, unlink_socket;
@@ -599,6 +601,7 @@ static void server_stop(struct server *srv, const char *reason)
 	log_info("%s: stopping; %u clients connected", reason, srv->conn_count);
 	service_notify("STOPPING=1\nSTATUS=stopping (%s)", reason);
 	service_watchdog_stop(&srv->watchdog);
+	exitwatch_finish(&srv->exits);
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
 	uv_close((uv_handle_t *)&srv->sighup, NULL);
@@ -731,6 +734,7 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg
 	broker->close = server_close;
 	broker->reload = server_reload_op;
 	broker->reload_ctx = srv;
+	exitwatch_init(&srv->exits, loop, broker);
 	*out = srv;
 	return 0;
 }

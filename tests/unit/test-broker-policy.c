@@ -528,6 +528,78 @@ static void test_invalidate_parting(void **state)
 	broker_done(b);
 }
 
+static struct broker_ghost *watched;
+static pid_t watched_pid;
+
+/* broker_exit_fn of the test: remembers the ghost; pid 0 cannot be watched. */
+static int watch_exit(void *ctx, pid_t pid, struct broker_ghost *ghost)
+{
+	(void)ctx;
+	if (pid <= 0)
+		return -ESRCH;
+	watched = ghost;
+	watched_pid = pid;
+	return 0;
+}
+
+/* An evicted session's slabs (held and parting) stay until its process
+ * has exited; without a pid to watch they go at once. */
+static void test_evicted_ghost(void **state)
+{
+	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
+	uint64_t allocs, attachments;
+	(void)state;
+
+	assert_int_equal(broker_set_allocator(b, BROKER_ALLOCATOR_DIRECT, &allocs, &attachments),
+	                 0);
+	broker_set_exit_watch(b, watch_exit, NULL);
+	struct session *s1 = client(b, UID_A, "one");
+	s1->pid = 4242;
+	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
+	alloc_ok(b, s1, a, 4096, 0);
+	broker_invalidate_all(b, &allocs, &attachments); /* one slab parting */
+	alloc_ok(b, s1, a, 4096, 0);                     /* one held */
+	assert_int_equal(slab_count(b, 0), 2);
+	s1->evicted = true;
+	broker_session_close(b, s1);
+	check(b);
+	assert_non_null(watched);
+	assert_int_equal(watched_pid, 4242);
+	assert_int_equal(b->ghost_count, 1);
+	assert_int_equal(slab_count(b, 0), 2);
+	/* A pool replaced meanwhile waits for the ghost too. */
+	assert_int_equal(broker_set_allocator(b, BROKER_ALLOCATOR_POOL, &allocs, &attachments), 0);
+	assert_false(list_empty(&b->retired));
+	check(b);
+	broker_ghost_release(b, watched);
+	watched = NULL;
+	check(b);
+	assert_int_equal(b->ghost_count, 0);
+	assert_true(list_empty(&b->retired));
+
+	/* No pid: nothing to watch, the slab goes with the session. */
+	struct session *s2 = client(b, UID_A, "two");
+	s2->pid = 0;
+	struct broker_instance *a2 = reg_p(b, s2, 0, 0, NULL);
+	alloc_ok(b, s2, a2, 4096, 0);
+	s2->evicted = true;
+	broker_session_close(b, s2);
+	check(b);
+	assert_null(watched);
+	assert_int_equal(b->ghost_count, 0);
+
+	/* A ghost still watched when the broker goes is let go with it. */
+	struct session *s3 = client(b, UID_A, "three");
+	s3->pid = 4343;
+	struct broker_instance *a3 = reg_p(b, s3, 0, 0, NULL);
+	alloc_ok(b, s3, a3, 4096, 0);
+	s3->evicted = true;
+	broker_session_close(b, s3);
+	assert_int_equal(b->ghost_count, 1);
+	watched = NULL;
+	broker_done(b);
+}
+
 static void test_set_allocator(void **state)
 {
 	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
@@ -622,6 +694,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_departure, sent_teardown),
 	    cmocka_unit_test_teardown(test_set_allocator, sent_teardown),
 	    cmocka_unit_test_teardown(test_invalidate_parting, sent_teardown),
+	    cmocka_unit_test_teardown(test_evicted_ghost, sent_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
