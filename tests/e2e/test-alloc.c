@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -186,6 +188,54 @@ static void test_slab_reopen(void **state)
 	gpb_disconnect(c);
 }
 
+/* Bytes of memory behind the daemon's slab memfds, and how many it has open
+ * (/proc/PID/fd: "/memfd:gpubroker-slab (deleted)"). */
+static uint64_t slab_blocks(pid_t pid, unsigned *count)
+{
+	char dir[64], path[320], link[256];
+	uint64_t bytes = 0;
+	struct dirent *e;
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	*count = 0;
+	while ((e = readdir(d))) {
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n < 0)
+			continue;
+		link[n] = '\0';
+		if (!strstr(link, "memfd:gpubroker-slab") || stat(path, &st) < 0)
+			continue;
+		bytes += (uint64_t)st.st_blocks * 512;
+		(*count)++;
+	}
+	closedir(d);
+	return bytes;
+}
+
+/* A slab is sparse: memory only where bytes were written, however large. */
+static void test_slabs_sparse(void **state)
+{
+	gpb_client *c = th_client(&daemon_, "sparse");
+	uint64_t inst = reg(c, 1);
+	unsigned before_count, count;
+	uint64_t before = slab_blocks(daemon_.pid, &before_count);
+	struct gpb_allocation a;
+	/* Larger than a slab: a dedicated slab of its own, new. */
+	assert_int_equal(gpb_alloc(c, inst, 100 << 20, 0, &a), 0);
+	uint64_t empty = slab_blocks(daemon_.pid, &count);
+	assert_int_equal(count, before_count + 1);
+	assert_true(empty - before < (1 << 20));
+	memset((char *)a.ptr + (32 << 20), 0x5a, 4 << 20); /* 4 MiB touched of 100 */
+	uint64_t used = slab_blocks(daemon_.pid, &count);
+	assert_true(used - before >= (4 << 20));
+	assert_true(used - before < (6 << 20));
+	assert_int_equal(gpb_free(c, a.id), 0);
+	gpb_disconnect(c);
+}
+
 /* The daemon puts an allocation in a slab the connection holds already (no
  * handle to send, nothing to open) over a better fit in another slab of the
  * same user. */
@@ -326,6 +376,7 @@ int main(void)
 	    cmocka_unit_test(test_device_index),
 	    cmocka_unit_test(test_counters),
 	    cmocka_unit_test(test_slab_reopen),
+	    cmocka_unit_test(test_slabs_sparse),
 	    cmocka_unit_test(test_prefers_held_slab),
 	    cmocka_unit_test(test_alignment_and_errors),
 	    cmocka_unit_test(test_other_connection_cannot_free),
