@@ -1,20 +1,30 @@
 /*
  * exitwatch.c - tells the broker when the process of an evicted session has
  * exited (a pidfd polled by the loop), so that the slabs it may still have
- * mapped go back to the backend only then.
+ * mapped go back to the backend only then. Where pidfd_open() is missing
+ * (kernels before 5.3, valgrind before 3.20) a timer asks kill(pid, 0).
  */
 #include "exitwatch.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "log.h"
 
+#define EXITWATCH_POLL_MS 200 /* the fallback's period */
+
 struct exitwatch_entry {
-	uv_poll_t poll;
-	int fd;
+	union {
+		uv_poll_t poll;   /* on the pidfd */
+		uv_timer_t timer; /* the fallback */
+		uv_handle_t handle;
+	} h;
+	int fd; /* the pidfd, or -1 */
+	pid_t pid;
 	struct list link; /* exitwatch->entries */
 	struct exitwatch *w;
 	struct broker_ghost *ghost;
@@ -23,26 +33,62 @@ struct exitwatch_entry {
 static void exitwatch_on_closed(uv_handle_t *h)
 {
 	struct exitwatch_entry *e = h->data;
-	close(e->fd);
+	if (e->fd >= 0)
+		close(e->fd);
 	free(e);
 }
 
 static void exitwatch_entry_close(struct exitwatch_entry *e)
 {
 	list_remove(&e->link);
-	uv_close((uv_handle_t *)&e->poll, exitwatch_on_closed);
+	uv_close(&e->h.handle, exitwatch_on_closed);
+}
+
+static void exitwatch_gone(struct exitwatch_entry *e)
+{
+	broker_ghost_release(e->w->broker, e->ghost);
+	exitwatch_entry_close(e);
 }
 
 static void exitwatch_on_exit(uv_poll_t *p, int status, int events)
 {
-	struct exitwatch_entry *e = p->data;
 	(void)events;
 	/* An error polling a pidfd cannot be waited out: let go now rather
 	 * than hold the memory for ever. */
 	if (status < 0)
 		log_warn("exit watch: %s; slabs let go", uv_strerror(status));
-	broker_ghost_release(e->w->broker, e->ghost);
-	exitwatch_entry_close(e);
+	exitwatch_gone(p->data);
+}
+
+static void exitwatch_on_timer(uv_timer_t *t)
+{
+	struct exitwatch_entry *e = t->data;
+	/* EPERM: alive, under another user. */
+	if (kill(e->pid, 0) < 0 && errno == ESRCH)
+		exitwatch_gone(e);
+}
+
+/* The entry's handle, started: on the pidfd, or the fallback timer. */
+static int exitwatch_start(struct exitwatch *w, struct exitwatch_entry *e)
+{
+	int rc;
+	if (e->fd >= 0) {
+		rc = uv_poll_init(w->loop, &e->h.poll, e->fd);
+		if (rc < 0)
+			return rc;
+		e->h.handle.data = e;
+		list_insert_tail(&w->entries, &e->link);
+		rc = uv_poll_start(&e->h.poll, UV_READABLE, exitwatch_on_exit);
+	} else {
+		uv_timer_init(w->loop, &e->h.timer);
+		e->h.handle.data = e;
+		list_insert_tail(&w->entries, &e->link);
+		rc = uv_timer_start(&e->h.timer, exitwatch_on_timer, EXITWATCH_POLL_MS,
+		                    EXITWATCH_POLL_MS);
+	}
+	if (rc < 0)
+		exitwatch_entry_close(e);
+	return rc;
 }
 
 /* broker_exit_fn */
@@ -53,30 +99,26 @@ static int exitwatch_add(void *ctx, pid_t pid, struct broker_ghost *ghost)
 		return -ESRCH;
 	/* glibc 2.36 has pidfd_open(), older ones only the system call. */
 	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (fd < 0)
+	if (fd < 0 && errno != ENOSYS)
 		return -errno;
 	struct exitwatch_entry *e = calloc(1, sizeof(*e));
 	if (!e) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		return -ENOMEM;
 	}
 	e->fd = fd;
+	e->pid = pid;
 	e->w = w;
 	e->ghost = ghost;
-	int rc = uv_poll_init(w->loop, &e->poll, fd);
-	if (rc < 0) {
-		close(fd);
+	int rc = exitwatch_start(w, e);
+	if (rc < 0 && e->h.handle.data != e) {
+		/* Not initialised, so not to be closed: freed here. */
+		if (fd >= 0)
+			close(fd);
 		free(e);
-		return rc;
 	}
-	e->poll.data = e;
-	list_insert_tail(&w->entries, &e->link);
-	rc = uv_poll_start(&e->poll, UV_READABLE, exitwatch_on_exit);
-	if (rc < 0) {
-		exitwatch_entry_close(e);
-		return rc;
-	}
-	return 0;
+	return rc;
 }
 
 void exitwatch_init(struct exitwatch *w, uv_loop_t *loop, struct broker *b)

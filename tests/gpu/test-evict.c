@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,9 @@ static int victim(const char *socket)
 	struct gpb_register_opts opts = {.name = VICTIM};
 	uint64_t inst;
 
+	/* Whatever becomes of the test, the victim does not outlive it (its
+	 * stdout would keep the test runner waiting). */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	GPB(gpb_connect(socket, VICTIM, &c));
 	GPB(gpb_register(c, &opts, &inst));
 	GPB(gpb_alloc(c, inst, 1 << 20, 0, &a));
