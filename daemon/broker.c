@@ -138,8 +138,7 @@ void broker_destroy(struct broker *b)
 	}
 	/* The process of an evicted session may outlive the daemon: nothing
 	 * is watched any more, and the backend goes anyway. */
-	while (!list_empty(&b->ghosts))
-		broker_ghost_release(b, (struct broker_ghost *)b->ghosts.next);
+	broker_ghosts_drop(b);
 	for (int i = 0; i < b->device_count; i++)
 		pool_destroy(b->dev[i].pool);
 	/* Closing the sessions let go of every parting slab, which destroyed

@@ -35,6 +35,8 @@ int broker_new_id(struct broker *b, uint64_t *out);
 void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a);
 /* Sends cap_changed for every cap the policy moved, then serves the waits. */
 void broker_policy_changed(struct broker *b);
+/* Lets go of every ghost, watched or not (the broker goes). */
+void broker_ghosts_drop(struct broker *b);
 /* Pins every slab s holds, as parting under epoch. */
 void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch);
 /* selfcheck of the parting slabs and retired pools: 0 or -EFAULT with msg. */

@@ -71,8 +71,7 @@ struct broker_parting {
 	uint64_t epoch; /* of the invalidate event that released it */
 };
 
-/* What an evicted session kept from the backend until its process exits.
- * First member: broker_destroy() walks the list through it. */
+/* What an evicted session kept from the backend until its process exits. */
 struct broker_ghost {
 	struct list link; /* broker->ghosts */
 	struct broker_parting *parting;
@@ -179,6 +178,12 @@ void broker_ghost_release(struct broker *b, struct broker_ghost *g)
 		broker_parting_free(b, p);
 	}
 	free(g);
+}
+
+void broker_ghosts_drop(struct broker *b)
+{
+	while (!list_empty(&b->ghosts))
+		broker_ghost_release(b, list_entry(b->ghosts.next, struct broker_ghost, link));
 }
 
 void broker_ghost_make(struct broker *b, struct session *s)
