@@ -75,10 +75,18 @@ void memory_invalidate(void *client);
 void hostmem_init(gpb_client *c);
 /* Unregisters and unmaps every host allocation (disconnect, invalidate). */
 void hostmem_finish(gpb_client *c);
-/* Sends an alloc of host memory (@params consumed) and maps the result;
- * fills @out and/or *result_json when not NULL. */
-int hostmem_call(gpb_client *c, cJSON *params, bool mapped, struct gpb_allocation *out,
-                 char **result_json);
+/* Sends an alloc of host memory (@params consumed; NULL when building them
+ * ran out of memory) and maps the result; fills @out and/or *result_json
+ * when not NULL. */
+int hostmem_call(gpb_client *c, cJSON *params, struct gpb_allocation *out, char **result_json);
+/* Maps and records the host memory an alloc or claim @result handed over
+ * with @fd (consumed); fills @out and/or *result_json when not NULL. On
+ * failure the daemon's allocation is given back (free). */
+int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocation *out,
+                  char **result_json);
+/* Unmaps host allocation @id that the daemon freed (free_label); false when
+ * it is not one of this connection's. */
+bool hostmem_forget(gpb_client *c, uint64_t id);
 /* The free of @id (@params consumed) when @id is a host allocation of this
  * connection: its result; 1 when it is not one (nothing sent). */
 int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json);

@@ -1,7 +1,8 @@
 /*
  * hostmem.c - gpb_alloc_host and the rest of host memory ("pinned" and
  * "mapped"): a memfd of its own per allocation from the daemon, mapped here
- * and, with the cuda backend, registered with cuMemHostRegister.
+ * and, with the cuda backend, registered with cuMemHostRegister. Queued
+ * arrays of host memory arrive the same way, with their claim's reply.
  *
  * Unlike a slab, the daemon never frees memory a client still maps: the
  * mapping keeps the memfd's pages alive whatever the daemon does with its
@@ -84,39 +85,29 @@ static int host_adopt(gpb_client *c, const cJSON *result, int fd, bool mapped, s
 	return 0;
 }
 
-int hostmem_call(gpb_client *c, cJSON *params, bool mapped, struct gpb_allocation *out,
-                 char **result_json)
+int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocation *out,
+                  char **result_json)
 {
-	struct proto_reply rep;
-	struct host_entry *h;
+	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "type"));
+	struct host_entry *h = calloc(1, sizeof(*h));
 	uint64_t id = 0;
-	int fd = -1, rc;
+	int rc;
 
-	if (c->conn.dead) {
-		cJSON_Delete(params);
-		return conn_dead_error(&c->conn);
+	if (!h || idmap_reserve(&c->hosts, 1) < 0) {
+		if (fd >= 0)
+			close(fd);
+		proto_get_id64(result, "id", &id);
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+	} else {
+		rc = host_adopt(c, result, fd, type && strcmp(type, "mapped") == 0, h, &id);
+		if (rc == 0 && result_json)
+			rc = client_result_json(result, result_json);
 	}
-	/* Taken before the daemon commits: afterwards only mapping may fail. */
-	h = calloc(1, sizeof(*h));
-	if (!params || !h || idmap_reserve(&c->hosts, 1) < 0) {
-		cJSON_Delete(params);
-		free(h);
-		return error_set(GPB_E_NOMEM, "out of memory");
-	}
-	rc = conn_call(&c->conn, "alloc", params, &rep, &fd);
-	if (rc < 0) {
-		free(h);
-		return rc;
-	}
-	rc = host_adopt(c, rep.result, fd, mapped, h, &id);
-	if (rc == 0 && result_json)
-		rc = client_result_json(rep.result, result_json);
-	proto_reply_finish(&rep);
 	if (rc < 0) {
 		/* The daemon holds memory this process cannot use: give it back. */
 		char saved[256];
 		snprintf(saved, sizeof(saved), "%s", error_message());
-		if (h->registered) /* adopted, then result_json failed */
+		if (h && h->registered) /* adopted, then result_json failed */
 			host_entry_drop(c, h);
 		else
 			free(h);
@@ -134,6 +125,36 @@ int hostmem_call(gpb_client *c, cJSON *params, bool mapped, struct gpb_allocatio
 		out->offset = 0;
 	}
 	return 0;
+}
+
+int hostmem_call(gpb_client *c, cJSON *params, struct gpb_allocation *out, char **result_json)
+{
+	struct proto_reply rep;
+	int fd = -1, rc;
+
+	if (!params)
+		return error_set(GPB_E_NOMEM, "out of memory");
+	if (c->conn.dead) {
+		cJSON_Delete(params);
+		return conn_dead_error(&c->conn);
+	}
+	rc = conn_call(&c->conn, "alloc", params, &rep, &fd);
+	if (rc < 0)
+		return rc;
+	rc = hostmem_adopt(c, rep.result, fd, out, result_json);
+	proto_reply_finish(&rep);
+	return rc;
+}
+
+bool hostmem_forget(gpb_client *c, uint64_t id)
+{
+	struct host_entry *h = idmap_get(&c->hosts, id);
+
+	if (!h)
+		return false;
+	idmap_remove(&c->hosts, id);
+	host_entry_drop(c, h);
+	return true;
 }
 
 int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json)
@@ -182,7 +203,7 @@ GPB_EXPORT int gpb_alloc_host(gpb_client *c, uint64_t instance, uint64_t size,
 			cJSON_Delete(params);
 			params = NULL;
 		}
-		rc = hostmem_call(c, params, type == GPB_HOST_MAPPED, out, NULL);
+		rc = hostmem_call(c, params, out, NULL);
 	}
 	client_leave(c);
 	return rc;

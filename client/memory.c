@@ -40,6 +40,15 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err
 	return error_set(err, "%s", saved);
 }
 
+/* Host memory: an alloc's params or reply, a claim's reply ("type" pinned
+ * or mapped). */
+static bool is_host_type(const cJSON *result)
+{
+	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "type"));
+
+	return type && (strcmp(type, "pinned") == 0 || strcmp(type, "mapped") == 0);
+}
+
 /*
  * Sends an alloc or attach (@params consumed; NULL when building them ran out
  * of memory) and records its result; fills @out and/or *result_json (the raw
@@ -73,6 +82,11 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 	rc = conn_call(&c->conn, method, params, &rep, &fd);
 	if (rc < 0)
 		goto out;
+	if (is_host_type(rep.result)) {
+		/* A queued array of host memory (claim): mapped as a host alloc. */
+		rc = hostmem_adopt(c, rep.result, fd, out, result_json);
+		goto out_reply;
+	}
 	/* Printed before adopting: nothing to unwind locally if it fails. */
 	rc = client_result_json(rep.result, result_json);
 	if (rc < 0) {
@@ -214,7 +228,7 @@ out:
 	return rc;
 }
 
-/* Forgets the allocations a free_label reply lists. */
+/* Forgets the allocations a free_label reply lists (host memory too). */
 static void memory_release_freed(gpb_client *c, const cJSON *result)
 {
 	const cJSON *it;
@@ -227,7 +241,7 @@ static void memory_release_freed(gpb_client *c, const cJSON *result)
 		if (!cJSON_IsString(it) || strlen(it->valuestring) != 16)
 			continue;
 		id = strtoull(it->valuestring, &end, 16);
-		if (*end == '\0')
+		if (*end == '\0' && !hostmem_forget(c, id))
 			track_release(&c->track, TRACK_ALLOC, id);
 	}
 }
@@ -458,10 +472,8 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 
 	if (op == PROTO_OP_ALLOC) {
 		/* Host memory is mapped its own way (hostmem.c). */
-		const char *type =
-		    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(params, "type"));
-		if (type && (strcmp(type, "pinned") == 0 || strcmp(type, "mapped") == 0))
-			return hostmem_call(c, params, type[0] == 'm', NULL, result_json);
+		if (is_host_type(params))
+			return hostmem_call(c, params, NULL, result_json);
 	}
 	if (op == PROTO_OP_ALLOC || op == PROTO_OP_ATTACH || op == PROTO_OP_OPEN ||
 	    op == PROTO_OP_CLAIM)

@@ -354,8 +354,10 @@ static cJSON *requests_json(const struct gpb_array_request *reqs, size_t n, int 
 		const struct gpb_array_request *r = &reqs[i];
 		cJSON *o = cJSON_CreateObject(), *shape;
 
-		if (!r->label || r->ndim < 1 || r->ndim > 8 || r->axis >= r->ndim) {
-			*rc = error_set(GPB_E_INVALID, "array request %zu: label, ndim or axis", i);
+		if (!r->label || r->ndim < 1 || r->ndim > 8 || r->axis >= r->ndim ||
+		    (r->type && r->type != GPB_HOST_PINNED && r->type != GPB_HOST_MAPPED)) {
+			*rc = error_set(GPB_E_INVALID,
+			                "array request %zu: label, ndim, axis or type", i);
 			cJSON_Delete(o);
 			cJSON_Delete(arr);
 			return NULL;
@@ -368,7 +370,9 @@ static cJSON *requests_json(const struct gpb_array_request *reqs, size_t n, int 
 		    !(shape = cJSON_AddArrayToObject(o, "shape")) ||
 		    !cJSON_AddNumberToObject(o, "elem_size", r->elem_size) ||
 		    !cJSON_AddNumberToObject(o, "axis", r->axis) ||
-		    (r->unchunkable && !cJSON_AddTrueToObject(o, "unchunkable")))
+		    (r->unchunkable && !cJSON_AddTrueToObject(o, "unchunkable")) ||
+		    (r->type && !cJSON_AddStringToObject(
+		                    o, "type", r->type == GPB_HOST_MAPPED ? "mapped" : "pinned")))
 			break;
 		for (unsigned d = 0; d < r->ndim; d++) {
 			cJSON *dim = cJSON_CreateNumber((double)r->shape[d]);

@@ -817,7 +817,9 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 		for (ipos = s->hosts.next; ipos != &s->hosts; ipos = ipos->next) {
 			const struct broker_host *h =
 			    list_entry(ipos, const struct broker_host, link);
-			if (h->owner != s || idmap_get(&b->hosts, h->id) != h) {
+			/* Only allocate_queue makes unclaimed ones, labelled. */
+			if (h->owner != s || idmap_get(&b->hosts, h->id) != h ||
+			    (h->unclaimed && !h->label)) {
 				snprintf(msg, msg_len, "host allocation %016llx misfiled",
 				         (unsigned long long)h->id);
 				return -EFAULT;

@@ -102,6 +102,10 @@ struct broker_host {
 	uint64_t size; /* the memfd's: the request rounded up to pages */
 	int fd;
 	bool mapped;
+	bool unclaimed;    /* made by allocate_queue and not claimed yet: its client
+	                      has not been given the descriptor */
+	char *label;       /* made by allocate_queue: the request's label; else NULL */
+	uint64_t instance; /* with label: the instance it was queued on */
 };
 
 /* A name under which an allocation can be opened (export, open). */
@@ -113,11 +117,19 @@ struct broker_export {
 	char name[PROTO_MAX_NAME + 1];
 };
 
+/* The memory type of a queued array request. */
+enum broker_memory {
+	BROKER_MEM_DEVICE, /* the instance's device, charged to the policy */
+	BROKER_MEM_PINNED, /* host memory (broker_host), max_host_memory */
+	BROKER_MEM_MAPPED, /* host memory mapped into the devices' address space */
+};
+
 /* An array request queued for allocate_queue (queue_request). */
 struct broker_queued {
 	struct list link; /* broker_instance->queued, in the order queued */
 	char label[PROTO_MAX_NAME + 1];
 	struct policy_array arr;
+	enum broker_memory type;
 };
 
 struct broker_parting; /* broker_reset.c */
@@ -357,6 +369,17 @@ int broker_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t
  * descriptor when the session did not hold the slab). -ENOENT (unknown or
  * another session's), -EEXIST (claimed already), -EAGAIN (host memory). */
 int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out);
+/*
+ * Host memory for a queued array of inst (broker_host.c): as
+ * broker_host_alloc() for its owner's session, made unclaimed and labelled;
+ * the descriptor goes to the client with broker_host_claim().
+ */
+int broker_host_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
+                             bool mapped, const char *label, uint64_t *id);
+/* s's unclaimed host allocation id, now claimed: -ENOENT (unknown or
+ * another session's), -EEXIST (claimed already, or not made by
+ * allocate_queue). */
+int broker_host_claim(struct broker *b, struct session *s, uint64_t id, struct broker_host **out);
 /* Drops an instance's queued requests. */
 void broker_queue_clear(struct broker_instance *inst);
 /*

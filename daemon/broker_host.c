@@ -7,7 +7,9 @@
  * with cuMemHostRegister (page-locked; "mapped" also gets a device
  * pointer). The daemon never maps it. Its pages stay alive while the
  * client maps them, whatever the daemon does, so freeing here needs no
- * ordering with the client. The bytes are counted against
+ * ordering with the client. allocate_queue makes them too, for queued
+ * arrays of type pinned or mapped: unclaimed, like its device arrays, until
+ * the client claims the descriptor. The bytes are counted against
  * max_host_memory, every client together, and against each connection's
  * max_allocations; they are not device memory and the VRAM policy does not
  * see them.
@@ -46,13 +48,10 @@ static int host_memfd(uint64_t size)
 	return fd;
 }
 
-int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
-                      bool mapped, struct broker_host **out)
+/* A host allocation of s (the instance checks are the caller's). */
+static int host_make(struct broker *b, struct session *s, uint64_t size, bool mapped,
+                     struct broker_host **out)
 {
-	if (b->stopping)
-		return -ESHUTDOWN;
-	if (!broker_instance_find(s, instance))
-		return -ENOENT;
 	uint64_t page = host_page();
 	if (size == 0 || size > UINT64_MAX - (page - 1))
 		return -EINVAL;
@@ -93,6 +92,49 @@ int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, ui
 	return 0;
 }
 
+int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
+                      bool mapped, struct broker_host **out)
+{
+	if (b->stopping)
+		return -ESHUTDOWN;
+	if (!broker_instance_find(s, instance))
+		return -ENOENT;
+	return host_make(b, s, size, mapped, out);
+}
+
+int broker_host_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
+                             bool mapped, const char *label, uint64_t *id)
+{
+	struct broker_host *h;
+	if (b->stopping)
+		return -ESHUTDOWN;
+	char *copy = strdup(label);
+	if (!copy)
+		return -EAGAIN;
+	int rc = host_make(b, inst->owner, size, mapped, &h);
+	if (rc < 0) {
+		free(copy);
+		return rc;
+	}
+	h->label = copy;
+	h->instance = inst->id;
+	h->unclaimed = true;
+	*id = h->id;
+	return 0;
+}
+
+int broker_host_claim(struct broker *b, struct session *s, uint64_t id, struct broker_host **out)
+{
+	struct broker_host *h = idmap_get(&b->hosts, id);
+	if (!h || h->owner != s)
+		return -ENOENT;
+	if (!h->unclaimed)
+		return -EEXIST;
+	h->unclaimed = false;
+	*out = h;
+	return 0;
+}
+
 static void host_release(struct broker *b, struct session *s, struct broker_host *h)
 {
 	idmap_remove(&b->hosts, h->id);
@@ -100,6 +142,7 @@ static void host_release(struct broker *b, struct session *s, struct broker_host
 	s->host_count--;
 	b->host_used -= h->size;
 	close(h->fd);
+	free(h->label);
 	free(h);
 }
 

@@ -377,9 +377,14 @@ static int alloc_host(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size
 		return dispatch_param_error(ctx, -ERANGE, "size", "too large to round up to pages");
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
+	return dispatch_host_result(ctx, h);
+}
+
+int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h)
+{
 	cJSON *r = dispatch_result(ctx);
 	if (!r || proto_add_id64(r, "id", h->id) ||
-	    !cJSON_AddStringToObject(r, "type", mapped ? "mapped" : "pinned") ||
+	    !cJSON_AddStringToObject(r, "type", h->mapped ? "mapped" : "pinned") ||
 	    proto_add_u64(r, "size", h->size) || !cJSON_AddTrueToObject(r, "fd"))
 		return -ENOMEM;
 	ctx->fd = h->fd;

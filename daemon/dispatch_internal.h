@@ -48,6 +48,8 @@ int dispatch_set_allocator(struct dispatch_ctx *ctx);
 int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out);
 /* The result of an alloc: the grant (and the descriptor to pass). */
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
+/* The reply to a host alloc or claim of h: id, type, size and its descriptor. */
+int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h);
 
 /* The "device" parameter, an index or a UUID string: 0 with *device set,
  * -ENOENT when absent (*device kept), or -EINVAL / -ENODEV (no such device)

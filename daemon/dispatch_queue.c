@@ -13,6 +13,11 @@
  * "unclaimed" until the member's client sends claim for each: the claim's
  * reply is an alloc reply (handle and descriptor the first time), which
  * keeps the slab bookkeeping of both sides in step.
+ *
+ * A request may be host memory ("pinned" or "mapped"): it is cut to the same
+ * chunk length as the device arrays but is not device memory, so it does
+ * not count in the chunk count; allocate_queue makes it a broker_host of
+ * its owner (max_host_memory), unclaimed until claim passes its descriptor.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -27,10 +32,18 @@
 struct parsed_request {
 	const char *label;
 	struct policy_array arr;
+	enum broker_memory type;
+};
+
+static const char *const memory_names[] = {
+    [BROKER_MEM_DEVICE] = "device",
+    [BROKER_MEM_PINNED] = "pinned",
+    [BROKER_MEM_MAPPED] = "mapped",
 };
 
 static const char *const request_expected =
     "an object {label, shape, elem_size, axis, unchunkable, type}";
+static const char *const type_expected = "\"device\", \"pinned\" or \"mapped\"";
 
 /* One request object. Fields are reported as "requests" with the member's
  * name in the message, so that a client can tell which went wrong. */
@@ -71,14 +84,22 @@ static int parse_request(struct dispatch_ctx *ctx, const cJSON *o, struct parsed
 		return dispatch_param_error(ctx, rc, "unchunkable", "a boolean");
 	rc = proto_get_string(o, "type", 16, &type);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "type", "\"device\"");
-	if (strcmp(type, "device") != 0) {
-		if (strcmp(type, "pinned") && strcmp(type, "mapped") && strcmp(type, "managed"))
-			return dispatch_param_error(ctx, -EINVAL, "type", "\"device\"");
+		return dispatch_param_error(ctx, rc, "type", type_expected);
+	if (strcmp(type, "managed") == 0) {
+		/* As for alloc: unified memory cannot be shared across processes. */
 		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
-		                "memory type '%s' is not supported by this version", type);
+		                "memory type 'managed' is not supported: managed memory cannot "
+		                "be shared between processes");
 		return -EOPNOTSUPP;
 	}
+	int found = -1;
+	for (int t = BROKER_MEM_DEVICE; t <= BROKER_MEM_MAPPED; t++) {
+		if (strcmp(type, memory_names[t]) == 0)
+			found = t;
+	}
+	if (found < 0)
+		return dispatch_param_error(ctx, -EINVAL, "type", type_expected);
+	out->type = (enum broker_memory)found;
 	a->elem_size = (uint64_t)elem;
 	a->axis = (unsigned)axis;
 	a->unchunkable = unchunkable;
@@ -166,6 +187,7 @@ int dispatch_queue_request(struct dispatch_ctx *ctx)
 			inst->queued_count++;
 		}
 		q->arr = reqs[i].arr;
+		q->type = reqs[i].type;
 	}
 	cJSON *r = dispatch_result(ctx);
 	if (!r || proto_add_id64(r, "instance", inst->id) ||
@@ -241,10 +263,44 @@ static int chunk_oom(struct dispatch_ctx *ctx, const char *where, uint64_t least
 	return -ENOSPC;
 }
 
+/* The longest run axis among the chunkable arrays (host ones included:
+ * they are cut to the same chunk length), at least 1. */
+static uint64_t longest_axis(const struct policy_array *arrays, size_t n)
+{
+	uint64_t axis = 1;
+	for (size_t i = 0; i < n; i++) {
+		if (!arrays[i].unchunkable && arrays[i].shape[arrays[i].axis] > axis)
+			axis = arrays[i].shape[arrays[i].axis];
+	}
+	return axis;
+}
+
+/*
+ * The chunking of the n device arrays dev along axis_length: the fewest
+ * chunks for one chunk to fit available, or with fixed > 0 that many runs
+ * per chunk. Without device arrays (a request of host memory only) one
+ * chunk of the whole axis, or of fixed runs. As policy_chunk_parameters and
+ * policy_chunk_fixed.
+ */
+static int chunk_fit(const struct policy_array *dev, size_t n, uint64_t axis_length,
+                     uint64_t available, uint64_t fixed, struct policy_chunking *out)
+{
+	if (n && fixed)
+		return policy_chunk_fixed(dev, n, axis_length, fixed, POOL_GRANULE, out);
+	if (n)
+		return policy_chunk_parameters(dev, n, axis_length, available, POOL_GRANULE, out);
+	memset(out, 0, sizeof(*out));
+	out->axis_length = axis_length;
+	out->chunk_length = fixed && fixed < axis_length ? fixed : axis_length;
+	out->chunks = axis_length / out->chunk_length + (axis_length % out->chunk_length != 0);
+	out->available = fixed ? 0 : available;
+	return 0;
+}
+
 int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 {
 	struct parsed_request reqs[QUEUE_MAX];
-	struct policy_array arrays[QUEUE_MAX];
+	struct policy_array arrays[QUEUE_MAX], device_arrays[QUEUE_MAX];
 	struct policy_chunking c;
 	struct policy_group_info gi;
 	const char *group = NULL;
@@ -278,14 +334,17 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 		}
 		available = gi.available;
 	}
-	for (int i = 0; i < n; i++)
+	/* Host arrays are cut like the others but fit no device memory. */
+	size_t ndev = 0;
+	for (int i = 0; i < n; i++) {
 		arrays[i] = reqs[i].arr;
-	if (rl == 0)
-		rc = policy_chunk_fixed(arrays, (size_t)n, (uint64_t)axis, (uint64_t)length,
-		                        POOL_GRANULE, &c);
-	else
-		rc = policy_chunk_parameters(arrays, (size_t)n, (uint64_t)axis, available,
-		                             POOL_GRANULE, &c);
+		if (reqs[i].type == BROKER_MEM_DEVICE)
+			device_arrays[ndev++] = reqs[i].arr;
+	}
+	if (!axis)
+		axis = (int64_t)longest_axis(arrays, (size_t)n);
+	rc = chunk_fit(device_arrays, ndev, (uint64_t)axis, available,
+	               rl == 0 ? (uint64_t)length : 0, &c);
 	if (rc == -ENOMEM)
 		return chunk_oom(ctx, group ? group : "the request", c.chunk_bytes, available,
 		                 false);
@@ -366,9 +425,9 @@ static int batch_collect(struct broker *b, const char *group, struct batch *bt)
 }
 
 /*
- * The fewest chunks for the arrays of bt selected by keep (an instance, a
- * device, or all when both are unset) to fit `limit`. 0 with *chunks, or
- * -ENOSPC with ctx->err set.
+ * The fewest chunks for the device arrays of bt selected by inst and device
+ * (all when both are unset) to fit `limit`; host arrays are not device
+ * memory. 0 with *out, or -ENOSPC with ctx->err set.
  */
 static int batch_chunks(struct dispatch_ctx *ctx, const struct batch *bt, uint64_t axis,
                         const struct broker_instance *inst, int device, uint64_t limit,
@@ -380,14 +439,13 @@ static int batch_chunks(struct dispatch_ctx *ctx, const struct batch *bt, uint64
 		return -ENOMEM;
 	for (size_t i = 0; i < bt->n; i++) {
 		if ((inst && bt->owner[i] != inst) ||
-		    (device >= 0 && bt->owner[i]->device != device))
+		    (device >= 0 && bt->owner[i]->device != device) ||
+		    bt->req[i]->type != BROKER_MEM_DEVICE)
 			continue;
 		sel[n++] = bt->arr[i];
 	}
-	int rc = n ? policy_chunk_parameters(sel, n, axis, limit, POOL_GRANULE, out) : 0;
+	int rc = chunk_fit(sel, n, axis, limit, 0, out);
 	free(sel);
-	if (!n)
-		out->chunks = 1;
 	if (rc == -ENOMEM)
 		return chunk_oom(ctx, where, out->chunk_bytes, limit, quota);
 	if (rc < 0)
@@ -408,20 +466,31 @@ static void send_ready(struct broker *b, const struct batch *bt, struct broker_i
 	    !(arrs = cJSON_AddArrayToObject(data, "arrays")))
 		goto oom;
 	for (size_t i = 0; i < bt->n; i++) {
-		uint64_t shape[POLICY_MAX_DIMS];
-		const struct broker_alloc *a = idmap_get(&b->allocs, bt->ids[i]);
+		uint64_t shape[POLICY_MAX_DIMS], size;
+		enum broker_memory type = bt->req[i]->type;
 		cJSON *o, *sj;
-		if (bt->owner[i] != inst || !a)
+		if (bt->owner[i] != inst)
 			continue;
+		if (type == BROKER_MEM_DEVICE) {
+			const struct broker_alloc *a = idmap_get(&b->allocs, bt->ids[i]);
+			if (!a)
+				continue;
+			size = pool_block_size(a->block);
+		} else {
+			const struct broker_host *h = idmap_get(&b->hosts, bt->ids[i]);
+			if (!h)
+				continue;
+			size = h->size;
+		}
 		policy_chunked_shape(&bt->arr[i], c->chunk_length, shape);
 		o = cJSON_CreateObject();
 		if (!o || !cJSON_AddItemToArray(arrs, o))
 			goto oom_item;
 		sj = shape_json(shape, bt->arr[i].ndim);
 		if (!cJSON_AddStringToObject(o, "label", bt->req[i]->label) ||
-		    proto_add_id64(o, "id", a->id) || !sj ||
-		    !cJSON_AddItemToObject(o, "shape", sj) ||
-		    proto_add_u64(o, "size", pool_block_size(a->block))) {
+		    proto_add_id64(o, "id", bt->ids[i]) || !sj ||
+		    !cJSON_AddItemToObject(o, "shape", sj) || proto_add_u64(o, "size", size) ||
+		    !cJSON_AddStringToObject(o, "type", memory_names[type])) {
 			cJSON_Delete(sj);
 			goto oom;
 		}
@@ -441,8 +510,17 @@ oom:
 }
 
 /* The error of a failed allocation in a batch. */
-static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct broker_instance *inst)
+static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct broker_instance *inst,
+                             bool host)
 {
+	if (host && rc == -ENOMEM) {
+		uint64_t max = ctx->b->limits.max_host_memory, used = ctx->b->host_used;
+		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
+		                "out of memory: the batch's host memory is over max_host_memory "
+		                "(%llu bytes left)",
+		                (unsigned long long)(max > used ? max - used : 0));
+		return rc;
+	}
 	switch (rc) {
 	case -EDQUOT:
 		proto_error_set(
@@ -493,13 +571,7 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 		snprintf(ctx->err.field, sizeof(ctx->err.field), "instance");
 		return -EINVAL;
 	}
-	uint64_t axis = 0;
-	for (size_t i = 0; i < bt.n; i++) {
-		if (!bt.arr[i].unchunkable && bt.arr[i].shape[bt.arr[i].axis] > axis)
-			axis = bt.arr[i].shape[bt.arr[i].axis];
-	}
-	if (!axis)
-		axis = 1;
+	uint64_t axis = longest_axis(bt.arr, bt.n);
 	/* One chunk count for everyone: the most that any constraint needs.
 	 * The chunk length only shrinks as the count grows, so the largest
 	 * minimal count satisfies them all. */
@@ -542,17 +614,27 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 	size_t done = 0;
 	for (; done < bt.n; done++) {
 		struct policy_array chunked = bt.arr[done];
+		enum broker_memory type = bt.req[done]->type;
 		uint64_t bytes;
 		policy_chunked_shape(&bt.arr[done], gc.chunk_length, chunked.shape);
 		policy_array_bytes(&chunked, POOL_GRANULE, &bytes);
-		gc.chunk_bytes += bytes;
+		if (type != BROKER_MEM_DEVICE) {
+			rc = broker_host_alloc_queued(b, bt.owner[done], bytes,
+			                              type == BROKER_MEM_MAPPED,
+			                              bt.req[done]->label, &bt.ids[done]);
+			if (rc < 0)
+				break;
+			continue;
+		}
+		gc.chunk_bytes += bytes; /* device memory: what the chunk count fitted */
 		rc = broker_alloc_queued(b, bt.owner[done], bytes, bt.req[done]->label,
 		                         &bt.ids[done]);
 		if (rc < 0)
 			break;
 	}
 	if (rc < 0) {
-		rc = batch_alloc_error(ctx, rc, bt.owner[done]);
+		rc = batch_alloc_error(ctx, rc, bt.owner[done],
+		                       bt.req[done]->type != BROKER_MEM_DEVICE);
 		while (done--)
 			broker_free(b, bt.owner[done]->owner, bt.ids[done]);
 		batch_free(&bt);
@@ -588,6 +670,18 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 		return dispatch_param_error(ctx, rc, "id", "16 lowercase hex digits");
 	rc = broker_claim(ctx->b, ctx->s, id, &g);
 	if (rc == -ENOENT) {
+		struct broker_host *h;
+		rc = broker_host_claim(ctx->b, ctx->s, id, &h);
+		if (rc == 0) {
+			/* As a host alloc's reply, so the library maps it alike. */
+			rc = dispatch_host_result(ctx, h);
+			if (rc == 0 && (!cJSON_AddStringToObject(ctx->result, "label", h->label) ||
+			                proto_add_id64(ctx->result, "instance", h->instance) < 0))
+				rc = -ENOMEM;
+			return rc;
+		}
+	}
+	if (rc == -ENOENT) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such allocation");
 		return rc;
 	}
@@ -619,7 +713,7 @@ int dispatch_free_label(struct dispatch_ctx *ctx)
 	rc = proto_get_id64(ctx->params, "instance", &instance);
 	if (rc < 0 && rc != -ENOENT)
 		return dispatch_param_error(ctx, rc, "instance", "16 lowercase hex digits");
-	ids = calloc(ctx->s->alloc_count + 1, sizeof(*ids));
+	ids = calloc(ctx->s->alloc_count + ctx->s->host_count + 1, sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
 	/* Collected first: freeing serves waits, which adds allocations. */
@@ -629,6 +723,12 @@ int dispatch_free_label(struct dispatch_ctx *ctx)
 		if (a->label && strcmp(a->label, label) == 0 &&
 		    (!instance || a->inst->id == instance))
 			ids[n++] = a->id;
+	}
+	for (pos = ctx->s->hosts.next; pos != &ctx->s->hosts; pos = pos->next) {
+		const struct broker_host *h = list_entry(pos, const struct broker_host, link);
+		if (h->label && strcmp(h->label, label) == 0 &&
+		    (!instance || h->instance == instance))
+			ids[n++] = h->id;
 	}
 	if (!n) {
 		free(ids);

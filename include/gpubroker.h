@@ -151,7 +151,7 @@ int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t ali
  */
 int gpb_free(gpb_client *client, uint64_t id);
 
-/** Host memory types for gpb_alloc_host(). */
+/** Host memory types for gpb_alloc_host() (and gpb_array_request.type). */
 enum gpb_host_type {
 	GPB_HOST_PINNED = 1, /**< page-locked host memory: fast copies to and from devices */
 	GPB_HOST_MAPPED = 2, /**< pinned and mapped into the devices' address space */
@@ -376,9 +376,15 @@ int gpb_group_info(gpb_client *client, const char *group, struct gpb_group_info 
  * its own instance; unchunkable arrays whole) and sends every member an
  * "allocation_ready" event:
  *   {"group", "instance", "chunks", "chunk_length", "axis_length",
- *    "arrays": [{"label", "id", "shape": [...], "size"}]}
+ *    "arrays": [{"label", "id", "shape": [...], "size", "type"}]}
  * The member maps each array with gpb_claim(id) and frees it with gpb_free()
  * or gpb_free_label(). Unclaimed arrays are charged all the same.
+ *
+ * An array of host memory (type GPB_HOST_PINNED or GPB_HOST_MAPPED, "type"
+ * "pinned" or "mapped" in the event) is cut to the same chunk length as the
+ * device arrays but does not count when the chunk count is fitted (a batch
+ * of host arrays only is one chunk); it becomes host memory of its owner as
+ * from gpb_alloc_host() (max_host_memory), mapped by gpb_claim().
  */
 
 /** One array request (cubie's ArrayRequest, as far as sizing goes). */
@@ -389,6 +395,9 @@ struct gpb_array_request {
 	unsigned elem_size; /**< bytes per element (the dtype's itemsize), 1-65536 */
 	unsigned axis;      /**< the run axis: the one chunking divides */
 	int unchunkable;    /**< 1: keeps its full shape in every chunk */
+	int type;           /**< memory type: 0 = device; GPB_HOST_PINNED or GPB_HOST_MAPPED: host
+	                         memory, as gpb_alloc_host() (cut to the chunk length, but not
+	                         counted in the chunk count; appended last, so 0 keeps old callers) */
 };
 
 /** How a request was (or would be) chunked. */
@@ -406,9 +415,8 @@ struct gpb_chunking {
  * Queues @n (1-64) array requests on @instance, replacing queued ones with
  * the same label; at most 64 stay queued per instance. Returns the number
  * now queued on the instance.
- * Errors: GPB_E_INVALID (a request, or labels repeated), GPB_E_NOT_SUPPORTED
- * (a memory type), GPB_E_LIMIT (64 queued), GPB_E_NOT_FOUND,
- * GPB_E_PERMISSION, GPB_E_DAEMON_GONE.
+ * Errors: GPB_E_INVALID (a request, its type, or labels repeated), GPB_E_LIMIT (64 queued),
+ * GPB_E_NOT_FOUND, GPB_E_PERMISSION, GPB_E_DAEMON_GONE.
  */
 int gpb_queue_request(gpb_client *client, uint64_t instance, const struct gpb_array_request *reqs,
                       size_t n);
@@ -420,7 +428,8 @@ int gpb_queue_request(gpb_client *client, uint64_t instance, const struct gpb_ar
  * Errors: GPB_E_INVALID (nothing queued), GPB_E_OUT_OF_MEMORY (not even one
  * run per chunk fits the group or a device), GPB_E_QUOTA (nor a member's
  * headroom, active mode), GPB_E_LIMIT, GPB_E_NOT_FOUND, GPB_E_PERMISSION,
- * GPB_E_DAEMON_GONE. On failure nothing is allocated and the queues stay.
+ * GPB_E_DAEMON_GONE; GPB_E_OUT_OF_MEMORY also for host arrays over
+ * max_host_memory. On failure nothing is allocated and the queues stay.
  */
 int gpb_allocate_queue(gpb_client *client, uint64_t instance, struct gpb_chunking *out);
 
@@ -451,15 +460,19 @@ int gpb_chunked_shapes(gpb_client *client, uint64_t chunk_length, uint64_t axis_
 
 /**
  * Maps an array that gpb_allocate_queue() made for this client (an id from
- * its allocation_ready event), as gpb_alloc() would have returned it.
+ * its allocation_ready event), as gpb_alloc() would have returned it; a host
+ * array as gpb_alloc_host() would have (@out->device -1; for a mapped one
+ * gpb_host_device_pointer() gives the device's address).
  * Errors: GPB_E_NOT_FOUND (unknown, or not this client's), GPB_E_INVALID
- * (claimed already), GPB_E_SYSTEM (mapping), GPB_E_DAEMON_GONE.
+ * (claimed already), GPB_E_SYSTEM (mapping), GPB_E_BACKEND (registering host
+ * memory), GPB_E_DAEMON_GONE.
  */
 int gpb_claim(gpb_client *client, uint64_t id, struct gpb_allocation *out);
 
 /**
  * Frees this client's allocations labelled @label by gpb_allocate_queue()
- * (those of @instance only, unless @instance is 0), claimed or not. Returns
+ * (those of @instance only, unless @instance is 0), claimed or not, device
+ * and host memory alike. Returns
  * how many were freed. Errors: GPB_E_NOT_FOUND (none), GPB_E_INVALID.
  */
 int gpb_free_label(gpb_client *client, uint64_t instance, const char *label);

@@ -110,6 +110,7 @@ class gpb_array_request(ctypes.Structure):
         ("elem_size", c_uint),
         ("axis", c_uint),
         ("unchunkable", c_int),
+        ("type", c_int),  # 0 device, 1 GPB_HOST_PINNED, 2 GPB_HOST_MAPPED
     ]
 
 

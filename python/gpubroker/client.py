@@ -42,6 +42,10 @@ def _timeout_ms(timeout):
     return ms
 
 
+# ArrayRequest.memory -> gpb_array_request.type (GPB_HOST_PINNED, GPB_HOST_MAPPED).
+_MEMORY_TYPES = {"device": 0, "pinned": 1, "mapped": 2}
+
+
 def _array_requests(requests):
     """A list of (label, ArrayRequest) as a ctypes array of gpb_array_request
     (the label strings are kept alive by the array's _keep)."""
@@ -64,11 +68,16 @@ def _array_requests(requests):
         slot.elem_size = dtypes.itemsize(req.dtype)
         slot.axis = req.chunk_axis
         slot.unchunkable = 1 if req.unchunkable else 0
+        if req.memory not in _MEMORY_TYPES:
+            raise errors.InvalidError(errors.E_INVALID,
+                                      "memory is 'device', 'pinned' or 'mapped'",
+                                      "array request")
+        slot.type = _MEMORY_TYPES[req.memory]
     arr._keep = keep
     return arr
 
 
-def _as_requests(label_or_requests, shape, dtype, chunk_axis, unchunkable):
+def _as_requests(label_or_requests, shape, dtype, chunk_axis, unchunkable, memory="device"):
     """queue_request()'s two spellings as a list of (label, ArrayRequest)."""
     if isinstance(label_or_requests, collections.abc.Mapping):
         out = []
@@ -80,7 +89,7 @@ def _as_requests(label_or_requests, shape, dtype, chunk_axis, unchunkable):
     if shape is None:
         raise TypeError("queue_request(instance, label, shape=...) or "
                         "queue_request(instance, {label: ArrayRequest(...)})")
-    return [(label_or_requests, ArrayRequest(shape, dtype, chunk_axis, unchunkable))]
+    return [(label_or_requests, ArrayRequest(shape, dtype, chunk_axis, unchunkable, memory))]
 
 
 def _event_queuer(pending):
@@ -364,13 +373,14 @@ class Client:
     # ---- queued requests and chunking ----------------------------------------
 
     def queue_request(self, instance, label, shape=None, dtype="float32", chunk_axis=0,
-                      unchunkable=False):
+                      unchunkable=False, memory="device"):
         """Queues array requests on @instance (gpb_queue_request), either one
         ``queue_request(inst, "state", shape=(1000, 3), dtype="float32",
         chunk_axis=0)`` or several ``queue_request(inst, {"state":
-        ArrayRequest((1000, 3), "f4"), ...})``. Returns how many are queued on
-        the instance now."""
-        reqs = _as_requests(label, shape, dtype, chunk_axis, unchunkable)
+        ArrayRequest((1000, 3), "f4"), ...})``. @memory: "device", or host
+        memory "pinned" or "mapped" (see ArrayRequest). Returns how many are
+        queued on the instance now."""
+        reqs = _as_requests(label, shape, dtype, chunk_axis, unchunkable, memory)
         arr = _array_requests(reqs)
         return self._call("queue_request", instance, arr, len(reqs))
 
@@ -409,10 +419,13 @@ class Client:
         return self._chunking("chunked_shapes", requests, chunk_length, axis_length)[1]
 
     def claim(self, ident, label=None, shape=None, instance=None):
-        """Maps an array allocate_queue() made for this client (gpb_claim)."""
+        """Maps an array allocate_queue() made for this client (gpb_claim):
+        device memory, or a host array as alloc_host() gives it (kind "host",
+        device -1)."""
         raw = _lib.gpb_allocation()
         self._call("claim", ident, ctypes.byref(raw))
-        return self._adopt(raw, CLAIM, label=label, shape=shape, instance=instance)
+        kind = HOST if raw.device == -1 else CLAIM
+        return self._adopt(raw, kind, label=label, shape=shape, instance=instance)
 
     def claim_ready(self, event):
         """Claims every array of an "allocation_ready" Event: {label: Allocation}
@@ -426,7 +439,7 @@ class Client:
         @instance only, unless 0); returns how many."""
         n = self._call("free_label", instance, _lib.cstr(label))
         for a in list(self._allocations.values()):
-            if a.kind == CLAIM and a.label == label and instance in (0, a.instance):
+            if a.kind in (CLAIM, HOST) and a.label == label and instance in (0, a.instance):
                 a._forget()
         return n
 

@@ -63,9 +63,12 @@ class ArrayRequest:
     (cubie's ArrayRequest as far as sizing goes): @shape a numpy-style
     shape, @dtype any dtype gpubroker.dtypes understands, @chunk_axis the run
     axis chunking divides, @unchunkable to keep the full shape in every
-    chunk."""
+    chunk, @memory the memory type (cubie's memory_type): "device", or host
+    memory "pinned" or "mapped" (cut to the chunk length like the others, but
+    not counted when the chunk count is fitted; claimed as host memory)."""
 
     shape: tuple
     dtype: object = "float32"
     chunk_axis: int = 0
     unchunkable: bool = False
+    memory: str = "device"

@@ -2,7 +2,8 @@
  * test-host.c - host memory end to end (alloc types "pinned" and "mapped"):
  * the real daemon and library on the sim backend. The memory is usable and
  * zeroed, counted in status, bounded by max_host_memory for all clients
- * together, freed by gpb_free, by disconnect and by a client's death.
+ * together, freed by gpb_free, by disconnect and by a client's death; and
+ * queued arrays of host memory (allocate_queue, claim, free_label).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,12 +11,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "harness.h"
 
@@ -127,10 +131,133 @@ static void test_host_memory(void **state)
 	unlink(conf);
 }
 
+/* What allocation_ready said of each array: id and type by label. */
+struct ready {
+	int seen;
+	uint64_t chunks;
+	uint64_t id[3];
+	char type[3][8];
+};
+
+static const char *const ready_labels[3] = {"dev", "pin", "map"};
+
+static void on_ready(gpb_client *c, const char *name, const char *data, void *ud)
+{
+	struct ready *r = ud;
+	const cJSON *a;
+	(void)c;
+	cJSON *root = strcmp(name, "allocation_ready") == 0 ? cJSON_Parse(data) : NULL;
+	if (!root)
+		return;
+	r->chunks = strtoull(cJSON_GetStringValue(cJSON_GetObjectItem(root, "chunks")), NULL, 10);
+	cJSON_ArrayForEach(a, cJSON_GetObjectItem(root, "arrays"))
+	{
+		const char *label = cJSON_GetStringValue(cJSON_GetObjectItem(a, "label"));
+		for (int i = 0; label && i < 3; i++) {
+			if (strcmp(label, ready_labels[i]) != 0)
+				continue;
+			r->id[i] =
+			    strtoull(cJSON_GetStringValue(cJSON_GetObjectItem(a, "id")), NULL, 16);
+			snprintf(r->type[i], sizeof(r->type[i]), "%s",
+			         cJSON_GetStringValue(cJSON_GetObjectItem(a, "type")));
+		}
+	}
+	r->seen++;
+	cJSON_Delete(root);
+}
+
+static void test_queued_host(void **state)
+{
+	(void)state;
+	struct th_daemon d;
+	th_daemon_start(&d, NULL);
+	gpb_client *c = th_client(&d, "queued");
+	struct gpb_register_opts opts = {.name = "q", .group = "hq"};
+	uint64_t inst;
+	assert_int_equal(gpb_register(c, &opts, &inst), 0);
+	/* 64 runs of 4 KiB on the device, 64 runs of 1 KiB pinned, and a
+	 * mapped table. */
+	struct gpb_array_request reqs[3] = {
+	    {.label = "dev", .shape = {64, 1024}, .ndim = 2, .elem_size = 4},
+	    {.label = "pin",
+	     .shape = {64, 256},
+	     .ndim = 2,
+	     .elem_size = 4,
+	     .type = GPB_HOST_PINNED},
+	    {.label = "map",
+	     .shape = {16},
+	     .ndim = 1,
+	     .elem_size = 4,
+	     .unchunkable = 1,
+	     .type = GPB_HOST_MAPPED},
+	};
+	/* The chunking sends the types: the pinned array does not count in
+	 * 128 KiB (two chunks of 32 runs) but is cut to 32 runs. */
+	struct gpb_chunking ch;
+	uint64_t shapes[3][8];
+	assert_int_equal(gpb_chunk_parameters(c, NULL, 128 << 10, 0, reqs, 3, &ch, shapes), 0);
+	assert_int_equal(ch.chunks, 2);
+	assert_int_equal(shapes[1][0], 32);
+	assert_int_equal(shapes[2][0], 16);
+	reqs[2].type = 7;
+	assert_int_equal(gpb_queue_request(c, inst, reqs, 3), GPB_E_INVALID);
+	reqs[2].type = GPB_HOST_MAPPED;
+
+	struct ready r = {0};
+	gpb_set_event_callback(c, on_ready, &r);
+	assert_int_equal(gpb_queue_request(c, inst, reqs, 3), 3);
+	assert_int_equal(gpb_allocate_queue(c, inst, &ch), 0);
+	assert_int_equal(ch.chunks, 1);
+	for (int i = 0; i < 500 && !r.seen; i++) {
+		struct pollfd p = {.fd = gpb_event_fd(c), .events = POLLIN};
+		if (poll(&p, 1, 20) == 1)
+			assert_true(gpb_dispatch(c) >= 0);
+	}
+	assert_int_equal(r.seen, 1);
+	assert_string_equal(r.type[0], "device");
+	assert_string_equal(r.type[1], "pinned");
+	assert_string_equal(r.type[2], "mapped");
+	/* Unclaimed host arrays count already. */
+	assert_int_equal(th_status_field(c, "host_used"), 65536 + 4096);
+
+	struct gpb_allocation dev, pin, map;
+	assert_int_equal(gpb_claim(c, r.id[0], &dev), 0);
+	assert_int_equal(gpb_claim(c, r.id[1], &pin), 0);
+	assert_int_equal(gpb_claim(c, r.id[2], &map), 0);
+	assert_int_equal(gpb_claim(c, r.id[1], &pin), GPB_E_INVALID);
+	assert_true(dev.device == 0 && dev.size == 256 << 10);
+	assert_true(pin.device == -1 && pin.size == 65536 && pin.ptr);
+	assert_true(map.device == -1 && map.size == 4096);
+	/* The pinned memory is real, zeroed, and this process's. */
+	for (uint64_t i = 0; i < pin.size; i++)
+		assert_int_equal(((unsigned char *)pin.ptr)[i], 0);
+	memset(pin.ptr, 0x5a, pin.size);
+	assert_int_equal(((unsigned char *)pin.ptr)[pin.size - 1], 0x5a);
+	void *devp = NULL;
+	assert_int_equal(gpb_host_device_pointer(c, map.id, &devp), 0);
+	assert_ptr_equal(devp, map.ptr);
+	assert_int_equal(gpb_host_device_pointer(c, pin.id, &devp), GPB_E_INVALID);
+
+	/* free_label frees (and unmaps) host arrays; the library forgets them. */
+	assert_int_equal(gpb_free_label(c, 0, "pin"), 1);
+	assert_int_equal(gpb_free(c, pin.id), GPB_E_NOT_FOUND);
+	assert_int_equal(gpb_host_device_pointer(c, pin.id, &devp), GPB_E_NOT_FOUND);
+	assert_int_equal(th_status_field(c, "host_used"), 4096);
+	assert_int_equal(gpb_free_label(c, inst, "map"), 1);
+	assert_int_equal(gpb_host_device_pointer(c, map.id, &devp), GPB_E_NOT_FOUND);
+	assert_int_equal(gpb_free_label(c, inst, "dev"), 1);
+	assert_int_equal(th_status_field(c, "host_used"), 0);
+	assert_int_equal(th_status_used(c), 0);
+	th_selfcheck(c, NULL);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_host_memory),
+	    cmocka_unit_test(test_queued_host),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

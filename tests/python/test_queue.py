@@ -115,3 +115,34 @@ def test_quota_for_a_group_in_active_mode(client, other):
         client.allocate_queue(tight)
     assert e.value.code == gpubroker.errors.E_QUOTA
     assert client.mem_info(tight).used == 0  # nothing allocated
+
+
+def test_queue_host_memory(client):
+    a = client.register("h", group="staging")
+    reqs = {"state": ArrayRequest((4096, 256), "f4"),
+            "staging": ArrayRequest((4096, 64), "f4", memory="pinned"),
+            "table": ArrayRequest((16,), "f8", unchunkable=True, memory="mapped")}
+    # The pinned array is cut like the others but does not count in the fit:
+    # 4 MiB of state runs in 512 KiB is 8 chunks (10 if the 1 MiB of
+    # staging counted).
+    ch, shapes = client.chunk_parameters(reqs, available=512 * 1024)
+    assert ch.chunks == 8 and shapes["staging"] == (512, 64) and shapes["table"] == (16,)
+    with pytest.raises(gpubroker.InvalidError):
+        client.queue_request(a, "x", shape=(4,), memory="managed-ish")
+    assert client.queue_request(a, reqs) == 3
+    client.allocate_queue(a)
+    ev = client.wait_event("allocation_ready")
+    assert {x["label"]: x["type"] for x in ev.data["arrays"]} == {
+        "state": "device", "staging": "pinned", "table": "mapped"}
+    arrays = client.claim_ready(ev)
+    staging, table = arrays["staging"], arrays["table"]
+    assert staging.kind == "host" and staging.device == -1 and staging.label == "staging"
+    assert staging.size == 4096 * 64 * 4 and arrays["state"].device == 0
+    staging.write(b"pinned bytes", 100)
+    assert staging.read(12, 100) == b"pinned bytes"
+    assert client.host_device_pointer(table) == table.ptr  # sim: the host address
+    assert client.free_label("staging", a) == 1
+    assert staging.freed
+    assert client.free_label("table") == 1 and table.freed
+    assert client.request("status")["host_used"] == "0"
+    arrays["state"].free()
