@@ -101,6 +101,8 @@ static int exitwatch_add(void *ctx, pid_t pid, struct broker_ghost *ghost)
 	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (fd < 0 && errno != ENOSYS)
 		return -errno;
+	if (fd < 0 && kill(pid, 0) < 0 && errno == ESRCH)
+		return -ESRCH;
 	struct exitwatch_entry *e = calloc(1, sizeof(*e));
 	if (!e) {
 		if (fd >= 0)

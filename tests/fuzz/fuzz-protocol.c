@@ -475,6 +475,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* broker_exit_fn: keeps the ghost, or refuses (the process "is gone"). */
+static int fz_exit_watch(void *ctx, pid_t pid, struct broker_ghost *ghost)
+{
+	struct fz *f = ctx;
+	(void)pid;
+	(void)ghost;
+	return fz_rand(f) % 2 ? 0 : -ESRCH;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 3)
@@ -517,6 +526,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fz_fail("uv_loop_init");
 	if (server_create(&f.loop, f.broker, &fz_conf, fz_reload, &f.srv) < 0)
 		fz_fail("server_create");
+	/* The clients' pids are made up: an evicted one's ghost is kept (or,
+	 * every other time, let go at once) without watching a real process,
+	 * and broker_destroy() lets the kept ones go. */
+	broker_set_exit_watch(f.broker, fz_exit_watch, &f);
 
 	fz_attach(&f, 0, 1000, f.flags & FZ_ADMIN_A);
 	if (sep)
