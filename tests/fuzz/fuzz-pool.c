@@ -37,6 +37,7 @@ struct fslab {
 
 struct fake {
 	uint64_t capacity, in_use;
+	uint64_t granule; /* every slab size is a multiple of it */
 	int fail_err;
 	unsigned creates, destroys;
 	struct fslab *all[MAX_SLABS];
@@ -52,7 +53,7 @@ struct live {
 static int fake_create(void *ctx, uint64_t size, uint32_t uid, void **slab)
 {
 	struct fake *f = ctx;
-	FUZZ_ASSERT(size > 0 && size % POOL_SLAB_ALIGN == 0, "slab of %llu bytes",
+	FUZZ_ASSERT(size > 0 && size % f->granule == 0, "slab of %llu bytes",
 	            (unsigned long long)size);
 	if (f->fail_err) {
 		int err = f->fail_err;
@@ -146,10 +147,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int nlive = 0, npins = 0;
 	memset(&f, 0, sizeof(f));
 
-	struct pool_config cfg = {
-	    .slab_size = POOL_SLAB_ALIGN * (1 + fuzz_u8(&in) % 4),
-	    .keep_empty = fuzz_u8(&in) % 3,
-	};
+	struct pool_config cfg = {.slab_size = POOL_SLAB_ALIGN * (1 + fuzz_u8(&in) % 4)};
+	uint8_t keep = fuzz_u8(&in);
+	cfg.keep_empty = keep % 3;
+	/* The direct allocator's exact dedicated slabs. */
+	cfg.exact = keep & 0x80;
+	f.granule = cfg.exact ? POOL_GRANULE : POOL_SLAB_ALIGN;
 	uint8_t thr = fuzz_u8(&in);
 	cfg.large_threshold = thr < 128 ? 0 : (uint64_t)(thr - 127) << 14;
 	f.capacity = POOL_SLAB_ALIGN * (1 + fuzz_u8(&in) % 64);
