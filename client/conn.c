@@ -359,6 +359,25 @@ static int conn_read(struct conn *c, int flags)
 	return 1;
 }
 
+/* Drops this connection's mappings for an invalidate event; the daemon may
+ * let the slabs go once it hears so (conn_send_acks). */
+static void conn_invalidate(struct conn *c, uint64_t epoch)
+{
+	c->on_invalidate(c->invalidate_ctx);
+	if (epoch > c->invalidate_epoch)
+		c->invalidate_epoch = epoch;
+}
+
+/* Applies an invalidate read behind the previous reply (conn_exchange). */
+static void conn_invalidate_deferred(struct conn *c)
+{
+	if (!c->invalidate_pending)
+		return;
+	c->invalidate_pending = false;
+	conn_invalidate(c, c->invalidate_deferred);
+	c->invalidate_deferred = 0;
+}
+
 /*
  * Handles one frame. Returns 1 when it is the reply to @want_id (moved into
  * *rep), 0 when it was an event, or the error that killed the connection.
@@ -379,13 +398,16 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		 * may put the connection back in a slab, and must find the
 		 * bookkeeping already empty, as the daemon's is. */
 		if (strcmp(r.event, "invalidate") == 0 && c->on_invalidate) {
-			uint64_t epoch;
-			c->on_invalidate(c->invalidate_ctx);
-			/* The mappings are closed: the daemon may let the slabs
-			 * go once it hears so (conn_send_acks). */
-			if (proto_get_u64(r.data, "epoch", 1, UINT64_MAX, &epoch) == 0 &&
-			    epoch > c->invalidate_epoch)
-				c->invalidate_epoch = epoch;
+			uint64_t epoch = 0;
+			if (proto_get_u64(r.data, "epoch", 1, UINT64_MAX, &epoch) < 0)
+				epoch = 0;
+			if (c->defer_invalidate) {
+				c->invalidate_pending = true;
+				if (epoch > c->invalidate_deferred)
+					c->invalidate_deferred = epoch;
+			} else {
+				conn_invalidate(c, epoch);
+			}
 		}
 		rc = conn_queue_event(c, &r);
 		proto_reply_finish(&r);
@@ -445,6 +467,7 @@ int conn_pump(struct conn *c)
 {
 	int rc;
 
+	conn_invalidate_deferred(c);
 	if (c->dead)
 		return conn_dead_error(c);
 	rc = conn_process_buffered(c);
@@ -548,6 +571,7 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	memset(rep, 0, sizeof(*rep));
 	if (fd)
 		*fd = -1;
+	conn_invalidate_deferred(c);
 	if (c->dead) {
 		cJSON_Delete(params);
 		return conn_dead_error(c);
@@ -606,9 +630,12 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	 * Frames behind the reply in the same read are events: queue them now,
 	 * or poll() on the event fd would not report them (their bytes have
 	 * already left the socket). A failure here kills the connection for
-	 * the next call but does not undo this reply.
+	 * the next call but does not undo this reply. An invalidate among
+	 * them came after this reply: the caller applies the reply first.
 	 */
+	c->defer_invalidate = true;
 	conn_process_buffered(c);
+	c->defer_invalidate = false;
 
 	if (r.code) {
 		rc = error_from_daemon(r.code, r.message);

@@ -47,6 +47,11 @@ struct conn {
 	/* The newest invalidate epoch read, and the newest answered with
 	 * invalidate_done (sent once the frames at hand are handled). */
 	uint64_t invalidate_epoch, invalidate_acked;
+	/* An invalidate read behind a reply, in the same read: it came after
+	 * the reply, which the caller has yet to apply, so it is applied at
+	 * the connection's next use (its epoch answered only then). */
+	uint64_t invalidate_deferred;
+	bool invalidate_pending, defer_invalidate;
 };
 
 /* Connects to @path (not NULL). Returns GPB_E_CONNECT, GPB_E_PERMISSION,
