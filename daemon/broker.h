@@ -422,6 +422,14 @@ void broker_ghost_make(struct broker *b, struct session *s);
 /* The ghost's process has exited: its slabs go. */
 void broker_ghost_release(struct broker *b, struct broker_ghost *ghost);
 void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx);
+/* What is kept from the backend for clients that may still have it mapped:
+ * slabs parting (of sessions and of ghosts), ghosts, retired pools
+ * (selfcheck reports them; all 0 once every client is gone). */
+struct broker_parting_counts {
+	uint64_t parting;
+	unsigned ghosts, retired;
+};
+void broker_parting_counts(const struct broker *b, struct broker_parting_counts *out);
 /* 0 and *kind, or -EINVAL. */
 int broker_allocator_parse(const char *name, enum broker_allocator *kind);
 

@@ -59,6 +59,21 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 			}
 			orphans_held += a->orphan;
 		}
+		{
+			uint64_t refs = 0, want = s->attached.count;
+			size_t hit = 0;
+			const struct session_slab *ss;
+			while ((ss = idmap_next(&s->held, &hit, NULL)))
+				refs += ss->refs;
+			for (ipos = s->allocs.next; ipos != &s->allocs; ipos = ipos->next)
+				want += !list_entry(ipos, const struct broker_alloc, link)->unclaimed;
+			if (refs != want) {
+				snprintf(msg, msg_len, "session %llu: held refs %llu, want %llu",
+				         (unsigned long long)s->id, (unsigned long long)refs,
+				         (unsigned long long)want);
+				return -EFAULT;
+			}
+		}
 		unsigned nhost = 0;
 		for (ipos = s->hosts.next; ipos != &s->hosts; ipos = ipos->next) {
 			const struct broker_host *h =

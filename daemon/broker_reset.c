@@ -210,6 +210,20 @@ void broker_ghost_make(struct broker *b, struct session *s)
 	}
 }
 
+void broker_parting_counts(const struct broker *b, struct broker_parting_counts *out)
+{
+	const struct list *pos;
+	memset(out, 0, sizeof(*out));
+	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next)
+		out->parting += list_entry(pos, const struct session, link)->parting_count;
+	for (pos = b->ghosts.next; pos != &b->ghosts; pos = pos->next) {
+		out->parting += list_entry(pos, const struct broker_ghost, link)->count;
+		out->ghosts++;
+	}
+	for (pos = b->retired.next; pos != &b->retired; pos = pos->next)
+		out->retired++;
+}
+
 int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 {
 	const struct list *pos, *rpos;

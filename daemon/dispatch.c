@@ -638,11 +638,15 @@ static int on_selfcheck(struct dispatch_ctx *ctx)
 		return -EFAULT;
 	}
 	const struct broker *b = ctx->b;
+	struct broker_parting_counts pc;
+	broker_parting_counts(b, &pc);
 	cJSON *r = dispatch_result(ctx);
 	if (!r || !cJSON_AddTrueToObject(r, "ok") || add_int(r, "sessions", b->session_count) ||
 	    add_int(r, "instances", (double)b->instance_count) ||
 	    add_int(r, "allocations", (double)b->allocs.count) ||
-	    add_int(r, "waits", b->wait_count) || add_int(r, "heap_bytes", heap_bytes()))
+	    add_int(r, "waits", b->wait_count) || add_int(r, "parting", (double)pc.parting) ||
+	    add_int(r, "ghosts", pc.ghosts) || add_int(r, "retired", pc.retired) ||
+	    add_int(r, "heap_bytes", heap_bytes()))
 		return -ENOMEM;
 	return 0;
 }

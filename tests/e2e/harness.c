@@ -492,6 +492,9 @@ uint64_t th_selfcheck(gpb_client *c, struct th_selfcheck *out)
 		out->sessions = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "sessions"));
 		out->instances = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "instances"));
 		out->waits = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "waits"));
+		out->parting = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "parting"));
+		out->ghosts = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "ghosts"));
+		out->retired = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "retired"));
 		const cJSON *heap = cJSON_GetObjectItemCaseSensitive(root, "heap_bytes");
 		out->heap_bytes = cJSON_IsNumber(heap) ? (long long)heap->valuedouble : -1;
 	}

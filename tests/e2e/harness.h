@@ -89,7 +89,8 @@ int th_run(char *const argv[], char *const env[], char *out, size_t cap);
 /* What the admin `selfcheck` request reports. */
 struct th_selfcheck {
 	uint64_t sessions, instances, allocations, waits;
-	long long heap_bytes; /* the daemon's malloc'd bytes in use; -1: unknown */
+	uint64_t parting, ghosts, retired; /* kept for clients that may have it mapped */
+	long long heap_bytes;              /* the daemon's malloc'd bytes in use; -1: unknown */
 };
 /* Runs `selfcheck` (every pool, session, allocation and policy structure of
  * the daemon) and fails the test unless it passes. out may be NULL.
