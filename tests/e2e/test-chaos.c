@@ -48,6 +48,11 @@ struct shared {
 	unsigned long ops, errors_expected;
 	unsigned long by_code[32]; /* expected refusals by -GPB_E_* */
 	unsigned long refused;     /* connections the daemon could not take */
+	pid_t bystander;           /* the test's own process: never evicted */
+	/* The admin releases: issued (and succeeded), and what the workers
+	 * saw of them. */
+	unsigned long invalidates, switches, switch_turn, evictions;
+	unsigned long invalidate_events, vanished, evicted;
 };
 
 static struct shared *sh;
@@ -115,11 +120,13 @@ static bool expected(int rc, bool exhausting)
 }
 
 static bool worker_exhausting;
+static struct worker *current; /* this worker process's, for check() */
+static bool worker_evicted(void);
 
 /* Records the first unexpected result and ends the worker. */
 static void check(int rc, const char *what)
 {
-	if (expected(rc, worker_exhausting)) {
+	if (expected(rc, worker_exhausting) || (rc == GPB_E_DAEMON_GONE && worker_evicted())) {
 		if (rc < 0) {
 			__atomic_add_fetch(&sh->errors_expected, 1, __ATOMIC_RELAXED);
 			__atomic_add_fetch(&sh->by_code[-rc & 31], 1, __ATOMIC_RELAXED);
@@ -142,15 +149,53 @@ struct worker {
 	int nattached;
 	uint64_t ready[16]; /* ids from allocation_ready, to claim */
 	int nready;
+	/* held and attached before the current step: an invalidate event
+	 * delivered after it may have been read before the step's reply,
+	 * which then is newer (and kept). */
+	int old_held, old_attached;
+	bool evicted; /* the evicted event came: the connection closes */
 };
+
+/* Keeps entries [old, *n) of list (of element size sz) and drops the rest;
+ * returns how many went. */
+static int keep_new(void *list, size_t sz, int *n, int old)
+{
+	int keep = *n > old ? *n - old : 0, gone = *n - keep;
+	memmove(list, (char *)list + (size_t)old * sz, (size_t)keep * sz);
+	*n = keep;
+	return gone;
+}
 
 static void on_event(gpb_client *c, const char *name, const char *data, void *ud)
 {
 	struct worker *w = ud;
-	if (strcmp(name, "allocation_ready") != 0)
-		return;
-	for (const char *p = data; (p = strstr(p, "\"id\":\"")) && w->nready < 16; p += 6)
-		w->ready[w->nready++] = strtoull(p + 6, NULL, 16);
+	if (strcmp(name, "evicted") == 0) {
+		w->evicted = true;
+	} else if (strcmp(name, "invalidate") == 0) {
+		/* The library has dropped every mapping: the allocations,
+		 * attachments and unclaimed arrays are gone (a free of one
+		 * would be not_found). */
+		int gone =
+		    keep_new(w->held, sizeof(w->held[0]), &w->nheld, w->old_held) +
+		    keep_new(w->attached, sizeof(w->attached[0]), &w->nattached, w->old_attached) +
+		    w->nready;
+		w->nready = 0;
+		w->old_held = w->old_attached = 0;
+		__atomic_add_fetch(&sh->invalidate_events, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&sh->vanished, (unsigned long)gone, __ATOMIC_RELAXED);
+	} else if (strcmp(name, "allocation_ready") == 0) {
+		for (const char *p = data; (p = strstr(p, "\"id\":\"")) && w->nready < 16; p += 6)
+			w->ready[w->nready++] = strtoull(p + 6, NULL, 16);
+	}
+}
+
+/* Whether this worker was evicted: the events that came before the close
+ * are still delivered by gpb_dispatch. */
+static bool worker_evicted(void)
+{
+	if (current && current->c && !current->evicted)
+		gpb_dispatch(current->c);
+	return current && current->evicted;
 }
 
 static void worker_connect(struct worker *w, const char *socket)
@@ -187,15 +232,76 @@ static uint64_t rnd_size(void)
 	return (uint64_t)256 << rnd_below(18) | rnd_below(4096);
 }
 
+/* Evicts a random client of another worker (never the bystander, nor a
+ * connection that has not said hello yet: its client would see its
+ * connect fail for a reason it cannot know). */
+static void worker_evict(gpb_client *c)
+{
+	char *json = NULL, params[64];
+	uint64_t ids[64];
+	unsigned n = 0;
+	int rc = gpb_request(c, "clients", NULL, &json);
+	check(rc, "clients");
+	if (rc < 0)
+		return;
+	for (const char *p = json; (p = strstr(p, "\"session\":\"")) && n < 64;) {
+		uint64_t id = strtoull(p + 11, NULL, 16);
+		const char *end = strchr(p, '}'), *pid = strstr(p, "\"pid\":");
+		const char *name = strstr(p, "\"name\":\"chaos\"");
+		p += 11;
+		if (!end || !pid || pid > end || !name || name > end)
+			continue;
+		long v = strtol(pid + 6, NULL, 10);
+		if (v != getpid() && v != sh->bystander)
+			ids[n++] = id;
+	}
+	gpb_string_free(json);
+	if (!n)
+		return;
+	snprintf(params, sizeof(params), "{\"session\":\"%016llx\"}",
+	         (unsigned long long)ids[rnd_below(n)]);
+	rc = gpb_request(c, "evict", params, &json);
+	check(rc, "evict");
+	gpb_string_free(json);
+	if (rc == 0)
+		__atomic_add_fetch(&sh->evictions, 1, __ATOMIC_RELAXED);
+}
+
+/* One of the admin releases, each about once in RARE ops (per kind). */
+#define RARE 300
+static void worker_admin(gpb_client *c, unsigned kind)
+{
+	int rc;
+	if (kind == 0) {
+		rc = gpb_invalidate_all(c);
+		check(rc, "invalidate_all");
+		if (rc == 0)
+			__atomic_add_fetch(&sh->invalidates, 1, __ATOMIC_RELAXED);
+	} else if (kind == 1) {
+		/* Alternating across the workers, so that most calls switch. */
+		unsigned long turn = __atomic_fetch_add(&sh->switch_turn, 1, __ATOMIC_RELAXED);
+		rc = gpb_set_allocator(c, turn & 1 ? "direct" : "pool");
+		check(rc, "set_allocator");
+		if (rc == 0)
+			__atomic_add_fetch(&sh->switches, 1, __ATOMIC_RELAXED);
+	} else {
+		worker_evict(c);
+	}
+}
+
 static void worker_step(struct worker *w, const char *socket)
 {
 	static const char *const groups[] = {"default", "g0", "g1", "g2"};
 	struct gpb_allocation a;
 	gpb_client *c = w->c;
-	unsigned op = rnd_below(100);
+	unsigned op = rnd_below(100), rare = rnd_below(RARE);
 	uint64_t inst = w->ninst ? w->inst[rnd_below((unsigned)w->ninst)] : 0;
 	int rc;
-	if (w->ninst == 0 || (op < 4 && w->ninst < 4)) {
+	w->old_held = w->nheld;
+	w->old_attached = w->nattached;
+	if (rare < 3) {
+		worker_admin(c, rare);
+	} else if (w->ninst == 0 || (op < 4 && w->ninst < 4)) {
 		struct gpb_register_opts o = {.name = "chaos",
 		                              .device = (int)rnd_below(2),
 		                              .proportion =
@@ -342,10 +448,23 @@ static void worker_main(const char *socket, uint64_t seed)
 {
 	struct worker w;
 	rnd_seed(seed);
+	current = &w;
 	worker_connect(&w, socket);
 	for (;;) {
 		worker_step(&w, socket);
 		__atomic_add_fetch(&sh->ops, 1, __ATOMIC_RELAXED);
+		/* Events now, so that an invalidate's losses are known before
+		 * the next step picks an id. */
+		if (!w.evicted) {
+			int rc = gpb_dispatch(w.c);
+			check(rc < 0 ? rc : 0, "dispatch");
+		}
+		if (w.evicted) {
+			/* Every call since said daemon gone; start over. */
+			__atomic_add_fetch(&sh->evicted, 1, __ATOMIC_RELAXED);
+			gpb_disconnect(w.c);
+			worker_connect(&w, socket);
+		}
 	}
 }
 
@@ -369,6 +488,106 @@ static void deaf_main(const char *path)
 		if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) < 0)
 			th_child_exit(0); /* dropped */
 	}
+}
+
+/* ---- the bystander ---------------------------------------------------- */
+
+/*
+ * The test's own client: runs selfcheck during the run and holds one
+ * allocation with a pattern that nothing but an invalidate may change.
+ * Every invalidate_all or set_allocator of a worker releases it too: its
+ * library then unmaps it, and the bystander allocates afresh with the next
+ * pattern. A change of its bytes seen before a call must be explained by an
+ * invalidate event that call reads (the daemon writes the event before it
+ * reuses the memory, and the event comes before the reply); otherwise the
+ * daemon gave its live memory to someone else.
+ */
+struct bystander {
+	gpb_client *c;
+	uint64_t inst; /* 0: holds no allocation (descriptor exhaustion) */
+	struct gpb_allocation a;
+	bool have, invalidated, changed;
+	unsigned char pattern;
+	unsigned long events, allocations;
+};
+
+static void bystander_event(gpb_client *c, const char *name, const char *data, void *ud)
+{
+	struct bystander *b = ud;
+	if (strcmp(name, "invalidate") == 0) {
+		b->invalidated = true;
+		b->events++;
+	}
+}
+
+/* Whether the bytes are as written; remembers a change. */
+static bool bystander_intact(struct bystander *b)
+{
+	const unsigned char *p = b->a.ptr;
+	for (uint64_t i = 0; b->have && !b->changed && i < b->a.size; i++)
+		b->changed = p[i] != b->pattern;
+	return !b->changed;
+}
+
+/* Delivers the events read so far; with an invalidate among them, finds
+ * out whether the allocation went: the event may have been read before the
+ * reply that made it (it stays) or after (it went). The instance holds
+ * nothing else, so its used bytes say. */
+static void bystander_events(struct bystander *b)
+{
+	assert_true(gpb_dispatch(b->c) >= 0);
+	while (b->have && b->invalidated) {
+		struct gpb_mem_info mi;
+		b->invalidated = false;
+		assert_int_equal(gpb_mem_info(b->c, b->inst, &mi), 0);
+		assert_true(gpb_dispatch(b->c) >= 0);
+		if (mi.used == 0 || b->invalidated) {
+			b->have = b->changed = false;
+			b->invalidated = false;
+		}
+	}
+	b->invalidated = false;
+}
+
+/* Brings the bystander up to date after calls that may have read events:
+ * a released allocation replaced; a changed one fails the test. */
+static void bystander_sync(struct bystander *b)
+{
+	bystander_events(b);
+	if (b->changed)
+		fail_msg("the bystander's bytes changed with no invalidate event");
+	while (b->inst && !b->have) {
+		int rc = gpb_alloc(b->c, b->inst, 1 << 16, 0, &b->a);
+		if (rc == GPB_E_OUT_OF_MEMORY || rc == GPB_E_QUOTA)
+			return; /* the workers hold it all: next time */
+		assert_int_equal(rc, 0);
+		b->pattern = (unsigned char)(b->pattern % 255 + 1);
+		memset(b->a.ptr, b->pattern, b->a.size);
+		b->have = true;
+		b->allocations++;
+		bystander_events(b);
+	}
+}
+
+static void bystander_start(struct bystander *b, const struct th_daemon *d, bool allocate)
+{
+	memset(b, 0, sizeof(*b));
+	b->c = th_client(d, "bystander");
+	gpb_set_event_callback(b->c, bystander_event, b);
+	if (allocate) {
+		struct gpb_register_opts ro = {.name = "bystander"};
+		assert_int_equal(gpb_register(b->c, &ro, &b->inst), 0);
+		bystander_sync(b);
+		assert_true(b->have);
+	}
+}
+
+/* selfcheck through the bystander, its bytes looked at just before. */
+static void bystander_check(struct bystander *b, struct th_selfcheck *out)
+{
+	bystander_intact(b);
+	th_selfcheck(b->c, out);
+	bystander_sync(b);
 }
 
 /* ---- the run ---------------------------------------------------------- */
@@ -420,7 +639,7 @@ static void reap(struct run *r, int i, bool killed)
  * SIGKILL at a random moment of its life (and replaced), with the observer
  * running selfcheck about every 200 ms meanwhile.
  */
-static void run_chaos(struct run *r, const struct th_daemon *d, gpb_client *observer, int ms)
+static void run_chaos(struct run *r, const struct th_daemon *d, struct bystander *by, int ms)
 {
 	long long end = now_ms() + ms, next_check = 0;
 	for (int i = 0; i < r->workers; i++)
@@ -442,8 +661,9 @@ static void run_chaos(struct run *r, const struct th_daemon *d, gpb_client *obse
 				spawn(r, i, d->socket);
 			}
 		}
-		if (t >= next_check && observer) {
-			th_selfcheck(observer, NULL);
+		bystander_intact(by);
+		if (t >= next_check) {
+			bystander_check(by, NULL);
 			r->selfchecks++;
 			next_check = t + 200;
 		}
@@ -505,6 +725,52 @@ static uint64_t device_used(gpb_client *c, int device)
 	return st.used;
 }
 
+/* What is kept for clients that may still have it mapped: parting slabs,
+ * ghosts of evicted clients, retired pools. */
+static bool nothing_kept(void *arg)
+{
+	struct th_selfcheck sc;
+	th_selfcheck(arg, &sc);
+	return sc.parting == 0 && sc.ghosts == 0 && sc.retired == 0;
+}
+
+/* After a run: every worker killed and reaped, so every exit watch fires
+ * (a pidfd at once, the fallback within 200 ms) and the bystander answers
+ * the invalidate events it has read. */
+static void assert_nothing_kept(struct bystander *by)
+{
+	bool ok = th_wait_for(nothing_kept, by->c, 5000);
+	struct th_selfcheck sc;
+	bystander_check(by, &sc);
+	if (!ok)
+		fail_msg("left: %llu parting slabs, %llu ghosts, %llu retired pools",
+		         (unsigned long long)sc.parting, (unsigned long long)sc.ghosts,
+		         (unsigned long long)sc.retired);
+}
+
+/* The pool allocator again (the workers leave either), so that the memory
+ * figures compare alike; a switch releases the bystander's allocation too. */
+static void allocator_reset(struct bystander *by)
+{
+	assert_int_equal(gpb_set_allocator(by->c, "pool"), 0);
+	bystander_sync(by);
+}
+
+/* "invalidates N, ..." of the admin releases since *from (then updated). */
+static const char *releases(struct shared *from)
+{
+	static char buf[256];
+	snprintf(buf, sizeof(buf),
+	         "%lu invalidate_all, %lu set_allocator, %lu evictions; workers saw %lu "
+	         "invalidate events (%lu allocations and attachments gone with them) and "
+	         "%lu evictions",
+	         sh->invalidates - from->invalidates, sh->switches - from->switches,
+	         sh->evictions - from->evictions, sh->invalidate_events - from->invalidate_events,
+	         sh->vanished - from->vanished, sh->evicted - from->evicted);
+	*from = *sh;
+	return buf;
+}
+
 /* Case 26's cousin and the issue's main chaos run. */
 static void test_chaos(void **state)
 {
@@ -519,13 +785,8 @@ static void test_chaos(void **state)
 	struct th_daemon d;
 	struct th_daemon_opts o = {.extra = extra, .exact_heap = true};
 	th_daemon_start_opts(&d, &o);
-	gpb_client *by = th_client(&d, "bystander");
-	struct gpb_register_opts ro = {.name = "bystander"};
-	uint64_t inst;
-	struct gpb_allocation a;
-	assert_int_equal(gpb_register(by, &ro, &inst), 0);
-	assert_int_equal(gpb_alloc(by, inst, 1 << 16, 0, &a), 0);
-	memset(a.ptr, 0x5a, a.size);
+	struct bystander by;
+	bystander_start(&by, &d, true);
 	int fds0 = th_daemon_fds(&d);
 	struct run r = {.workers = 8, .max_life_ms = 300};
 	rnd_seed((uint64_t)time(NULL) ^ (uint64_t)getpid());
@@ -533,27 +794,32 @@ static void test_chaos(void **state)
 
 	/* Warm-up round: the daemon's tables and allocator arenas reach their
 	 * working size; its memory then is the baseline. */
-	run_chaos(&r, &d, by, 3000);
-	waiting_client = by;
+	run_chaos(&r, &d, &by, 3000);
+	waiting_client = by.c;
 	assert_true(th_wait_for(only_one_client, NULL, 30000));
+	allocator_reset(&by);
+	assert_nothing_kept(&by);
 	struct th_selfcheck s0, s1;
-	th_selfcheck(by, &s0);
+	bystander_check(&by, &s0);
 	long rss0 = th_daemon_rss_kib(&d);
 
 	unsigned long secs = chaos_seconds();
 	long long t0 = now_ms();
 	unsigned long kills0 = r.kills, spawned0 = r.spawned, ops0 = sh->ops;
-	unsigned long codes[32];
+	unsigned long codes[32], by_allocs0 = by.allocations, by_events0 = by.events;
 	memcpy(codes, sh->by_code, sizeof(codes));
-	run_chaos(&r, &d, by, (int)(secs * 1000));
+	struct shared rel0 = *sh;
+	run_chaos(&r, &d, &by, (int)(secs * 1000));
 	long long took = now_ms() - t0;
 	assert_true(th_wait_for(only_one_client, NULL, 30000));
+	allocator_reset(&by);
+	assert_nothing_kept(&by);
 
-	/* The bystander was unaffected; nothing is left but its allocation. */
-	const unsigned char *p = a.ptr;
-	for (uint64_t i = 0; i < a.size; i++)
-		assert_int_equal(p[i], 0x5a);
-	th_selfcheck(by, &s1);
+	/* The bystander's bytes were never changed but by an invalidate, and
+	 * its current allocation holds its pattern; nothing is left but it. */
+	bystander_check(&by, &s1);
+	assert_true(by.have);
+	assert_true(bystander_intact(&by));
 	long rss1 = th_daemon_rss_kib(&d);
 	long hwm = th_daemon_status_kib(&d, "VmHWM");
 	struct fds_arg fa = {&d, fds0 + 2};
@@ -563,6 +829,9 @@ static void test_chaos(void **state)
 	       "%lu selfchecks passed during the run; refusals: %s\n",
 	       secs, (double)took / 1000, r.kills - kills0, r.spawned - spawned0, sh->ops - ops0,
 	       r.selfchecks, refusals(codes));
+	printf("# releases: %s; the bystander saw %lu invalidate events and allocated %lu "
+	       "times; left: 0 parting slabs, 0 ghosts, 0 retired pools\n",
+	       releases(&rel0), by.events - by_events0, by.allocations - by_allocs0);
 	printf("# after: allocations %llu, sessions %llu, instances %llu, waits %llu; "
 	       "descriptors %d (baseline %d); heap %lld bytes (baseline %lld); "
 	       "RSS %ld KiB (baseline %ld, peak %ld)\n",
@@ -574,10 +843,10 @@ static void test_chaos(void **state)
 	assert_int_equal(s1.sessions, 1);
 	assert_int_equal(s1.instances, 1);
 	assert_int_equal(s1.waits, 0);
-	assert_int_equal(device_used(by, 0), a.size);
-	assert_int_equal(device_used(by, 1), 0);
-	assert_int_equal(th_status_field(by, "host_allocations"), 0);
-	assert_int_equal(th_status_field(by, "host_used"), 0);
+	assert_int_equal(device_used(by.c, 0), by.a.size);
+	assert_int_equal(device_used(by.c, 1), 0);
+	assert_int_equal(th_status_field(by.c, "host_allocations"), 0);
+	assert_int_equal(th_status_field(by.c, "host_used"), 0);
 	assert_true(r.kills - kills0 >= secs * 10);
 	/* The heap bound: one 32-byte chunk lost per 256 workers killed
 	 * fails it (a CI run kills about 500; a planted 8-byte leak per
@@ -591,7 +860,7 @@ static void test_chaos(void **state)
 		assert_true(s1.heap_bytes - s0.heap_bytes <= 8192);
 #endif
 	/* Every device at zero once the bystander leaves too. */
-	gpb_disconnect(by);
+	gpb_disconnect(by.c);
 	gpb_client *c = th_client(&d, "after");
 	waiting_client = c;
 	assert_true(th_wait_for(only_one_client, NULL, 10000));
@@ -625,7 +894,8 @@ static void test_chaos_descriptor_exhaustion(void **state)
 	struct th_daemon d;
 	struct th_daemon_opts o = {.extra = extra, .nofile = NOFILE};
 	th_daemon_start_opts(&d, &o);
-	gpb_client *by = th_client(&d, "bystander");
+	struct bystander by;
+	bystander_start(&by, &d, false);
 	int fds0 = th_daemon_fds(&d);
 	int hogs[MAX_HOGS], nhogs = 0;
 	while (nhogs < MAX_HOGS && th_daemon_fds(&d) < NOFILE - SPARE) {
@@ -638,11 +908,13 @@ static void test_chaos_descriptor_exhaustion(void **state)
 	unsigned long ops0 = sh->ops, codes[32];
 	memcpy(codes, sh->by_code, sizeof(codes));
 	unsigned long refused0 = sh->refused;
-	run_chaos(&r, &d, by, 4000);
+	struct shared rel0 = *sh;
+	run_chaos(&r, &d, &by, 4000);
 	for (int i = 0; i < nhogs; i++)
 		th_close(hogs[i]);
-	waiting_client = by;
+	waiting_client = by.c;
 	assert_true(th_wait_for(only_one_client, NULL, 30000));
+	assert_nothing_kept(&by);
 	struct fds_arg fa = {&d, fds0 + 2};
 	assert_true(th_wait_for(fds_under, &fa, 10000));
 	unsigned long backend = sh->by_code[-GPB_E_BACKEND] - codes[-GPB_E_BACKEND];
@@ -652,17 +924,18 @@ static void test_chaos_descriptor_exhaustion(void **state)
 	       "(baseline %d)\n",
 	       NOFILE, SPARE, r.kills, sh->ops - ops0, refused, refusals(codes), th_daemon_fds(&d),
 	       fds0);
+	printf("# releases: %s\n", releases(&rel0));
 	assert_true(backend + refused > 0);
-	assert_int_equal(th_selfcheck(by, NULL), 0);
-	assert_int_equal(device_used(by, 0), 0);
-	assert_int_equal(device_used(by, 1), 0);
+	assert_int_equal(th_selfcheck(by.c, NULL), 0);
+	assert_int_equal(device_used(by.c, 0), 0);
+	assert_int_equal(device_used(by.c, 1), 0);
 	/* Serving normally again. */
 	struct gpb_register_opts ro = {.name = "after"};
 	uint64_t inst;
 	struct gpb_allocation a;
-	assert_int_equal(gpb_register(by, &ro, &inst), 0);
-	assert_int_equal(gpb_alloc(by, inst, 4 << 20, 0, &a), 0);
-	gpb_disconnect(by);
+	assert_int_equal(gpb_register(by.c, &ro, &inst), 0);
+	assert_int_equal(gpb_alloc(by.c, inst, 4 << 20, 0, &a), 0);
+	gpb_disconnect(by.c);
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
@@ -896,6 +1169,7 @@ static int setup(void **state)
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_true(sh != MAP_FAILED);
 	memset(sh, 0, sizeof(*sh));
+	sh->bystander = getpid();
 	return 0;
 }
 
