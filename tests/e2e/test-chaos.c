@@ -12,6 +12,9 @@
  * bytes, with glibc's per-thread cache off so that the count is exact)
  * within 8 KiB of it, and its selfcheck (every pool, session, allocation,
  * wait and policy structure) passes, as it must at every moment of the run.
+ * Workers also, rarely, release everything (invalidate_all, set_allocator)
+ * and evict each other; afterwards no slab is left parting, no ghost of an
+ * evicted client and no retired pool.
  */
 #include <stdarg.h>
 #include <stddef.h>
