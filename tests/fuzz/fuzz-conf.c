@@ -88,12 +88,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* A key that differs from its default was set; copying the changed
 	 * keys over the defaults gives the same configuration. */
 	uint64_t changed = conf_diff(&defaults, &cfg);
-	FUZZ_ASSERT((changed & ~cfg.set) == 0, "changed %llx, set %llx",
+	uint64_t rules = 1ull << CONF_RULES;
+	/* The uid/group rules are one pseudo-key of conf_diff's, past the
+	 * keys: no flag overrides them, so `set` does not track them. */
+	FUZZ_ASSERT((changed & ~rules & ~cfg.set) == 0, "changed %llx, set %llx",
 	            (unsigned long long)changed, (unsigned long long)cfg.set);
+	FUZZ_ASSERT(!(changed & rules) == (cfg.nrules == 0), "rules changed %d, %u rules",
+	            !!(changed & rules), cfg.nrules);
 	struct conf copy = defaults;
 	for (int k = 0; k < CONF_KEY_COUNT; k++) {
 		if (changed & (1ull << k))
 			conf_copy_key(&copy, &cfg, k);
+	}
+	if (changed & rules) {
+		memcpy(copy.rules, cfg.rules, sizeof(cfg.rules));
+		copy.nrules = cfg.nrules;
 	}
 	FUZZ_ASSERT(conf_diff(&copy, &cfg) == 0, "conf_copy_key lost a change");
 
