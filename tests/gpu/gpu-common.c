@@ -422,3 +422,16 @@ bool gt_read_line(int fd, char *buf, size_t len)
 	buf[n] = '\0';
 	return true;
 }
+
+void gt_wait_slabs(gpb_client *c, int device, uint64_t want)
+{
+	struct gpb_pool_stats ps = {0};
+	for (int i = 0; i < 300; i++) {
+		GPB(gpb_stats(c, device, &ps));
+		if (ps.slabs == want)
+			return;
+		poll(NULL, 0, 10);
+	}
+	GT_FAIL("%llu slabs on device %d, want %llu", (unsigned long long)ps.slabs, device,
+	        (unsigned long long)want);
+}

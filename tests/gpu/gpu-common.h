@@ -110,6 +110,10 @@ bool gt_log_contains(const struct gt_daemon *d, const char *text);
 gpb_client *gt_connect(const struct gt_daemon *d, const char *name);
 /* Registers an instance on device index @device. */
 uint64_t gt_register(gpb_client *c, int device);
+/* Waits (up to 3 s) until `stats` of @device counts @want slabs: another
+ * connection's close, or a process's exit, reaches the daemon in its own
+ * time. Fails the test otherwise. */
+void gt_wait_slabs(gpb_client *c, int device, uint64_t want);
 /* totals.used and the backend name from `status`. */
 uint64_t gt_status_used(gpb_client *c);
 void gt_status_backend(gpb_client *c, char *out, size_t len);

@@ -59,19 +59,6 @@ static char *victim_session(gpb_client *admin)
 	return id;
 }
 
-/* The daemon's slabs on device 0 once they settle at @want. */
-static void wait_slabs(gpb_client *c, uint64_t want)
-{
-	struct gpb_pool_stats ps = {0};
-	for (int i = 0; i < 300; i++) {
-		GPB(gpb_stats(c, 0, &ps));
-		if (ps.slabs == want)
-			return;
-		poll(NULL, 0, 10);
-	}
-	GT_FAIL("%llu slabs, want %llu", (unsigned long long)ps.slabs, (unsigned long long)want);
-}
-
 int main(int argc, char **argv)
 {
 	gt_require_gpu(argc, argv);
@@ -90,7 +77,7 @@ int main(int argc, char **argv)
 	char *args[] = {"victim", d.socket, NULL};
 	pid_t pid = gt_spawn_self(args, &out);
 	CHECK(gt_read_line(out, line, sizeof(line)) && strcmp(line, "ready") == 0);
-	wait_slabs(admin, 1);
+	gt_wait_slabs(admin, 0, 1);
 
 	char *session = victim_session(admin), params[64];
 	snprintf(params, sizeof(params), "{\"session\":\"%s\"}", session);
@@ -104,14 +91,14 @@ int main(int argc, char **argv)
 		poll(NULL, 0, 10);
 	CHECK(gt_status_used(admin) == 0);
 	poll(NULL, 0, 100);
-	wait_slabs(admin, 1);
+	gt_wait_slabs(admin, 0, 1);
 	CHECK(gt_fake_violations() == 0);
 
 	/* Once it has exited, the slab goes back to the driver. */
 	kill(pid, SIGKILL);
 	int st;
 	CHECK(waitpid(pid, &st, 0) == pid);
-	wait_slabs(admin, 0);
+	gt_wait_slabs(admin, 0, 0);
 	CHECK(gt_fake_violations() == 0);
 
 	gpb_disconnect(admin);

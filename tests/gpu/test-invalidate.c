@@ -47,20 +47,6 @@ static void read_invalidate(gpb_client *c, int *seen)
 	*seen = 0;
 }
 
-/* The daemon's slabs on device 0 once they settle at @want (another
- * connection's close is seen by the daemon in its own time). */
-static void wait_slabs(gpb_client *c, uint64_t want)
-{
-	struct gpb_pool_stats ps = {0};
-	for (int i = 0; i < 200; i++) {
-		GPB(gpb_stats(c, 0, &ps));
-		if (ps.slabs == want)
-			return;
-		poll(NULL, 0, 10);
-	}
-	GT_FAIL("%llu slabs, want %llu", (unsigned long long)ps.slabs, (unsigned long long)want);
-}
-
 static unsigned open_now(void)
 {
 	struct gpb_mapping_stats st;
@@ -128,7 +114,7 @@ int main(int argc, char **argv)
 	GPB(gpb_stats(admin, 0, &ps));
 	CHECK(ps.slabs == 1);
 	gpb_disconnect(c);
-	wait_slabs(admin, 0);
+	gt_wait_slabs(admin, 0, 0);
 	CHECK(gt_fake_violations() == 0);
 
 	CHECK(gt_status_used(admin) == 0);
