@@ -66,7 +66,8 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 			while ((ss = idmap_next(&s->held, &hit, NULL)))
 				refs += ss->refs;
 			for (ipos = s->allocs.next; ipos != &s->allocs; ipos = ipos->next)
-				want += !list_entry(ipos, const struct broker_alloc, link)->unclaimed;
+				want +=
+				    !list_entry(ipos, const struct broker_alloc, link)->unclaimed;
 			if (refs != want) {
 				snprintf(msg, msg_len, "session %llu: held refs %llu, want %llu",
 				         (unsigned long long)s->id, (unsigned long long)refs,
