@@ -1,6 +1,7 @@
 /*
  * cuda.c - the library's side of the cuda backend: opening slabs from their
- * legacy IPC handles, and the host copy helpers.
+ * legacy IPC handles or, with allocator "async", as pointers of a memory pool
+ * the daemon shares, and the host copy helpers.
  *
  * The driver is loaded at run time (common/cudaapi.c), once per process and
  * only when a daemon with the cuda backend hands this process a slab: the
@@ -18,6 +19,14 @@
  * pushes that context and pops it again, so the caller's current context is
  * left as it was. One handle is opened once per process (the slab cache in
  * slab.c), as CUDA requires: a second open in the same context fails.
+ *
+ * Pool slabs (allocator "async", "pool": true in the reply): the daemon's
+ * memory pool of the device comes as a descriptor with each slab handle;
+ * the process imports it once per device (cuMemPoolImportFromShareableHandle)
+ * and keeps it while any mapping from it lives, the descriptors of later
+ * slabs being closed unused. Each slab is cuMemPoolImportPointer of the
+ * pool and its export data, released with cuMemFree, which is how an
+ * importer lets go of a pool pointer.
  */
 #include "internal.h"
 #include "slab.h"
@@ -49,12 +58,123 @@ static int cuda_error(CUresult rc, const char *what)
 	                 desc, *desc ? ")" : "");
 }
 
+/* A memory pool imported from the daemon, shared by the mappings from it. */
+struct cuda_pool {
+	struct cuda_pool *next;
+	CUdevice dev;
+	CUmemoryPool pool;
+	unsigned long maps;
+};
+
+static pthread_mutex_t cuda_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cuda_pool *cuda_pools;
+
 struct cuda_mapping {
 	CUdevice dev;
 	CUcontext ctx;
 	bool primary; /* ctx is the retained primary context */
 	CUdeviceptr ptr;
+	struct cuda_pool *pool; /* a pool pointer's: its pool; else NULL */
 };
+
+/* A reference to the device's imported pool, imported from fd when the
+ * process has none (a context of the device current): 0 or GPB_E_*. */
+static int cuda_pool_get(CUdevice dev, int fd, struct cuda_pool **out)
+{
+	struct cuda_pool *p;
+	int err = 0;
+
+	pthread_mutex_lock(&cuda_pool_lock);
+	for (p = cuda_pools; p && p->dev != dev; p = p->next)
+		;
+	if (p) {
+		p->maps++;
+		*out = p;
+		goto out;
+	}
+	if (fd < 0) {
+		err = error_set(GPB_E_PROTOCOL, "a pool slab came without the pool's descriptor");
+		goto out;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		err = error_set(GPB_E_NOMEM, "out of memory");
+		goto out;
+	}
+	CUresult rc = cuda.MemPoolImportFromShareableHandle(
+	    &p->pool, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (rc != CUDA_SUCCESS) {
+		free(p);
+		err = cuda_error(rc, "cuMemPoolImportFromShareableHandle");
+		goto out;
+	}
+	p->dev = dev;
+	p->maps = 1;
+	p->next = cuda_pools;
+	cuda_pools = p;
+	*out = p;
+out:
+	pthread_mutex_unlock(&cuda_pool_lock);
+	return err;
+}
+
+/* Drops a reference (context current); the last one destroys the import. */
+static void cuda_pool_put(struct cuda_pool *p)
+{
+	pthread_mutex_lock(&cuda_pool_lock);
+	if (--p->maps > 0) {
+		pthread_mutex_unlock(&cuda_pool_lock);
+		return;
+	}
+	for (struct cuda_pool **pp = &cuda_pools; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&cuda_pool_lock);
+	cuda.MemPoolDestroy(p->pool);
+	free(p);
+}
+
+/* Maps the slab's memory into m->ptr (m's context current). */
+static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd, bool pool)
+{
+	CUresult rc;
+	if (!pool) {
+		CUipcMemHandle h;
+		memcpy(&h, handle, sizeof(h));
+		rc = cuda.IpcOpenMemHandle(&m->ptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+		return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, "cuIpcOpenMemHandle");
+	}
+	if (!cuda.has_pools)
+		return error_set(GPB_E_BACKEND,
+		                 "the daemon serves pool memory (allocator \"async\"), but this "
+		                 "process's CUDA driver has no memory pools");
+	int err = cuda_pool_get(m->dev, fd, &m->pool);
+	if (err < 0)
+		return err;
+	CUmemPoolPtrExportData data;
+	memcpy(&data, handle, sizeof(data));
+	rc = cuda.MemPoolImportPointer(&m->ptr, m->pool->pool, &data);
+	if (rc == CUDA_SUCCESS)
+		return 0;
+	cuda_pool_put(m->pool);
+	m->pool = NULL;
+	return cuda_error(rc, "cuMemPoolImportPointer");
+}
+
+/* Undoes cuda_import() (m's context current). */
+static void cuda_unimport(struct cuda_mapping *m)
+{
+	if (!m->pool) {
+		cuda.IpcCloseMemHandle(m->ptr);
+		return;
+	}
+	cuda.MemFree(m->ptr);
+	cuda_pool_put(m->pool);
+	m->pool = NULL;
+}
 
 /* The local device the daemon means. */
 static int cuda_find_device(const struct slab_target *where, CUdevice *out)
@@ -129,14 +249,12 @@ static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *wh
                      void **base, void **priv)
 {
 	struct cuda_mapping *m;
-	CUipcMemHandle h;
 	CUdeviceptr range_base = 0;
 	size_t range_size = 0;
 	CUcontext popped;
 	CUresult rc;
 	int err;
 
-	(void)fd;
 	err = cuda_mapping_new(&m);
 	if (err < 0)
 		return err;
@@ -152,18 +270,16 @@ static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *wh
 		err = cuda_error(rc, "cuCtxPushCurrent");
 		goto fail;
 	}
-	memcpy(&h, handle, sizeof(h));
-	rc = cuda.IpcOpenMemHandle(&m->ptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-	if (rc != CUDA_SUCCESS) {
+	err = cuda_import(m, handle, fd, where->pool);
+	if (err < 0) {
 		cuda.CtxPopCurrent(&popped);
-		err = cuda_error(rc, "cuIpcOpenMemHandle");
 		goto fail;
 	}
-	/* The handle names a whole cuMemAlloc allocation: it must cover the
-	 * slab the daemon describes, or offsets would run past it. */
+	/* The handle names a whole allocation: it must cover the slab the
+	 * daemon describes, or offsets would run past it. */
 	rc = cuda.MemGetAddressRange(&range_base, &range_size, m->ptr);
 	if (rc != CUDA_SUCCESS || range_base != m->ptr || range_size < size) {
-		cuda.IpcCloseMemHandle(m->ptr);
+		cuda_unimport(m);
 		cuda.CtxPopCurrent(&popped);
 		err = rc != CUDA_SUCCESS
 		          ? cuda_error(rc, "cuMemGetAddressRange")
@@ -192,7 +308,7 @@ static void cuda_close(void *base, uint64_t size, void *priv)
 	/* Nothing to report to: a failed close leaves the mapping to the
 	 * process's exit, which the driver cleans up. */
 	if (cuda.CtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
-		cuda.IpcCloseMemHandle(m->ptr);
+		cuda_unimport(m);
 		cuda.CtxPopCurrent(&popped);
 	}
 	cuda_release_context(m);

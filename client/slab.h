@@ -14,7 +14,8 @@
  *
  * How a handle becomes an address is the backend's business: an opener per
  * backend ("sim": mmap of a memfd received over the socket; "cuda":
- * cuIpcOpenMemHandle through the driver, loaded at run time, cuda.c).
+ * cuIpcOpenMemHandle, or cuMemPoolImportPointer for allocator "async",
+ * through the driver, loaded at run time, cuda.c).
  */
 #ifndef GPB_CLIENT_SLAB_H
 #define GPB_CLIENT_SLAB_H
@@ -29,6 +30,9 @@
 struct slab_target {
 	int device;              /* the daemon's device index */
 	const char *device_uuid; /* the daemon's UUID for it ("GPU-..."), or NULL */
+	/* cuda, allocator "async": the handle is a pool pointer's export data
+	 * and the descriptor (when >= 0) the device's memory pool. */
+	bool pool;
 };
 
 struct slab_opener {

@@ -83,6 +83,7 @@ struct track_result {
 	int64_t device;
 	const char *handle;
 	const char *device_uuid; /* with the handle, when the daemon sends it */
+	bool pool;               /* the descriptor is a memory pool (cuda async) */
 	uint64_t label_hash;     /* a claim's label (0: none) and instance */
 	uint64_t instance;
 };
@@ -111,6 +112,10 @@ static int track_parse(const cJSON *result, struct track_result *r)
 	rc = proto_get_string(result, "device_uuid", PROTO_MAX_NAME, &r->device_uuid);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'device_uuid'");
+	r->pool = false;
+	rc = proto_get_bool(result, "pool", &r->pool);
+	if (rc < 0 && rc != -ENOENT)
+		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'pool'");
 	const char *label;
 	r->label_hash = r->instance = 0;
 	rc = proto_get_string(result, "label", PROTO_MAX_NAME, &label);
@@ -174,7 +179,8 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 		*out = s;
 		return 0;
 	}
-	struct slab_target where = {.device = (int)r->device, .device_uuid = r->device_uuid};
+	struct slab_target where = {
+	    .device = (int)r->device, .device_uuid = r->device_uuid, .pool = r->pool};
 	rc = slab_cache_get(t->opener, handle, fd, &where, r->slab_size, &map);
 	if (rc < 0)
 		return rc;

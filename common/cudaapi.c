@@ -13,15 +13,18 @@
  * driver than the one gpubroker supports at least (CUDA 11.0), the older
  * name with the same signature is the fallback.
  */
-static const struct {
+struct cuda_api_sym {
 	const char *name;
 	const char *fallback;
 	size_t offset;
-} cuda_api_syms[] = {
+};
+
 #define SYM(field, name, fallback)                                                                 \
 	{                                                                                          \
 		name, fallback, offsetof(struct cuda_api, field)                                   \
 	}
+
+static const struct cuda_api_sym cuda_api_syms[] = {
     SYM(GetErrorName, "cuGetErrorName", NULL),
     SYM(GetErrorString, "cuGetErrorString", NULL),
     SYM(Init, "cuInit", NULL),
@@ -54,8 +57,40 @@ static const struct {
     SYM(MemHostRegister, "cuMemHostRegister_v2", NULL),
     SYM(MemHostUnregister, "cuMemHostUnregister", NULL),
     SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", NULL),
-#undef SYM
 };
+
+/* The legacy-default-stream names: cuda.h maps the async ones to _ptsz
+ * variants only under CUDA_API_PER_THREAD_DEFAULT_STREAM. */
+static const struct cuda_api_sym cuda_api_pool_syms[] = {
+    SYM(StreamCreate, "cuStreamCreate", NULL),
+    SYM(StreamDestroy, "cuStreamDestroy_v2", NULL),
+    SYM(MemPoolCreate, "cuMemPoolCreate", NULL),
+    SYM(MemPoolDestroy, "cuMemPoolDestroy", NULL),
+    SYM(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", NULL),
+    SYM(MemFreeAsync, "cuMemFreeAsync", NULL),
+    SYM(MemPoolExportToShareableHandle, "cuMemPoolExportToShareableHandle", NULL),
+    SYM(MemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle", NULL),
+    SYM(MemPoolExportPointer, "cuMemPoolExportPointer", NULL),
+    SYM(MemPoolImportPointer, "cuMemPoolImportPointer", NULL),
+};
+#undef SYM
+
+/* Resolves syms[0..n) into api; the name of the first missing one, or NULL. */
+static const char *cuda_api_resolve(void *lib, const struct cuda_api_sym *syms, size_t n,
+                                    struct cuda_api *api)
+{
+	for (size_t i = 0; i < n; i++) {
+		void *fn = dlsym(lib, syms[i].name);
+		if (!fn && syms[i].fallback)
+			fn = dlsym(lib, syms[i].fallback);
+		if (!fn)
+			return syms[i].name;
+		/* A data pointer becomes a function pointer without a cast
+		 * ISO C leaves undefined. */
+		memcpy((char *)api + syms[i].offset, &fn, sizeof(fn));
+	}
+	return NULL;
+}
 
 int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *init_rc)
 {
@@ -69,20 +104,22 @@ int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *ini
 		snprintf(why, why_len, "cannot load libcuda.so.1: %s", err ? err : "unknown error");
 		return -1;
 	}
-	for (size_t i = 0; i < sizeof(cuda_api_syms) / sizeof(cuda_api_syms[0]); i++) {
-		void *fn = dlsym(lib, cuda_api_syms[i].name);
-		if (!fn && cuda_api_syms[i].fallback)
-			fn = dlsym(lib, cuda_api_syms[i].fallback);
-		if (!fn) {
-			snprintf(why, why_len,
-			         "libcuda.so.1 lacks %s (a driver older than CUDA 11.0?)",
-			         cuda_api_syms[i].name);
-			memset(api, 0, sizeof(*api));
-			return -1;
-		}
-		/* A data pointer becomes a function pointer without a cast
-		 * ISO C leaves undefined. */
-		memcpy((char *)api + cuda_api_syms[i].offset, &fn, sizeof(fn));
+	const char *missing = cuda_api_resolve(
+	    lib, cuda_api_syms, sizeof(cuda_api_syms) / sizeof(cuda_api_syms[0]), api);
+	if (missing) {
+		snprintf(why, why_len, "libcuda.so.1 lacks %s (a driver older than CUDA 11.0?)",
+		         missing);
+		memset(api, 0, sizeof(*api));
+		return -1;
+	}
+	/* Without every pool entry point, none: allocator "async" is then
+	 * refused rather than half there. */
+	const size_t npool = sizeof(cuda_api_pool_syms) / sizeof(cuda_api_pool_syms[0]);
+	api->has_pools = !cuda_api_resolve(lib, cuda_api_pool_syms, npool, api);
+	if (!api->has_pools) {
+		for (size_t i = 0; i < npool; i++)
+			memset((char *)api + cuda_api_pool_syms[i].offset, 0,
+			       sizeof(void (*)(void)));
 	}
 	api->lib = lib;
 	CUresult rc = api->Init(0);

@@ -12,6 +12,7 @@
 #ifndef GPB_CUDAAPI_H
 #define GPB_CUDAAPI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <cuda.h>
@@ -53,10 +54,25 @@ struct cuda_api {
 	PFN_cuMemHostRegister_v6050 MemHostRegister;
 	PFN_cuMemHostUnregister_v4000 MemHostUnregister;
 	PFN_cuMemHostGetDevicePointer_v3020 MemHostGetDevicePointer;
+
+	/* Stream-ordered memory pools (CUDA 11.2), for allocator "async".
+	 * Optional: NULL when the driver lacks them (has_pools false). */
+	bool has_pools;
+	PFN_cuStreamCreate_v2000 StreamCreate;
+	PFN_cuStreamDestroy_v4000 StreamDestroy;
+	PFN_cuMemPoolCreate_v11020 MemPoolCreate;
+	PFN_cuMemPoolDestroy_v11020 MemPoolDestroy;
+	PFN_cuMemAllocFromPoolAsync_v11020 MemAllocFromPoolAsync;
+	PFN_cuMemFreeAsync_v11020 MemFreeAsync;
+	PFN_cuMemPoolExportToShareableHandle_v11020 MemPoolExportToShareableHandle;
+	PFN_cuMemPoolImportFromShareableHandle_v11020 MemPoolImportFromShareableHandle;
+	PFN_cuMemPoolExportPointer_v11020 MemPoolExportPointer;
+	PFN_cuMemPoolImportPointer_v11020 MemPoolImportPointer;
 };
 
 /*
- * Loads libcuda.so.1 and every entry point above, then calls cuInit(0) and
+ * Loads libcuda.so.1 and every entry point above (the pool ones only where
+ * the driver has all of them: has_pools), then calls cuInit(0) and
  * cuDriverGetVersion. Returns 0, or -1 with the reason in why (the dlerror
  * text, the missing symbol, or the CUresult name of cuInit's failure) and
  * the api left unloaded. *init_rc (may be NULL) receives cuInit's result

@@ -8,6 +8,7 @@
 #ifndef GPB_BACKEND_H
 #define GPB_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "proto.h"
@@ -19,7 +20,13 @@ struct backend_device_info {
 	char uuid[48];
 	uint64_t total;
 	int cc_major, cc_minor; /* compute capability; 0.0 for sim */
+	/* Slabs can come from a stream-ordered memory pool that other
+	 * processes import (BACKEND_SLAB_ASYNC, allocator "async"). */
+	bool async;
 };
+
+/* slab_create flags. */
+#define BACKEND_SLAB_ASYNC 1u /* from the device's stream-ordered pool */
 
 /* A slab: one backend allocation that the pool carves up. */
 struct backend_slab {
@@ -28,7 +35,11 @@ struct backend_slab {
 	uint32_t uid; /* the only user whose data it holds */
 	uint64_t size;
 	unsigned char handle[PROTO_HANDLE_SIZE]; /* what a client opens it by */
-	int fd;                                  /* sim: the memfd sent to clients; else -1 */
+	/* Sent to clients with the handle, or -1. sim: the slab's memfd;
+	 * cuda async: the device's memory pool (pool true), shared by every
+	 * async slab of the device and owned by the backend. */
+	int fd;
+	bool pool;
 };
 
 struct backend_config {
@@ -43,9 +54,10 @@ struct backend_ops {
 	int (*init)(struct backend *b, const struct backend_config *cfg);
 	void (*finish)(struct backend *b);
 	int (*device_info)(struct backend *b, int device, struct backend_device_info *out);
-	/* 0, -ENOMEM (device full), or another negative errno. */
+	/* flags: BACKEND_SLAB_* (ASYNC only where info.async). 0, -ENOMEM
+	 * (device full), or another negative errno. */
 	int (*slab_create)(struct backend *b, int device, uint64_t size, uint32_t uid,
-	                   struct backend_slab **out);
+	                   unsigned flags, struct backend_slab **out);
 	void (*slab_destroy)(struct backend *b, struct backend_slab *slab);
 };
 

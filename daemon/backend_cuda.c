@@ -27,6 +27,18 @@
  * writing through its own context must not race the clear). Ranges reused
  * inside a slab stay with the same uid and are not scrubbed again.
  *
+ * Allocator "async" (BACKEND_SLAB_ASYNC): slabs come from a per-device
+ * stream-ordered memory pool (cuMemPoolCreate, shareable as a POSIX file
+ * descriptor), made the first time one is asked for. Each slab is one
+ * cuMemAllocFromPoolAsync on a stream of the daemon's, synchronised before
+ * the slab is scrubbed like any other; its handle is the 64-byte
+ * CUmemPoolPtrExportData, and the pool's descriptor travels with it
+ * (backend_slab.fd, pool true) so a client can import the pool before the
+ * pointer. Freed with cuMemFreeAsync, synchronised so that the memory is
+ * back in the pool, and the pool's release threshold (0) hands it back to
+ * the driver. A device supports it when the driver has the pool entry
+ * points and the device reports pools with POSIX descriptor sharing.
+ *
  * Errors: every failing driver call is logged with its CUresult name and
  * description, the name is kept in backend->last_error for the error reply
  * (data.backend_error), and the broker gets -EIO; cuMemAlloc's
@@ -39,17 +51,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cudaapi.h"
 #include "log.h"
 
 _Static_assert(sizeof(CUipcMemHandle) == PROTO_HANDLE_SIZE, "a slab handle is a CUipcMemHandle");
+_Static_assert(sizeof(CUmemPoolPtrExportData) == PROTO_HANDLE_SIZE,
+               "an async slab handle is a CUmemPoolPtrExportData");
 
 struct cuda_device {
 	CUdevice dev;
 	int ordinal;   /* the CUDA ordinal, which may differ from the index */
 	CUcontext ctx; /* the primary context, retained */
 	struct backend_device_info info;
+	/* Allocator "async", made on first use: */
+	CUmemoryPool pool;
+	CUstream stream;
+	int pool_fd; /* the pool exported, sent with each async slab; -1 */
 };
 
 struct cuda_slab {
@@ -97,6 +116,20 @@ static void cuda_leave(struct backend *b, int device)
 	CUresult rc = cu->api.CtxPopCurrent(&ctx);
 	if (rc != CUDA_SUCCESS)
 		cuda_log(b, rc, device, "cuCtxPopCurrent");
+}
+
+/* Whether the device has stream-ordered pools that other processes can
+ * import through a POSIX file descriptor (allocator "async"). */
+static bool cuda_device_has_pools(const struct cuda_api *api, CUdevice dev)
+{
+	int pools = 0, types = 0;
+	return api->has_pools &&
+	       api->DeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev) ==
+	           CUDA_SUCCESS &&
+	       pools == 1 &&
+	       api->DeviceGetAttribute(&types, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
+	                               dev) == CUDA_SUCCESS &&
+	       (types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 }
 
 /* Describes one device into d; false (with a warning) when it is unusable. */
@@ -154,10 +187,13 @@ static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device 
 		goto fail;
 	}
 	d->info.total = total;
+	d->pool_fd = -1;
+	d->info.async = cuda_device_has_pools(api, d->dev);
 	log_info("cuda: CUDA device %d (%s): %s, compute capability %d.%d, %llu MiB, %llu MiB "
-	         "free",
+	         "free%s",
 	         ordinal, d->info.uuid, d->info.name, d->info.cc_major, d->info.cc_minor,
-	         (unsigned long long)(total >> 20), (unsigned long long)(free_bytes >> 20));
+	         (unsigned long long)(total >> 20), (unsigned long long)(free_bytes >> 20),
+	         d->info.async ? ", shareable memory pools" : "");
 	if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS)
 		log_warn("cuda: CUDA device %d is in exclusive-process compute mode: clients "
 		         "cannot create a context on it while the daemon holds one (use the "
@@ -215,12 +251,72 @@ fail:
 	return -ENODEV;
 }
 
+/* The device's memory pool, stream and descriptor go (at exit: every
+ * slab is gone by then). */
+static void cuda_pool_close(struct backend *b, int device)
+{
+	struct cuda *cu = b->priv;
+	struct cuda_device *d = &cu->dev[device];
+	if (!d->pool && !d->stream)
+		return;
+	if (d->pool_fd >= 0)
+		close(d->pool_fd);
+	d->pool_fd = -1;
+	if (cuda_enter(b, device) < 0)
+		return;
+	CUresult rc;
+	if (d->stream && (rc = cu->api.StreamDestroy(d->stream)) != CUDA_SUCCESS)
+		cuda_log(b, rc, device, "cuStreamDestroy");
+	if (d->pool && (rc = cu->api.MemPoolDestroy(d->pool)) != CUDA_SUCCESS)
+		cuda_log(b, rc, device, "cuMemPoolDestroy");
+	d->pool = NULL;
+	d->stream = NULL;
+	cuda_leave(b, device);
+}
+
+/* Makes the device's pool, stream and pool descriptor (context pushed):
+ * 0 or -EIO. A failure leaves what was made for the next try. */
+static int cuda_pool_open(struct backend *b, int device)
+{
+	struct cuda *cu = b->priv;
+	struct cuda_device *d = &cu->dev[device];
+	const struct cuda_api *api = &cu->api;
+	CUresult rc;
+	if (!d->pool) {
+		CUmemPoolProps props;
+		memset(&props, 0, sizeof(props));
+		props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+		props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+		props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		props.location.id = d->ordinal;
+		if ((rc = api->MemPoolCreate(&d->pool, &props)) != CUDA_SUCCESS) {
+			d->pool = NULL;
+			return cuda_fail(b, rc, device, "cuMemPoolCreate");
+		}
+	}
+	if (!d->stream &&
+	    (rc = api->StreamCreate(&d->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		d->stream = NULL;
+		return cuda_fail(b, rc, device, "cuStreamCreate");
+	}
+	if (d->pool_fd < 0) {
+		int fd = -1;
+		rc = api->MemPoolExportToShareableHandle(
+		    &fd, d->pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (rc != CUDA_SUCCESS)
+			return cuda_fail(b, rc, device, "cuMemPoolExportToShareableHandle");
+		d->pool_fd = fd;
+	}
+	return 0;
+}
+
 static void cuda_finish(struct backend *b)
 {
 	struct cuda *cu = b->priv;
 	if (!cu)
 		return;
 	for (int i = 0; i < cu->count; i++) {
+		cuda_pool_close(b, i);
 		CUresult rc = cu->api.DevicePrimaryCtxRelease(cu->dev[i].dev);
 		if (rc != CUDA_SUCCESS)
 			cuda_log(b, rc, i, "cuDevicePrimaryCtxRelease");
@@ -239,12 +335,56 @@ static int cuda_device_info(struct backend *b, int device, struct backend_device
 	return 0;
 }
 
+/* Gives cs->ptr back (context pushed); failures are only logged. An async
+ * slab's memory is back in the pool, and so with the driver, once the
+ * stream has run the free. */
+static void cuda_slab_free(struct backend *b, int device, struct cuda_slab *cs)
+{
+	struct cuda *cu = b->priv;
+	CUresult rc;
+	if (!cs->base.pool) {
+		if ((rc = cu->api.MemFree(cs->ptr)) != CUDA_SUCCESS)
+			cuda_log(b, rc, device, "cuMemFree");
+		return;
+	}
+	CUstream stream = cu->dev[device].stream;
+	if ((rc = cu->api.MemFreeAsync(cs->ptr, stream)) != CUDA_SUCCESS)
+		cuda_log(b, rc, device, "cuMemFreeAsync");
+	else if ((rc = cu->api.StreamSynchronize(stream)) != CUDA_SUCCESS)
+		cuda_log(b, rc, device, "cuStreamSynchronize (free)");
+}
+
+/* Allocates cs->ptr (context pushed): cuMemAlloc, or with async one
+ * allocation from the device's pool, complete on return. */
+static CUresult cuda_slab_alloc(struct backend *b, int device, struct cuda_slab *cs, bool async,
+                                const char **what)
+{
+	struct cuda *cu = b->priv;
+	struct cuda_device *d = &cu->dev[device];
+	CUresult rc;
+	if (!async) {
+		*what = "cuMemAlloc";
+		return cu->api.MemAlloc(&cs->ptr, (size_t)cs->base.size);
+	}
+	*what = "cuMemAllocFromPoolAsync";
+	rc = cu->api.MemAllocFromPoolAsync(&cs->ptr, (size_t)cs->base.size, d->pool, d->stream);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*what = "cuStreamSynchronize (allocation)";
+	rc = cu->api.StreamSynchronize(d->stream);
+	if (rc != CUDA_SUCCESS)
+		cuda_slab_free(b, device, cs);
+	return rc;
+}
+
 static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32_t uid,
-                            struct backend_slab **out)
+                            unsigned flags, struct backend_slab **out)
 {
 	struct cuda *cu = b->priv;
 	const struct cuda_api *api = &cu->api;
+	bool async = flags & BACKEND_SLAB_ASYNC;
 	CUipcMemHandle handle;
+	CUmemPoolPtrExportData export_data;
 	const char *what;
 	CUresult rc;
 
@@ -252,27 +392,34 @@ static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32
 		return -ENODEV;
 	if (size == 0 || size > SIZE_MAX)
 		return -EINVAL;
+	if (async && !cu->dev[device].info.async)
+		return -EOPNOTSUPP;
 	b->last_error[0] = '\0';
 	struct cuda_slab *cs = calloc(1, sizeof(*cs));
 	if (!cs)
 		return -ENOMEM;
+	cs->base.size = size;
+	cs->base.pool = async;
 	int err = cuda_enter(b, device);
 	if (err < 0) {
 		free(cs);
 		return err;
 	}
-	rc = api->MemAlloc(&cs->ptr, (size_t)size);
+	if (async && (err = cuda_pool_open(b, device)) < 0) {
+		cuda_leave(b, device);
+		free(cs);
+		return err;
+	}
+	rc = cuda_slab_alloc(b, device, cs, async, &what);
 	if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
 		cuda_leave(b, device);
 		free(cs);
-		log_debug("cuda: device %d: cuMemAlloc of %llu bytes: out of memory", device,
+		log_debug("cuda: device %d: %s of %llu bytes: out of memory", device, what,
 		          (unsigned long long)size);
 		return -ENOMEM;
 	}
-	if (rc != CUDA_SUCCESS) {
-		what = "cuMemAlloc";
+	if (rc != CUDA_SUCCESS)
 		goto fail;
-	}
 	/* New memory may hold another user's bytes: clear it, and finish
 	 * clearing before anyone can open the handle. */
 	if ((rc = api->MemsetD8(cs->ptr, 0, (size_t)size)) != CUDA_SUCCESS) {
@@ -283,25 +430,28 @@ static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32
 		what = "cuCtxSynchronize (scrub)";
 		goto fail_free;
 	}
-	if ((rc = api->IpcGetMemHandle(&handle, cs->ptr)) != CUDA_SUCCESS) {
+	if (async) {
+		rc = api->MemPoolExportPointer(&export_data, cs->ptr);
+		what = "cuMemPoolExportPointer";
+		memcpy(cs->base.handle, &export_data, PROTO_HANDLE_SIZE);
+	} else {
+		rc = api->IpcGetMemHandle(&handle, cs->ptr);
 		what = "cuIpcGetMemHandle";
-		goto fail_free;
+		memcpy(cs->base.handle, &handle, PROTO_HANDLE_SIZE);
 	}
+	if (rc != CUDA_SUCCESS)
+		goto fail_free;
 	cuda_leave(b, device);
 	cs->base.id = b->next_slab_id++;
 	cs->base.device = device;
 	cs->base.uid = uid;
-	cs->base.size = size;
-	cs->base.fd = -1;
-	memcpy(cs->base.handle, &handle, PROTO_HANDLE_SIZE);
+	cs->base.fd = async ? cu->dev[device].pool_fd : -1;
 	*out = &cs->base;
 	return 0;
 fail_free:
 	err = cuda_fail(b, rc, device, what);
 	/* The first failure is what the client hears about. */
-	rc = api->MemFree(cs->ptr);
-	if (rc != CUDA_SUCCESS)
-		cuda_log(b, rc, device, "cuMemFree");
+	cuda_slab_free(b, device, cs);
 	goto out;
 fail:
 	err = cuda_fail(b, rc, device, what);
@@ -313,15 +463,12 @@ out:
 
 static void cuda_slab_destroy(struct backend *b, struct backend_slab *slab)
 {
-	struct cuda *cu = b->priv;
 	struct cuda_slab *cs = (struct cuda_slab *)slab;
 	int device = slab->device;
 	/* Nothing to tell the broker: a slab that cannot be freed is lost
 	 * device memory, and the log says which. */
 	if (cuda_enter(b, device) == 0) {
-		CUresult rc = cu->api.MemFree(cs->ptr);
-		if (rc != CUDA_SUCCESS)
-			cuda_log(b, rc, device, "cuMemFree");
+		cuda_slab_free(b, device, cs);
 		cuda_leave(b, device);
 	}
 	free(cs);

@@ -66,11 +66,14 @@ static int sim_device_info(struct backend *b, int device, struct backend_device_
 }
 
 static int sim_slab_create(struct backend *b, int device, uint64_t size, uint32_t uid,
-                           struct backend_slab **out)
+                           unsigned flags, struct backend_slab **out)
 {
 	struct sim *sim = b->priv;
 	if (device < 0 || device >= b->device_count)
 		return -ENODEV;
+	/* No stream-ordered pools here (info.async is false). */
+	if (flags & BACKEND_SLAB_ASYNC)
+		return -EOPNOTSUPP;
 	struct sim_device *dev = &sim->dev[device];
 	if (size > dev->total - dev->reserved)
 		return -ENOMEM;

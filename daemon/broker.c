@@ -38,17 +38,29 @@ void broker_limits_default(struct broker_limits *limits)
 }
 
 /* The pool reaches the backend through its device's entry. */
-static int broker_pool_create_slab(void *ctx, uint64_t size, uint32_t uid, void **slab)
+static int broker_pool_create_slab_flags(void *ctx, uint64_t size, uint32_t uid, unsigned flags,
+                                         void **slab)
 {
 	struct broker_device *dev = ctx;
 	struct backend_slab *bs;
-	int rc = dev->backend->ops->slab_create(dev->backend, dev->index, size, uid, &bs);
+	int rc = dev->backend->ops->slab_create(dev->backend, dev->index, size, uid, flags, &bs);
 	if (rc < 0)
 		return rc;
-	log_debug("device %d: new slab %llu, %llu bytes, uid %u", dev->index,
-	          (unsigned long long)bs->id, (unsigned long long)size, uid);
+	log_debug("device %d: new %sslab %llu, %llu bytes, uid %u", dev->index,
+	          flags & BACKEND_SLAB_ASYNC ? "async " : "", (unsigned long long)bs->id,
+	          (unsigned long long)size, uid);
 	*slab = bs;
 	return 0;
+}
+
+static int broker_pool_create_slab(void *ctx, uint64_t size, uint32_t uid, void **slab)
+{
+	return broker_pool_create_slab_flags(ctx, size, uid, 0, slab);
+}
+
+static int broker_pool_create_async_slab(void *ctx, uint64_t size, uint32_t uid, void **slab)
+{
+	return broker_pool_create_slab_flags(ctx, size, uid, BACKEND_SLAB_ASYNC, slab);
 }
 
 static void broker_pool_destroy_slab(void *ctx, void *slab)
@@ -61,6 +73,18 @@ static const struct pool_slab_ops broker_pool_ops = {
     .create = broker_pool_create_slab,
     .destroy = broker_pool_destroy_slab,
 };
+
+/* Allocator "async": the same pools, their slabs from the backend's
+ * stream-ordered memory pool. */
+static const struct pool_slab_ops broker_async_pool_ops = {
+    .create = broker_pool_create_async_slab,
+    .destroy = broker_pool_destroy_slab,
+};
+
+const struct pool_slab_ops *broker_slab_ops(enum broker_allocator kind)
+{
+	return kind == BROKER_ALLOCATOR_ASYNC ? &broker_async_pool_ops : &broker_pool_ops;
+}
 
 int broker_create(struct backend *backend, const struct broker_limits *limits, struct broker **out)
 {
@@ -92,7 +116,6 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 		rc = backend->ops->device_info(backend, i, &dev->info);
 		if (rc < 0)
 			break;
-		dev->pool_ops = &broker_pool_ops;
 		dev->pool = pool_create(&pcfg, &broker_pool_ops, dev);
 		if (!dev->pool) {
 			rc = -EINVAL;
@@ -497,6 +520,7 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
 	out->size = pool_block_size(block);
 	out->handle = fresh ? bs->handle : NULL;
 	out->fd = fresh ? bs->fd : -1;
+	out->pool = fresh && bs->pool;
 }
 
 /*

@@ -50,8 +50,7 @@ struct broker_limits {
 struct broker_device {
 	struct backend_device_info info;
 	struct pool *pool;
-	struct backend *backend;              /* the pool's callback context needs both */
-	const struct pool_slab_ops *pool_ops; /* to make a new pool (set_allocator) */
+	struct backend *backend; /* the pool's callback context needs both */
 	int index;
 };
 
@@ -268,7 +267,8 @@ struct broker_grant {
 	uint64_t offset;
 	uint64_t size;
 	const unsigned char *handle; /* set when this session did not hold the slab */
-	int fd;                      /* with handle, the sim memfd to pass; else -1 */
+	int fd;                      /* with handle, the descriptor to pass; else -1 */
+	bool pool;                   /* fd is the device's memory pool (cuda async) */
 };
 
 /* The defaults the daemon starts with (main may override them). */
@@ -398,8 +398,9 @@ void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachm
  * Switches the allocator strategy. Any change releases everything exactly
  * like broker_invalidate_all (the reason in the event is "set_allocator")
  * and starts every device with a fresh, empty pool (its statistics too).
- * The same strategy again is a no-op. -EOPNOTSUPP (async: the backend has no
- * stream-ordered pools), -EINVAL, -ENOMEM (nothing changed).
+ * The same strategy again is a no-op. -EOPNOTSUPP (async: a device without
+ * shareable stream-ordered pools, info.async), -EINVAL, -ENOMEM (nothing
+ * changed).
  */
 int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t *allocs,
                          uint64_t *attachments);

@@ -41,6 +41,8 @@ void broker_ghosts_drop(struct broker *b);
 void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch);
 /* selfcheck of the parting slabs and retired pools: 0 or -EFAULT with msg. */
 int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len);
+/* The backend callbacks of an allocator strategy's pools. */
+const struct pool_slab_ops *broker_slab_ops(enum broker_allocator kind);
 /* The pool configuration of an allocator strategy. */
 void broker_pool_config(const struct broker *b, enum broker_allocator kind,
                         struct pool_config *cfg);

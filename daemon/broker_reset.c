@@ -52,9 +52,10 @@ void broker_pool_config(const struct broker *b, enum broker_allocator kind, stru
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->slab_size = b->limits.slab_size;
-	if (kind == BROKER_ALLOCATOR_DIRECT) {
+	if (kind == BROKER_ALLOCATOR_DIRECT || kind == BROKER_ALLOCATOR_ASYNC) {
 		/* Every request is above the threshold: its own backend
-		 * allocation, returned as soon as it is freed. */
+		 * allocation, returned as soon as it is freed (async: from
+		 * the device's stream-ordered pool, broker_slab_ops). */
 		cfg->large_threshold = 1;
 		cfg->keep_empty = 0;
 		cfg->exact = true;
@@ -352,16 +353,18 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
 	*allocs = *attachments = 0;
 	if ((unsigned)kind > BROKER_ALLOCATOR_ASYNC)
 		return -EINVAL;
-	/* Stream-ordered pools (cuMemAllocAsync) need a backend that has
-	 * them; neither sim nor this version's cuda path does. */
-	if (kind == BROKER_ALLOCATOR_ASYNC)
-		return -EOPNOTSUPP;
+	/* Stream-ordered pools need every device to have them (sim has
+	 * none; cuda where the device shares pools by descriptor). */
+	for (int i = 0; kind == BROKER_ALLOCATOR_ASYNC && i < b->device_count; i++) {
+		if (!b->dev[i].info.async)
+			return -EOPNOTSUPP;
+	}
 	if (kind == b->allocator)
 		return 0;
 	/* Everything that can fail first, so that a refusal changes nothing. */
 	broker_pool_config(b, kind, &cfg);
 	for (int i = 0; i < b->device_count; i++) {
-		fresh[i] = pool_create(&cfg, b->dev[i].pool_ops, &b->dev[i]);
+		fresh[i] = pool_create(&cfg, broker_slab_ops(kind), &b->dev[i]);
 		retired[i] = malloc(sizeof(*retired[i]));
 		if (!fresh[i] || !retired[i]) {
 			for (; i >= 0; i--) {

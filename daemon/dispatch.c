@@ -269,7 +269,8 @@ int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g
 	    !cJSON_AddStringToObject(r, "device_uuid", ctx->b->dev[g->device].info.uuid))
 		return -ENOMEM;
 	if (g->handle && g->fd >= 0) {
-		if (!cJSON_AddTrueToObject(r, "fd"))
+		if (!cJSON_AddTrueToObject(r, "fd") ||
+		    (g->pool && !cJSON_AddTrueToObject(r, "pool")))
 			return -ENOMEM;
 		ctx->fd = g->fd;
 	}

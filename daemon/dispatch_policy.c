@@ -368,10 +368,13 @@ int dispatch_set_allocator(struct dispatch_ctx *ctx)
 		                            "\"pool\", \"direct\" or \"async\"");
 	rc = broker_set_allocator(ctx->b, kind, &allocs, &attachments);
 	if (rc == -EOPNOTSUPP) {
+		int dev = 0;
+		while (dev < ctx->b->device_count - 1 && ctx->b->dev[dev].info.async)
+			dev++;
 		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
-		                "the %s backend has no stream-ordered pools: allocator '%s' is not "
-		                "available",
-		                ctx->b->backend->ops->name, name);
+		                "allocator '%s' is not available: device %d (%s) of the %s backend "
+		                "has no stream-ordered memory pool that other processes can import",
+		                name, dev, ctx->b->dev[dev].info.name, ctx->b->backend->ops->name);
 		return rc;
 	}
 	if (rc < 0)

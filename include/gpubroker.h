@@ -493,11 +493,13 @@ int gpb_invalidate_all(gpb_client *client);
 /**
  * Administrators only: how the daemon hands out device memory (cubie's
  * set_allocator): "pool" (slabs and sub-allocation, the default), "direct"
- * (one backend allocation per request, nothing cached) or "async"
- * (stream-ordered pools, where the backend has them). A change releases
- * everything like gpb_invalidate_all(); the same strategy again does nothing.
+ * (one backend allocation per request, nothing cached) or "async" (as
+ * "direct", each from the device's stream-ordered memory pool: cuda devices
+ * that share pools by file descriptor). A change releases everything like
+ * gpb_invalidate_all(); the same strategy again does nothing.
  * Errors: GPB_E_PERMISSION, GPB_E_INVALID (name), GPB_E_NOT_SUPPORTED (async
- * on a backend without stream-ordered pools), GPB_E_DAEMON_GONE.
+ * on sim, or with a device without shareable stream-ordered pools; the
+ * message names it), GPB_E_DAEMON_GONE.
  */
 int gpb_set_allocator(gpb_client *client, const char *allocator);
 

@@ -23,9 +23,18 @@
  *   FAKECUDA_MEMORY   bytes per device (default 1 GiB)
  *   FAKECUDA_CLEAN=1  new allocations are zero (default: filled with 0xa5,
  *                     since real cuMemAlloc memory is not cleared)
+ *   FAKECUDA_NO_POOLS=1  devices report no memory pools (the "async"
+ *                     allocator must be refused)
  *   FAKECUDA_FAIL     comma-separated NAME[@N]=CUDA_ERROR_X: entry point NAME
  *                     (e.g. cuMemAlloc, cuInit) fails with that error from
  *                     its Nth call in this process on (default 1)
+ *
+ * Stream-ordered pools: a pool is an id in this process; its shareable
+ * handle is a memfd holding the id, its allocations are cuMemAlloc memory
+ * (files, records, violations alike) tagged with the id, and a pointer's
+ * export data names the file, so cuMemPoolImportPointer maps it as
+ * cuIpcOpenMemHandle does, once the pool with that id was imported.
+ * Streams are a token: every call completes before it returns.
  *
  * Only the entry points gpubroker uses exist, under the ABI names cuda.h
  * maps them to (cuMemAlloc_v2 and so on).
@@ -51,6 +60,7 @@
 #define FAKE_MAX_RECORDS  4096
 #define FAKE_MAX_IMPORTER 8
 #define FAKE_MAGIC        "FAKECUDA"
+#define FAKE_PTR_MAGIC    "FAKEPPTR" /* pool pointer export data: not an IPC handle */
 
 /* ---- shared state ---------------------------------------------------------- */
 
@@ -84,6 +94,7 @@ struct fake_mem {
 	int device;
 	bool imported;
 	unsigned opens; /* imported: cuIpcOpenMemHandle calls not closed yet */
+	uint64_t pool;  /* the memory pool's id it came from; 0 = none */
 };
 
 struct fake_fail {
@@ -98,6 +109,7 @@ static bool fake_initialized;
 static int fake_devices = 1;
 static uint64_t fake_memory = 1ull << 30;
 static bool fake_clean;
+static bool fake_no_pools;
 static char fake_dir[256];
 static int fake_state_fd = -1;
 static struct fake_shared *fake_shared;
@@ -372,6 +384,7 @@ FAKE_EXPORT CUresult cuInit(unsigned int flags)
 		if ((v = getenv("FAKECUDA_MEMORY")))
 			fake_memory = strtoull(v, NULL, 10);
 		fake_clean = (v = getenv("FAKECUDA_CLEAN")) && strcmp(v, "1") == 0;
+		fake_no_pools = (v = getenv("FAKECUDA_NO_POOLS")) && strcmp(v, "1") == 0;
 		for (int i = 0; i < FAKE_MAX_DEVICES; i++)
 			fake_primary[i] = (struct fake_ctx){.magic = CTX_MAGIC, .device = i};
 		if (fake_open_state() < 0) {
@@ -443,6 +456,12 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, C
 		break;
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
 		*value = CU_COMPUTEMODE_DEFAULT;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+		*value = !fake_no_pools;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+		*value = fake_no_pools ? 0 : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 		break;
 	default:
 		*value = 0;
@@ -565,13 +584,11 @@ FAKE_EXPORT CUresult cuMemGetInfo(size_t *free_bytes, size_t *total)
 	return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
+/* Device memory on dev (of memory pool `pool`, or 0): cuMemAlloc's core. */
+static CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 {
-	NEED_CONTEXT();
-	INJECT("cuMemAlloc");
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	int dev = fake_current()->device;
 	struct fake_mem *m = calloc(1, sizeof(*m));
 	if (!m)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -611,6 +628,7 @@ FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
 	m->size = size;
 	m->serial = serial;
 	m->device = dev;
+	m->pool = pool;
 	pthread_mutex_lock(&fake_lock);
 	m->next = fake_mems;
 	fake_mems = m;
@@ -619,17 +637,19 @@ FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
 	return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
+FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
 {
 	NEED_CONTEXT();
-	pthread_mutex_lock(&fake_lock);
-	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || m->imported || m->base != (uintptr_t)dptr) {
-		pthread_mutex_unlock(&fake_lock);
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	fake_mem_unlink(m);
-	pthread_mutex_unlock(&fake_lock);
+	INJECT("cuMemAlloc");
+	return fake_mem_alloc(fake_current()->device, size, 0, dptr);
+}
+
+static CUresult fake_unimport(CUdeviceptr dptr);
+
+/* Frees this process's own allocation m (unlinked), counting a violation
+ * per live importer that still maps it. */
+static void fake_mem_release(struct fake_mem *m)
+{
 	char path[300];
 	fake_mem_path(m->serial, path, sizeof(path));
 	fake_lock_state();
@@ -652,6 +672,26 @@ FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 	fake_unlock_state();
 	munmap((void *)m->base, m->size);
 	free(m);
+}
+
+/* Own memory (cuMemAlloc or a pool's), or an imported pool pointer, which
+ * an importer releases with cuMemFree. */
+FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
+{
+	NEED_CONTEXT();
+	pthread_mutex_lock(&fake_lock);
+	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
+	if (!m || m->base != (uintptr_t)dptr || (m->imported && !m->pool)) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (m->imported) {
+		pthread_mutex_unlock(&fake_lock);
+		return fake_unimport(dptr);
+	}
+	fake_mem_unlink(m);
+	pthread_mutex_unlock(&fake_lock);
+	fake_mem_release(m);
 	return CUDA_SUCCESS;
 }
 
@@ -691,6 +731,8 @@ struct fake_handle {
 	int32_t owner;
 };
 
+static CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *pdptr);
+
 FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 {
 	NEED_CONTEXT();
@@ -725,6 +767,14 @@ FAKE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handl
 	/* As CUDA: a process cannot open its own allocation's handle. */
 	if (h.owner == getpid())
 		return CUDA_ERROR_INVALID_CONTEXT;
+	return fake_import(&h, 0, pdptr);
+}
+
+/* Maps another process's allocation h (of pool `pool`, or 0): the core of
+ * cuIpcOpenMemHandle and cuMemPoolImportPointer. */
+static CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *pdptr)
+{
+	struct fake_handle h = *hp;
 	pthread_mutex_lock(&fake_lock);
 	for (struct fake_mem *m = fake_mems; m; m = m->next) {
 		if (m->imported && m->serial == h.serial) {
@@ -767,6 +817,7 @@ FAKE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handl
 	m->device = h.device;
 	m->imported = true;
 	m->opens = 1;
+	m->pool = pool;
 	pthread_mutex_lock(&fake_lock);
 	m->next = fake_mems;
 	fake_mems = m;
@@ -778,6 +829,12 @@ FAKE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handl
 FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
 	NEED_CONTEXT();
+	return fake_unimport(dptr);
+}
+
+/* Drops one open of an imported mapping; the last unmaps it. */
+static CUresult fake_unimport(CUdeviceptr dptr)
+{
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
 	if (!m || !m->imported || m->base != (uintptr_t)dptr) {
@@ -913,6 +970,190 @@ FAKE_EXPORT CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUs
 {
 	(void)s;
 	return fake_copy(dst, (const void *)(uintptr_t)src, n, (uintptr_t)src);
+}
+
+/* ---- stream-ordered memory pools ------------------------------------------- */
+
+#define POOL_MAGIC 0x9001c0deu
+
+struct fake_pool {
+	uint32_t magic;
+	int device;
+	uint64_t id; /* unique across processes (the state's serials) */
+	bool imported;
+};
+
+/* What the pool's shareable descriptor holds. */
+struct fake_pool_file {
+	char magic[8];
+	uint64_t id;
+	int32_t device;
+	int32_t owner;
+};
+
+static struct fake_pool *fake_pool_of(CUmemoryPool pool)
+{
+	struct fake_pool *p = (struct fake_pool *)(void *)pool;
+	return p && p->magic == POOL_MAGIC ? p : NULL;
+}
+
+/* A token: the fake runs every call to completion at once. */
+FAKE_EXPORT CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
+{
+	(void)flags;
+	NEED_CONTEXT();
+	static char token;
+	*stream = (CUstream)(void *)&token;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamDestroy(CUstream stream)
+{
+	(void)stream;
+	NEED_CONTEXT();
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	NEED_INIT();
+	INJECT("cuMemPoolCreate");
+	if (fake_no_pools)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+	    props->location.id >= fake_devices ||
+	    props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	fake_lock_state();
+	p->id = ++fake_shared->next_serial;
+	fake_unlock_state();
+	p->magic = POOL_MAGIC;
+	p->device = props->location.id;
+	*pool = (CUmemoryPool)(void *)p;
+	return CUDA_SUCCESS;
+}
+
+/* Outstanding allocations stay valid, as in CUDA (they are released when
+ * freed); only the pool object goes. */
+FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	NEED_INIT();
+	struct fake_pool *p = fake_pool_of(pool);
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	p->magic = 0;
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                             CUstream stream)
+{
+	(void)stream;
+	NEED_CONTEXT();
+	INJECT("cuMemAllocFromPoolAsync");
+	struct fake_pool *p = fake_pool_of(pool);
+	if (!p || p->imported)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake_mem_alloc(p->device, size, p->id, dptr);
+}
+
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
+{
+	(void)stream;
+	return cuMemFree(dptr);
+}
+
+FAKE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle, CUmemoryPool pool,
+                                                      CUmemAllocationHandleType type,
+                                                      unsigned long long flags)
+{
+	NEED_INIT();
+	INJECT("cuMemPoolExportToShareableHandle");
+	struct fake_pool *p = fake_pool_of(pool);
+	if (!p || p->imported || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_pool_file f = {
+	    .magic = FAKE_MAGIC, .id = p->id, .device = p->device, .owner = getpid()};
+	int fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (write(fd, &f, sizeof(f)) != (ssize_t)sizeof(f)) {
+		close(fd);
+		return CUDA_ERROR_UNKNOWN;
+	}
+	*(int *)handle = fd;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool, void *handle,
+                                                        CUmemAllocationHandleType type,
+                                                        unsigned long long flags)
+{
+	NEED_INIT();
+	INJECT("cuMemPoolImportFromShareableHandle");
+	struct fake_pool_file f;
+	int fd = (int)(intptr_t)handle;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags ||
+	    pread(fd, &f, sizeof(f), 0) != (ssize_t)sizeof(f) ||
+	    memcmp(f.magic, FAKE_MAGIC, 8) != 0 || f.device < 0 || f.device >= fake_devices)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (struct fake_pool){
+	    .magic = POOL_MAGIC, .device = f.device, .id = f.id, .imported = true};
+	*pool = (CUmemoryPool)(void *)p;
+	return CUDA_SUCCESS;
+}
+
+/* The export data: a fake_handle naming the allocation (another magic, so
+ * cuIpcOpenMemHandle refuses it), then the pool id. */
+FAKE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr dptr)
+{
+	NEED_CONTEXT();
+	INJECT("cuMemPoolExportPointer");
+	_Static_assert(sizeof(struct fake_handle) + 8 <= sizeof(out->reserved), "room");
+	pthread_mutex_lock(&fake_lock);
+	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
+	bool ok = m && !m->imported && m->pool && m->base == (uintptr_t)dptr;
+	struct fake_handle h = {.magic = FAKE_PTR_MAGIC};
+	uint64_t pool = 0;
+	if (ok) {
+		h = (struct fake_handle){.magic = FAKE_PTR_MAGIC,
+		                         .serial = m->serial,
+		                         .size = m->size,
+		                         .device = m->device,
+		                         .owner = getpid()};
+		pool = m->pool;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	if (!ok)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->reserved, &h, sizeof(h));
+	memcpy(out->reserved + sizeof(h), &pool, sizeof(pool));
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *dptr, CUmemoryPool pool,
+                                            CUmemPoolPtrExportData *data)
+{
+	NEED_CONTEXT();
+	INJECT("cuMemPoolImportPointer");
+	struct fake_pool *p = fake_pool_of(pool);
+	struct fake_handle h;
+	uint64_t id;
+	memcpy(&h, data->reserved, sizeof(h));
+	memcpy(&id, data->reserved + sizeof(h), sizeof(id));
+	/* Only through the pool it came from, imported from its owner. */
+	if (!p || !p->imported || memcmp(h.magic, FAKE_PTR_MAGIC, 8) != 0 || id != p->id)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake_import(&h, id, dptr);
 }
 
 /* ---- for tests only ---------------------------------------------------------- */

@@ -435,3 +435,26 @@ void gt_wait_slabs(gpb_client *c, int device, uint64_t want)
 	GT_FAIL("%llu slabs on device %d, want %llu", (unsigned long long)ps.slabs, device,
 	        (unsigned long long)want);
 }
+
+void gt_fill(unsigned char *buf, size_t n, unsigned seed)
+{
+	uint32_t x = seed * 2246822519u + 7;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		buf[i] = (unsigned char)(x >> 24);
+	}
+}
+
+void gt_expect_and_write(void *ptr, size_t n, unsigned expect, unsigned next)
+{
+	unsigned char *buf = malloc(n), *want = malloc(n);
+	CHECK(buf && want);
+	CU(cu.MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)ptr, n));
+	gt_fill(want, n, expect);
+	CHECK(memcmp(buf, want, n) == 0);
+	gt_fill(buf, n, next);
+	CU(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)ptr, buf, n));
+	CU(cu.CtxSynchronize());
+	free(buf);
+	free(want);
+}

@@ -127,6 +127,12 @@ int gt_wait(pid_t pid);
 /* Reads one line from fd (blocking, 30 s at most). */
 bool gt_read_line(int fd, char *buf, size_t len);
 
+/* A pseudo-random byte pattern of @seed. */
+void gt_fill(unsigned char *buf, size_t n, unsigned seed);
+/* Checks that the @n device bytes at @ptr hold pattern @expect, then writes
+ * pattern @next there and synchronises (a context of the device current). */
+void gt_expect_and_write(void *ptr, size_t n, unsigned expect, unsigned next);
+
 /* Milliseconds of CLOCK_MONOTONIC. */
 double gt_now_ms(void);
 

@@ -17,15 +17,6 @@
 #define SLAB (8ull << 20)
 #define SIZE (1ull << 20)
 
-static void fill(unsigned char *buf, size_t n, unsigned seed)
-{
-	uint32_t x = seed * 2654435761u + 1;
-	for (size_t i = 0; i < n; i++) {
-		x = x * 1664525u + 1013904223u;
-		buf[i] = (unsigned char)(x >> 24);
-	}
-}
-
 /* The second process: attaches id, checks pattern 1, writes pattern 2. */
 static int reader(const char *socket, const char *id_hex)
 {
@@ -41,9 +32,9 @@ static int reader(const char *socket, const char *id_hex)
 	GPB(gpb_attach(c, strtoull(id_hex, NULL, 16), &a));
 	gt_cuda_context(0);
 	CU(cu.MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)a.ptr, SIZE));
-	fill(want, SIZE, 1);
+	gt_fill(want, SIZE, 1);
 	CHECK(memcmp(buf, want, SIZE) == 0);
-	fill(buf, SIZE, 2);
+	gt_fill(buf, SIZE, 2);
 	GPB(gpb_copy_to_device(a.ptr, buf, SIZE, NULL));
 	CU(cu.StreamSynchronize(NULL));
 	GPB(gpb_mapping_stats(&st));
@@ -94,7 +85,7 @@ int main(int argc, char **argv)
 	}
 
 	/* Written with the driver, read back through the library. */
-	fill(buf, SIZE, 1);
+	gt_fill(buf, SIZE, 1);
 	CU(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)a.ptr, buf, SIZE));
 	memset(back, 0, SIZE);
 	GPB(gpb_copy_from_device(back, a.ptr, SIZE, NULL));
@@ -112,7 +103,7 @@ int main(int argc, char **argv)
 	char *args[] = {"reader", d.socket, id_hex, NULL};
 	CHECK(gt_wait(gt_spawn_self(args, NULL)) == 0);
 	CU(cu.MemcpyDtoH(back, (CUdeviceptr)(uintptr_t)a.ptr, SIZE));
-	fill(buf, SIZE, 2);
+	gt_fill(buf, SIZE, 2);
 	CHECK(memcmp(buf, back, SIZE) == 0);
 
 	struct gpb_mapping_stats st;

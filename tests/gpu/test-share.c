@@ -15,38 +15,20 @@
 
 #define SLAB (8ull << 20)
 
-static void fill(unsigned char *buf, size_t n, unsigned seed)
-{
-	uint32_t x = seed * 2246822519u + 7;
-	for (size_t i = 0; i < n; i++) {
-		x = x * 1664525u + 1013904223u;
-		buf[i] = (unsigned char)(x >> 24);
-	}
-}
-
 /* The second process: opens name, checks pattern 1, writes pattern 2. */
 static int opener(const char *socket, const char *name)
 {
-	unsigned char *buf = malloc(SLAB), *want = malloc(SLAB);
 	struct gpb_allocation a;
 	gpb_client *c = NULL;
 
-	CHECK(buf && want);
 	GPB(gpb_connect(socket, "gpu-share-opener", &c));
 	GPB(gpb_open_shared(c, name, &a));
 	CHECK(a.size == SLAB);
 	gt_cuda_context(0);
-	CU(cu.MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)a.ptr, SLAB));
-	fill(want, SLAB, 1);
-	CHECK(memcmp(buf, want, SLAB) == 0);
-	fill(buf, SLAB, 2);
-	CU(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)a.ptr, buf, SLAB));
-	CU(cu.CtxSynchronize());
+	gt_expect_and_write(a.ptr, SLAB, 1, 2);
 	CHECK(gpb_open_shared(c, "no-such-name", &a) == GPB_E_NOT_FOUND);
 	GPB(gpb_detach(c, a.id));
 	gpb_disconnect(c);
-	free(buf);
-	free(want);
 	return 0;
 }
 
@@ -67,7 +49,7 @@ int main(int argc, char **argv)
 	GPB(gpb_alloc(c, inst, SLAB, 0, &a));
 	unsigned char *buf = malloc(SLAB), *back = malloc(SLAB);
 	CHECK(buf && back);
-	fill(buf, SLAB, 1);
+	gt_fill(buf, SLAB, 1);
 	CU(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)a.ptr, buf, SLAB));
 	CU(cu.CtxSynchronize());
 	GPB(gpb_export(c, a.id, "frame", -1));
@@ -75,7 +57,7 @@ int main(int argc, char **argv)
 	char *args[] = {"opener", d.socket, "frame", NULL};
 	CHECK(gt_wait(gt_spawn_self(args, NULL)) == 0);
 	CU(cu.MemcpyDtoH(back, (CUdeviceptr)(uintptr_t)a.ptr, SLAB));
-	fill(buf, SLAB, 2);
+	gt_fill(buf, SLAB, 2);
 	CHECK(memcmp(buf, back, SLAB) == 0);
 
 	/* Freed by the exporter while open: the opener keeps the bytes. */
