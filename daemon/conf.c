@@ -326,7 +326,7 @@ static int conf_set_slot(struct conf *cfg, const char *key, const char *value,
 	case TYPE_ALLOCATOR: {
 		enum broker_allocator kind;
 		if (broker_allocator_parse(value, &kind) < 0 || strlen(value) >= d->size)
-			return conf_fail(err, key, "'%s' must be pool or direct", key);
+			return conf_fail(err, key, "'%s' must be pool, direct or async", key);
 		memcpy(field, value, strlen(value) + 1);
 		break;
 	}

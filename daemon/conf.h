@@ -41,7 +41,7 @@ struct conf {
 	int log_level; /* enum log_level */
 	unsigned max_clients_per_uid;
 	char limit[32];    /* none, bytes ("12GiB") or a percentage ("90%") */
-	char allocator[8]; /* pool or direct */
+	char allocator[8]; /* pool, direct or async */
 	struct broker_limits limits;
 	struct conf_rule rules[BROKER_MAX_RULES];
 	unsigned nrules;

@@ -127,7 +127,7 @@ static void test_bad_lines(void **state)
 	    {"limit = 0\n", 1, "limit", "percentage"},
 	    {"limit = 150%\n", 1, "limit", "percentage"},
 	    {"limit = lots\n", 1, "limit", "percentage"},
-	    {"allocator = async2\n", 1, "allocator", "pool or direct"},
+	    {"allocator = async2\n", 1, "allocator", "pool, direct or async"},
 	    {"min_auto_share = 0\n", 1, "min_auto_share", "(0, 1]"},
 	    {"min_auto_share = 1.5\n", 1, "min_auto_share", "(0, 1]"},
 	};
