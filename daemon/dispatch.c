@@ -436,8 +436,9 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	/* A request that may wait does not overtake those already waiting on
 	 * its device: it joins the queue behind them. */
 	struct broker_instance *target = broker_instance_find(ctx->s, instance);
-	/* More than the user's cap could never be served: no wait. */
-	const struct broker_rule *rule = broker_rule_for(ctx->b, ctx->s);
+	/* More than the user's cap could never be served: no wait. Looked up
+	 * only for a request that may wait (the broker checks the cap anyway). */
+	const struct broker_rule *rule = wait_ms > 0 ? broker_rule_for(ctx->b, ctx->s) : NULL;
 	bool over_user_cap = rule && rule->cap && size > rule->cap;
 	if (wait_ms > 0 && target && !over_user_cap && broker_waits_on(ctx->b, target->device))
 		rc = -ENOMEM;
