@@ -292,6 +292,27 @@ static void worker_admin(gpb_client *c, unsigned kind)
 	}
 }
 
+/* Forgets a freed allocation or a detached id. By id, not by index: an
+ * invalidate event read during the call (or by check()) may have emptied
+ * the lists already. */
+static void drop_held(struct worker *w, uint64_t id)
+{
+	for (int i = 0; i < w->nheld; i++)
+		if (w->held[i].id == id) {
+			w->held[i] = w->held[--w->nheld];
+			return;
+		}
+}
+
+static void drop_attached(struct worker *w, uint64_t id)
+{
+	for (int i = 0; i < w->nattached; i++)
+		if (w->attached[i] == id) {
+			w->attached[i] = w->attached[--w->nattached];
+			return;
+		}
+}
+
 static void worker_step(struct worker *w, const char *socket)
 {
 	static const char *const groups[] = {"default", "g0", "g1", "g2"};
@@ -333,9 +354,9 @@ static void worker_step(struct worker *w, const char *socket)
 		if (rc == 0)
 			hold(w, &a);
 	} else if (op < 60 && w->nheld > 0) {
-		int i = (int)rnd_below((unsigned)w->nheld);
-		check(gpb_free(c, w->held[i].id), "free");
-		w->held[i] = w->held[--w->nheld];
+		uint64_t id = w->held[rnd_below((unsigned)w->nheld)].id;
+		check(gpb_free(c, id), "free");
+		drop_held(w, id);
 	} else if (op < 64 && w->nattached < 8) {
 		uint64_t id = __atomic_load_n(&sh->ids[rnd_below(SHARED_IDS)], __ATOMIC_RELAXED);
 		if (!id)
@@ -349,9 +370,9 @@ static void worker_step(struct worker *w, const char *socket)
 			w->attached[w->nattached++] = id;
 		}
 	} else if (op < 68 && w->nattached > 0) {
-		int i = (int)rnd_below((unsigned)w->nattached);
-		check(gpb_detach(c, w->attached[i]), "detach");
-		w->attached[i] = w->attached[--w->nattached];
+		uint64_t id = w->attached[rnd_below((unsigned)w->nattached)];
+		check(gpb_detach(c, id), "detach");
+		drop_attached(w, id);
 	} else if (op < 70) {
 		int i = (int)rnd_below((unsigned)w->ninst);
 		/* Busy (it holds allocations) is an expected refusal. */
@@ -655,7 +676,7 @@ static void run_chaos(struct run *r, const struct th_daemon *d, struct bystander
 			if (got == r->pid[i]) {
 				/* Ended on its own: fine only if quietly. */
 				if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-					fail_msg("worker failed: %s",
+					fail_msg("worker %d failed (status 0x%x): %s", (int)got, st,
 					         sh->error_set ? sh->error : "(no message)");
 				spawn(r, i, d->socket);
 			} else if (t >= r->die_at[i]) {
