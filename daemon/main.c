@@ -19,6 +19,7 @@
 #include "config.h"
 #include "jsonmem.h"
 #include "log.h"
+#include "reload.h"
 #include "server.h"
 #include "service.h"
 
@@ -189,7 +190,7 @@ static int apply_policy(struct broker *b, const struct conf *cfg)
 	if (rc == 0)
 		rc = broker_set_allocator(b, kind, &(uint64_t){0}, &(uint64_t){0});
 	if (rc == 0)
-		server_apply_rules(b, cfg);
+		reload_rules_apply(b, cfg);
 	return rc;
 }
 

@@ -21,6 +21,7 @@
 #include "dispatch.h"
 #include "exitwatch.h"
 #include "log.h"
+#include "reload.h"
 #include "service.h"
 
 #define SERVER_DRAIN_MS 5000 /* how long shutdown waits for clients to read */
@@ -529,16 +530,6 @@ int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid
 	return 0;
 }
 
-void server_apply_rules(struct broker *b, const struct conf *cfg)
-{
-	struct broker_rule rules[BROKER_MAX_RULES];
-	const char *unknown = NULL;
-	unsigned n = conf_rules_resolve(cfg, service_group, rules, &unknown);
-	if (unknown)
-		log_warn("rules for group %s: no such group; ignored", unknown);
-	broker_set_rules(b, rules, n);
-}
-
 /* broker_close_fn: an administrator's evict. */
 static void server_close(void *ctx, struct session *s, const char *why)
 {
@@ -635,13 +626,6 @@ static void server_stop(struct server *srv, const char *reason)
 		uv_timer_start(&srv->drain, server_on_drain_timeout, SERVER_DRAIN_MS, 0);
 }
 
-/* Appends a key name to a JSON array (result may be NULL). */
-static void server_list_key(cJSON *list, enum conf_key key)
-{
-	if (list)
-		cJSON_AddItemToArray(list, cJSON_CreateString(conf_key_name(key)));
-}
-
 /*
  * Re-reads the configuration and applies what can change live; keys that
  * need a restart keep their running value and are reported. On a bad file
@@ -657,44 +641,8 @@ static int server_reload(struct server *srv, cJSON *result, char *message, size_
 		log_error("reload: %s; the running configuration stays in force", why);
 		return -EINVAL;
 	}
-	uint64_t changed = conf_diff(&srv->cfg, &next);
-	cJSON *applied = result ? cJSON_AddArrayToObject(result, "applied") : NULL;
-	cJSON *restart = result ? cJSON_AddArrayToObject(result, "needs_restart") : NULL;
-	for (int k = 0; k < CONF_KEY_COUNT; k++) {
-		if (!(changed & (1ull << k)))
-			continue;
-		if (conf_key_needs_restart(k)) {
-			server_list_key(restart, k);
-			log_warn("reload: %s changed; it takes effect after a restart",
-			         conf_key_name(k));
-			continue;
-		}
-		conf_copy_key(&srv->cfg, &next, k);
-		server_list_key(applied, k);
-		log_info("reload: %s changed", conf_key_name(k));
-	}
-	uint64_t slab_size = srv->broker->limits.slab_size;
-	srv->broker->limits = srv->cfg.limits;
-	srv->broker->limits.slab_size = slab_size;
-	/* Policy keys act through the broker so running clients hear of cap
-	 * changes (cap_changed events). */
-	if (changed & (1ull << CONF_RULES)) {
-		memcpy(srv->cfg.rules, next.rules, sizeof(next.rules));
-		srv->cfg.nrules = next.nrules;
-		server_apply_rules(srv->broker, &srv->cfg);
-		server_list_key(applied, CONF_RULES);
-		log_info("reload: uid/group rules changed");
-	}
-	if (changed & (1ull << CONF_MODE))
-		broker_set_mode(srv->broker, srv->cfg.limits.mode);
-	if (changed & (1ull << CONF_LIMIT)) {
-		uint64_t bytes;
-		double fraction;
-		if (conf_limit_parse(srv->cfg.limit, &bytes, &fraction) == 0)
-			broker_set_limit(srv->broker, -1, bytes, fraction);
-	}
+	reload_apply(&srv->cfg, &next, srv->broker, result);
 	srv->admin_gid = service_group(srv->cfg.admin_group);
-	log_init(srv->cfg.log_level);
 	return 0;
 }
 

@@ -22,9 +22,6 @@ typedef int (*server_reload_fn)(struct conf *out, char *message, size_t size);
 
 struct server;
 
-/* Gives the broker the uid/group rules of cfg, group names resolved now. */
-void server_apply_rules(struct broker *b, const struct conf *cfg);
-
 /* cfg is copied. 0, -ENOMEM. */
 int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg,
                   server_reload_fn reload, struct server **out);
