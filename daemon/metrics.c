@@ -210,7 +210,7 @@ static void metrics_uids(struct mbuf *m, const struct broker *b)
 {
 	struct {
 		uid_t uid;
-		uint64_t used, connections, cap;
+		uint64_t connections, cap;
 	} uids[256];
 	size_t n = 0;
 	const struct list *pos;
@@ -222,9 +222,8 @@ static void metrics_uids(struct mbuf *m, const struct broker *b)
 		if (i == n) {
 			if (n == sizeof(uids) / sizeof(uids[0]))
 				continue; /* beyond 256 users: not worth a series each */
-			uids[n++] = (typeof(uids[0])){s->uid, 0, 0, 0};
+			uids[n++] = (typeof(uids[0])){s->uid, 0, 0};
 		}
-		uids[i].used += s->used;
 		uids[i].connections++;
 		/* The cap broker_alloc() holds the connection to: its uid's rule,
 		 * else its primary group's. Connections of one user with different
@@ -233,10 +232,14 @@ static void metrics_uids(struct mbuf *m, const struct broker *b)
 		if (rule && rule->cap && (!uids[i].cap || rule->cap < uids[i].cap))
 			uids[i].cap = rule->cap;
 	}
-	mbuf_header(m, "gpubroker_uid_used_bytes", "gauge", "Bytes in live allocations per user.");
+	/* Per device, as the cap below applies on each device. */
+	mbuf_header(m, "gpubroker_uid_used_bytes", "gauge",
+	            "Bytes in live device allocations per user and device.");
 	for (size_t i = 0; i < n; i++)
-		mbuf_printf(m, "gpubroker_uid_used_bytes{uid=\"%u\"} %llu\n", (unsigned)uids[i].uid,
-		            (unsigned long long)uids[i].used);
+		for (int d = 0; d < b->device_count; d++)
+			mbuf_printf(m, "gpubroker_uid_used_bytes{uid=\"%u\",device=\"%d\"} %llu\n",
+			            (unsigned)uids[i].uid, d,
+			            (unsigned long long)pool_uid_used(b->dev[d].pool, uids[i].uid));
 	mbuf_header(m, "gpubroker_uid_cap_bytes", "gauge",
 	            "Bytes a user may hold on each device (its uid or group cap in "
 	            "gpubroker.conf); users without a cap have no series.");

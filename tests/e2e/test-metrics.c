@@ -481,9 +481,13 @@ static void test_format_and_series(void **state)
 	         ",uid=\"%u\",device=\"0\"}",
 	         (unsigned long long)inst, (unsigned)getuid());
 	assert_true(series_value(out, series) == 0);
-	snprintf(series, sizeof(series), "gpubroker_uid_used_bytes{uid=\"%u\"}",
+	/* Per device: what the cap is held against on each. */
+	snprintf(series, sizeof(series), "gpubroker_uid_used_bytes{uid=\"%u\",device=\"0\"}",
 	         (unsigned)getuid());
 	assert_true(series_value(out, series) == 6 * MIB);
+	snprintf(series, sizeof(series), "gpubroker_uid_used_bytes{uid=\"%u\",device=\"1\"}",
+	         (unsigned)getuid());
+	assert_true(series_value(out, series) == 0);
 	check_exposition(out);
 
 	/* promtool, when installed, agrees. */
