@@ -1,0 +1,320 @@
+/*
+ * fakecuda_ctx.c - the fake libcuda.so.1's driver, devices and contexts.
+ *
+ * cuInit (which reads the FAKECUDA_* settings), the error names, the
+ * failures FAKECUDA_FAIL injects, the devices' queries, the primary contexts
+ * and each thread's stack of current contexts: the entry points with no
+ * memory behind them. Apart from fakecuda.c, which holds the memory, to keep
+ * each file short; see the comment at its top.
+ */
+#include "fakecuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAKE_MAX_DEVICES 8
+#define CTX_MAGIC        0xc0de7ec5u
+
+struct fake_fail {
+	char name[40];
+	unsigned from;
+	CUresult rc;
+	unsigned calls;
+};
+
+bool fake_initialized;
+int fake_devices = 1;
+uint64_t fake_memory = 1ull << 30;
+bool fake_clean;
+bool fake_no_pools;
+
+static struct fake_ctx fake_primary[FAKE_MAX_DEVICES];
+static struct fake_fail fake_fails[8];
+static unsigned fake_fail_count;
+
+static __thread struct fake_ctx *fake_stack[16];
+static __thread int fake_depth;
+
+static const struct {
+	CUresult rc;
+	const char *name, *text;
+} fake_errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_MAP_FAILED, "CUDA_ERROR_MAP_FAILED", "mapping of buffer object failed"},
+    {CUDA_ERROR_ECC_UNCORRECTABLE, "CUDA_ERROR_ECC_UNCORRECTABLE",
+     "uncorrectable ECC error encountered"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was encountered"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult fake_error_by_name(const char *name)
+{
+	for (size_t i = 0; i < sizeof(fake_errors) / sizeof(fake_errors[0]); i++) {
+		if (strcmp(fake_errors[i].name, name) == 0)
+			return fake_errors[i].rc;
+	}
+	return CUDA_ERROR_UNKNOWN;
+}
+
+/* Parses FAKECUDA_FAIL: "cuMemAlloc@2=CUDA_ERROR_ECC_UNCORRECTABLE,...". */
+static void fake_parse_fail(const char *spec)
+{
+	char buf[512];
+	char *save = NULL;
+	snprintf(buf, sizeof(buf), "%s", spec);
+	for (char *tok = strtok_r(buf, ",", &save); tok && fake_fail_count < 8;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '=');
+		if (!eq)
+			continue;
+		*eq = '\0';
+		struct fake_fail *f = &fake_fails[fake_fail_count++];
+		char *at = strchr(tok, '@');
+		f->from = 1;
+		if (at) {
+			*at = '\0';
+			f->from = (unsigned)strtoul(at + 1, NULL, 10);
+		}
+		snprintf(f->name, sizeof(f->name), "%s", tok);
+		f->rc = fake_error_by_name(eq + 1);
+	}
+}
+
+/* The injected failure of this call of name, or CUDA_SUCCESS. */
+CUresult fake_injected(const char *name)
+{
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&fake_lock);
+	for (unsigned i = 0; i < fake_fail_count; i++) {
+		struct fake_fail *f = &fake_fails[i];
+		if (strcmp(f->name, name) == 0 && ++f->calls >= f->from)
+			rc = f->rc;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+/* ---- contexts ------------------------------------------------------------------ */
+
+struct fake_ctx *fake_current(void)
+{
+	return fake_depth ? fake_stack[fake_depth - 1] : NULL;
+}
+
+FAKE_EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
+{
+	for (size_t i = 0; i < sizeof(fake_errors) / sizeof(fake_errors[0]); i++) {
+		if (fake_errors[i].rc == error) {
+			*str = fake_errors[i].name;
+			return CUDA_SUCCESS;
+		}
+	}
+	*str = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_EXPORT CUresult cuGetErrorString(CUresult error, const char **str)
+{
+	for (size_t i = 0; i < sizeof(fake_errors) / sizeof(fake_errors[0]); i++) {
+		if (fake_errors[i].rc == error) {
+			*str = fake_errors[i].text;
+			return CUDA_SUCCESS;
+		}
+	}
+	*str = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_EXPORT CUresult cuInit(unsigned int flags)
+{
+	const char *v;
+	pthread_mutex_lock(&fake_lock);
+	if (!fake_initialized && (v = getenv("FAKECUDA_FAIL")))
+		fake_parse_fail(v);
+	pthread_mutex_unlock(&fake_lock);
+	INJECT("cuInit");
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	if (!fake_initialized) {
+		if ((v = getenv("FAKECUDA_DEVICES")))
+			fake_devices = atoi(v);
+		if (fake_devices < 0 || fake_devices > FAKE_MAX_DEVICES)
+			fake_devices = 1;
+		if ((v = getenv("FAKECUDA_MEMORY")))
+			fake_memory = strtoull(v, NULL, 10);
+		fake_clean = (v = getenv("FAKECUDA_CLEAN")) && strcmp(v, "1") == 0;
+		fake_no_pools = (v = getenv("FAKECUDA_NO_POOLS")) && strcmp(v, "1") == 0;
+		for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+			fake_primary[i] = (struct fake_ctx){.magic = CTX_MAGIC, .device = i};
+		if (fake_open_state() < 0) {
+			pthread_mutex_unlock(&fake_lock);
+			return CUDA_ERROR_UNKNOWN;
+		}
+		fake_initialized = true;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDriverGetVersion(int *version)
+{
+	*version = CUDA_VERSION;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetCount(int *count)
+{
+	NEED_INIT();
+	*count = fake_devices;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+	NEED_INIT();
+	if (ordinal < 0 || ordinal >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*device = ordinal;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	NEED_INIT();
+	if (dev < 0 || dev >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	snprintf(name, (size_t)len, "gpubroker fake CUDA device %d", dev);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	NEED_INIT();
+	if (dev < 0 || dev >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	static const unsigned char base[16] = {0xfa, 0xce, 0xcd, 0xa0, 0x00, 0x00, 0x40, 0x00,
+	                                       0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+	memcpy(uuid->bytes, base, 16);
+	uuid->bytes[15] = (char)dev;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev)
+{
+	NEED_INIT();
+	if (dev < 0 || dev >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	switch (attr) {
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+		*value = 9;
+		break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+		*value = 0;
+		break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+		*value = CU_COMPUTEMODE_DEFAULT;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+		*value = !fake_no_pools;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+		*value = fake_no_pools ? 0 : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+		break;
+	default:
+		*value = 0;
+		break;
+	}
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	NEED_INIT();
+	INJECT("cuDevicePrimaryCtxRetain");
+	if (dev < 0 || dev >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&fake_lock);
+	fake_primary[dev].retains++;
+	pthread_mutex_unlock(&fake_lock);
+	*pctx = (CUcontext)(void *)&fake_primary[dev];
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	NEED_INIT();
+	if (dev < 0 || dev >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&fake_lock);
+	if (fake_primary[dev].retains == 0)
+		rc = CUDA_ERROR_INVALID_CONTEXT;
+	else
+		fake_primary[dev].retains--;
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+FAKE_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx)
+{
+	NEED_INIT();
+	struct fake_ctx *c = (struct fake_ctx *)(void *)ctx;
+	if (!c || c->magic != CTX_MAGIC || c->retains == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (fake_depth == (int)(sizeof(fake_stack) / sizeof(fake_stack[0])))
+		return CUDA_ERROR_UNKNOWN;
+	fake_stack[fake_depth++] = c;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx)
+{
+	NEED_INIT();
+	if (fake_depth == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct fake_ctx *c = fake_stack[--fake_depth];
+	if (pctx)
+		*pctx = (CUcontext)(void *)c;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	NEED_INIT();
+	*pctx = (CUcontext)(void *)fake_current();
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+{
+	NEED_CONTEXT();
+	*device = fake_current()->device;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxSynchronize(void)
+{
+	NEED_CONTEXT();
+	INJECT("cuCtxSynchronize");
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream)
+{
+	(void)stream;
+	NEED_CONTEXT();
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,197 @@
+/*
+ * fakecuda_pool.c - the fake libcuda.so.1's stream-ordered memory pools.
+ *
+ * A pool is an id in this process; its allocations are fakecuda.c's device
+ * memory tagged with that id, its shareable handle a memfd naming it, and a
+ * pointer's export data is imported through fakecuda.c's IPC mapping once
+ * the pool was imported. Streams are a token. Apart from fakecuda.c to keep
+ * each file short; see the comment at its top.
+ */
+#include "fakecuda_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- stream-ordered memory pools ------------------------------------------- */
+
+#define POOL_MAGIC 0x9001c0deu
+
+struct fake_pool {
+	uint32_t magic;
+	int device;
+	uint64_t id; /* unique across processes (the state's serials) */
+	bool imported;
+};
+
+/* What the pool's shareable descriptor holds. */
+struct fake_pool_file {
+	char magic[8];
+	uint64_t id;
+	int32_t device;
+	int32_t owner;
+};
+
+static struct fake_pool *fake_pool_of(CUmemoryPool pool)
+{
+	struct fake_pool *p = (struct fake_pool *)(void *)pool;
+	return p && p->magic == POOL_MAGIC ? p : NULL;
+}
+
+/* A token: the fake runs every call to completion at once. */
+FAKE_EXPORT CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
+{
+	(void)flags;
+	NEED_CONTEXT();
+	static char token;
+	*stream = (CUstream)(void *)&token;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamDestroy(CUstream stream)
+{
+	(void)stream;
+	NEED_CONTEXT();
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	NEED_INIT();
+	INJECT("cuMemPoolCreate");
+	if (fake_no_pools)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+	    props->location.id >= fake_devices ||
+	    props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	p->id = fake_new_serial();
+	p->magic = POOL_MAGIC;
+	p->device = props->location.id;
+	*pool = (CUmemoryPool)(void *)p;
+	return CUDA_SUCCESS;
+}
+
+/* Outstanding allocations stay valid, as in CUDA (they are released when
+ * freed); only the pool object goes. */
+FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	NEED_INIT();
+	struct fake_pool *p = fake_pool_of(pool);
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	p->magic = 0;
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                             CUstream stream)
+{
+	(void)stream;
+	NEED_CONTEXT();
+	INJECT("cuMemAllocFromPoolAsync");
+	struct fake_pool *p = fake_pool_of(pool);
+	if (!p || p->imported)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake_mem_alloc(p->device, size, p->id, dptr);
+}
+
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
+{
+	(void)stream;
+	return cuMemFree(dptr);
+}
+
+FAKE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle, CUmemoryPool pool,
+                                                      CUmemAllocationHandleType type,
+                                                      unsigned long long flags)
+{
+	NEED_INIT();
+	INJECT("cuMemPoolExportToShareableHandle");
+	struct fake_pool *p = fake_pool_of(pool);
+	if (!p || p->imported || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_pool_file f = {
+	    .magic = FAKE_MAGIC, .id = p->id, .device = p->device, .owner = getpid()};
+	int fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (write(fd, &f, sizeof(f)) != (ssize_t)sizeof(f)) {
+		close(fd);
+		return CUDA_ERROR_UNKNOWN;
+	}
+	*(int *)handle = fd;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool, void *handle,
+                                                        CUmemAllocationHandleType type,
+                                                        unsigned long long flags)
+{
+	NEED_INIT();
+	INJECT("cuMemPoolImportFromShareableHandle");
+	struct fake_pool_file f;
+	int fd = (int)(intptr_t)handle;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags ||
+	    pread(fd, &f, sizeof(f), 0) != (ssize_t)sizeof(f) ||
+	    memcmp(f.magic, FAKE_MAGIC, 8) != 0 || f.device < 0 || f.device >= fake_devices)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (struct fake_pool){
+	    .magic = POOL_MAGIC, .device = f.device, .id = f.id, .imported = true};
+	*pool = (CUmemoryPool)(void *)p;
+	return CUDA_SUCCESS;
+}
+
+/* The export data: a fake_handle naming the allocation (another magic, so
+ * cuIpcOpenMemHandle refuses it), then the pool id. */
+FAKE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr dptr)
+{
+	NEED_CONTEXT();
+	INJECT("cuMemPoolExportPointer");
+	_Static_assert(sizeof(struct fake_handle) + 8 <= sizeof(out->reserved), "room");
+	pthread_mutex_lock(&fake_lock);
+	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
+	bool ok = m && !m->imported && m->pool && m->base == (uintptr_t)dptr;
+	struct fake_handle h = {.magic = FAKE_PTR_MAGIC};
+	uint64_t pool = 0;
+	if (ok) {
+		h = (struct fake_handle){.magic = FAKE_PTR_MAGIC,
+		                         .serial = m->serial,
+		                         .size = m->size,
+		                         .device = m->device,
+		                         .owner = getpid()};
+		pool = m->pool;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	if (!ok)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->reserved, &h, sizeof(h));
+	memcpy(out->reserved + sizeof(h), &pool, sizeof(pool));
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *dptr, CUmemoryPool pool,
+                                            CUmemPoolPtrExportData *data)
+{
+	NEED_CONTEXT();
+	INJECT("cuMemPoolImportPointer");
+	struct fake_pool *p = fake_pool_of(pool);
+	struct fake_handle h;
+	uint64_t id;
+	memcpy(&h, data->reserved, sizeof(h));
+	memcpy(&id, data->reserved + sizeof(h), sizeof(id));
+	/* Only through the pool it came from, imported from its owner. */
+	if (!p || !p->imported || memcmp(h.magic, FAKE_PTR_MAGIC, 8) != 0 || id != p->id)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake_import(&h, id, dptr);
+}
