@@ -96,10 +96,43 @@ bool th_valgrind(void)
 	return getenv("GPB_VALGRIND") != NULL;
 }
 
-static void th_sleep_ms(int ms)
+void th_sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 	nanosleep(&ts, NULL);
+}
+
+long long th_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* xorshift64: the state is per process, so a forked worker seeded on its
+ * own draws its own sequence. */
+static uint64_t th_rng_state;
+
+uint64_t th_rnd(void)
+{
+	uint64_t x = th_rng_state;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return th_rng_state = x;
+}
+
+unsigned th_rnd_below(unsigned n)
+{
+	return (unsigned)(th_rnd() % n);
+}
+
+uint64_t th_rnd_seed(uint64_t seed)
+{
+	th_rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (int i = 0; i < 4; i++)
+		th_rnd();
+	return th_rng_state;
 }
 
 /* Fills a socket address; false when the path does not fit. */
@@ -501,6 +534,11 @@ uint64_t th_selfcheck(gpb_client *c, struct th_selfcheck *out)
 	cJSON_Delete(root);
 	gpb_string_free(json);
 	return n;
+}
+
+bool th_only_one_client(void *client)
+{
+	return th_status_field(client, "clients") == 1;
 }
 
 bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms)

@@ -99,6 +99,20 @@ uint64_t th_selfcheck(gpb_client *c, struct th_selfcheck *out);
 
 /* Polls cond(arg) every 10 ms for up to timeout_ms; returns its last value. */
 bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms);
+/* A th_wait_for condition: whether `status` through client (a gpb_client *)
+ * counts one client, itself: every other has gone. */
+bool th_only_one_client(void *client);
+
+void th_sleep_ms(int ms);
+/* CLOCK_MONOTONIC in milliseconds. */
+long long th_now_ms(void);
+
+/* A small pseudo-random generator (xorshift64), one state per process.
+ * th_rnd_seed seeds it and returns the state it starts from (printed by a
+ * test as its seed); th_rnd_below(n) draws from [0, n). */
+uint64_t th_rnd_seed(uint64_t seed);
+uint64_t th_rnd(void);
+unsigned th_rnd_below(unsigned n);
 
 const char *th_env(const char *name);
 
