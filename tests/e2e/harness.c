@@ -551,3 +551,94 @@ bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms)
 		th_sleep_ms(10);
 	}
 }
+
+void th_bystander_start(struct th_bystander *b, const char *const *extra)
+{
+	th_daemon_start(&b->daemon, extra);
+	b->client = th_client(&b->daemon, "bystander");
+	struct gpb_register_opts opts = {.name = "bystander"};
+	assert_int_equal(gpb_register(b->client, &opts, &b->inst), 0);
+	assert_int_equal(gpb_alloc(b->client, b->inst, 4096, 0, &b->alloc), 0);
+	memset(b->alloc.ptr, 0x5a, 4096);
+	b->baseline_fds = th_daemon_fds(&b->daemon);
+}
+
+int th_bystander_stop(struct th_bystander *b)
+{
+	gpb_disconnect(b->client);
+	return th_daemon_stop(&b->daemon);
+}
+
+void th_assert_serves(const struct th_daemon *d, gpb_client *c, uint64_t inst,
+                      const struct gpb_allocation *alloc)
+{
+	assert_true(th_daemon_alive(d));
+	const unsigned char *p = alloc->ptr;
+	for (int i = 0; i < 4096; i++)
+		assert_int_equal(p[i], 0x5a);
+	struct gpb_allocation a;
+	assert_int_equal(gpb_alloc(c, inst, 1024, 0, &a), 0);
+	assert_int_equal(gpb_free(c, a.id), 0);
+}
+
+void th_assert_unaffected(struct th_bystander *b)
+{
+	th_assert_serves(&b->daemon, b->client, b->inst, &b->alloc);
+	struct gpb_mem_info mi;
+	assert_int_equal(gpb_mem_info(b->client, b->inst, &mi), 0);
+	assert_int_equal(mi.used, b->alloc.size);
+}
+
+/* The pool keeps one empty slab per uid as a cache (pool.h), and every
+ * client of these tests runs as the bystander's uid (a test that brings in
+ * another raises baseline_fds meanwhile): that one slab descriptor may stay;
+ * anything more is a leak. */
+static bool th_fds_back(void *arg)
+{
+	const struct th_bystander *b = arg;
+	return th_daemon_fds(&b->daemon) <= b->baseline_fds + 1;
+}
+
+void th_assert_no_leak(struct th_bystander *b)
+{
+	if (!th_wait_for(th_fds_back, b, 10000))
+		fail_msg("daemon holds %d descriptors, %d at the start", th_daemon_fds(&b->daemon),
+		         b->baseline_fds);
+	assert_true(th_wait_for(th_only_one_client, b->client, 10000));
+	assert_int_equal(th_status_used(b->client), b->alloc.size);
+	assert_int_equal(th_selfcheck(b->client, NULL), 1);
+}
+
+int th_error_code(const char *reply)
+{
+	const char *p = strstr(reply, "\"code\":");
+	return p ? atoi(p + 7) : 0;
+}
+
+void th_raw_register(int fd, const char *name, char *inst)
+{
+	char req[256], reply[4096];
+	snprintf(req, sizeof(req),
+	         "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"%s\"}}", name);
+	assert_true(th_call(fd, req, reply, sizeof(reply)) > 0);
+	const char *p = strstr(reply, "\"instance\":\"");
+	assert_non_null(p);
+	memcpy(inst, p + 12, 16);
+	inst[16] = '\0';
+}
+
+void th_expect_reply(int fd, const char *frame, int code, const char *field)
+{
+	char reply[8192];
+	int n = th_call(fd, frame, reply, sizeof(reply));
+	if (n <= 0)
+		fail_msg("%s: no reply (%d)", frame, n);
+	if (code == 0 ? !strstr(reply, "\"result\"") : th_error_code(reply) != code)
+		fail_msg("%s: expected %d, got %s", frame, code, reply);
+	if (field) {
+		char want[64];
+		snprintf(want, sizeof(want), "\"field\":\"%s\"", field);
+		if (!strstr(reply, want))
+			fail_msg("%s: expected field %s, got %s", frame, field, reply);
+	}
+}

@@ -103,6 +103,43 @@ bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms);
  * counts one client, itself: every other has gone. */
 bool th_only_one_client(void *client);
 
+/*
+ * A daemon with a bystander, for bad-client tests (test-faults.c,
+ * test-fields.c): a library client connected for the whole group, holding
+ * 4096 bytes of 0x5a, that each case uses to check that the daemon still
+ * serves and that nothing leaked.
+ */
+struct th_bystander {
+	struct th_daemon daemon;
+	gpb_client *client;
+	uint64_t inst;
+	struct gpb_allocation alloc;
+	int baseline_fds; /* the daemon's descriptors once the bystander is set up */
+};
+/* Starts the daemon (extra as for th_daemon_start) and the bystander. */
+void th_bystander_start(struct th_bystander *b, const char *const *extra);
+/* Disconnects the bystander and stops the daemon; th_daemon_stop's value. */
+int th_bystander_stop(struct th_bystander *b);
+/* The daemon serves, the bystander's allocation and connection are intact:
+ * th_assert_serves, and its instance's used bytes its allocation's. */
+void th_assert_unaffected(struct th_bystander *b);
+/* The daemon d serves and a bystander (client c, its instance inst, holding
+ * alloc: 4096 bytes of 0x5a) is intact: its bytes unchanged, and it can
+ * allocate and free again. */
+void th_assert_serves(const struct th_daemon *d, gpb_client *c, uint64_t inst,
+                      const struct gpb_allocation *alloc);
+/* Nothing leaked: the daemon's descriptors back to the baseline, the
+ * bystander its only client, the used bytes its own, selfcheck passing. */
+void th_assert_no_leak(struct th_bystander *b);
+
+/* The "code" of a raw reply's error; 0 when it has none. */
+int th_error_code(const char *reply);
+/* Registers an instance on a raw connection; its id into inst (17 bytes). */
+void th_raw_register(int fd, const char *name, char *inst);
+/* Sends one frame and checks the reply's error code (0: a result) and,
+ * when field is set, that data names it. */
+void th_expect_reply(int fd, const char *frame, int code, const char *field);
+
 void th_sleep_ms(int ms);
 /* CLOCK_MONOTONIC in milliseconds. */
 long long th_now_ms(void);

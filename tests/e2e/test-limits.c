@@ -78,13 +78,7 @@ static void env_start(struct env *e, const char *conf_text, unsigned nofile,
  * intact, and the daemon's own consistency check passes. */
 static void env_check(struct env *e)
 {
-	assert_true(th_daemon_alive(&e->d));
-	const unsigned char *p = e->a.ptr;
-	for (int i = 0; i < 4096; i++)
-		assert_int_equal(p[i], 0x5a);
-	struct gpb_allocation a;
-	assert_int_equal(gpb_alloc(e->by, e->inst, 1024, 0, &a), 0);
-	assert_int_equal(gpb_free(e->by, a.id), 0);
+	th_assert_serves(&e->d, e->by, e->inst, &e->a);
 	th_selfcheck(e->by, NULL);
 }
 
