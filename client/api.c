@@ -135,6 +135,7 @@ int client_enter(gpb_client *c)
 	if (!c)
 		return error_set(GPB_E_INVALID, "client is NULL");
 	pthread_mutex_lock(&c->lock);
+	conn_settle(&c->conn);
 	return 0;
 }
 

@@ -463,11 +463,16 @@ static int conn_process_buffered(struct conn *c)
 	}
 }
 
+void conn_settle(struct conn *c)
+{
+	conn_invalidate_deferred(c);
+	conn_send_acks(c);
+}
+
 int conn_pump(struct conn *c)
 {
 	int rc;
 
-	conn_invalidate_deferred(c);
 	if (c->dead)
 		return conn_dead_error(c);
 	rc = conn_process_buffered(c);

@@ -71,6 +71,12 @@ void conn_finish(struct conn *c);
  */
 int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd);
 
+/* Applies an invalidate event read right behind the previous reply (held
+ * back so that the caller could apply that reply first) and answers it.
+ * Every API call does this first, before it looks at its bookkeeping: a
+ * free of an allocation the event took must find it gone. */
+void conn_settle(struct conn *c);
+
 /* Reads what is available without blocking and queues the events in it.
  * Returns 0, or the error that killed the connection. */
 int conn_pump(struct conn *c);

@@ -126,12 +126,8 @@ static void *scripted_daemon(void *arg)
 	         id, SLAB, handle);
 	send_with_fd(fd, out, mem);
 	close(mem);
-	/* The caller's next request, answered; then the library's answer to
-	 * the event, whose reply it must drop. */
-	if (read_line(fd, line, sizeof(line)) < 0 || parse(s, line, id, sizeof(id), "status") < 0)
-		goto out;
-	snprintf(out, sizeof(out), "{\"id\":\"%s\",\"result\":{}}\n", id);
-	send_text(fd, out);
+	/* The caller's next call first answers the event (the library's
+	 * reply to that is dropped), then sends its request. */
 	if (read_line(fd, line, sizeof(line)) < 0 ||
 	    parse(s, line, id, sizeof(id), "invalidate_done") < 0)
 		goto out;
@@ -140,6 +136,10 @@ static void *scripted_daemon(void *arg)
 		goto out;
 	}
 	snprintf(out, sizeof(out), "{\"id\":\"%s\",\"result\":{\"slabs\":\"1\"}}\n", id);
+	send_text(fd, out);
+	if (read_line(fd, line, sizeof(line)) < 0 || parse(s, line, id, sizeof(id), "status") < 0)
+		goto out;
+	snprintf(out, sizeof(out), "{\"id\":\"%s\",\"result\":{}}\n", id);
 	send_text(fd, out);
 	/* One more exchange: the dropped reply must not be taken for it. */
 	if (read_line(fd, line, sizeof(line)) < 0 || parse(s, line, id, sizeof(id), "status") < 0)
