@@ -253,7 +253,6 @@ struct broker {
 	uint64_t invalidate_epoch; /* invalidate events sent so far (their "epoch") */
 	struct list retired;       /* struct broker_retired: old pools, slabs still parting */
 	struct list ghosts;        /* struct broker_ghost: evicted sessions' slabs */
-	unsigned ghost_count;
 	broker_exit_fn exit_watch; /* the server's exit watch (NULL: none) */
 	void *exit_ctx;
 };
@@ -420,7 +419,7 @@ void broker_parting_drop(struct broker *b, struct session *s);
  * watch; at once without one, or without a pid).
  */
 void broker_ghost_make(struct broker *b, struct session *s);
-/* The ghost's process has exited: its slabs go. */
+/* The ghost's process has exited: its slabs go, and waits are retried. */
 void broker_ghost_release(struct broker *b, struct broker_ghost *ghost);
 void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx);
 /* What is kept from the backend for clients that may still have it mapped:

@@ -128,7 +128,12 @@ static struct broker_retired *broker_retired_find(const struct broker *b, const 
 static void broker_parting_free(struct broker *b, struct broker_parting *p)
 {
 	struct broker_retired *r = broker_retired_find(b, p->pool);
+	uint32_t uid = pool_slab_uid(p->slab);
 	pool_slab_unpin(p->pool, p->slab);
+	/* A retired pool serves no one: an empty slab it would cache for the
+	 * uid goes back now, not with the pool's last parting slab. */
+	if (r)
+		pool_trim(r->pool, uid, false);
 	if (r && --r->parting == 0) {
 		list_remove(&r->link);
 		pool_destroy(r->pool);
@@ -167,12 +172,11 @@ void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx)
 	b->exit_ctx = ctx;
 }
 
-void broker_ghost_release(struct broker *b, struct broker_ghost *g)
+static void broker_ghost_free(struct broker *b, struct broker_ghost *g)
 {
 	log_debug("session %llu (pid %d): evicted process gone: %u slabs let go",
 	          (unsigned long long)g->session, (int)g->pid, g->count);
 	list_remove(&g->link);
-	b->ghost_count--;
 	while (g->parting) {
 		struct broker_parting *p = g->parting;
 		g->parting = p->next;
@@ -181,16 +185,27 @@ void broker_ghost_release(struct broker *b, struct broker_ghost *g)
 	free(g);
 }
 
+void broker_ghost_release(struct broker *b, struct broker_ghost *g)
+{
+	broker_ghost_free(b, g);
+	/* Slabs back to the device: room for a wait. */
+	broker_waits_run(b);
+}
+
 void broker_ghosts_drop(struct broker *b)
 {
 	while (!list_empty(&b->ghosts))
-		broker_ghost_release(b, list_entry(b->ghosts.next, struct broker_ghost, link));
+		broker_ghost_free(b, list_entry(b->ghosts.next, struct broker_ghost, link));
 }
 
 void broker_ghost_make(struct broker *b, struct session *s)
 {
 	struct broker_ghost *g = s->parting ? malloc(sizeof(*g)) : NULL;
 	if (!g) {
+		if (s->parting)
+			log_warn("session %llu: slabs not kept for its evicted process: out of "
+			         "memory",
+			         (unsigned long long)s->id);
 		broker_parting_drop(b, s);
 		return;
 	}
@@ -201,13 +216,12 @@ void broker_ghost_make(struct broker *b, struct session *s)
 	s->parting = NULL;
 	s->parting_count = 0;
 	list_insert_tail(&b->ghosts, &g->link);
-	b->ghost_count++;
 	int rc = b->exit_watch ? b->exit_watch(b->exit_ctx, s->pid, g) : -ENOSYS;
 	if (rc < 0) {
 		/* Gone already (ESRCH), or nothing to watch it with. */
 		log_debug("session %llu (pid %d): no exit watch (%s): slabs let go",
 		          (unsigned long long)s->id, (int)s->pid, strerror(-rc));
-		broker_ghost_release(b, g);
+		broker_ghost_free(b, g);
 	}
 }
 
@@ -281,6 +295,8 @@ int broker_invalidate_done(struct broker *b, struct session *s, uint64_t epoch, 
 	if (epoch > b->invalidate_epoch)
 		return -EINVAL;
 	*released = broker_parting_release(b, s, epoch);
+	if (*released)
+		broker_waits_run(b); /* the slabs may have gone back: room for a wait */
 	return 0;
 }
 
