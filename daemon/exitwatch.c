@@ -99,9 +99,9 @@ static int exitwatch_add(void *ctx, pid_t pid, struct broker_ghost *ghost)
 		return -ESRCH;
 	/* glibc 2.36 has pidfd_open(), older ones only the system call. */
 	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (fd < 0 && errno != ENOSYS)
-		return -errno;
-	if (fd < 0 && kill(pid, 0) < 0 && errno == ESRCH)
+	/* Gone already; any other failure (no pidfds, out of descriptors)
+	 * falls back to polling the pid, never to letting go early. */
+	if (fd < 0 && (errno == ESRCH || (kill(pid, 0) < 0 && errno == ESRCH)))
 		return -ESRCH;
 	struct exitwatch_entry *e = calloc(1, sizeof(*e));
 	if (!e) {
