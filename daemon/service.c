@@ -129,6 +129,9 @@ int service_peer(int fd, gid_t admin_gid, struct service_peer *out)
 	len = sizeof(out->groups);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, out->groups, &len) == 0) {
 		out->ngroups = len / sizeof(gid_t);
+		if (admin_gid != (gid_t)-1 &&
+		    service_has_group(out->groups, out->ngroups, admin_gid))
+			out->admin = true;
 	} else if (errno == ERANGE) {
 		/* More groups than we keep (len now says how many): the admin
 		 * check sees them all, the session keeps the first ones. */
@@ -146,10 +149,10 @@ int service_peer(int fd, gid_t admin_gid, struct service_peer *out)
 		    service_has_group(all, len / sizeof(gid_t), admin_gid))
 			out->admin = true;
 		free(all);
-	} else {
+	} else if (!out->admin && admin_gid != (gid_t)-1) {
+		/* No supplementary groups to tell an admin by (a kernel before
+		 * 4.13): refused rather than guessed. */
 		return -errno;
 	}
-	if (admin_gid != (gid_t)-1 && service_has_group(out->groups, out->ngroups, admin_gid))
-		out->admin = true;
 	return 0;
 }
