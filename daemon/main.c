@@ -21,7 +21,6 @@
 #include "log.h"
 #include "reload.h"
 #include "server.h"
-#include "service.h"
 
 #define MAX_FLAGS 64
 

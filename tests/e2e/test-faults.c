@@ -390,7 +390,7 @@ static void test_killed_before_alloc_reply(void **state)
 }
 
 /* Case 29: a blocked loop. The daemon's event loop is its only thread, and
- * its systemd watchdog ping is a timer on that loop (daemon/service.c), so a
+ * its systemd watchdog ping is a timer on that loop (daemon/server/systemd.c), so a
  * loop that blocks stops the pings and systemd kills and restarts the
  * daemon (WatchdogSec= in gpubroker.service). tests/systemd/test-notify.c
  * checks the pings (every WATCHDOG_USEC/2, none after STOPPING=1); this

@@ -96,7 +96,7 @@ static void fake_timer(void *ctx, uint64_t delay_ms)
 struct broker *policy_broker(uint64_t mem, enum policy_mode mode, unsigned max_allocs)
 {
 	struct broker *b = broker_new(mem, 0, max_allocs);
-	broker_set_sender(b, fake_send, NULL);
+	dispatch_set_sender(broker_dispatch(b), fake_send, NULL, NULL);
 	broker_set_timer(b, fake_timer, NULL);
 	timer_calls = 0;
 	timer_delay = 7;

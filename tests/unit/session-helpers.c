@@ -12,6 +12,8 @@
 
 /* What a test has not released yet (see session-helpers.h). */
 static struct broker *live_brokers[MAX_LIVE];
+/* The request layer over live_brokers[i], as the server keeps one. */
+static struct dispatch live_dispatch[MAX_LIVE];
 cJSON *live_roots[MAX_LIVE];
 
 void live_add(void **slots, void *p)
@@ -39,6 +41,8 @@ int teardown(void **state)
 	for (int i = 0; i < MAX_LIVE; i++) {
 		cJSON_Delete(live_roots[i]);
 		live_roots[i] = NULL;
+		if (live_brokers[i])
+			dispatch_finish(&live_dispatch[i]);
 		broker_destroy(live_brokers[i]);
 		live_brokers[i] = NULL;
 	}
@@ -66,11 +70,23 @@ struct broker *broker_new(uint64_t sim_memory, unsigned max_instances, unsigned 
 	assert_non_null(b);
 	assert_int_equal(b->device_count, 2);
 	live_add((void **)live_brokers, b);
+	dispatch_init(broker_dispatch(b), b);
 	return b;
+}
+
+struct dispatch *broker_dispatch(struct broker *b)
+{
+	for (int i = 0; i < MAX_LIVE; i++) {
+		if (live_brokers[i] == b)
+			return &live_dispatch[i];
+	}
+	fail_msg("broker %p was not made by broker_new", (void *)b);
+	return NULL;
 }
 
 void broker_done(struct broker *b)
 {
+	dispatch_finish(broker_dispatch(b));
 	live_remove((void **)live_brokers, b);
 	broker_destroy(b);
 }
@@ -160,7 +176,7 @@ void send_frame(struct broker *b, struct session *s, const char *frame, size_t l
 	struct dispatch_reply dr = {.frame = NULL, .len = 0, .fd = -7};
 	int rc;
 
-	dispatch_frame(b, s, frame, len, &dr);
+	dispatch_frame(broker_dispatch(b), s, frame, len, &dr);
 	if (!dr.frame)
 		fail_msg("no reply to %.*s", (int)len, frame);
 	assert_true(dr.len >= 2);

@@ -46,6 +46,9 @@ int teardown(void **state);
  * max_instances / max_allocations 0: the default limits. */
 struct broker *broker_new(uint64_t sim_memory, unsigned max_instances, unsigned max_allocations);
 void broker_done(struct broker *b);
+/* The dispatcher bound to b (every broker_new broker has one, which
+ * receives its events). */
+struct dispatch *broker_dispatch(struct broker *b);
 
 #define check(b) check_at((b), __FILE__, __LINE__)
 

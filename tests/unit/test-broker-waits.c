@@ -40,7 +40,7 @@ static void request_deferred(struct broker *b, struct session *s, const char *fm
 	va_start(ap, fmt);
 	vsnprintf(frame, sizeof(frame), fmt, ap);
 	va_end(ap);
-	dispatch_frame(b, s, frame, strlen(frame), &dr);
+	dispatch_frame(broker_dispatch(b), s, frame, strlen(frame), &dr);
 	if (dr.frame) {
 		print_error("reply: %s", dr.frame);
 		free(dr.frame);
@@ -119,8 +119,8 @@ static void test_wait_served(void **state)
 	assert_int_equal(ju64(r2, "size"), MiB);
 	assert_int_equal(c->live, 2);
 	assert_int_equal(s2->wait_count, 0);
-	assert_int_equal(b->metrics.waits_started, 2);
-	assert_int_equal(b->metrics.waits_served, 2);
+	assert_int_equal(b->stats.waits_started, 2);
+	assert_int_equal(b->stats.waits_served, 2);
 	/* The first grant in a new slab carries its handle and descriptor. */
 	assert_non_null(cJSON_GetObjectItemCaseSensitive(r1, "handle"));
 	assert_true(sent[0].fd >= 0);
@@ -235,10 +235,10 @@ static void test_wait_timeout(void **state)
 	assert_int_equal(reply_code(sent_nth(s1, 0), "u"), PROTO_E_SHUTTING_DOWN);
 	assert_int_equal(s1->wait_count, 0);
 	/* The metrics: one of each ending, none served. */
-	assert_int_equal(b->metrics.waits_started, 2);
-	assert_int_equal(b->metrics.waits_timed_out, 1);
-	assert_int_equal(b->metrics.waits_cancelled, 1);
-	assert_int_equal(b->metrics.waits_served, 0);
+	assert_int_equal(b->stats.waits_started, 2);
+	assert_int_equal(b->stats.waits_timed_out, 1);
+	assert_int_equal(b->stats.waits_cancelled, 1);
+	assert_int_equal(b->stats.waits_served, 0);
 	assert_int_equal(timer_delay, UINT64_MAX);
 	check(b);
 	broker_done(b);

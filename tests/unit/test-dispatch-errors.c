@@ -314,7 +314,7 @@ static void send_big(struct broker *b, struct session *s, const char *frame, siz
 	int rc = -1;
 	size_t rlen;
 
-	dispatch_frame(b, s, frame, len, &dr);
+	dispatch_frame(broker_dispatch(b), s, frame, len, &dr);
 	if (!dr.frame)
 		fail_msg("no reply to a %zu-byte frame", len);
 	rlen = dr.len;
@@ -446,7 +446,7 @@ static void test_backend_fd_exhaustion(void **state)
 	grant_poison(&g);
 	int rc = broker_alloc(b, s, inst->id, 4096, 0, &g);
 	struct dispatch_reply dr = {.frame = NULL, .fd = -7};
-	dispatch_frame(b, s, frame, strlen(frame), &dr);
+	dispatch_frame(broker_dispatch(b), s, frame, strlen(frame), &dr);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
 
 	assert_non_null(dr.frame);

@@ -15,7 +15,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "broker.h"
+#include "backend.h"
+#include "broker_types.h"
+#include "pool.h"
 
 #define CONF_DEFAULT_PATH "/etc/gpubroker/gpubroker.conf"
 /* conf_load refuses a longer file: a configuration is a page or two. */

@@ -19,7 +19,6 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "dispatch.h"
 #include "log.h"
 
 void broker_limits_default(struct broker_limits *limits)
@@ -143,9 +142,9 @@ void broker_destroy(struct broker *b)
 {
 	if (!b)
 		return;
-	/* The server is gone by now: nothing may be sent or armed, and
+	/* The layers above are gone by now: nothing may be emitted or armed, and
 	 * nothing waiting is served while the sessions are taken apart. */
-	b->send = NULL;
+	b->event = NULL;
 	b->timer = NULL;
 	b->exit_watch = NULL;
 	b->stopping = true;
@@ -189,7 +188,7 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 	/* The server refines this with the peer's groups. */
 	s->admin = uid == 0;
 	s->connected = time(NULL);
-	b->metrics.connections_total++;
+	b->stats.connections_total++;
 	list_init(&s->instances);
 	list_init(&s->allocs);
 	list_init(&s->hosts);
@@ -307,18 +306,12 @@ void broker_policy_changed(struct broker *b)
 	struct policy_instance *pi;
 	while ((pi = policy_take_changed(&b->policy))) {
 		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
-		cJSON *data = cJSON_CreateObject();
-		if (!data || proto_add_id64(data, "instance", inst->id) ||
-		    proto_add_u64(data, "cap", pi->cap) ||
-		    !cJSON_AddNumberToObject(data, "share", pi->share) ||
-		    !cJSON_AddStringToObject(data, "mode", policy_mode_name(b->policy.cfg.mode))) {
-			/* The client misses one update; its next mem_info is right. */
-			log_warn("session %llu: cap_changed dropped: out of memory",
-			         (unsigned long long)inst->owner->id);
-			cJSON_Delete(data);
-			continue;
-		}
-		broker_send_event(b, inst->owner, "cap_changed", data);
+		struct broker_event ev = {.type = BROKER_EVENT_CAP_CHANGED, .s = inst->owner};
+		ev.cap_changed.instance = inst->id;
+		ev.cap_changed.cap = pi->cap;
+		ev.cap_changed.share = pi->share;
+		ev.cap_changed.mode = b->policy.cfg.mode;
+		broker_emit(b, &ev);
 	}
 	broker_waits_run(b);
 }
@@ -714,28 +707,16 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id)
 	return 0;
 }
 
-void broker_set_sender(struct broker *b, broker_send_fn fn, void *ctx)
+void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx)
 {
-	b->send = fn;
-	b->send_ctx = ctx;
+	b->event = fn;
+	b->event_ctx = ctx;
 }
 
-void broker_send(struct broker *b, struct session *s, char *frame, size_t len, int fd)
+void broker_emit(struct broker *b, const struct broker_event *ev)
 {
-	if (b->send && frame)
-		b->send(b->send_ctx, s, frame, len, fd);
-	else
-		free(frame);
-}
-
-void broker_send_event(struct broker *b, struct session *s, const char *name, cJSON *data)
-{
-	size_t len;
-	char *frame = proto_encode_event(name, data, &len);
-	if (!frame)
-		log_warn("session %llu: event %s dropped: out of memory", (unsigned long long)s->id,
-		         name);
-	broker_send(b, s, frame, len, -1);
+	if (b->event)
+		b->event(b->event_ctx, ev);
 }
 
 uint64_t broker_device_free(const struct broker *b, int device)

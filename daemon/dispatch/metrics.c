@@ -257,7 +257,7 @@ static void metrics_uids(struct mbuf *m, const struct broker *b)
 /* Allocations that waited: the queue now and how waits ended. */
 static void metrics_waits(struct mbuf *m, const struct broker *b)
 {
-	const struct metrics *mt = &b->metrics;
+	const struct broker_stats *mt = &b->stats;
 	const struct {
 		const char *name, *help;
 		uint64_t value;
@@ -311,7 +311,7 @@ static void metrics_requests(struct mbuf *m, const struct metrics *mt)
 	            (unsigned long long)mt->duration_count);
 }
 
-int metrics_render(const struct broker *b, char **out, size_t *len)
+int metrics_render(const struct metrics *mt, const struct broker *b, char **out, size_t *len)
 {
 	struct mbuf m = {0};
 	mbuf_header(&m, "gpubroker_build_info", "gauge", "Version and backend of the daemon.");
@@ -327,9 +327,9 @@ int metrics_render(const struct broker *b, char **out, size_t *len)
 	mbuf_printf(&m, "gpubroker_connections %u\n", b->session_count);
 	mbuf_header(&m, "gpubroker_connections_total", "counter", "Connections accepted.");
 	mbuf_printf(&m, "gpubroker_connections_total %llu\n",
-	            (unsigned long long)b->metrics.connections_total);
+	            (unsigned long long)b->stats.connections_total);
 	metrics_waits(&m, b);
-	metrics_requests(&m, &b->metrics);
+	metrics_requests(&m, mt);
 	if (m.err) {
 		free(m.text);
 		return m.err;

@@ -24,11 +24,6 @@ struct metrics {
 	uint64_t duration_buckets[METRICS_BUCKETS]; /* cumulative only when rendered */
 	uint64_t duration_count;
 	double duration_sum;
-	uint64_t connections_total;
-	/* Allocations that waited for memory or quota: every wait started ends
-	 * served, timed out or cancelled (its connection closed, its instance
-	 * went away, the daemon stopped) once it leaves the queue. */
-	uint64_t waits_started, waits_served, waits_timed_out, waits_cancelled;
 };
 
 struct broker;
@@ -37,8 +32,8 @@ struct broker;
  * 1 for deferred, else the protocol error code; ns its handling time. */
 void metrics_record(struct metrics *m, int op, int code, uint64_t ns);
 
-/* Renders every metric; *out is malloc'd text the caller frees.
- * 0 or -ENOMEM. */
-int metrics_render(const struct broker *b, char **out, size_t *len);
+/* Renders every metric: the request metrics m and what b counts and holds;
+ * *out is malloc'd text the caller frees. 0 or -ENOMEM. */
+int metrics_render(const struct metrics *mt, const struct broker *b, char **out, size_t *len);
 
 #endif

@@ -8,7 +8,8 @@
 
 /* What a handler works with and produces: a result object or an error. */
 struct dispatch_ctx {
-	struct broker *b;
+	struct dispatch *d;
+	struct broker *b; /* d->b */
 	struct session *s;
 	const char *id; /* the request's id (a deferred reply needs it) */
 	const cJSON *params;
@@ -22,6 +23,16 @@ struct dispatch_ctx {
 /* Handlers return 0 with ctx->result set, or a negative errno with ctx->err
  * set (-ENOMEM without ctx->err means host memory ran out). */
 typedef int (*dispatch_fn)(struct dispatch_ctx *ctx);
+
+/*
+ * The deferred reply to a waiting alloc (a BROKER_EVENT_WAIT_DONE): the
+ * grant when rc is 0, else the error alloc would have answered (-ETIMEDOUT
+ * is the timeout error). Sent through the sender; if the reply cannot be
+ * encoded the allocation is freed again, so the client is never charged
+ * for memory it was not told about.
+ */
+void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
+                        const struct broker_grant *g);
 
 /* Creates ctx->result. */
 cJSON *dispatch_result(struct dispatch_ctx *ctx);

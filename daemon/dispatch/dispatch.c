@@ -475,17 +475,18 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	return rc == 0 ? dispatch_grant_result(ctx, &g) : alloc_error(ctx, rc, instance, size, 0);
 }
 
-void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
+void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
                         const struct broker_grant *g)
 {
-	struct dispatch_ctx ctx = {.b = b, .s = w->s, .fd = -1, .id = w->id};
+	struct broker *b = d->b;
+	struct dispatch_ctx ctx = {.d = d, .b = b, .s = w->s, .fd = -1, .id = w->id};
 	size_t len = 0;
 	char *frame = NULL;
 	if (rc == 0 && dispatch_grant_result(&ctx, g) == 0) {
 		frame = proto_encode_result(w->id, ctx.result, &len);
 		ctx.result = NULL;
 		if (frame) {
-			broker_send(b, w->s, frame, len, ctx.fd);
+			dispatch_send(d, w->s, frame, len, ctx.fd);
 			return;
 		}
 	}
@@ -509,7 +510,7 @@ void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
 			cJSON_AddStringToObject(ctx.data, "field", ctx.err.field);
 	}
 	frame = proto_encode_error(w->id, ctx.err.code, ctx.err.message, ctx.data, &len);
-	broker_send(b, w->s, frame, len, -1);
+	dispatch_send(d, w->s, frame, len, -1);
 }
 
 static int on_free(struct dispatch_ctx *ctx)
@@ -552,14 +553,14 @@ static int on_detach(struct dispatch_ctx *ctx)
 static int on_reload(struct dispatch_ctx *ctx)
 {
 	char message[sizeof(ctx->err.message)];
-	if (!ctx->b->reload) {
+	if (!ctx->d->reload) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED, "reload is not available here");
 		return -EOPNOTSUPP;
 	}
 	cJSON *r = dispatch_result(ctx);
 	if (!r)
 		return -ENOMEM;
-	if (ctx->b->reload(ctx->b->reload_ctx, r, message, sizeof(message)) < 0) {
+	if (ctx->d->reload(ctx->d->reload_ctx, r, message, sizeof(message)) < 0) {
 		proto_error_set(&ctx->err, PROTO_E_PARAMS, "%s", message);
 		return -EINVAL;
 	}
@@ -589,11 +590,11 @@ static int on_evict(struct dispatch_ctx *ctx)
 		cJSON *data = cJSON_CreateObject();
 		if (data)
 			cJSON_AddStringToObject(data, "reason", "evicted by an administrator");
-		broker_send_event(ctx->b, s, "evicted", data);
+		dispatch_send_event(ctx->d, s, "evicted", data);
 		/* Its process may still have its slabs mapped after the close. */
 		s->evicted = true;
-		if (ctx->b->close)
-			ctx->b->close(ctx->b->send_ctx, s, "evicted by an administrator");
+		if (ctx->d->close)
+			ctx->d->close(ctx->d->send_ctx, s, "evicted by an administrator");
 		return dispatch_result(ctx) ? 0 : -ENOMEM;
 	}
 	proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such client");
@@ -604,7 +605,7 @@ static int on_metrics(struct dispatch_ctx *ctx)
 {
 	char *text;
 	size_t len;
-	int rc = metrics_render(ctx->b, &text, &len);
+	int rc = metrics_render(&ctx->d->metrics, ctx->b, &text, &len);
 	if (rc < 0)
 		return rc;
 	cJSON *r = dispatch_result(ctx);
@@ -697,10 +698,11 @@ void dispatch_error(int code, const char *message, struct dispatch_reply *out)
 	out->frame = proto_encode_error(NULL, code, message, NULL, &out->len);
 }
 
-void dispatch_frame(struct broker *b, struct session *s, const char *frame, size_t len,
+void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, size_t len,
                     struct dispatch_reply *out)
 {
-	struct dispatch_ctx ctx = {.b = b, .s = s, .fd = -1};
+	struct broker *b = d->b;
+	struct dispatch_ctx ctx = {.d = d, .b = b, .s = s, .fd = -1};
 	struct proto_request req;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -758,7 +760,7 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	metrics_record(
-	    &b->metrics, req.op, rc < 0 ? ctx.err.code : ctx.deferred,
+	    &d->metrics, req.op, rc < 0 ? ctx.err.code : ctx.deferred,
 	    (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
 	proto_request_finish(&req);
 }

@@ -22,7 +22,8 @@
 #include "exitwatch.h"
 #include "log.h"
 #include "reload.h"
-#include "service.h"
+#include "peer.h"
+#include "systemd.h"
 
 #define SERVER_DRAIN_MS 5000 /* how long shutdown waits for clients to read */
 /* A client paused for not reading its replies (write_high_water) is dropped
@@ -35,6 +36,7 @@
 struct server {
 	uv_loop_t *loop;
 	struct broker *broker;
+	struct dispatch dispatch; /* the request layer over broker */
 	struct conf cfg;
 	server_reload_fn reload;
 	gid_t admin_gid; /* (gid_t)-1: no admin group on this machine */
@@ -42,8 +44,8 @@ struct server {
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t drain;
 	uv_timer_t waits;    /* the broker's deadline for waiting allocations */
-	bool in_broker_send; /* conn_send called by the broker: do not close now */
-	struct service_watchdog watchdog;
+	bool in_send;        /* conn_send called from inside a broker operation (an event): do not close now */
+	struct systemd_watchdog watchdog;
 	struct exitwatch exits; /* processes of evicted sessions */
 	struct list conns;
 	unsigned conn_count;
@@ -208,7 +210,7 @@ static void conn_check_queue(struct conn *c, size_t len)
 		         (unsigned long long)c->session->id, (int)c->session->pid,
 		         (unsigned)c->session->uid,
 		         uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe));
-		if (c->srv->in_broker_send)
+		if (c->srv->in_send)
 			conn_doom(c);
 		else
 			conn_close(c, "not reading its replies");
@@ -323,7 +325,7 @@ fail:
 		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
 	free(frame);
 	free(w);
-	if (c->srv->in_broker_send)
+	if (c->srv->in_send)
 		conn_doom(c);
 	else
 		conn_close(c, "could not queue a reply");
@@ -354,7 +356,7 @@ static void conn_process(struct conn *c)
 				conn_finish(c);
 			return;
 		}
-		dispatch_frame(c->srv->broker, c->session, frame, len, &rep);
+		dispatch_frame(&c->srv->dispatch, c->session, frame, len, &rep);
 		if (c->doomed) {
 			/* The request made the broker send it something that
 			 * could not be queued: its stream is no longer whole. */
@@ -447,7 +449,7 @@ static struct conn *conn_create(struct server *srv)
 
 /* Opens the session of a connected client and starts reading (or refuses
  * it over a limit). */
-static void conn_serve(struct conn *c, const struct service_peer *peer)
+static void conn_serve(struct conn *c, const struct peer *peer)
 {
 	struct server *srv = c->srv;
 	unsigned same_uid = server_uid_connections(srv, peer->uid);
@@ -502,11 +504,11 @@ static void server_on_connection(uv_stream_t *listener, int status)
 		conn_close(c, "accept failed");
 		return;
 	}
-	struct service_peer peer;
+	struct peer peer;
 	uv_os_fd_t fd;
 	rc = uv_fileno((uv_handle_t *)&c->pipe, &fd);
 	if (rc == 0)
-		rc = service_peer(fd, srv->admin_gid, &peer);
+		rc = peer_read(fd, srv->admin_gid, &peer);
 	if (rc < 0) {
 		log_warn("accept: no peer credentials: %s", strerror(-rc));
 		conn_close(c, "no peer credentials");
@@ -525,12 +527,12 @@ int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid
 		conn_close(c, "cannot open the descriptor");
 		return rc;
 	}
-	struct service_peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
+	struct peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
 	conn_serve(c, &peer); /* no supplementary groups */
 	return 0;
 }
 
-/* broker_close_fn: an administrator's evict. */
+/* dispatch_close_fn: an administrator's evict. */
 static void server_close(void *ctx, struct session *s, const char *why)
 {
 	struct conn *c = s->conn;
@@ -541,7 +543,7 @@ static void server_close(void *ctx, struct session *s, const char *why)
 	}
 }
 
-/* broker_send_fn: frames for a session outside its current reply. */
+/* dispatch_send_fn: frames for a session outside its current reply. */
 static void server_send(void *ctx, struct session *s, char *frame, size_t len, int fd)
 {
 	struct conn *c = s->conn;
@@ -550,10 +552,10 @@ static void server_send(void *ctx, struct session *s, char *frame, size_t len, i
 		return;
 	}
 	struct server *srv = c->srv;
-	bool nested = srv->in_broker_send;
-	srv->in_broker_send = true;
+	bool nested = srv->in_send;
+	srv->in_send = true;
 	conn_send(c, frame, len, fd);
-	srv->in_broker_send = nested;
+	srv->in_send = nested;
 }
 
 static void server_on_waits_timer(uv_timer_t *t)
@@ -590,8 +592,8 @@ static void server_stop(struct server *srv, const char *reason)
 	srv->stopping = true;
 	srv->broker->stopping = true;
 	log_info("%s: stopping; %u clients connected", reason, srv->conn_count);
-	service_notify("STOPPING=1\nSTATUS=stopping (%s)", reason);
-	service_watchdog_stop(&srv->watchdog);
+	systemd_notify("STOPPING=1\nSTATUS=stopping (%s)", reason);
+	systemd_watchdog_stop(&srv->watchdog);
 	exitwatch_finish(&srv->exits);
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
@@ -617,7 +619,7 @@ static void server_stop(struct server *srv, const char *reason)
 		cJSON *data = cJSON_CreateObject();
 		if (data)
 			cJSON_AddStringToObject(data, "reason", reason);
-		broker_send_event(srv->broker, c->session, "shutdown", data);
+		dispatch_send_event(&srv->dispatch, c->session, "shutdown", data);
 		conn_finish(c);
 	}
 	if (list_empty(&srv->conns))
@@ -642,11 +644,11 @@ static int server_reload(struct server *srv, cJSON *result, char *message, size_
 		return -EINVAL;
 	}
 	reload_apply(&srv->cfg, &next, srv->broker, result);
-	srv->admin_gid = service_group(srv->cfg.admin_group);
+	srv->admin_gid = peer_group_gid(srv->cfg.admin_group);
 	return 0;
 }
 
-/* broker_reload_fn: the `reload` request. */
+/* dispatch_reload_fn: the `reload` request. */
 static int server_reload_op(void *ctx, cJSON *result, char *message, size_t size)
 {
 	return server_reload(ctx, result, message, size);
@@ -655,10 +657,10 @@ static int server_reload_op(void *ctx, cJSON *result, char *message, size_t size
 static void server_on_sighup(uv_signal_t *sig, int signum)
 {
 	char message[256];
-	service_notify("RELOADING=1");
+	systemd_notify("RELOADING=1");
 	log_info("SIGHUP: reloading the configuration");
 	server_reload(sig->data, NULL, message, sizeof(message)); /* logs what failed */
-	service_notify("READY=1");
+	systemd_notify("READY=1");
 }
 
 static void server_on_signal(uv_signal_t *sig, int signum)
@@ -676,12 +678,11 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg
 	srv->broker = broker;
 	srv->cfg = *cfg;
 	srv->reload = reload;
-	srv->admin_gid = service_group(cfg->admin_group);
+	srv->admin_gid = peer_group_gid(cfg->admin_group);
 	list_init(&srv->conns);
-	broker_set_sender(broker, server_send, srv);
-	broker->close = server_close;
-	broker->reload = server_reload_op;
-	broker->reload_ctx = srv;
+	dispatch_init(&srv->dispatch, broker);
+	dispatch_set_sender(&srv->dispatch, server_send, server_close, srv);
+	dispatch_set_reload(&srv->dispatch, server_reload_op, srv);
 	exitwatch_init(&srv->exits, loop, broker);
 	*out = srv;
 	return 0;
@@ -727,7 +728,7 @@ static int server_bind(struct server *srv, const char *path)
 	if (rc < 0)
 		return rc;
 	srv->unlink_socket = true;
-	gid_t gid = service_group(srv->cfg.socket_group);
+	gid_t gid = peer_group_gid(srv->cfg.socket_group);
 	if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0)
 		log_warn("%s: cannot give the socket to group %s: %s", path, srv->cfg.socket_group,
 		         strerror(errno));
@@ -753,7 +754,7 @@ int server_start(struct server *srv)
 	uv_pipe_init(srv->loop, &srv->listener, 0);
 	srv->listener.data = srv;
 	srv->listening = true;
-	int fd = service_listen_fd(path), rc;
+	int fd = systemd_listen_fd(path), rc;
 	if (fd >= 0) {
 		/* Socket activation: systemd owns the socket file. */
 		rc = uv_pipe_open(&srv->listener, fd);
@@ -787,8 +788,8 @@ int server_start(struct server *srv)
 	/* Devices are initialised (the broker exists) and the socket listens. */
 	char status[256];
 	server_status(srv, status, sizeof(status));
-	service_notify("READY=1\nSTATUS=%s", status);
-	service_watchdog_start(srv->loop, &srv->watchdog, server_status, srv);
+	systemd_notify("READY=1\nSTATUS=%s", status);
+	systemd_watchdog_start(srv->loop, &srv->watchdog, server_status, srv);
 	return 0;
 }
 
@@ -798,5 +799,6 @@ void server_destroy(struct server *srv)
 		return;
 	if (srv->listening && srv->unlink_socket && !srv->stopping)
 		unlink(srv->cfg.socket);
+	dispatch_finish(&srv->dispatch);
 	free(srv);
 }

@@ -454,9 +454,10 @@ static int batch_chunks(struct dispatch_ctx *ctx, const struct batch *bt, uint64
 }
 
 /* allocation_ready for one member: its arrays, their ids and shapes. */
-static void send_ready(struct broker *b, const struct batch *bt, struct broker_instance *inst,
+static void send_ready(struct dispatch *d, const struct batch *bt, struct broker_instance *inst,
                        const struct policy_chunking *c)
 {
+	struct broker *b = d->b;
 	cJSON *data = cJSON_CreateObject(), *arrs;
 	if (!data || !cJSON_AddStringToObject(data, "group", inst->pol.group) ||
 	    proto_add_id64(data, "instance", inst->id) ||
@@ -499,7 +500,7 @@ static void send_ready(struct broker *b, const struct batch *bt, struct broker_i
 		cJSON_Delete(o);
 		goto oom;
 	}
-	broker_send_event(b, inst->owner, "allocation_ready", data);
+	dispatch_send_event(d, inst->owner, "allocation_ready", data);
 	return;
 oom:
 	/* The allocations stay (charged, unclaimed) until freed by label or
@@ -646,7 +647,7 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 		if (i > 0 && bt.owner[i] == bt.owner[i - 1])
 			continue;
 		members++;
-		send_ready(b, &bt, bt.owner[i], &gc);
+		send_ready(ctx->d, &bt, bt.owner[i], &gc);
 	}
 	for (size_t i = 0; i < bt.n; i++)
 		broker_queue_clear(bt.owner[i]);

@@ -6,13 +6,13 @@
 #include <string.h>
 
 #include "log.h"
-#include "service.h"
+#include "peer.h"
 
 void reload_rules_apply(struct broker *b, const struct conf *cfg)
 {
 	struct broker_rule rules[BROKER_MAX_RULES];
 	const char *unknown = NULL;
-	unsigned n = conf_rules_resolve(cfg, service_group, rules, &unknown);
+	unsigned n = conf_rules_resolve(cfg, peer_group_gid, rules, &unknown);
 	if (unknown)
 		log_warn("rules for group %s: no such group; ignored", unknown);
 	broker_set_rules(b, rules, n);

@@ -11,13 +11,12 @@
  */
 #include "backend.h"
 #include "log.h"
+#include "memfile.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -80,12 +79,12 @@ static int sim_slab_create(struct backend *b, int device, uint64_t size, uint32_
 	struct backend_slab *slab = calloc(1, sizeof(*slab));
 	if (!slab)
 		return -ENOMEM;
-	int fd = memfd_create("gpubroker-slab", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		goto fail_errno;
-	if (ftruncate(fd, (off_t)size) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
-		goto fail_errno;
+	int rc;
+	int fd = memfile_create("gpubroker-slab", size);
+	if (fd < 0) {
+		rc = fd;
+		goto fail;
+	}
 	slab->id = b->next_slab_id++;
 	slab->device = device;
 	slab->uid = uid;
@@ -97,15 +96,15 @@ static int sim_slab_create(struct backend *b, int device, uint64_t size, uint32_
 	memcpy(slab->handle + 8, &slab->id, 8);
 	memcpy(slab->handle + 16, &size, 8);
 	if (getrandom(slab->handle + 24, PROTO_HANDLE_SIZE - 24, 0) !=
-	    (ssize_t)(PROTO_HANDLE_SIZE - 24))
-		goto fail_errno;
+	    (ssize_t)(PROTO_HANDLE_SIZE - 24)) {
+		rc = -errno;
+		close(fd);
+		goto fail;
+	}
 	dev->reserved += size;
 	*out = slab;
 	return 0;
-fail_errno:;
-	int rc = -errno;
-	if (fd >= 0)
-		close(fd);
+fail:
 	free(slab);
 	/* Host memory or descriptor exhaustion is not a full device: report
 	 * a backend failure and say what the host ran out of. */

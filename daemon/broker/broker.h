@@ -13,52 +13,18 @@
 
 #include "arena.h"
 #include "backend.h"
+#include "broker_types.h"
 #include "idmap.h"
 #include "list.h"
-#include "metrics.h"
 #include "policy.h"
 #include "pool.h"
-#include "proto.h"
-
-/* An operator's rule for one user or the members of one group (primary or
- * supplementary), from gpubroker.conf: a default proportion for instances
- * that ask for none, and a cap on what the user's live allocations hold per
- * device. */
-struct broker_rule {
-	bool group; /* matches a session with gid among its groups, else uid */
-	uid_t uid;
-	gid_t gid;
-	double proportion; /* 0: none */
-	uint64_t cap;      /* bytes per device; 0: none */
-};
-
-#define BROKER_MAX_RULES 64
-
-struct broker_limits {
-	uint64_t slab_size;        /* pool slab bytes */
-	unsigned max_instances;    /* per connection */
-	unsigned max_allocations;  /* live allocations per connection */
-	uint64_t write_high_water; /* bytes of unsent replies before a client is paused */
-	unsigned hello_timeout_ms; /* a connection must say hello within this */
-	unsigned max_clients;      /* connections at once */
-	unsigned max_inflight;     /* requests of one connection waiting at once */
-	enum policy_mode mode;     /* VRAM policy mode at start (set_mode changes it live) */
-	double min_auto_share;     /* policy: least share of each auto instance, (0, 1] */
-	uint64_t max_host_memory;  /* pinned/mapped host memory, every client together */
-};
+#include "proto.h" /* TODO(layers): schema.h once merged */
 
 struct broker_device {
 	struct backend_device_info info;
 	struct pool *pool;
 	struct backend *backend; /* the pool's callback context needs both */
 	int index;
-};
-
-/* How device memory is handed out (cubie's set_allocator). */
-enum broker_allocator {
-	BROKER_ALLOCATOR_POOL,   /* slabs and sub-allocation (the default) */
-	BROKER_ALLOCATOR_DIRECT, /* one backend allocation per request, none cached */
-	BROKER_ALLOCATOR_ASYNC,  /* stream-ordered pools, where the backend has them */
 };
 
 struct broker_instance {
@@ -165,26 +131,6 @@ struct session {
 };
 
 /*
- * How the broker reaches a client outside the reply to its current request:
- * pushed events and deferred replies. Takes ownership of frame (a complete,
- * newline-terminated frame); fd (not owned) rides along when >= 0. The server
- * installs it; without one (unit tests) frames are dropped.
- */
-typedef void (*broker_send_fn)(void *ctx, struct session *s, char *frame, size_t len, int fd);
-
-/* Ends a session's connection once what was queued for it is written (the
- * server installs it, with send_ctx as ctx). */
-typedef void (*broker_close_fn)(void *ctx, struct session *s, const char *why);
-
-/*
- * Re-reads the daemon's configuration and applies what can change live
- * (the server installs it). Fills result with {"applied": [keys],
- * "needs_restart": [keys]}; returns 0 or -EINVAL with message set (the old
- * configuration stays in force).
- */
-typedef int (*broker_reload_fn)(void *ctx, cJSON *result, char *message, size_t size);
-
-/*
  * How the broker asks for a wake-up when a waiting allocation's deadline
  * comes: (re)arm one timer to fire after delay_ms, or disarm it when
  * delay_ms is UINT64_MAX. When it fires the server calls
@@ -211,13 +157,67 @@ struct broker_wait {
 	char id[PROTO_MAX_ID + 1]; /* the request's id, for the deferred reply */
 };
 
+struct broker_grant;
+
+/*
+ * What the broker has to tell a client outside the reply to its current
+ * request. The broker only says what happened; the layer above it (dispatch)
+ * turns each event into a frame, so no JSON and no socket is known here.
+ */
+enum broker_event_type {
+	/* The cap of one of the session's instances moved (cubie's rebalance). */
+	BROKER_EVENT_CAP_CHANGED,
+	/* Everything the session held was released (invalidate_all,
+	 * set_allocator): it must close its mappings and answer the epoch. */
+	BROKER_EVENT_INVALIDATE,
+	/* A waiting allocation ended: served (rc 0, grant set), timed out
+	 * (-ETIMEDOUT) or failed; its deferred reply is due. */
+	BROKER_EVENT_WAIT_DONE,
+};
+
+struct broker_event {
+	enum broker_event_type type;
+	struct session *s; /* whom it is for */
+	union {
+		struct {
+			uint64_t instance, cap;
+			double share;
+			enum policy_mode mode;
+		} cap_changed;
+		struct {
+			const char *reason;
+			uint64_t epoch;
+		} invalidate;
+		struct {
+			const struct broker_wait *w;
+			int rc;
+			const struct broker_grant *grant;
+		} wait_done;
+	};
+};
+
+/*
+ * Receives every event (dispatch installs it). Called from inside broker
+ * operations, so it must not call back into an operation that changes the
+ * broker, except that a WAIT_DONE whose reply cannot be sent may free the
+ * grant it was given (broker_free). Without one (the broker's own unit
+ * tests) events are dropped.
+ */
+typedef void (*broker_event_fn)(void *ctx, const struct broker_event *ev);
+
+/* Counters the broker keeps about itself (rendered by the metrics). */
+struct broker_stats {
+	uint64_t connections_total;
+	/* Allocations that waited for memory or quota: every wait started ends
+	 * served, timed out or cancelled (its connection closed, its instance
+	 * went away, the daemon stopped) once it leaves the queue. */
+	uint64_t waits_started, waits_served, waits_timed_out, waits_cancelled;
+};
+
 struct broker {
 	struct backend *backend;
-	broker_send_fn send;
-	broker_close_fn close;
-	void *send_ctx;
-	broker_reload_fn reload;
-	void *reload_ctx;
+	broker_event_fn event;
+	void *event_ctx;
 	struct broker_limits limits;
 	struct broker_device dev[BACKEND_MAX_DEVICES];
 	int device_count;
@@ -239,7 +239,7 @@ struct broker {
 	unsigned rand_left;
 	struct policy policy;
 	enum broker_allocator allocator;
-	struct metrics metrics;
+	struct broker_stats stats;
 	struct broker_rule rules[BROKER_MAX_RULES];
 	unsigned nrules;
 	struct idmap instances; /* instance id -> struct broker_instance, every session's */
@@ -269,9 +269,6 @@ struct broker_grant {
 	int fd;                      /* with handle, the descriptor to pass; else -1 */
 	bool pool;                   /* fd is the device's memory pool (cuda async) */
 };
-
-/* The defaults the daemon starts with (main may override them). */
-void broker_limits_default(struct broker_limits *limits);
 
 /* Takes ownership of backend. 0, -ENOMEM, -EINVAL (slab size). */
 int broker_create(struct backend *backend, const struct broker_limits *limits, struct broker **out);
@@ -341,11 +338,10 @@ int broker_unexport(struct broker *b, struct session *s, const char *name);
  * name for this uid), then as broker_attach(). */
 int broker_open(struct broker *b, struct session *s, const char *name, struct broker_grant *out);
 
-void broker_set_sender(struct broker *b, broker_send_fn fn, void *ctx);
-/* Sends a frame to a session through the sender (frees it when none). */
-void broker_send(struct broker *b, struct session *s, char *frame, size_t len, int fd);
-/* Encodes and sends an event; data is consumed. */
-void broker_send_event(struct broker *b, struct session *s, const char *name, cJSON *data);
+/* Installs the receiver of events (replacing any). */
+void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx);
+/* Hands an event to the receiver, if any. */
+void broker_emit(struct broker *b, const struct broker_event *ev);
 
 /* Bytes the broker may still hand out on a device: its capacity (memory
  * bounded by the policy's limit) minus live allocations. */
@@ -403,7 +399,6 @@ void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachm
  */
 int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t *allocs,
                          uint64_t *attachments);
-const char *broker_allocator_name(enum broker_allocator kind);
 /*
  * The client of s has closed every slab of the invalidate events up to
  * epoch: their pins go (and with them, slabs nobody holds, possibly a
@@ -430,8 +425,6 @@ struct broker_parting_counts {
 	unsigned ghosts, retired;
 };
 void broker_parting_counts(const struct broker *b, struct broker_parting_counts *out);
-/* 0 and *kind, or -EINVAL. */
-int broker_allocator_parse(const char *name, enum broker_allocator *kind);
 
 /* Any session's instance, or NULL. */
 struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance);
@@ -450,8 +443,8 @@ int broker_set_limit(struct broker *b, int device, uint64_t bytes, double fracti
  * An alloc that asked to wait and was refused for memory or quota is
  * queued. Waits are served in arrival order: one short of device memory
  * holds back later ones on that device, one short of quota later ones of
- * that instance. Served or failed, a wait is answered with
- * dispatch_wait_done(); a session that closes takes its waits with it
+ * that instance. Served or failed, a wait ends with a
+ * BROKER_EVENT_WAIT_DONE event; a session that closes takes its waits with it
  * unanswered. */
 
 void broker_set_timer(struct broker *b, broker_timer_fn fn, void *ctx);

@@ -339,15 +339,10 @@ static void broker_send_invalidate(struct broker *b, const char *reason)
 		struct session *s = list_entry(pos, struct session, link);
 		if (!s->hello)
 			continue;
-		cJSON *data = cJSON_CreateObject();
-		if (!data || !cJSON_AddStringToObject(data, "reason", reason) ||
-		    proto_add_u64(data, "epoch", b->invalidate_epoch)) {
-			cJSON_Delete(data);
-			log_warn("session %llu: invalidate event dropped: out of memory",
-			         (unsigned long long)s->id);
-			continue;
-		}
-		broker_send_event(b, s, "invalidate", data);
+		struct broker_event ev = {.type = BROKER_EVENT_INVALIDATE, .s = s};
+		ev.invalidate.reason = reason;
+		ev.invalidate.epoch = b->invalidate_epoch;
+		broker_emit(b, &ev);
 	}
 }
 

@@ -6,7 +6,8 @@
  * moves caps calls broker_waits_run(), which retries the queue in arrival
  * order; the one timer the server keeps for the broker fires at the
  * earliest deadline and fails what ran out. The replies are deferred ones:
- * dispatch_wait_done() encodes them and sends them through broker_send().
+ * each ending is a BROKER_EVENT_WAIT_DONE event, which dispatch encodes and
+ * sends.
  *
  * Fairness: a wait short of device memory holds back every later wait on
  * that device (a large request is not starved by a stream of small ones);
@@ -20,7 +21,6 @@
 #include <time.h>
 
 #include "broker.h"
-#include "dispatch.h"
 
 uint64_t broker_now_ms(void)
 {
@@ -61,11 +61,11 @@ static void broker_timer_update(struct broker *b)
 static void broker_wait_unlink(struct broker *b, struct broker_wait *w, int rc)
 {
 	if (rc == 0)
-		b->metrics.waits_served++;
+		b->stats.waits_served++;
 	else if (rc == -ETIMEDOUT)
-		b->metrics.waits_timed_out++;
+		b->stats.waits_timed_out++;
 	else
-		b->metrics.waits_cancelled++;
+		b->stats.waits_cancelled++;
 	list_remove(&w->link);
 	w->s->wait_count--;
 	b->wait_count--;
@@ -75,8 +75,12 @@ static void broker_wait_unlink(struct broker *b, struct broker_wait *w, int rc)
 static void broker_wait_finish(struct broker *b, struct broker_wait *w, int rc,
                                const struct broker_grant *g)
 {
+	struct broker_event ev = {.type = BROKER_EVENT_WAIT_DONE, .s = w->s};
 	broker_wait_unlink(b, w, rc);
-	dispatch_wait_done(b, w, rc, g);
+	ev.wait_done.w = w;
+	ev.wait_done.rc = rc;
+	ev.wait_done.grant = g;
+	broker_emit(b, &ev);
 	free(w);
 }
 
@@ -106,7 +110,7 @@ int broker_wait_add(struct broker *b, struct session *s, const char *req_id, uin
 	list_insert_tail(&b->waits, &w->link);
 	s->wait_count++;
 	b->wait_count++;
-	b->metrics.waits_started++;
+	b->stats.waits_started++;
 	broker_timer_update(b);
 	return 0;
 }

@@ -15,44 +15,21 @@
  * see them.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "broker.h"
 #include "broker_internal.h"
 #include "log.h"
-
-static uint64_t host_page(void)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	return page > 0 ? (uint64_t)page : 4096;
-}
-
-/* A memfd of size bytes whose size can no longer change (a client cannot
- * truncate it under the daemon's accounting). */
-static int host_memfd(uint64_t size)
-{
-	int fd = memfd_create("gpubroker-host", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return -errno;
-	if (ftruncate(fd, (off_t)size) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-		int err = -errno;
-		close(fd);
-		return err;
-	}
-	return fd;
-}
+#include "memfile.h"
 
 /* A host allocation of s (the instance checks are the caller's). */
 static int host_make(struct broker *b, struct session *s, uint64_t size, bool mapped,
                      struct broker_host **out)
 {
-	uint64_t page = host_page();
+	uint64_t page = memfile_page();
 	if (size == 0 || size > UINT64_MAX - (page - 1))
 		return -EINVAL;
 	size = (size + page - 1) & ~(page - 1);
@@ -70,7 +47,7 @@ static int host_make(struct broker *b, struct session *s, uint64_t size, bool ma
 		free(h);
 		return rc;
 	}
-	h->fd = host_memfd(size);
+	h->fd = memfile_create("gpubroker-host", size);
 	if (h->fd < 0) {
 		log_warn("session %llu: host memory of %llu bytes: memfd: %s",
 		         (unsigned long long)s->id, (unsigned long long)size, strerror(-h->fd));

@@ -1,0 +1,32 @@
+/*
+ * peer.h - the identity of the process at the other end of a connection:
+ * credentials and group membership, for ownership and the admin check.
+ */
+#ifndef GPB_PEER_H
+#define GPB_PEER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* Supplementary groups kept per peer (for group rules); the admin check sees
+ * them all. */
+#define PEER_MAX_GROUPS 256
+
+struct peer {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	bool admin; /* root, or admin_gid among its groups */
+	unsigned ngroups;
+	gid_t groups[PEER_MAX_GROUPS]; /* the first ngroups supplementary groups */
+};
+
+/* Peer credentials and group membership of a connected Unix socket, as the
+ * peer had them at connect(). admin_gid is (gid_t)-1 when no admin group
+ * exists. 0 or -errno. */
+int peer_read(int fd, gid_t admin_gid, struct peer *out);
+
+/* The gid of a group name, or (gid_t)-1 when there is no such group. */
+gid_t peer_group_gid(const char *name);
+
+#endif
