@@ -37,6 +37,9 @@ static inline void list_remove(struct list *node)
 
 #define list_entry(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
+/* Every node of head in order; the loop body must not remove pos. */
+#define list_for_each(pos, head) for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
+
 /* Safe against removal of the current entry. */
 #define list_for_each_safe(pos, tmp, head)                                                         \
 	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                           \

@@ -149,13 +149,11 @@ void broker_destroy(struct broker *b)
 	b->exit_watch = NULL;
 	b->stopping = true;
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &b->sessions)
-	{
+	list_for_each_safe(pos, tmp, &b->sessions) {
 		struct session *s = list_entry(pos, struct session, link);
 		broker_waits_drop(b, s);
 	}
-	list_for_each_safe(pos, tmp, &b->sessions)
-	{
+	list_for_each_safe(pos, tmp, &b->sessions) {
 		broker_session_close(b, list_entry(pos, struct session, link));
 	}
 	/* The process of an evicted session may outlive the daemon: nothing
@@ -241,7 +239,7 @@ static void session_release(struct session *s, uint64_t slab_id)
 static bool broker_uid_connected(const struct broker *b, uid_t uid)
 {
 	const struct list *pos;
-	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+	list_for_each(pos, &b->sessions) {
 		if (list_entry(pos, const struct session, link)->uid == uid)
 			return true;
 	}
@@ -319,8 +317,7 @@ void broker_policy_changed(struct broker *b)
 void broker_queue_clear(struct broker_instance *inst)
 {
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &inst->queued)
-	{
+	list_for_each_safe(pos, tmp, &inst->queued) {
 		list_remove(pos);
 		free(list_entry(pos, struct broker_queued, link));
 	}
@@ -347,8 +344,7 @@ void broker_session_close(struct broker *b, struct session *s)
 	 * kept from the backend with what was parting (broker_ghost_make). */
 	if (s->evicted)
 		broker_parting_add(b, s, b->invalidate_epoch);
-	list_for_each_safe(pos, tmp, &s->allocs)
-	{
+	list_for_each_safe(pos, tmp, &s->allocs) {
 		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
 	}
 	broker_hosts_release(b, s);
@@ -360,8 +356,7 @@ void broker_session_close(struct broker *b, struct session *s)
 		broker_ghost_make(b, s);
 	else
 		broker_parting_drop(b, s);
-	list_for_each_safe(pos, tmp, &s->instances)
-	{
+	list_for_each_safe(pos, tmp, &s->instances) {
 		broker_instance_free(b, s, list_entry(pos, struct broker_instance, link));
 	}
 	list_remove(&s->link);
@@ -462,8 +457,7 @@ int broker_set_limit(struct broker *b, int device, uint64_t bytes, double fracti
 struct broker_instance *broker_instance_find(struct session *s, uint64_t instance)
 {
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &s->instances)
-	{
+	list_for_each_safe(pos, tmp, &s->instances) {
 		struct broker_instance *inst = list_entry(pos, struct broker_instance, link);
 		if (inst->id == instance)
 			return inst;

@@ -137,8 +137,7 @@ uint64_t broker_hosts_release(struct broker *b, struct session *s)
 {
 	struct list *pos, *tmp;
 	uint64_t n = 0;
-	list_for_each_safe(pos, tmp, &s->hosts)
-	{
+	list_for_each_safe(pos, tmp, &s->hosts) {
 		host_release(b, s, list_entry(pos, struct broker_host, link));
 		n++;
 	}

@@ -115,7 +115,7 @@ void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
 static struct broker_retired *broker_retired_find(const struct broker *b, const struct pool *pool)
 {
 	struct list *pos;
-	for (pos = b->retired.next; pos != &b->retired; pos = pos->next) {
+	list_for_each(pos, &b->retired) {
 		struct broker_retired *r = list_entry(pos, struct broker_retired, link);
 		if (r->pool == pool)
 			return r;
@@ -229,13 +229,13 @@ void broker_parting_counts(const struct broker *b, struct broker_parting_counts 
 {
 	const struct list *pos;
 	memset(out, 0, sizeof(*out));
-	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next)
+	list_for_each(pos, &b->sessions)
 		out->parting += list_entry(pos, const struct session, link)->parting_count;
-	for (pos = b->ghosts.next; pos != &b->ghosts; pos = pos->next) {
+	list_for_each(pos, &b->ghosts) {
 		out->parting += list_entry(pos, const struct broker_ghost, link)->count;
 		out->ghosts++;
 	}
-	for (pos = b->retired.next; pos != &b->retired; pos = pos->next)
+	list_for_each(pos, &b->retired)
 		out->retired++;
 }
 
@@ -243,9 +243,9 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 {
 	const struct list *pos, *rpos;
 	uint64_t retired_total = 0, parting_retired = 0;
-	for (rpos = b->retired.next; rpos != &b->retired; rpos = rpos->next)
+	list_for_each(rpos, &b->retired)
 		retired_total += list_entry(rpos, const struct broker_retired, link)->parting;
-	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+	list_for_each(pos, &b->sessions) {
 		const struct session *s = list_entry(pos, const struct session, link);
 		unsigned n = 0;
 		for (const struct broker_parting *p = s->parting; p; p = p->next, n++) {
@@ -271,7 +271,7 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 			return -EFAULT;
 		}
 	}
-	for (pos = b->ghosts.next; pos != &b->ghosts; pos = pos->next) {
+	list_for_each(pos, &b->ghosts) {
 		const struct broker_ghost *g = list_entry(pos, const struct broker_ghost, link);
 		unsigned n = 0;
 		for (const struct broker_parting *p = g->parting; p; p = p->next, n++)
@@ -307,11 +307,10 @@ static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *att
 	struct list *pos, *tmp, *ipos;
 	*allocs = *attachments = 0;
 	b->invalidate_epoch++;
-	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+	list_for_each(pos, &b->sessions) {
 		struct session *s = list_entry(pos, struct session, link);
 		broker_parting_add(b, s, b->invalidate_epoch);
-		list_for_each_safe(ipos, tmp, &s->allocs)
-		{
+		list_for_each_safe(ipos, tmp, &s->allocs) {
 			broker_alloc_release(b, s, list_entry(ipos, struct broker_alloc, link));
 			(*allocs)++;
 		}
@@ -326,7 +325,7 @@ static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *att
 		 * for this map, and nothing is left to keep. */
 		idmap_finish(&s->attached);
 		idmap_init(&s->attached);
-		for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next)
+		list_for_each(ipos, &s->instances)
 			broker_queue_clear(list_entry(ipos, struct broker_instance, link));
 	}
 }
@@ -335,7 +334,7 @@ static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *att
 static void broker_send_invalidate(struct broker *b, const char *reason)
 {
 	struct list *pos;
-	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+	list_for_each(pos, &b->sessions) {
 		struct session *s = list_entry(pos, struct session, link);
 		if (!s->hello)
 			continue;
@@ -392,12 +391,12 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
 	for (int i = 0; i < b->device_count; i++) {
 		struct pool *old = b->dev[i].pool;
 		uint64_t parting = 0;
-		for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+		list_for_each(pos, &b->sessions) {
 			const struct session *s = list_entry(pos, struct session, link);
 			for (const struct broker_parting *p = s->parting; p; p = p->next)
 				parting += p->pool == old;
 		}
-		for (pos = b->ghosts.next; pos != &b->ghosts; pos = pos->next) {
+		list_for_each(pos, &b->ghosts) {
 			const struct broker_ghost *g = list_entry(pos, struct broker_ghost, link);
 			for (const struct broker_parting *p = g->parting; p; p = p->next)
 				parting += p->pool == old;

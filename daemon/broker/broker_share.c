@@ -33,7 +33,7 @@ static struct broker_export *export_find(struct broker *b, const struct session 
                                          const char *name)
 {
 	struct list *pos;
-	for (pos = b->exports.next; pos != &b->exports; pos = pos->next) {
+	list_for_each(pos, &b->exports) {
 		struct broker_export *e = list_entry(pos, struct broker_export, link);
 		if ((owner ? e->owner == owner : e->uid == uid) && strcmp(e->name, name) == 0)
 			return e;
@@ -97,8 +97,7 @@ int broker_open(struct broker *b, struct session *s, const char *name, struct br
 void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a)
 {
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &b->exports)
-	{
+	list_for_each_safe(pos, tmp, &b->exports) {
 		struct broker_export *e = list_entry(pos, struct broker_export, link);
 		if (e->alloc == a)
 			export_free(b, e);

@@ -42,7 +42,7 @@ static void broker_timer_update(struct broker *b)
 {
 	uint64_t next = UINT64_MAX;
 	struct list *pos;
-	for (pos = b->waits.next; pos != &b->waits; pos = pos->next) {
+	list_for_each(pos, &b->waits) {
 		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
 		if (w->deadline < next)
 			next = w->deadline;
@@ -131,8 +131,7 @@ void broker_waits_run(struct broker *b)
 		struct list *pos, *tmp;
 		b->waits_again = false;
 		b->wait_pass++;
-		list_for_each_safe(pos, tmp, &b->waits)
-		{
+		list_for_each_safe(pos, tmp, &b->waits) {
 			struct broker_wait *w = list_entry(pos, struct broker_wait, link);
 			struct broker_instance *inst = broker_instance_find(w->s, w->instance);
 			if (inst && (short_device[inst->device] || inst->wait_pass == b->wait_pass))
@@ -161,7 +160,7 @@ void broker_waits_run(struct broker *b)
 bool broker_waits_on(const struct broker *b, int device)
 {
 	const struct list *pos;
-	for (pos = b->waits.next; pos != &b->waits; pos = pos->next) {
+	list_for_each(pos, &b->waits) {
 		const struct broker_wait *w = list_entry(pos, const struct broker_wait, link);
 		const struct broker_instance *inst = broker_instance_find(w->s, w->instance);
 		if (inst && inst->device == device)
@@ -178,8 +177,7 @@ void broker_waits_expire(struct broker *b)
 	b->timer_deadline = UINT64_MAX;
 	uint64_t now = broker_now_ms();
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &b->waits)
-	{
+	list_for_each_safe(pos, tmp, &b->waits) {
 		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
 		if (w->deadline <= now)
 			broker_wait_finish(b, w, -ETIMEDOUT, NULL);
@@ -190,8 +188,7 @@ void broker_waits_expire(struct broker *b)
 void broker_waits_cancel(struct broker *b, int rc)
 {
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &b->waits)
-	{
+	list_for_each_safe(pos, tmp, &b->waits) {
 		broker_wait_finish(b, list_entry(pos, struct broker_wait, link), rc, NULL);
 	}
 	broker_timer_update(b);
@@ -202,8 +199,7 @@ void broker_waits_drop(struct broker *b, struct session *s)
 	struct list *pos, *tmp;
 	if (!s->wait_count)
 		return;
-	list_for_each_safe(pos, tmp, &b->waits)
-	{
+	list_for_each_safe(pos, tmp, &b->waits) {
 		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
 		if (w->s != s)
 			continue;

@@ -93,8 +93,7 @@ int policy_init(struct policy *p, const struct policy_config *cfg, int device_co
 void policy_finish(struct policy *p)
 {
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &p->instances)
-	{
+	list_for_each_safe(pos, tmp, &p->instances) {
 		struct policy_instance *pi = list_entry(pos, struct policy_instance, link);
 		list_remove(&pi->link);
 		if (pi->queued)
@@ -769,7 +768,7 @@ int policy_check(const struct policy *p, char *msg, unsigned msg_len)
 	      p->count);
 	const struct list *pos;
 	uint64_t in_queue = 0;
-	for (pos = p->changed.next; pos != &p->changed; pos = pos->next) {
+	list_for_each(pos, &p->changed) {
 		pi = list_entry(pos, const struct policy_instance, changed_link);
 		CHECK(pi->queued, "instance %" PRIu64 " in the change queue but not marked",
 		      pi->id);

@@ -145,7 +145,7 @@ static struct pool_slab *slab_add(struct pool *pool, struct pool_heap *heap, voi
 /* Asks the backend for a slab; on -ENOMEM releases every idle slab of every
  * uid and asks once more, since a cached slab of another uid is memory this
  * one cannot use. */
-static int backend_create(struct pool *pool, uint64_t size, uint32_t uid, void **backend)
+static int pool_slab_obtain(struct pool *pool, uint64_t size, uint32_t uid, void **backend)
 {
 	int err = pool->ops.create(pool->ctx, size, uid, backend);
 
@@ -297,7 +297,7 @@ int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint64_t size, uint64_t a
 		bi = tlsf_fit(pool, heap, rsize, align, need, pref);
 	if (!bi) {
 		/* May trim, which may free the heap we just found. */
-		err = backend_create(pool, slab_bytes, uid, &backend);
+		err = pool_slab_obtain(pool, slab_bytes, uid, &backend);
 		if (err)
 			goto fail;
 		heap = heap_get(pool, uid);

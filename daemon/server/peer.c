@@ -44,8 +44,7 @@ int peer_read(int fd, gid_t admin_gid, struct peer *out)
 	len = sizeof(out->groups);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, out->groups, &len) == 0) {
 		out->ngroups = len / sizeof(gid_t);
-		if (admin_gid != (gid_t)-1 &&
-		    peer_has_group(out->groups, out->ngroups, admin_gid))
+		if (admin_gid != (gid_t)-1 && peer_has_group(out->groups, out->ngroups, admin_gid))
 			out->admin = true;
 	} else if (errno == ERANGE) {
 		/* More groups than we keep (len now says how many): the admin
@@ -60,8 +59,7 @@ int peer_read(int fd, gid_t admin_gid, struct peer *out)
 		}
 		out->ngroups = PEER_MAX_GROUPS;
 		memcpy(out->groups, all, sizeof(out->groups));
-		if (admin_gid != (gid_t)-1 &&
-		    peer_has_group(all, len / sizeof(gid_t), admin_gid))
+		if (admin_gid != (gid_t)-1 && peer_has_group(all, len / sizeof(gid_t), admin_gid))
 			out->admin = true;
 		free(all);
 	} else if (!out->admin && admin_gid != (gid_t)-1) {

@@ -43,8 +43,9 @@ struct server {
 	uv_pipe_t listener;
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t drain;
-	uv_timer_t waits;    /* the broker's deadline for waiting allocations */
-	bool in_send;        /* conn_send called from inside a broker operation (an event): do not close now */
+	uv_timer_t waits; /* the broker's deadline for waiting allocations */
+	bool in_send; /* conn_send called from inside a broker operation (an event): do not close
+	                 now */
 	struct systemd_watchdog watchdog;
 	struct exitwatch exits; /* processes of evicted sessions */
 	struct list conns;
@@ -419,8 +420,7 @@ static unsigned server_uid_connections(struct server *srv, uid_t uid)
 {
 	unsigned n = 0;
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &srv->conns)
-	{
+	list_for_each_safe(pos, tmp, &srv->conns) {
 		struct conn *c = list_entry(pos, struct conn, link);
 		n += c->session && !c->closing && !c->finishing && c->session->uid == uid;
 	}
@@ -579,8 +579,7 @@ static void server_on_drain_timeout(uv_timer_t *t)
 	struct server *srv = t->data;
 	struct list *pos, *tmp;
 	log_warn("shutdown: closing %u clients that did not finish in time", srv->conn_count);
-	list_for_each_safe(pos, tmp, &srv->conns)
-	{
+	list_for_each_safe(pos, tmp, &srv->conns) {
 		conn_close(list_entry(pos, struct conn, link), "shutdown");
 	}
 }
@@ -611,8 +610,7 @@ static void server_stop(struct server *srv, const char *reason)
 	/* Every client hears why, gets the replies to what it sent, and is
 	 * closed once they are written (or when the drain timer runs out). */
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &srv->conns)
-	{
+	list_for_each_safe(pos, tmp, &srv->conns) {
 		struct conn *c = list_entry(pos, struct conn, link);
 		if (c->closing || c->finishing)
 			continue;
