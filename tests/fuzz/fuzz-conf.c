@@ -1,5 +1,5 @@
 /*
- * fuzz-conf.c - the configuration parser (daemon/conf.c conf_parse).
+ * fuzz-conf.c - the configuration parser (daemon/conf/conf.c conf_parse).
  *
  * The input is the file's text (not NUL-terminated: conf_parse takes a
  * length). Checked: a refused file leaves the configuration exactly as it

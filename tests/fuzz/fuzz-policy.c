@@ -1,5 +1,5 @@
 /*
- * fuzz-policy.c - the VRAM policy engine (daemon/policy.h) under
+ * fuzz-policy.c - the VRAM policy engine (daemon/policy/policy.h) under
  * fuzzer-chosen operation sequences: registrations and departures on a few
  * devices, proportion, pool, group, mode and limit changes (valid and
  * not), admission with charge and uncharge, the change queue, group info,

@@ -1,6 +1,6 @@
 /*
  * fuzz-protocol.c - the frame decoder and the request dispatcher, fed
- * through the daemon's real libuv server (daemon/server.c).
+ * through the daemon's real libuv server (daemon/server/server.c).
  *
  * Each input gets a fresh daemon core: a sim backend of two 16 MiB devices
  * with 2 MiB slabs, a broker with small limits, a server on its own loop.

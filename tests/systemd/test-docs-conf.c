@@ -3,7 +3,7 @@
  *
  * Usage: test-docs-conf EXAMPLE_CONF CONF_MAN_SCD
  *
- * For every key of daemon/conf.c (conf_keys[]):
+ * For every key of daemon/conf/conf.c (conf_keys[]):
  *   - the example configuration has exactly one "#key = value" line, tagged
  *     [reload] or [restart] as conf_key_needs_restart() says, and with all
  *     those lines uncommented it parses to exactly the built-in defaults;
@@ -226,7 +226,7 @@ int main(int argc, char **argv)
 	check_man(argv[2]);
 	if (failures) {
 		printf("%d problem(s): update the example configuration (systemd/gpubroker.conf) "
-		       "and gpubroker.conf(5) (man/gpubroker.conf.5.scd) to match daemon/conf.c\n",
+		       "and gpubroker.conf(5) (man/gpubroker.conf.5.scd) to match daemon/conf/conf.c\n",
 		       failures);
 		return 1;
 	}

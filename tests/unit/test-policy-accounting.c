@@ -1,6 +1,6 @@
 /*
  * test-policy-accounting.c - unit tests of the VRAM policy engine
- * (daemon/policy.c): the change queue, caps in both modes, admission and
+ * (daemon/policy/policy.c): the change queue, caps in both modes, admission and
  * accounting, limits, stream groups, and policy_check() itself.
  *
  * Shared helpers: policy-helpers.h.

@@ -1,6 +1,6 @@
 /*
  * test-policy-chunk.c - unit tests of the VRAM policy engine
- * (daemon/policy.c): chunking along the run axis, its refusals and its
+ * (daemon/policy/policy.c): chunking along the run axis, its refusals and its
  * warning, the granule, and the chunk count against a linear search.
  *
  * Chunking is pure arithmetic: these tests need no policy.

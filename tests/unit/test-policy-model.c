@@ -1,6 +1,6 @@
 /*
  * test-policy-model.c - unit tests of the VRAM policy engine
- * (daemon/policy.c): a randomized sequence of registrations, proportion and
+ * (daemon/policy/policy.c): a randomized sequence of registrations, proportion and
  * mode changes, limits, allocations and frees, checked step by step against
  * a reference model.
  *

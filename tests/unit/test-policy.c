@@ -1,5 +1,5 @@
 /*
- * test-policy.c - unit tests of the VRAM policy engine (daemon/policy.c):
+ * test-policy.c - unit tests of the VRAM policy engine (daemon/policy/policy.c):
  * set-up, every proportion rule and its refusal, caps, floating-point edges,
  * and the auto pool and its minimum.
  *

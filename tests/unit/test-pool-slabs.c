@@ -1,6 +1,6 @@
 /*
  * test-pool-slabs.c - unit tests of the device memory sub-allocator
- * (daemon/pool.c, daemon/pool_tlsf.c): slabs: exhaustion and the -ENOMEM trim
+ * (daemon/pool/pool.c, daemon/pool/pool_tlsf.c): slabs: exhaustion and the -ENOMEM trim
  * and retry, backend errors, uid isolation, dedicated slabs, the slab cache,
  * pins, trim, destroy with live blocks.
  *
