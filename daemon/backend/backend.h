@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "proto.h"
+#include "schema.h"
 
 #define BACKEND_MAX_DEVICES 64
 

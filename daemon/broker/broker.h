@@ -18,7 +18,7 @@
 #include "list.h"
 #include "policy.h"
 #include "pool.h"
-#include "proto.h" /* TODO(layers): schema.h once merged */
+#include "schema.h"
 
 struct broker_device {
 	struct backend_device_info info;
