@@ -452,6 +452,10 @@ extern const unsigned proto_event_count;
 #define PROTO_V_GROUP_DEFAULT    "default"    /* the group of an instance that names none */
 #define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit"; the others are hello's limits */
 
+/* A value (or name) in JSON quotes, for messages that list the accepted
+ * values and for encoders that write JSON text: "\"" v "\"". */
+#define PROTO_QUOTED(v) "\"" v "\""
+
 /* invalidate's "reason": the method that released everything. */
 #define PROTO_V_REASON_INVALIDATE_ALL PROTO_M_INVALIDATE_ALL
 #define PROTO_V_REASON_SET_ALLOCATOR  PROTO_M_SET_ALLOCATOR
