@@ -367,7 +367,12 @@ struct proto_member {
 	enum proto_presence presence;
 };
 
-/* The lists above as tables, each ending with a NULL name; part is
+/* A message list as a table of struct proto_member ending with a NULL
+ * name: PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT). */
+#define PROTO_MEMBER_(id, kind, presence) {PROTO_F_##id, PROTO_KIND_##kind, (presence)},
+#define PROTO_MEMBER_TABLE(list)          ((const struct proto_member[]){list(PROTO_MEMBER_){NULL, 0, 0}})
+
+/* The lists above as tables; part is
  * "params" or "result", method the PROTO_M_* whose section of PROTOCOL.md
  * documents it. */
 struct proto_message_info {
