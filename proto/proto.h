@@ -134,6 +134,14 @@ int proto_get_bool(const cJSON *obj, const char *key, bool *out);
 int proto_add_u64(cJSON *obj, const char *key, uint64_t v);
 int proto_add_id64(cJSON *obj, const char *key, uint64_t v);
 int proto_add_hex(cJSON *obj, const char *key, const void *bytes, size_t n);
+/* A JSON number member (whole numbers under 2^53 written as digits without
+ * cJSON's printf round trip). 0 or -ENOMEM. */
+int proto_add_number(cJSON *obj, const char *key, double v);
+/* A string member. 0 or -ENOMEM. */
+int proto_add_string(cJSON *obj, const char *key, const char *v);
+/* Appends a new, empty object to array and returns it; NULL when out of
+ * memory (array unchanged). */
+cJSON *proto_array_add_object(cJSON *array);
 /* Decodes exactly n bytes of lowercase/uppercase hex. 0 or -EINVAL. */
 int proto_hex_decode(const char *s, void *bytes, size_t n);
 

@@ -176,19 +176,15 @@ const char *const proto_values[] = {
 };
 const unsigned proto_value_count = sizeof(proto_values) / sizeof(proto_values[0]);
 
-/* One message list as a table: {PROTO_F_x, PROTO_KIND_y, presence}, ... */
-#define PROTO_MEMBER_(id, kind, presence) {PROTO_F_##id, PROTO_KIND_##kind, (presence)},
-#define PROTO_MEMBERS_(list)              ((const struct proto_member[]){list(PROTO_MEMBER_){NULL, 0, 0}})
-
 const struct proto_message_info proto_messages[] = {
-    {PROTO_M_ALLOC, PROTO_F_PARAMS, PROTO_MEMBERS_(PROTO_ALLOC_PARAMS)},
-    {PROTO_M_ALLOC, PROTO_F_RESULT, PROTO_MEMBERS_(PROTO_GRANT_RESULT)},
-    {PROTO_M_ALLOC, PROTO_F_RESULT, PROTO_MEMBERS_(PROTO_HOST_RESULT)},
-    {PROTO_M_FREE, PROTO_F_PARAMS, PROTO_MEMBERS_(PROTO_FREE_PARAMS)},
+    {PROTO_M_ALLOC, PROTO_F_PARAMS, PROTO_MEMBER_TABLE(PROTO_ALLOC_PARAMS)},
+    {PROTO_M_ALLOC, PROTO_F_RESULT, PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT)},
+    {PROTO_M_ALLOC, PROTO_F_RESULT, PROTO_MEMBER_TABLE(PROTO_HOST_RESULT)},
+    {PROTO_M_FREE, PROTO_F_PARAMS, PROTO_MEMBER_TABLE(PROTO_FREE_PARAMS)},
 };
 const unsigned proto_message_count = sizeof(proto_messages) / sizeof(proto_messages[0]);
 
 #define PROTO_EVENT_INFO_(id, data, items)                                                         \
-	{PROTO_EV_##id, PROTO_MEMBERS_(data), PROTO_MEMBERS_(items)},
+	{PROTO_EV_##id, PROTO_MEMBER_TABLE(data), PROTO_MEMBER_TABLE(items)},
 const struct proto_event_info proto_events[] = {PROTO_EVENTS(PROTO_EVENT_INFO_)};
 const unsigned proto_event_count = sizeof(proto_events) / sizeof(proto_events[0]);

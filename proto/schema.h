@@ -367,7 +367,12 @@ struct proto_member {
 	enum proto_presence presence;
 };
 
-/* The lists above as tables, each ending with a NULL name; part is
+/* A message list as a table of struct proto_member ending with a NULL
+ * name: PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT). */
+#define PROTO_MEMBER_(id, kind, presence) {PROTO_F_##id, PROTO_KIND_##kind, (presence)},
+#define PROTO_MEMBER_TABLE(list)          ((const struct proto_member[]){list(PROTO_MEMBER_){NULL, 0, 0}})
+
+/* The lists above as tables; part is
  * "params" or "result", method the PROTO_M_* whose section of PROTOCOL.md
  * documents it. */
 struct proto_message_info {
@@ -451,6 +456,10 @@ extern const unsigned proto_event_count;
 #define PROTO_V_SERVER           "gpubrokerd" /* hello "server" */
 #define PROTO_V_GROUP_DEFAULT    "default"    /* the group of an instance that names none */
 #define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit"; the others are hello's limits */
+
+/* A value (or name) in JSON quotes, for messages that list the accepted
+ * values and for encoders that write JSON text: "\"" v "\"". */
+#define PROTO_QUOTED(v) "\"" v "\""
 
 /* invalidate's "reason": the method that released everything. */
 #define PROTO_V_REASON_INVALIDATE_ALL PROTO_M_INVALIDATE_ALL

@@ -27,9 +27,9 @@
 #include "log.h"
 
 static const char *const broker_allocator_names[] = {
-    [BROKER_ALLOCATOR_POOL] = "pool",
-    [BROKER_ALLOCATOR_DIRECT] = "direct",
-    [BROKER_ALLOCATOR_ASYNC] = "async",
+    [BROKER_ALLOCATOR_POOL] = PROTO_V_ALLOC_POOL,
+    [BROKER_ALLOCATOR_DIRECT] = PROTO_V_ALLOC_DIRECT,
+    [BROKER_ALLOCATOR_ASYNC] = PROTO_V_ALLOC_ASYNC,
 };
 
 const char *broker_allocator_name(enum broker_allocator kind)
@@ -348,7 +348,7 @@ static void broker_send_invalidate(struct broker *b, const char *reason)
 void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachments)
 {
 	broker_release_all(b, allocs, attachments);
-	broker_send_invalidate(b, "invalidate_all");
+	broker_send_invalidate(b, PROTO_V_REASON_INVALIDATE_ALL);
 	/* The memory is free: waiting allocations may fit now. */
 	broker_policy_changed(b);
 }
@@ -415,7 +415,7 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
 	for (int i = 0; i < b->device_count; i++)
 		free(retired[i]);
 	b->allocator = kind;
-	broker_send_invalidate(b, "set_allocator");
+	broker_send_invalidate(b, PROTO_V_REASON_SET_ALLOCATOR);
 	broker_policy_changed(b);
 	return 0;
 }

@@ -36,27 +36,27 @@ static void dispatch_event_dropped(const struct session *s, const char *name)
 static void dispatch_cap_changed(struct dispatch *d, const struct broker_event *ev)
 {
 	cJSON *data = cJSON_CreateObject();
-	if (!data || proto_add_id64(data, "instance", ev->cap_changed.instance) ||
-	    proto_add_u64(data, "cap", ev->cap_changed.cap) ||
-	    !cJSON_AddNumberToObject(data, "share", ev->cap_changed.share) ||
-	    !cJSON_AddStringToObject(data, "mode", policy_mode_name(ev->cap_changed.mode))) {
-		dispatch_event_dropped(ev->s, "cap_changed");
+	if (!data || proto_add_id64(data, PROTO_F_INSTANCE, ev->cap_changed.instance) ||
+	    proto_add_u64(data, PROTO_F_CAP, ev->cap_changed.cap) ||
+	    !cJSON_AddNumberToObject(data, PROTO_F_SHARE, ev->cap_changed.share) ||
+	    !cJSON_AddStringToObject(data, PROTO_F_MODE, policy_mode_name(ev->cap_changed.mode))) {
+		dispatch_event_dropped(ev->s, PROTO_EV_CAP_CHANGED);
 		cJSON_Delete(data);
 		return;
 	}
-	dispatch_send_event(d, ev->s, "cap_changed", data);
+	dispatch_send_event(d, ev->s, PROTO_EV_CAP_CHANGED, data);
 }
 
 static void dispatch_invalidate(struct dispatch *d, const struct broker_event *ev)
 {
 	cJSON *data = cJSON_CreateObject();
-	if (!data || !cJSON_AddStringToObject(data, "reason", ev->invalidate.reason) ||
-	    proto_add_u64(data, "epoch", ev->invalidate.epoch)) {
-		dispatch_event_dropped(ev->s, "invalidate event");
+	if (!data || !cJSON_AddStringToObject(data, PROTO_F_REASON, ev->invalidate.reason) ||
+	    proto_add_u64(data, PROTO_F_EPOCH, ev->invalidate.epoch)) {
+		dispatch_event_dropped(ev->s, PROTO_EV_INVALIDATE);
 		cJSON_Delete(data);
 		return;
 	}
-	dispatch_send_event(d, ev->s, "invalidate", data);
+	dispatch_send_event(d, ev->s, PROTO_EV_INVALIDATE, data);
 }
 
 /* broker_event_fn */

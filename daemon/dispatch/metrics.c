@@ -184,9 +184,9 @@ static void metrics_instances(struct mbuf *m, const struct broker *b)
 	for (int k = 0; k < 2; k++) {
 		mbuf_header(m, names[k], "gauge", help[k]);
 		const struct list *pos, *ipos;
-		for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+		list_for_each(pos, &b->sessions) {
 			const struct session *s = list_entry(pos, const struct session, link);
-			for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next) {
+			list_for_each(ipos, &s->instances) {
 				const struct broker_instance *inst =
 				    list_entry(ipos, const struct broker_instance, link);
 				/* Room for every byte escaped, with metrics_escape()'s
@@ -214,7 +214,7 @@ static void metrics_uids(struct mbuf *m, const struct broker *b)
 	} uids[256];
 	size_t n = 0;
 	const struct list *pos;
-	for (pos = b->sessions.next; pos != &b->sessions; pos = pos->next) {
+	list_for_each(pos, &b->sessions) {
 		const struct session *s = list_entry(pos, const struct session, link);
 		size_t i;
 		for (i = 0; i < n && uids[i].uid != s->uid; i++)

@@ -28,8 +28,8 @@ static void reload_list_key(cJSON *list, enum conf_key key)
 void reload_apply(struct conf *running, const struct conf *next, struct broker *b, cJSON *result)
 {
 	uint64_t changed = conf_diff(running, next);
-	cJSON *applied = result ? cJSON_AddArrayToObject(result, "applied") : NULL;
-	cJSON *restart = result ? cJSON_AddArrayToObject(result, "needs_restart") : NULL;
+	cJSON *applied = result ? cJSON_AddArrayToObject(result, PROTO_F_APPLIED) : NULL;
+	cJSON *restart = result ? cJSON_AddArrayToObject(result, PROTO_F_NEEDS_RESTART) : NULL;
 	for (int k = 0; k < CONF_KEY_COUNT; k++) {
 		if (!(changed & (1ull << k)))
 			continue;

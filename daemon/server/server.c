@@ -616,8 +616,8 @@ static void server_stop(struct server *srv, const char *reason)
 			continue;
 		cJSON *data = cJSON_CreateObject();
 		if (data)
-			cJSON_AddStringToObject(data, "reason", reason);
-		dispatch_send_event(&srv->dispatch, c->session, "shutdown", data);
+			cJSON_AddStringToObject(data, PROTO_F_REASON, reason);
+		dispatch_send_event(&srv->dispatch, c->session, PROTO_EV_SHUTDOWN, data);
 		conn_finish(c);
 	}
 	if (list_empty(&srv->conns))
