@@ -76,7 +76,7 @@ int dispatch_export(struct dispatch_ctx *ctx);
 int dispatch_unexport(struct dispatch_ctx *ctx);
 int dispatch_open(struct dispatch_ctx *ctx);
 
-/* dispatch_queue.c */
+/* dispatch_queue.c, dispatch_claim.c */
 int dispatch_queue_request(struct dispatch_ctx *ctx);
 int dispatch_allocate_queue(struct dispatch_ctx *ctx);
 int dispatch_chunk_parameters(struct dispatch_ctx *ctx);

@@ -1,7 +1,7 @@
 /*
  * dispatch_queue.c - queued requests with coordinated chunking (cubie's
  * queue_request / allocate_queue / get_chunk_parameters /
- * compute_chunked_shapes), claim, free_label and invalidate_all.
+ * compute_chunked_shapes). Their claims are in dispatch_claim.c.
  *
  * queue_request stores labelled array requests on an instance. Any member
  * of a stream group then sends allocate_queue: one chunk count along the run
@@ -559,35 +559,21 @@ static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct brok
 	}
 }
 
-int dispatch_allocate_queue(struct dispatch_ctx *ctx)
+/* The chunk count of the group's batch: the most that any constraint needs
+ * (the group's available memory, each member's headroom or device, each
+ * device). The chunk length only shrinks as the count grows, so the largest
+ * minimal count satisfies them all. Fills gc (chunk_bytes left 0). */
+static int batch_chunk_count(struct dispatch_ctx *ctx, const struct batch *bt, const char *group,
+                             uint64_t axis, struct policy_chunking *gc)
 {
 	struct broker *b = ctx->b;
-	struct broker_instance *inst;
-	struct batch bt;
 	struct policy_group_info gi;
-	struct policy_chunking gc, c;
+	struct policy_chunking c;
 	char where[160];
-	int rc = dispatch_target_instance(ctx, &inst);
-	if (rc < 0)
-		return rc;
-	const char *group = inst->pol.group;
-	rc = batch_collect(b, group, &bt);
-	if (rc < 0)
-		return rc;
-	if (!bt.n) {
-		proto_error_set(&ctx->err, PROTO_E_PARAMS,
-		                "invalid params: nothing is queued in group %s", group);
-		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_INSTANCE);
-		return -EINVAL;
-	}
-	uint64_t axis = longest_axis(bt.arr, bt.n);
-	/* One chunk count for everyone: the most that any constraint needs.
-	 * The chunk length only shrinks as the count grows, so the largest
-	 * minimal count satisfies them all. */
 	policy_group_info(&b->policy, group, &gi);
 	snprintf(where, sizeof(where), "group %s", group);
-	rc = batch_chunks(ctx, &bt, axis, NULL, -1, gi.available, where, false, &gc);
-	uint64_t chunks = gc.chunks;
+	int rc = batch_chunks(ctx, bt, axis, NULL, -1, gi.available, where, false, gc);
+	uint64_t chunks = gc->chunks;
 	const struct list *pos;
 	for (pos = b->policy.instances.next; rc == 0 && pos != &b->policy.instances;
 	     pos = pos->next) {
@@ -598,7 +584,7 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 			continue;
 		bool active = b->policy.cfg.mode == POLICY_ACTIVE;
 		snprintf(where, sizeof(where), "instance %016llx", (unsigned long long)m->id);
-		rc = batch_chunks(ctx, &bt, axis, m, -1,
+		rc = batch_chunks(ctx, bt, axis, m, -1,
 		                  active ? policy_headroom(&b->policy, pi)
 		                         : policy_device_available(&b->policy, m->device),
 		                  where, active, &c);
@@ -607,58 +593,99 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 	}
 	for (int d = 0; rc == 0 && d < b->device_count; d++) {
 		snprintf(where, sizeof(where), "device %d", d);
-		rc = batch_chunks(ctx, &bt, axis, NULL, d, policy_device_available(&b->policy, d),
+		rc = batch_chunks(ctx, bt, axis, NULL, d, policy_device_available(&b->policy, d),
 		                  where, false, &c);
 		if (rc == 0 && c.chunks > chunks)
 			chunks = c.chunks;
 	}
-	if (rc < 0) {
-		batch_free(&bt);
+	if (rc < 0)
 		return rc == -ENOSPC ? -EINVAL : rc;
-	}
-	gc.chunk_length = axis / chunks + (axis % chunks != 0);
-	gc.chunks = axis / gc.chunk_length + (axis % gc.chunk_length != 0);
-	gc.chunk_bytes = 0;
-	/* Allocate every array at its chunked shape; all or nothing. */
+	gc->chunk_length = axis / chunks + (axis % chunks != 0);
+	gc->chunks = axis / gc->chunk_length + (axis % gc->chunk_length != 0);
+	gc->chunk_bytes = 0;
+	return 0;
+}
+
+/* Allocates every array at its chunked shape, all or nothing (on failure
+ * what was made is freed and ctx->err says why); adds the device bytes to
+ * gc->chunk_bytes. */
+static int batch_allocate(struct dispatch_ctx *ctx, struct batch *bt, struct policy_chunking *gc)
+{
+	struct broker *b = ctx->b;
 	size_t done = 0;
-	for (; done < bt.n; done++) {
-		struct policy_array chunked = bt.arr[done];
-		enum broker_memory type = bt.req[done]->type;
+	int rc = 0;
+	for (; done < bt->n; done++) {
+		struct policy_array chunked = bt->arr[done];
+		enum broker_memory type = bt->req[done]->type;
 		uint64_t bytes;
-		policy_chunked_shape(&bt.arr[done], gc.chunk_length, chunked.shape);
+		policy_chunked_shape(&bt->arr[done], gc->chunk_length, chunked.shape);
 		policy_array_bytes(&chunked, POOL_GRANULE, &bytes);
 		if (type != BROKER_MEM_DEVICE) {
-			rc = broker_host_alloc_queued(b, bt.owner[done], bytes,
+			rc = broker_host_alloc_queued(b, bt->owner[done], bytes,
 			                              type == BROKER_MEM_MAPPED,
-			                              bt.req[done]->label, &bt.ids[done]);
+			                              bt->req[done]->label, &bt->ids[done]);
 			if (rc < 0)
 				break;
 			continue;
 		}
-		gc.chunk_bytes += bytes; /* device memory: what the chunk count fitted */
-		rc = broker_alloc_queued(b, bt.owner[done], bytes, bt.req[done]->label,
-		                         &bt.ids[done]);
+		gc->chunk_bytes += bytes; /* device memory: what the chunk count fitted */
+		rc = broker_alloc_queued(b, bt->owner[done], bytes, bt->req[done]->label,
+		                         &bt->ids[done]);
 		if (rc < 0)
 			break;
 	}
 	if (rc < 0) {
-		rc = batch_alloc_error(ctx, rc, bt.owner[done],
-		                       bt.req[done]->type != BROKER_MEM_DEVICE);
+		rc = batch_alloc_error(ctx, rc, bt->owner[done],
+		                       bt->req[done]->type != BROKER_MEM_DEVICE);
 		while (done--)
-			broker_free(b, bt.owner[done]->owner, bt.ids[done]);
+			broker_free(b, bt->owner[done]->owner, bt->ids[done]);
+	}
+	return rc;
+}
+
+/* Every member hears its part; the queues are spent. Returns the number of
+ * members. */
+static unsigned batch_announce(struct dispatch_ctx *ctx, const struct batch *bt,
+                               const struct policy_chunking *gc)
+{
+	unsigned members = 0;
+	for (size_t i = 0; i < bt->n; i++) {
+		if (i > 0 && bt->owner[i] == bt->owner[i - 1])
+			continue;
+		members++;
+		send_ready(ctx->d, bt, bt->owner[i], gc);
+	}
+	for (size_t i = 0; i < bt->n; i++)
+		broker_queue_clear(bt->owner[i]);
+	return members;
+}
+
+int dispatch_allocate_queue(struct dispatch_ctx *ctx)
+{
+	struct broker_instance *inst;
+	struct batch bt;
+	struct policy_chunking gc;
+	int rc = dispatch_target_instance(ctx, &inst);
+	if (rc < 0)
+		return rc;
+	const char *group = inst->pol.group;
+	rc = batch_collect(ctx->b, group, &bt);
+	if (rc < 0)
+		return rc;
+	if (!bt.n) {
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: nothing is queued in group %s", group);
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_INSTANCE);
+		return -EINVAL;
+	}
+	rc = batch_chunk_count(ctx, &bt, group, longest_axis(bt.arr, bt.n), &gc);
+	if (rc == 0)
+		rc = batch_allocate(ctx, &bt, &gc);
+	if (rc < 0) {
 		batch_free(&bt);
 		return rc;
 	}
-	/* Every member hears its part; the queues are spent. */
-	unsigned members = 0;
-	for (size_t i = 0; i < bt.n; i++) {
-		if (i > 0 && bt.owner[i] == bt.owner[i - 1])
-			continue;
-		members++;
-		send_ready(ctx->d, &bt, bt.owner[i], &gc);
-	}
-	for (size_t i = 0; i < bt.n; i++)
-		broker_queue_clear(bt.owner[i]);
+	unsigned members = batch_announce(ctx, &bt, &gc);
 	log_info("group %s: %zu arrays of %u instances allocated in %llu chunks of %llu runs",
 	         group, bt.n, members, (unsigned long long)gc.chunks,
 	         (unsigned long long)gc.chunk_length);
@@ -666,129 +693,6 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 	cJSON *r = dispatch_result(ctx);
 	if (!r || !cJSON_AddStringToObject(r, PROTO_F_GROUP, group) ||
 	    !cJSON_AddNumberToObject(r, PROTO_F_MEMBERS, members) || chunking_json(r, &gc))
-		return -ENOMEM;
-	return 0;
-}
-
-int dispatch_claim(struct dispatch_ctx *ctx)
-{
-	struct broker_grant g;
-	uint64_t id;
-	int rc = proto_get_id64(ctx->params, PROTO_F_ID, &id);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_ID, "16 lowercase hex digits");
-	rc = broker_claim(ctx->b, ctx->s, id, &g);
-	if (rc == -ENOENT) {
-		struct broker_host *h;
-		rc = broker_host_claim(ctx->b, ctx->s, id, &h);
-		if (rc == 0) {
-			/* As a host alloc's reply, so the library maps it alike. */
-			rc = dispatch_host_result(ctx, h);
-			if (rc == 0 &&
-			    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, h->label) ||
-			     proto_add_id64(ctx->result, PROTO_F_INSTANCE, h->instance) < 0))
-				rc = -ENOMEM;
-			return rc;
-		}
-	}
-	if (rc == -ENOENT) {
-		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such allocation");
-		return rc;
-	}
-	if (rc == -EEXIST)
-		return dispatch_param_error(ctx, -EINVAL, PROTO_F_ID,
-		                            "an allocation not claimed yet");
-	if (rc < 0)
-		return -ENOMEM;
-	rc = dispatch_grant_result(ctx, &g);
-	if (rc < 0)
-		return rc;
-	/* The library closes a slab before free_label lets the daemon free
-	 * it: it needs to know which of its allocations a label covers. */
-	const struct broker_alloc *a = idmap_get(&ctx->b->allocs, id);
-	if (a && a->label &&
-	    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, a->label) ||
-	     proto_add_id64(ctx->result, PROTO_F_INSTANCE, a->inst->id) < 0))
-		return -ENOMEM;
-	return 0;
-}
-
-int dispatch_free_label(struct dispatch_ctx *ctx)
-{
-	const char *label;
-	uint64_t instance = 0, *ids;
-	size_t n = 0;
-	int rc = proto_get_string(ctx->params, PROTO_F_LABEL, PROTO_MAX_NAME, &label);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, "a string of 1-64 bytes");
-	rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &instance);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
-	ids = calloc(ctx->s->alloc_count + ctx->s->host_count + 1, sizeof(*ids));
-	if (!ids)
-		return -ENOMEM;
-	/* Collected first: freeing serves waits, which adds allocations. */
-	const struct list *pos;
-	list_for_each(pos, &ctx->s->allocs) {
-		const struct broker_alloc *a = list_entry(pos, const struct broker_alloc, link);
-		if (a->label && strcmp(a->label, label) == 0 &&
-		    (!instance || a->inst->id == instance))
-			ids[n++] = a->id;
-	}
-	list_for_each(pos, &ctx->s->hosts) {
-		const struct broker_host *h = list_entry(pos, const struct broker_host, link);
-		if (h->label && strcmp(h->label, label) == 0 &&
-		    (!instance || h->instance == instance))
-			ids[n++] = h->id;
-	}
-	if (!n) {
-		free(ids);
-		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no allocation with that label");
-		return -ENOENT;
-	}
-	cJSON *r = dispatch_result(ctx), *arr = r ? cJSON_AddArrayToObject(r, PROTO_F_FREED) : NULL;
-	for (size_t i = 0; i < n; i++) {
-		char hex[17];
-		broker_free(ctx->b, ctx->s, ids[i]);
-		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)ids[i]);
-		if (arr && !cJSON_AddItemToArray(arr, cJSON_CreateString(hex)))
-			arr = NULL;
-	}
-	free(ids);
-	/* Freed either way. Without the list the client hears an internal
-	 * error; its library still tracks the ids until it frees them one by
-	 * one (not_found) or disconnects. */
-	return arr ? 0 : -ENOMEM;
-}
-
-int dispatch_invalidate_all(struct dispatch_ctx *ctx)
-{
-	uint64_t allocs, attachments;
-	broker_invalidate_all(ctx->b, &allocs, &attachments);
-	log_info("session %llu (uid %u): invalidate_all: %llu allocations, %llu attachments "
-	         "released",
-	         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid, (unsigned long long)allocs,
-	         (unsigned long long)attachments);
-	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_u64(r, PROTO_F_ALLOCATIONS, allocs) ||
-	    proto_add_u64(r, PROTO_F_ATTACHMENTS, attachments))
-		return -ENOMEM;
-	return 0;
-}
-
-/* The client has closed what the invalidate events up to "epoch" released. */
-int dispatch_invalidate_done(struct dispatch_ctx *ctx)
-{
-	uint64_t epoch;
-	unsigned released;
-	int rc = proto_get_u64(ctx->params, PROTO_F_EPOCH, 1, UINT64_MAX, &epoch);
-	if (rc == 0)
-		rc = broker_invalidate_done(ctx->b, ctx->s, epoch, &released);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_EPOCH,
-		                            "the u64 epoch of an invalidate event sent");
-	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_u64(r, PROTO_F_SLABS, released))
 		return -ENOMEM;
 	return 0;
 }

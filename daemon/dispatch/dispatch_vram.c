@@ -1,5 +1,5 @@
 /*
- * dispatch_policy.c - the VRAM policy requests: policy (the query),
+ * dispatch_vram.c - the VRAM policy requests: policy (the query),
  * set_proportion, set_auto, set_group, group_info, and the admin ones
  * set_mode and set_limit.
  *

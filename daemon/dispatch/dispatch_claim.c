@@ -1,0 +1,135 @@
+/*
+ * dispatch_claim.c - what a client takes up or lets go of outside alloc and
+ * free: claim (the arrays allocate_queue made for it), free_label (cubie's
+ * free), invalidate_all and the client's invalidate_done.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch_internal.h"
+#include "log.h"
+
+int dispatch_claim(struct dispatch_ctx *ctx)
+{
+	struct broker_grant g;
+	uint64_t id;
+	int rc = proto_get_id64(ctx->params, PROTO_F_ID, &id);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, PROTO_F_ID, "16 lowercase hex digits");
+	rc = broker_claim(ctx->b, ctx->s, id, &g);
+	if (rc == -ENOENT) {
+		struct broker_host *h;
+		rc = broker_host_claim(ctx->b, ctx->s, id, &h);
+		if (rc == 0) {
+			/* As a host alloc's reply, so the library maps it alike. */
+			rc = dispatch_host_result(ctx, h);
+			if (rc == 0 &&
+			    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, h->label) ||
+			     proto_add_id64(ctx->result, PROTO_F_INSTANCE, h->instance) < 0))
+				rc = -ENOMEM;
+			return rc;
+		}
+	}
+	if (rc == -ENOENT) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such allocation");
+		return rc;
+	}
+	if (rc == -EEXIST)
+		return dispatch_param_error(ctx, -EINVAL, PROTO_F_ID,
+		                            "an allocation not claimed yet");
+	if (rc < 0)
+		return -ENOMEM;
+	rc = dispatch_grant_result(ctx, &g);
+	if (rc < 0)
+		return rc;
+	/* The library closes a slab before free_label lets the daemon free
+	 * it: it needs to know which of its allocations a label covers. */
+	const struct broker_alloc *a = idmap_get(&ctx->b->allocs, id);
+	if (a && a->label &&
+	    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, a->label) ||
+	     proto_add_id64(ctx->result, PROTO_F_INSTANCE, a->inst->id) < 0))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_free_label(struct dispatch_ctx *ctx)
+{
+	const char *label;
+	uint64_t instance = 0, *ids;
+	size_t n = 0;
+	int rc = proto_get_string(ctx->params, PROTO_F_LABEL, PROTO_MAX_NAME, &label);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, "a string of 1-64 bytes");
+	rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &instance);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
+	ids = calloc(ctx->s->alloc_count + ctx->s->host_count + 1, sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	/* Collected first: freeing serves waits, which adds allocations. */
+	const struct list *pos;
+	list_for_each(pos, &ctx->s->allocs) {
+		const struct broker_alloc *a = list_entry(pos, const struct broker_alloc, link);
+		if (a->label && strcmp(a->label, label) == 0 &&
+		    (!instance || a->inst->id == instance))
+			ids[n++] = a->id;
+	}
+	list_for_each(pos, &ctx->s->hosts) {
+		const struct broker_host *h = list_entry(pos, const struct broker_host, link);
+		if (h->label && strcmp(h->label, label) == 0 &&
+		    (!instance || h->instance == instance))
+			ids[n++] = h->id;
+	}
+	if (!n) {
+		free(ids);
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no allocation with that label");
+		return -ENOENT;
+	}
+	cJSON *r = dispatch_result(ctx), *arr = r ? cJSON_AddArrayToObject(r, PROTO_F_FREED) : NULL;
+	for (size_t i = 0; i < n; i++) {
+		char hex[17];
+		broker_free(ctx->b, ctx->s, ids[i]);
+		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)ids[i]);
+		if (arr && !cJSON_AddItemToArray(arr, cJSON_CreateString(hex)))
+			arr = NULL;
+	}
+	free(ids);
+	/* Freed either way. Without the list the client hears an internal
+	 * error; its library still tracks the ids until it frees them one by
+	 * one (not_found) or disconnects. */
+	return arr ? 0 : -ENOMEM;
+}
+
+int dispatch_invalidate_all(struct dispatch_ctx *ctx)
+{
+	uint64_t allocs, attachments;
+	broker_invalidate_all(ctx->b, &allocs, &attachments);
+	log_info("session %llu (uid %u): invalidate_all: %llu allocations, %llu attachments "
+	         "released",
+	         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid, (unsigned long long)allocs,
+	         (unsigned long long)attachments);
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_u64(r, PROTO_F_ALLOCATIONS, allocs) ||
+	    proto_add_u64(r, PROTO_F_ATTACHMENTS, attachments))
+		return -ENOMEM;
+	return 0;
+}
+
+/* The client has closed what the invalidate events up to "epoch" released. */
+int dispatch_invalidate_done(struct dispatch_ctx *ctx)
+{
+	uint64_t epoch;
+	unsigned released;
+	int rc = proto_get_u64(ctx->params, PROTO_F_EPOCH, 1, UINT64_MAX, &epoch);
+	if (rc == 0)
+		rc = broker_invalidate_done(ctx->b, ctx->s, epoch, &released);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, PROTO_F_EPOCH,
+		                            "the u64 epoch of an invalidate event sent");
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_u64(r, PROTO_F_SLABS, released))
+		return -ENOMEM;
+	return 0;
+}
