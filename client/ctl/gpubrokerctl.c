@@ -8,7 +8,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,71 +83,9 @@ static void usage(FILE *out)
 	    GPB_DEFAULT_SOCKET_PATH);
 }
 
-int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("gpubrokerctl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nTry 'gpubrokerctl --help' for more information.\n", stderr);
-	return EXIT_USAGE;
-}
-
-/* The exit code for a library error, after printing its message. */
-int ctl_fail(int err)
-{
-	const char *msg = gpb_last_error();
-
-	fprintf(stderr, "gpubrokerctl: %s\n", *msg ? msg : gpb_strerror(err));
-	switch (err) {
-	case GPB_E_CONNECT:
-	case GPB_E_DAEMON_GONE:
-		return EXIT_UNREACHABLE;
-	case GPB_E_PERMISSION:
-		return EXIT_PERMISSION;
-	default:
-		return EXIT_ERROR;
-	}
-}
-
-int ctl_oom(void)
-{
-	fputs("gpubrokerctl: out of memory\n", stderr);
-	return EXIT_ERROR;
-}
-
-int ctl_bad_reply(const char *what)
-{
-	fprintf(stderr, "gpubrokerctl: unexpected reply from the daemon: %s\n", what);
-	return EXIT_ERROR;
-}
-
-/* Prints the rows of result[@key] with @cols. */
-int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols, size_t ncols,
-               const struct ctl_options *o, bool header)
-{
-	struct ctl_table t;
-	int rc;
-
-	ctl_table_init(&t, cols, ncols, o->format);
-	rc = ctl_table_add_rows(&t, cJSON_GetObjectItemCaseSensitive(result, key));
-	if (rc == 0)
-		ctl_table_print(&t, stdout, header);
-	ctl_table_finish(&t);
-	if (rc == -ENOMEM) {
-		fputs("gpubrokerctl: out of memory\n", stderr);
-		return EXIT_ERROR;
-	}
-	if (rc < 0)
-		return ctl_bad_reply(key);
-	return EXIT_OK;
-}
-
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-int print_status(const cJSON *result, const struct ctl_options *o, bool header)
+static int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
 	    {"device", "DEVICE", CTL_NUM}, {"name", "NAME", CTL_TEXT},
@@ -191,7 +128,7 @@ int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 		}
 		putchar('\n');
 	}
-	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o->format, header);
 }
 
 static int print_devices(const cJSON *result, const struct ctl_options *o, bool header)
@@ -201,10 +138,10 @@ static int print_devices(const cJSON *result, const struct ctl_options *o, bool 
 	    {"total", "TOTAL", CTL_SIZE},  {"free", "FREE", CTL_SIZE}, {"used", "USED", CTL_SIZE},
 	};
 
-	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o->format, header);
 }
 
-int print_clients(const cJSON *result, const struct ctl_options *o, bool header)
+static int print_clients(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
 	    {"session", "SESSION", CTL_TEXT},
@@ -217,7 +154,7 @@ int print_clients(const cJSON *result, const struct ctl_options *o, bool header)
 	    {"cap", "CAP", CTL_SIZE},
 	};
 
-	return print_rows(result, "clients", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, "clients", cols, ARRAY_SIZE(cols), o->format, header);
 }
 
 static int print_stats(const cJSON *result, const struct ctl_options *o, bool header)
@@ -237,7 +174,7 @@ static int print_stats(const cJSON *result, const struct ctl_options *o, bool he
 	    {"ooms", "OOMS", CTL_NUM},
 	};
 
-	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o->format, header);
 }
 
 static int params_device(const struct ctl_options *o, cJSON *params)
@@ -323,7 +260,7 @@ static int print_instance_rows(const cJSON *insts, const char *mode, const struc
 			return ctl_oom();
 		}
 	}
-	rc = print_rows(rows, "rows", instance_cols, ARRAY_SIZE(instance_cols), o, header);
+	rc = print_rows(rows, "rows", instance_cols, ARRAY_SIZE(instance_cols), o->format, header);
 	cJSON_Delete(rows);
 	return rc;
 }
@@ -404,7 +341,7 @@ static int print_limit(const cJSON *result, const struct ctl_options *o, bool he
 	    {"available", "AVAILABLE", CTL_SIZE},
 	};
 
-	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o->format, header);
 }
 
 /* An instance id as typed: 16 hex digits (leading zeros may be left out). */
