@@ -4,7 +4,8 @@
  */
 #include "client.h"
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "export.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -3,7 +3,7 @@
  * connection to gpubrokerd.
  */
 #include "conn.h"
-#include "internal.h"
+#include "error.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -173,6 +173,60 @@ void conn_finish(struct conn *c)
 	c->ev_head = NULL;
 	c->ev_tail = &c->ev_head;
 	c->ev_count = 0;
+}
+
+/* Maps a daemon error reply (-32xxx) to GPB_E_* and records
+ * "code name: message" as the last error. */
+static int conn_reply_error(int code, const char *message)
+{
+	int err;
+
+	switch (code) {
+	case PROTO_E_PARSE:
+	case PROTO_E_INVALID_REQUEST:
+	case PROTO_E_METHOD:
+	case PROTO_E_PARAMS:
+		err = GPB_E_INVALID;
+		break;
+	case PROTO_E_VERSION:
+		err = GPB_E_VERSION;
+		break;
+	case PROTO_E_NO_MEMORY:
+		err = GPB_E_OUT_OF_MEMORY;
+		break;
+	case PROTO_E_QUOTA:
+		err = GPB_E_QUOTA;
+		break;
+	case PROTO_E_NOT_FOUND:
+		err = GPB_E_NOT_FOUND;
+		break;
+	case PROTO_E_PERMISSION:
+		err = GPB_E_PERMISSION;
+		break;
+	case PROTO_E_LIMIT:
+		err = GPB_E_LIMIT;
+		break;
+	case PROTO_E_SHUTTING_DOWN:
+		err = GPB_E_SHUTTING_DOWN;
+		break;
+	case PROTO_E_TIMEOUT:
+		err = GPB_E_TIMEOUT;
+		break;
+	case PROTO_E_NOT_SUPPORTED:
+		err = GPB_E_NOT_SUPPORTED;
+		break;
+	case PROTO_E_BACKEND:
+		err = GPB_E_BACKEND;
+		break;
+	case PROTO_E_STATE:
+	default:
+		/* -32000 (bad_state), -32603 (internal_error) and codes this
+		 * version does not know: nothing the caller can fix by
+		 * changing an argument. */
+		err = GPB_E_PROTOCOL;
+		break;
+	}
+	return error_set(err, "%d %s: %s", code, proto_code_name(code), message ? message : "");
 }
 
 /* ---- received descriptors ---------------------------------------------- */
@@ -424,7 +478,7 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		 * parting word before it closes (too many clients, no hello
 		 * in time): keep it as the reason. */
 		if (!r.id && r.code) {
-			c->parting = error_from_daemon(r.code, r.message);
+			c->parting = conn_reply_error(r.code, r.message);
 			rc = conn_fail(c, c->parting, "%s", error_message());
 		} else {
 			rc = conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a reply to no request");
@@ -643,7 +697,7 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	c->defer_invalidate = false;
 
 	if (r.code) {
-		rc = error_from_daemon(r.code, r.message);
+		rc = conn_reply_error(r.code, r.message);
 		proto_reply_finish(&r);
 		if (fd && *fd >= 0) {
 			close(*fd);

@@ -28,7 +28,7 @@
  * pool and its export data, released with cuMemFree, which is how an
  * importer lets go of a pool pointer.
  */
-#include "internal.h"
+#include "error.h"
 #include "slab.h"
 
 #include <pthread.h>

@@ -11,7 +11,8 @@
  * invalidates everything, or at disconnect.
  */
 #include "client.h"
-#include "internal.h"
+#include "error.h"
+#include "export.h"
 
 #include <errno.h>
 #include <inttypes.h>

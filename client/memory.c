@@ -4,7 +4,8 @@
  * in step with track.c; and gpb_export / gpb_unexport, which name memory.
  */
 #include "client.h"
-#include "internal.h"
+#include "error.h"
+#include "export.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -4,7 +4,8 @@
  * requests).
  */
 #include "client.h"
-#include "internal.h"
+#include "error.h"
+#include "export.h"
 
 #include <errno.h>
 #include <limits.h>

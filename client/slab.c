@@ -3,7 +3,7 @@
  */
 #include "slab.h"
 #include "config.h"
-#include "internal.h"
+#include "error.h"
 
 #include <errno.h>
 #include <pthread.h>

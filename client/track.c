@@ -2,7 +2,7 @@
  * track.c - a connection's allocations, attachments and held slabs.
  */
 #include "track.h"
-#include "internal.h"
+#include "error.h"
 
 #include <errno.h>
 #include <inttypes.h>
