@@ -1,11 +1,13 @@
 /*
  * api.c - the gpb_* calls: connection, instances, statistics, raw requests
- * and events. Allocation calls are in memory.c.
+ * and events. Allocation calls are in memory.c, the VRAM policy's in vram.c;
+ * all of them call down into the connection core (core/client.h).
  */
 #include "client.h"
 #include "config.h"
 #include "error.h"
 #include "export.h"
+#include "memory.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -91,20 +93,9 @@ GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
 		if (!path || !*path)
 			path = GPB_DEFAULT_SOCKET_PATH;
 	}
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return error_set(GPB_E_NOMEM, "out of memory");
-	rc = conn_init(&c->conn, path);
-	if (rc < 0) {
-		free(c);
+	rc = client_create(path, &c);
+	if (rc < 0)
 		return rc;
-	}
-	pthread_mutex_init(&c->lock, NULL);
-	/* Until hello names the backend nothing can be mapped. */
-	track_init(&c->track, NULL);
-	hostmem_init(c);
-	c->conn.on_invalidate = memory_invalidate;
-	c->conn.invalidate_ctx = c;
 	rc = client_call(c, "hello", hello_params(name), hello_parse, c);
 	if (rc < 0) {
 		gpb_disconnect(c);
@@ -116,75 +107,8 @@ GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
 
 GPB_EXPORT void gpb_disconnect(gpb_client *c)
 {
-	if (!c)
-		return;
-	/* Unmapping first: once the socket closes the daemon releases what
-	 * the connection held and may free its slabs, and CUDA memory must
-	 * not be freed under an open IPC mapping. */
-	track_finish(&c->track);
-	hostmem_finish(c);
-	idmap_finish(&c->hosts);
-	conn_finish(&c->conn);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
-}
-
-/* Validates the client and takes its lock; clears the last error. */
-int client_enter(gpb_client *c)
-{
-	error_clear();
-	if (!c)
-		return error_set(GPB_E_INVALID, "client is NULL");
-	pthread_mutex_lock(&c->lock);
-	conn_settle(&c->conn);
-	return 0;
-}
-
-void client_leave(gpb_client *c)
-{
-	pthread_mutex_unlock(&c->lock);
-}
-
-int client_call(gpb_client *c, const char *method, cJSON *params, client_parse_fn parse, void *arg)
-{
-	struct proto_reply rep;
-	int rc;
-
-	if (!params)
-		return error_set(GPB_E_NOMEM, "out of memory");
-	rc = conn_call(&c->conn, method, params, &rep, NULL);
-	if (rc < 0)
-		return rc;
-	if (parse)
-		rc = parse(rep.result, arg);
-	proto_reply_finish(&rep);
-	return rc;
-}
-
-cJSON *client_params_id(const char *key, uint64_t id)
-{
-	cJSON *params = cJSON_CreateObject();
-
-	if (!params || proto_add_id64(params, key, id) < 0) {
-		cJSON_Delete(params);
-		return NULL;
-	}
-	return params;
-}
-
-int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id)
-{
-	return client_call(c, method, client_params_id(key, id), NULL, NULL);
-}
-
-int client_result_json(const cJSON *result, void *result_json)
-{
-	char **out = result_json;
-
-	if (!out)
-		return 0;
-	*out = conn_json_text(result);
-	return *out ? 0 : error_set(GPB_E_NOMEM, "out of memory");
+	if (c)
+		client_destroy(c);
 }
 
 /* ---- instances ------------------------------------------------------------- */

@@ -1,11 +1,14 @@
 /*
  * memory.c - gpb_alloc, gpb_free, gpb_attach, gpb_open_shared and
  * gpb_detach: the exchanges that change which slabs a connection holds, kept
- * in step with track.c; and gpb_export / gpb_unexport, which name memory.
+ * in step with core/track.c; gpb_export / gpb_unexport, which name memory;
+ * and gpb_alloc_host / gpb_host_device_pointer over core/hostmem.c.
  */
+#include "memory.h"
 #include "client.h"
 #include "error.h"
 #include "export.h"
+#include "hostmem.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -159,7 +162,7 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		return rc;
 	if (c->conn.dead) {
 		rc = conn_dead_error(&c->conn);
-	} else if (kind == TRACK_ALLOC && idmap_get(&c->hosts, id)) {
+	} else if (kind == TRACK_ALLOC && hostmem_get(c, id)) {
 		rc = hostmem_free(c, id, client_params_id("id", id), NULL);
 	} else if (!track_lookup(&c->track, kind, id)) {
 		/* The daemon would answer not_found too; asking it is a round
@@ -448,18 +451,6 @@ GPB_EXPORT int gpb_open_shared(gpb_client *c, const char *name, struct gpb_alloc
 	return rc;
 }
 
-void memory_invalidate(void *client)
-{
-	gpb_client *c = client;
-	const struct slab_opener *opener = c->track.opener;
-
-	/* The daemon released everything: so does this connection, and every
-	 * pointer it handed out is invalid from here on. */
-	track_finish(&c->track);
-	track_init(&c->track, opener);
-	hostmem_finish(c);
-}
-
 int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json)
 {
 	int op = proto_op_lookup(method);
@@ -495,7 +486,61 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 	/* free / detach: passed to the daemon as they are (it judges the
 	 * parameters); on success, forget what it released. */
 	have_id = proto_get_id64(params, "id", &id) == 0;
-	if (op == PROTO_OP_FREE && have_id && idmap_get(&c->hosts, id))
+	if (op == PROTO_OP_FREE && have_id && hostmem_get(c, id))
 		return hostmem_free(c, id, params, result_json);
 	return memory_release_call(c, kind, method, params, id, have_id, result_json);
+}
+
+/* ---- host memory (core/hostmem.c) ------------------------------------------ */
+
+GPB_EXPORT int gpb_alloc_host(gpb_client *c, uint64_t instance, uint64_t size,
+                              enum gpb_host_type type, struct gpb_allocation *out)
+{
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out || !size || (type != GPB_HOST_PINNED && type != GPB_HOST_MAPPED)) {
+		rc = error_set(GPB_E_INVALID,
+		               "gpb_alloc_host: needs out, a size and GPB_HOST_PINNED or "
+		               "GPB_HOST_MAPPED");
+	} else {
+		params = cJSON_CreateObject();
+		if (params &&
+		    (proto_add_id64(params, "instance", instance) < 0 ||
+		     proto_add_u64(params, "size", size) < 0 ||
+		     !cJSON_AddStringToObject(params, "type",
+		                              type == GPB_HOST_MAPPED ? "mapped" : "pinned"))) {
+			cJSON_Delete(params);
+			params = NULL;
+		}
+		rc = hostmem_call(c, params, out, NULL);
+	}
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_host_device_pointer(gpb_client *c, uint64_t id, void **device_ptr)
+{
+	struct host_entry *h;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	h = hostmem_get(c, id);
+	if (!device_ptr)
+		rc = error_set(GPB_E_INVALID, "gpb_host_device_pointer: device_ptr is NULL");
+	else if (!h)
+		rc = error_set(GPB_E_NOT_FOUND,
+		               "no host allocation %016" PRIx64 " on this connection", id);
+	else if (!h->device_ptr)
+		rc = error_set(GPB_E_INVALID,
+		               "host allocation %016" PRIx64 " is pinned, not mapped", id);
+	else
+		*device_ptr = h->device_ptr;
+	client_leave(c);
+	return rc;
 }

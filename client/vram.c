@@ -1,7 +1,9 @@
 /*
- * policy.c - the VRAM policy calls: proportions, pools, groups, mode and
- * limit, and the queries behind them (the `policy` and `group_info`
- * requests).
+ * vram.c - the calls that share VRAM out between instances: proportions,
+ * pools, groups, mode and limit, and the queries behind them (the `policy`
+ * and `group_info` requests); queued requests and chunking; and the
+ * administrator's resets (invalidate_all, set_allocator). The daemon's
+ * policy arithmetic is daemon/policy.c: this file only asks for it.
  */
 #include "client.h"
 #include "error.h"
@@ -570,7 +572,7 @@ GPB_EXPORT int gpb_invalidate_all(gpb_client *c)
 	if (rc < 0)
 		return rc;
 	/* The invalidate event that precedes the reply has already emptied
-	 * this client's bookkeeping (conn.c calls memory_invalidate). */
+	 * this client's bookkeeping (core/conn.c calls client_invalidate). */
 	rc = client_call(c, "invalidate_all", cJSON_CreateObject(), NULL, NULL);
 	client_leave(c);
 	return rc;

@@ -1,6 +1,6 @@
 /*
- * hostmem.c - gpb_alloc_host and the rest of host memory ("pinned" and
- * "mapped"): a memfd of its own per allocation from the daemon, mapped here
+ * hostmem.c - host memory ("pinned" and "mapped") under gpb_alloc_host:
+ * a memfd of its own per allocation from the daemon, mapped here
  * and, with the cuda backend, registered with cuMemHostRegister. Queued
  * arrays of host memory arrive the same way, with their claim's reply.
  *
@@ -10,9 +10,8 @@
  * unregistered and unmapped when its allocation is freed, when the daemon
  * invalidates everything, or at disconnect.
  */
-#include "client.h"
+#include "hostmem.h"
 #include "error.h"
-#include "export.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -21,14 +20,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-struct host_entry {
-	void *ptr;
-	uint64_t size;
-	void *device_ptr; /* "mapped": the device's view (on sim the host address) */
-	void *priv;       /* the opener's registration state */
-	bool registered;
-};
 
 void hostmem_init(gpb_client *c)
 {
@@ -147,6 +138,11 @@ int hostmem_call(gpb_client *c, cJSON *params, struct gpb_allocation *out, char 
 	return rc;
 }
 
+struct host_entry *hostmem_get(gpb_client *c, uint64_t id)
+{
+	return idmap_get(&c->hosts, id);
+}
+
 bool hostmem_forget(gpb_client *c, uint64_t id)
 {
 	struct host_entry *h = idmap_get(&c->hosts, id);
@@ -178,57 +174,5 @@ int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json)
 	proto_reply_finish(&rep);
 	idmap_remove(&c->hosts, id);
 	host_entry_drop(c, h);
-	return rc;
-}
-
-GPB_EXPORT int gpb_alloc_host(gpb_client *c, uint64_t instance, uint64_t size,
-                              enum gpb_host_type type, struct gpb_allocation *out)
-{
-	cJSON *params;
-	int rc;
-
-	rc = client_enter(c);
-	if (rc < 0)
-		return rc;
-	if (!out || !size || (type != GPB_HOST_PINNED && type != GPB_HOST_MAPPED)) {
-		rc = error_set(GPB_E_INVALID,
-		               "gpb_alloc_host: needs out, a size and GPB_HOST_PINNED or "
-		               "GPB_HOST_MAPPED");
-	} else {
-		params = cJSON_CreateObject();
-		if (params &&
-		    (proto_add_id64(params, "instance", instance) < 0 ||
-		     proto_add_u64(params, "size", size) < 0 ||
-		     !cJSON_AddStringToObject(params, "type",
-		                              type == GPB_HOST_MAPPED ? "mapped" : "pinned"))) {
-			cJSON_Delete(params);
-			params = NULL;
-		}
-		rc = hostmem_call(c, params, out, NULL);
-	}
-	client_leave(c);
-	return rc;
-}
-
-GPB_EXPORT int gpb_host_device_pointer(gpb_client *c, uint64_t id, void **device_ptr)
-{
-	struct host_entry *h;
-	int rc;
-
-	rc = client_enter(c);
-	if (rc < 0)
-		return rc;
-	h = idmap_get(&c->hosts, id);
-	if (!device_ptr)
-		rc = error_set(GPB_E_INVALID, "gpb_host_device_pointer: device_ptr is NULL");
-	else if (!h)
-		rc = error_set(GPB_E_NOT_FOUND,
-		               "no host allocation %016" PRIx64 " on this connection", id);
-	else if (!h->device_ptr)
-		rc = error_set(GPB_E_INVALID,
-		               "host allocation %016" PRIx64 " is pinned, not mapped", id);
-	else
-		*device_ptr = h->device_ptr;
-	client_leave(c);
 	return rc;
 }
