@@ -38,18 +38,18 @@ int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 		break;
 	case -ENODEV:
 		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: no such device");
-		snprintf(ctx->err.field, sizeof(ctx->err.field), "device");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_DEVICE);
 		break;
 	case -EMFILE: {
-		bool instances = strcmp(what, "instance") == 0;
+		bool instances = strcmp(what, PROTO_F_INSTANCE) == 0;
 		unsigned value =
 		    instances ? ctx->b->limits.max_instances : ctx->b->limits.max_allocations;
-		const char *limit = instances ? "max_instances" : "max_allocations";
+		const char *limit = instances ? PROTO_F_MAX_INSTANCES : PROTO_F_MAX_ALLOCATIONS;
 		proto_error_set(&ctx->err, PROTO_E_LIMIT, "limit reached: %s is %u", limit, value);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			cJSON_AddStringToObject(ctx->data, "limit", limit);
-			cJSON_AddNumberToObject(ctx->data, "value", value);
+			cJSON_AddStringToObject(ctx->data, PROTO_F_LIMIT, limit);
+			cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, value);
 		}
 		break;
 	}
@@ -63,7 +63,7 @@ int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 	case -EEXIST:
 		proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: %s already attached",
 		                what);
-		snprintf(ctx->err.field, sizeof(ctx->err.field), "id");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_ID);
 		break;
 	case -EIO: {
 		/* The backend names what failed (a CUresult for cuda). */
@@ -75,7 +75,7 @@ int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 		                ctx->b->backend->ops->name, name);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data)
-			cJSON_AddStringToObject(ctx->data, "backend_error", name);
+			cJSON_AddStringToObject(ctx->data, PROTO_F_BACKEND_ERROR, name);
 		break;
 	}
 	default:
@@ -110,31 +110,31 @@ static int add_str(cJSON *obj, const char *key, const char *v)
 
 static int on_hello(struct dispatch_ctx *ctx)
 {
-	const cJSON *versions = cJSON_GetObjectItemCaseSensitive(ctx->params, "versions");
+	const cJSON *versions = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_VERSIONS);
 	const char *client = NULL;
 	bool ok = false;
 	if (!cJSON_IsArray(versions))
-		return dispatch_param_error(ctx, versions ? -EINVAL : -ENOENT, "versions",
+		return dispatch_param_error(ctx, versions ? -EINVAL : -ENOENT, PROTO_F_VERSIONS,
 		                            "an array of integers");
 	const cJSON *v;
 	cJSON_ArrayForEach(v, versions)
 	{
 		if (!cJSON_IsNumber(v))
-			return dispatch_param_error(ctx, -EINVAL, "versions",
+			return dispatch_param_error(ctx, -EINVAL, PROTO_F_VERSIONS,
 			                            "an array of integers");
 		if (v->valuedouble == PROTO_VERSION)
 			ok = true;
 	}
-	int rc = proto_get_string(ctx->params, "client", PROTO_MAX_NAME, &client);
+	int rc = proto_get_string(ctx->params, PROTO_F_CLIENT, PROTO_MAX_NAME, &client);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "client", "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_CLIENT, "a string of 1-64 bytes");
 	if (!ok) {
 		proto_error_set(&ctx->err, PROTO_E_VERSION,
 		                "no common protocol version (this daemon speaks %d)",
 		                PROTO_VERSION);
 		ctx->data = cJSON_CreateObject();
 		cJSON *sup = cJSON_CreateArray();
-		if (ctx->data && sup && cJSON_AddItemToObject(ctx->data, "supported", sup))
+		if (ctx->data && sup && cJSON_AddItemToObject(ctx->data, PROTO_F_SUPPORTED, sup))
 			cJSON_AddItemToArray(sup, cJSON_CreateNumber(PROTO_VERSION));
 		else
 			cJSON_Delete(sup);
@@ -145,21 +145,23 @@ static int on_hello(struct dispatch_ctx *ctx)
 	snprintf(s->name, sizeof(s->name), "%s", client ? client : "");
 	const struct broker_limits *l = &ctx->b->limits;
 	cJSON *r = dispatch_result(ctx), *lim;
-	if (!r || add_int(r, "version", PROTO_VERSION) || add_str(r, "server", "gpubrokerd") ||
-	    add_str(r, "server_version", GPB_VERSION) ||
-	    add_str(r, "backend", ctx->b->backend->ops->name) ||
-	    proto_add_id64(r, "session", s->id) || add_int(r, "uid", s->uid) ||
-	    !(lim = cJSON_AddObjectToObject(r, "limits")) ||
-	    add_int(lim, "max_frame", PROTO_MAX_FRAME) ||
-	    add_int(lim, "max_reply", PROTO_MAX_REPLY) ||
-	    add_int(lim, "max_depth", PROTO_MAX_DEPTH) ||
-	    add_int(lim, "max_members", PROTO_MAX_KEYS) || add_int(lim, "max_id", PROTO_MAX_ID) ||
-	    add_int(lim, "max_name", PROTO_MAX_NAME) ||
-	    add_int(lim, "max_instances", l->max_instances) ||
-	    add_int(lim, "max_allocations", l->max_allocations) ||
-	    add_int(lim, "max_inflight", l->max_inflight) ||
-	    add_int(lim, "write_high_water", (double)l->write_high_water) ||
-	    add_int(lim, "hello_timeout_ms", l->hello_timeout_ms))
+	if (!r || add_int(r, PROTO_F_VERSION, PROTO_VERSION) ||
+	    add_str(r, PROTO_F_SERVER, PROTO_V_SERVER) ||
+	    add_str(r, PROTO_F_SERVER_VERSION, GPB_VERSION) ||
+	    add_str(r, PROTO_F_BACKEND, ctx->b->backend->ops->name) ||
+	    proto_add_id64(r, PROTO_F_SESSION, s->id) || add_int(r, PROTO_F_UID, s->uid) ||
+	    !(lim = cJSON_AddObjectToObject(r, PROTO_F_LIMITS)) ||
+	    add_int(lim, PROTO_F_MAX_FRAME, PROTO_MAX_FRAME) ||
+	    add_int(lim, PROTO_F_MAX_REPLY, PROTO_MAX_REPLY) ||
+	    add_int(lim, PROTO_F_MAX_DEPTH, PROTO_MAX_DEPTH) ||
+	    add_int(lim, PROTO_F_MAX_MEMBERS, PROTO_MAX_KEYS) ||
+	    add_int(lim, PROTO_F_MAX_ID, PROTO_MAX_ID) ||
+	    add_int(lim, PROTO_F_MAX_NAME, PROTO_MAX_NAME) ||
+	    add_int(lim, PROTO_F_MAX_INSTANCES, l->max_instances) ||
+	    add_int(lim, PROTO_F_MAX_ALLOCATIONS, l->max_allocations) ||
+	    add_int(lim, PROTO_F_MAX_INFLIGHT, l->max_inflight) ||
+	    add_int(lim, PROTO_F_WRITE_HIGH_WATER, (double)l->write_high_water) ||
+	    add_int(lim, PROTO_F_HELLO_TIMEOUT_MS, l->hello_timeout_ms))
 		return -ENOMEM;
 	return 0;
 }
@@ -179,7 +181,7 @@ int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
 {
 	const char *uuid;
 	int64_t index;
-	int rc = proto_get_string(ctx->params, "device", PROTO_MAX_NAME, &uuid);
+	int rc = proto_get_string(ctx->params, PROTO_F_DEVICE, PROTO_MAX_NAME, &uuid);
 	if (rc == 0) {
 		for (int i = 0; i < ctx->b->device_count; i++) {
 			if (uuid_matches(ctx->b->dev[i].info.uuid, uuid)) {
@@ -188,11 +190,12 @@ int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
 			}
 		}
 	} else {
-		rc = proto_get_int(ctx->params, "device", 0, BACKEND_MAX_DEVICES - 1, &index);
+		rc = proto_get_int(ctx->params, PROTO_F_DEVICE, 0, BACKEND_MAX_DEVICES - 1, &index);
 		if (rc == -ENOENT)
 			return rc;
 		if (rc < 0)
-			return dispatch_param_error(ctx, rc, "device", "a device index or UUID");
+			return dispatch_param_error(ctx, rc, PROTO_F_DEVICE,
+			                            "a device index or UUID");
 		if (index < ctx->b->device_count) {
 			*device = index;
 			return 0;
@@ -200,7 +203,7 @@ int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
 	}
 	/* An unknown UUID or index, alike. */
 	proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: no such device");
-	snprintf(ctx->err.field, sizeof(ctx->err.field), "device");
+	snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_DEVICE);
 	return -ENODEV;
 }
 
@@ -209,29 +212,31 @@ static int on_register(struct dispatch_ctx *ctx)
 	const char *name, *group = NULL;
 	int64_t device = 0;
 	double proportion = 0;
-	int rc = proto_get_string(ctx->params, "name", PROTO_MAX_NAME, &name);
+	int rc = proto_get_string(ctx->params, PROTO_F_NAME, PROTO_MAX_NAME, &name);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "name", "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_NAME, "a string of 1-64 bytes");
 	rc = dispatch_get_device(ctx, &device);
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
-	rc = proto_get_double(ctx->params, "proportion", 0, 1, &proportion);
+	rc = proto_get_double(ctx->params, PROTO_F_PROPORTION, 0, 1, &proportion);
 	if (rc == 0 && proportion <= 0)
 		rc = -ERANGE;
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "proportion", "a number in (0, 1]");
-	rc = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);
+		return dispatch_param_error(ctx, rc, PROTO_F_PROPORTION, "a number in (0, 1]");
+	rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
 	struct broker_instance *inst;
 	rc = broker_register(ctx->b, ctx->s, name, (int)device, proportion, group, &inst);
 	if (rc == -EINVAL || rc == -ENOSPC || rc == -EUSERS)
 		return dispatch_policy_error(ctx, rc, (int)device, proportion);
 	if (rc < 0)
-		return dispatch_broker_error(ctx, rc, "instance");
+		return dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
 	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_id64(r, "instance", inst->id) || add_int(r, "device", inst->device) ||
-	    proto_add_u64(r, "cap", inst->pol.cap) || add_int(r, "share", inst->pol.share) ||
+	if (!r || proto_add_id64(r, PROTO_F_INSTANCE, inst->id) ||
+	    add_int(r, PROTO_F_DEVICE, inst->device) ||
+	    proto_add_u64(r, PROTO_F_CAP, inst->pol.cap) ||
+	    add_int(r, PROTO_F_SHARE, inst->pol.share) ||
 	    dispatch_policy_warnings(ctx, r, inst->device))
 		return -ENOMEM;
 	return 0;
@@ -246,31 +251,32 @@ int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id)
 static int on_unregister(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
-	int rc = dispatch_get_id(ctx, "instance", &id);
+	int rc = dispatch_get_id(ctx, PROTO_F_INSTANCE, &id);
 	if (rc == 0)
 		rc = broker_unregister(ctx->b, ctx->s, id);
 	if (rc < 0)
-		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "instance");
+		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
 {
 	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_id64(r, "id", g->id) || add_int(r, "device", g->device) ||
-	    proto_add_id64(r, "slab", g->slab_id) || proto_add_u64(r, "slab_size", g->slab_size) ||
-	    proto_add_u64(r, "offset", g->offset) || proto_add_u64(r, "size", g->size))
+	if (!r || proto_add_id64(r, PROTO_F_ID, g->id) || add_int(r, PROTO_F_DEVICE, g->device) ||
+	    proto_add_id64(r, PROTO_F_SLAB, g->slab_id) ||
+	    proto_add_u64(r, PROTO_F_SLAB_SIZE, g->slab_size) ||
+	    proto_add_u64(r, PROTO_F_OFFSET, g->offset) || proto_add_u64(r, PROTO_F_SIZE, g->size))
 		return -ENOMEM;
-	if (g->handle && proto_add_hex(r, "handle", g->handle, PROTO_HANDLE_SIZE))
+	if (g->handle && proto_add_hex(r, PROTO_F_HANDLE, g->handle, PROTO_HANDLE_SIZE))
 		return -ENOMEM;
 	/* With the handle, the device's UUID: the client finds the device by it
 	 * (its CUDA ordinals need not be the daemon's). */
 	if (g->handle &&
-	    !cJSON_AddStringToObject(r, "device_uuid", ctx->b->dev[g->device].info.uuid))
+	    !cJSON_AddStringToObject(r, PROTO_F_DEVICE_UUID, ctx->b->dev[g->device].info.uuid))
 		return -ENOMEM;
 	if (g->handle && g->fd >= 0) {
-		if (!cJSON_AddTrueToObject(r, "fd") ||
-		    (g->pool && !cJSON_AddTrueToObject(r, "pool")))
+		if (!cJSON_AddTrueToObject(r, PROTO_F_FD) ||
+		    (g->pool && !cJSON_AddTrueToObject(r, PROTO_F_POOL)))
 			return -ENOMEM;
 		ctx->fd = g->fd;
 	}
@@ -288,7 +294,7 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 	struct broker_instance *inst = broker_instance_find(ctx->s, instance);
 	switch (rc) {
 	case -EINVAL:
-		return dispatch_param_error(ctx, -ERANGE, "size", "too large to round up");
+		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE, "too large to round up");
 	case -ENOMEM: {
 		uint64_t dfree = inst ? broker_device_free(ctx->b, inst->device) : 0;
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
@@ -297,8 +303,8 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 		                (unsigned long long)dfree);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			proto_add_u64(ctx->data, "requested", size);
-			proto_add_u64(ctx->data, "device_free", dfree);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
+			proto_add_u64(ctx->data, PROTO_F_DEVICE_FREE, dfree);
 		}
 		return rc;
 	}
@@ -315,10 +321,10 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 		    (unsigned long long)size);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			proto_add_u64(ctx->data, "cap", cap);
-			proto_add_u64(ctx->data, "used", used);
-			proto_add_u64(ctx->data, "requested", size);
-			cJSON_AddNumberToObject(ctx->data, "uid", ctx->s->uid);
+			proto_add_u64(ctx->data, PROTO_F_CAP, cap);
+			proto_add_u64(ctx->data, PROTO_F_USED, used);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
+			cJSON_AddNumberToObject(ctx->data, PROTO_F_UID, ctx->s->uid);
 		}
 		return rc;
 	}
@@ -332,9 +338,9 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 		                (unsigned long long)inst->pol.used, (unsigned long long)charged);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			proto_add_u64(ctx->data, "cap", inst->pol.cap);
-			proto_add_u64(ctx->data, "used", inst->pol.used);
-			proto_add_u64(ctx->data, "requested", charged);
+			proto_add_u64(ctx->data, PROTO_F_CAP, inst->pol.cap);
+			proto_add_u64(ctx->data, PROTO_F_USED, inst->pol.used);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, charged);
 		}
 		return rc;
 	}
@@ -344,14 +350,15 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 		                (unsigned long long)size, (unsigned long long)waited_ms);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			proto_add_u64(ctx->data, "requested", size);
-			cJSON_AddNumberToObject(ctx->data, "waited_ms", (double)waited_ms);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
+			cJSON_AddNumberToObject(ctx->data, PROTO_F_WAITED_MS, (double)waited_ms);
 		}
 		return rc;
 	case -EAGAIN:
 		return -ENOMEM;
 	default:
-		return dispatch_broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
+		return dispatch_broker_error(ctx, rc,
+		                             rc == -EMFILE ? "allocation" : PROTO_F_INSTANCE);
 	}
 }
 
@@ -369,68 +376,75 @@ static int alloc_host(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size
 		                (unsigned long long)(max > used ? max - used : 0));
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data)
-			proto_add_u64(ctx->data, "requested", size);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
 		return rc;
 	}
 	if (rc == -EAGAIN)
 		return -ENOMEM;
 	if (rc == -EINVAL)
-		return dispatch_param_error(ctx, -ERANGE, "size", "too large to round up to pages");
+		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE,
+		                            "too large to round up to pages");
 	if (rc < 0)
-		return dispatch_broker_error(ctx, rc, rc == -EMFILE ? "allocation" : "instance");
+		return dispatch_broker_error(ctx, rc,
+		                             rc == -EMFILE ? "allocation" : PROTO_F_INSTANCE);
 	return dispatch_host_result(ctx, h);
 }
 
 int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h)
 {
 	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_id64(r, "id", h->id) ||
-	    !cJSON_AddStringToObject(r, "type", h->mapped ? "mapped" : "pinned") ||
-	    proto_add_u64(r, "size", h->size) || !cJSON_AddTrueToObject(r, "fd"))
+	if (!r || proto_add_id64(r, PROTO_F_ID, h->id) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_TYPE,
+	                             h->mapped ? PROTO_V_MEM_MAPPED : PROTO_V_MEM_PINNED) ||
+	    proto_add_u64(r, PROTO_F_SIZE, h->size) || !cJSON_AddTrueToObject(r, PROTO_F_FD))
 		return -ENOMEM;
 	ctx->fd = h->fd;
 	return 0;
 }
 
+static const char *const alloc_type_expected =
+    PROTO_QUOTED(PROTO_V_MEM_DEVICE) ", " PROTO_QUOTED(PROTO_V_MEM_PINNED) ", " PROTO_QUOTED(
+        PROTO_V_MEM_MAPPED) " or " PROTO_QUOTED(PROTO_V_MEM_MANAGED);
+
 static int on_alloc(struct dispatch_ctx *ctx)
 {
 	uint64_t instance, size, align = POOL_GRANULE;
-	const char *type = "device";
-	int rc = dispatch_get_id(ctx, "instance", &instance);
+	const char *type = PROTO_V_MEM_DEVICE;
+	int rc = dispatch_get_id(ctx, PROTO_F_INSTANCE, &instance);
 	if (rc < 0)
 		return rc;
-	rc = proto_get_u64(ctx->params, "size", 1, UINT64_MAX, &size);
+	rc = proto_get_u64(ctx->params, PROTO_F_SIZE, 1, UINT64_MAX, &size);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "size",
+		return dispatch_param_error(ctx, rc, PROTO_F_SIZE,
 		                            "a decimal string of 1-20 digits, at least 1");
-	rc = proto_get_u64(ctx->params, "alignment", POOL_GRANULE, POOL_MAX_ALIGNMENT, &align);
+	rc =
+	    proto_get_u64(ctx->params, PROTO_F_ALIGNMENT, POOL_GRANULE, POOL_MAX_ALIGNMENT, &align);
 	if (rc == 0 && (align & (align - 1)))
 		rc = -EINVAL;
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "alignment",
+		return dispatch_param_error(ctx, rc, PROTO_F_ALIGNMENT,
 		                            "a power of two from 256 to 2097152");
-	rc = proto_get_string(ctx->params, "type", 16, &type);
+	rc = proto_get_string(ctx->params, PROTO_F_TYPE, 16, &type);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "type",
-		                            "\"device\", \"pinned\", \"mapped\" or \"managed\"");
-	if (strcmp(type, "device") != 0) {
-		if (strcmp(type, "pinned") && strcmp(type, "mapped") && strcmp(type, "managed"))
-			return dispatch_param_error(
-			    ctx, -EINVAL, "type",
-			    "\"device\", \"pinned\", \"mapped\" or \"managed\"");
-		if (strcmp(type, "managed") == 0) {
+		return dispatch_param_error(ctx, rc, PROTO_F_TYPE, alloc_type_expected);
+	if (strcmp(type, PROTO_V_MEM_DEVICE) != 0) {
+		if (strcmp(type, PROTO_V_MEM_PINNED) && strcmp(type, PROTO_V_MEM_MAPPED) &&
+		    strcmp(type, PROTO_V_MEM_MANAGED))
+			return dispatch_param_error(ctx, -EINVAL, PROTO_F_TYPE,
+			                            alloc_type_expected);
+		if (strcmp(type, PROTO_V_MEM_MANAGED) == 0) {
 			/* Unified memory cannot be shared across processes. */
 			proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
 			                "memory type 'managed' is not supported: managed memory "
 			                "cannot be shared between processes");
 			return -EOPNOTSUPP;
 		}
-		return alloc_host(ctx, instance, size, strcmp(type, "mapped") == 0);
+		return alloc_host(ctx, instance, size, strcmp(type, PROTO_V_MEM_MAPPED) == 0);
 	}
 	int64_t wait_ms = 0;
-	rc = proto_get_int(ctx->params, "wait_ms", 0, DISPATCH_MAX_WAIT_MS, &wait_ms);
+	rc = proto_get_int(ctx->params, PROTO_F_WAIT_MS, 0, DISPATCH_MAX_WAIT_MS, &wait_ms);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "wait_ms",
+		return dispatch_param_error(ctx, rc, PROTO_F_WAIT_MS,
 		                            "an integer from 0 to 86400000 (milliseconds)");
 	struct broker_grant g;
 	/* A request that may wait does not overtake those already waiting on
@@ -464,8 +478,9 @@ static int on_alloc(struct dispatch_ctx *ctx)
 				    "limit reached: max_inflight is %u waiting requests", max);
 				ctx->data = cJSON_CreateObject();
 				if (ctx->data) {
-					cJSON_AddStringToObject(ctx->data, "limit", "max_inflight");
-					cJSON_AddNumberToObject(ctx->data, "value", max);
+					cJSON_AddStringToObject(ctx->data, PROTO_F_LIMIT,
+					                        PROTO_F_MAX_INFLIGHT);
+					cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, max);
 				}
 				return -EBUSY;
 			}
@@ -506,7 +521,7 @@ void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
 		cJSON_Delete(ctx.data);
 		ctx.data = cJSON_CreateObject();
 		if (ctx.data)
-			cJSON_AddStringToObject(ctx.data, "field", ctx.err.field);
+			cJSON_AddStringToObject(ctx.data, PROTO_F_FIELD, ctx.err.field);
 	}
 	frame = proto_encode_error(w->id, ctx.err.code, ctx.err.message, ctx.data, &len);
 	broker_send(b, w->s, frame, len, -1);
@@ -515,7 +530,7 @@ void dispatch_wait_done(struct broker *b, const struct broker_wait *w, int rc,
 static int on_free(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
-	int rc = dispatch_get_id(ctx, "id", &id);
+	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
 	if (rc == 0)
 		rc = broker_free(ctx->b, ctx->s, id);
 	if (rc < 0)
@@ -527,7 +542,7 @@ static int on_attach(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
 	struct broker_grant g;
-	int rc = dispatch_get_id(ctx, "id", &id);
+	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
 	if (rc < 0)
 		return rc;
 	rc = broker_attach(ctx->b, ctx->s, id, &g);
@@ -541,7 +556,7 @@ static int on_attach(struct dispatch_ctx *ctx)
 static int on_detach(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
-	int rc = dispatch_get_id(ctx, "id", &id);
+	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
 	if (rc == 0)
 		rc = broker_detach(ctx->b, ctx->s, id);
 	if (rc < 0)
@@ -571,13 +586,13 @@ static int on_reload(struct dispatch_ctx *ctx)
 static int on_evict(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
-	int rc = proto_get_id64(ctx->params, "session", &id);
+	int rc = proto_get_id64(ctx->params, PROTO_F_SESSION, &id);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "session", "16 lowercase hex digits");
+		return dispatch_param_error(ctx, rc, PROTO_F_SESSION, "16 lowercase hex digits");
 	if (id == ctx->s->id) {
 		proto_error_set(&ctx->err, PROTO_E_PARAMS,
 		                "invalid params: a client cannot evict itself");
-		snprintf(ctx->err.field, sizeof(ctx->err.field), "session");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_SESSION);
 		return -EINVAL;
 	}
 	struct list *pos, *tmp;
@@ -588,8 +603,9 @@ static int on_evict(struct dispatch_ctx *ctx)
 			continue;
 		cJSON *data = cJSON_CreateObject();
 		if (data)
-			cJSON_AddStringToObject(data, "reason", "evicted by an administrator");
-		broker_send_event(ctx->b, s, "evicted", data);
+			cJSON_AddStringToObject(data, PROTO_F_REASON,
+			                        "evicted by an administrator");
+		broker_send_event(ctx->b, s, PROTO_EV_EVICTED, data);
 		/* Its process may still have its slabs mapped after the close. */
 		s->evicted = true;
 		if (ctx->b->close)
@@ -608,7 +624,7 @@ static int on_metrics(struct dispatch_ctx *ctx)
 	if (rc < 0)
 		return rc;
 	cJSON *r = dispatch_result(ctx);
-	rc = r && cJSON_AddStringToObject(r, "text", text) ? 0 : -ENOMEM;
+	rc = r && cJSON_AddStringToObject(r, PROTO_F_TEXT, text) ? 0 : -ENOMEM;
 	free(text);
 	return rc;
 }
@@ -636,19 +652,21 @@ static int on_selfcheck(struct dispatch_ctx *ctx)
 		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: selfcheck: %s", msg);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data)
-			cJSON_AddStringToObject(ctx->data, "violation", msg);
+			cJSON_AddStringToObject(ctx->data, PROTO_F_VIOLATION, msg);
 		return -EFAULT;
 	}
 	const struct broker *b = ctx->b;
 	struct broker_parting_counts pc;
 	broker_parting_counts(b, &pc);
 	cJSON *r = dispatch_result(ctx);
-	if (!r || !cJSON_AddTrueToObject(r, "ok") || add_int(r, "sessions", b->session_count) ||
-	    add_int(r, "instances", (double)b->instance_count) ||
-	    add_int(r, "allocations", (double)b->allocs.count) ||
-	    add_int(r, "waits", b->wait_count) || add_int(r, "parting", (double)pc.parting) ||
-	    add_int(r, "ghosts", pc.ghosts) || add_int(r, "retired", pc.retired) ||
-	    add_int(r, "heap_bytes", heap_bytes()))
+	if (!r || !cJSON_AddTrueToObject(r, PROTO_F_OK) ||
+	    add_int(r, PROTO_F_SESSIONS, b->session_count) ||
+	    add_int(r, PROTO_F_INSTANCES, (double)b->instance_count) ||
+	    add_int(r, PROTO_F_ALLOCATIONS, (double)b->allocs.count) ||
+	    add_int(r, PROTO_F_WAITS, b->wait_count) ||
+	    add_int(r, PROTO_F_PARTING, (double)pc.parting) ||
+	    add_int(r, PROTO_F_GHOSTS, pc.ghosts) || add_int(r, PROTO_F_RETIRED, pc.retired) ||
+	    add_int(r, PROTO_F_HEAP_BYTES, heap_bytes()))
 		return -ENOMEM;
 	return 0;
 }
@@ -743,13 +761,13 @@ void dispatch_frame(struct broker *b, struct session *s, const char *frame, size
 			cJSON_Delete(ctx.data);
 			ctx.data = cJSON_CreateObject();
 			if (ctx.data)
-				cJSON_AddStringToObject(ctx.data, "field", ctx.err.field);
+				cJSON_AddStringToObject(ctx.data, PROTO_F_FIELD, ctx.err.field);
 		} else if (ctx.err.code == PROTO_E_METHOD && req.method &&
 		           strlen(req.method) <= PROTO_MAX_NAME) {
 			cJSON_Delete(ctx.data);
 			ctx.data = cJSON_CreateObject();
 			if (ctx.data)
-				cJSON_AddStringToObject(ctx.data, "method", req.method);
+				cJSON_AddStringToObject(ctx.data, PROTO_F_METHOD, req.method);
 		}
 		log_debug("session %llu: %s: %s", (unsigned long long)s->id,
 		          req.method ? req.method : "?", ctx.err.message);

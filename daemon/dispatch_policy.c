@@ -47,8 +47,8 @@ int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double p
 			proto_error_set(
 			    &ctx->err, PROTO_E_PARAMS,
 			    "invalid params: proportion %.6g would leave the auto pool of "
-			    "device %d under its minimum of %.6g for each of its %u auto "
-			    "instances",
+			    "device %d under its minimum of %.6g for each of its %u "
+			    "auto " PROTO_F_INSTANCES,
 			    proportion, device, p->cfg.min_auto_share, dev->n_auto);
 		else
 			proto_error_set(
@@ -62,7 +62,7 @@ int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double p
 		                "invalid params: 'proportion' must be a number in (0, 1]");
 		break;
 	}
-	snprintf(ctx->err.field, sizeof(ctx->err.field), "proportion");
+	snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_PROPORTION);
 	return rc;
 }
 
@@ -77,7 +77,7 @@ int dispatch_policy_warnings(struct dispatch_ctx *ctx, cJSON *result, int device
 	         "the auto pool of device %d is %.1f%% of its capacity (under %.0f%%)", device,
 	         pool * 100, POLICY_AUTO_WARN * 100);
 	log_warn("session %llu: %s", (unsigned long long)ctx->s->id, text);
-	cJSON *arr = cJSON_AddArrayToObject(result, "warnings");
+	cJSON *arr = cJSON_AddArrayToObject(result, PROTO_F_WARNINGS);
 	cJSON *str = cJSON_CreateString(text);
 	if (!arr || !str || !cJSON_AddItemToArray(arr, str)) {
 		cJSON_Delete(str);
@@ -91,17 +91,17 @@ static int instance_json(struct broker *b, cJSON *o, const struct broker_instanc
 {
 	const struct policy_instance *pi = &inst->pol;
 	const struct session *s = inst->owner;
-	if (proto_add_id64(o, "instance", inst->id) ||
-	    !cJSON_AddStringToObject(o, "name", inst->name) ||
-	    proto_add_id64(o, "session", s->id) || add_num(o, "pid", s->pid) ||
-	    add_num(o, "uid", s->uid) || add_num(o, "device", inst->device) ||
-	    !cJSON_AddStringToObject(o, "group", pi->group) ||
-	    !cJSON_AddBoolToObject(o, "grouped", policy_is_grouped(&b->policy, pi)) ||
-	    !(pi->proportion > 0 ? cJSON_AddNumberToObject(o, "proportion", pi->proportion)
-	                         : cJSON_AddNullToObject(o, "proportion")) ||
-	    add_num(o, "share", pi->share) || proto_add_u64(o, "cap", pi->cap) ||
-	    proto_add_u64(o, "used", pi->used) ||
-	    proto_add_u64(o, "free", policy_headroom(&b->policy, pi)))
+	if (proto_add_id64(o, PROTO_F_INSTANCE, inst->id) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_NAME, inst->name) ||
+	    proto_add_id64(o, PROTO_F_SESSION, s->id) || add_num(o, PROTO_F_PID, s->pid) ||
+	    add_num(o, PROTO_F_UID, s->uid) || add_num(o, PROTO_F_DEVICE, inst->device) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_GROUP, pi->group) ||
+	    !cJSON_AddBoolToObject(o, PROTO_F_GROUPED, policy_is_grouped(&b->policy, pi)) ||
+	    !(pi->proportion > 0 ? cJSON_AddNumberToObject(o, PROTO_F_PROPORTION, pi->proportion)
+	                         : cJSON_AddNullToObject(o, PROTO_F_PROPORTION)) ||
+	    add_num(o, PROTO_F_SHARE, pi->share) || proto_add_u64(o, PROTO_F_CAP, pi->cap) ||
+	    proto_add_u64(o, PROTO_F_USED, pi->used) ||
+	    proto_add_u64(o, PROTO_F_FREE, policy_headroom(&b->policy, pi)))
 		return -ENOMEM;
 	return 0;
 }
@@ -109,22 +109,22 @@ static int instance_json(struct broker *b, cJSON *o, const struct broker_instanc
 static int device_json(struct broker *b, cJSON *o, int i)
 {
 	const struct policy_device *dev = &b->policy.dev[i];
-	if (add_num(o, "device", i) || proto_add_u64(o, "total", dev->total) ||
-	    proto_add_u64(o, "capacity", dev->capacity))
+	if (add_num(o, PROTO_F_DEVICE, i) || proto_add_u64(o, PROTO_F_TOTAL, dev->total) ||
+	    proto_add_u64(o, PROTO_F_CAPACITY, dev->capacity))
 		return -ENOMEM;
-	if (dev->limit ? proto_add_u64(o, "limit", dev->limit) != 0
-	               : !cJSON_AddNullToObject(o, "limit"))
+	if (dev->limit ? proto_add_u64(o, PROTO_F_LIMIT, dev->limit) != 0
+	               : !cJSON_AddNullToObject(o, PROTO_F_LIMIT))
 		return -ENOMEM;
 	if (!(dev->limit_fraction > 0
-	          ? cJSON_AddNumberToObject(o, "limit_fraction", dev->limit_fraction)
-	          : cJSON_AddNullToObject(o, "limit_fraction")) ||
-	    proto_add_u64(o, "used", dev->used) ||
-	    proto_add_u64(o, "available", policy_device_available(&b->policy, i)) ||
-	    add_num(o, "manual", dev->manual) ||
-	    add_num(o, "auto", dev->manual < 1 ? 1 - dev->manual : 0) ||
-	    add_num(o, "manual_instances", dev->n_manual) ||
-	    add_num(o, "auto_instances", dev->n_auto) ||
-	    proto_add_u64(o, "auto_cap",
+	          ? cJSON_AddNumberToObject(o, PROTO_F_LIMIT_FRACTION, dev->limit_fraction)
+	          : cJSON_AddNullToObject(o, PROTO_F_LIMIT_FRACTION)) ||
+	    proto_add_u64(o, PROTO_F_USED, dev->used) ||
+	    proto_add_u64(o, PROTO_F_AVAILABLE, policy_device_available(&b->policy, i)) ||
+	    add_num(o, PROTO_F_MANUAL, dev->manual) ||
+	    add_num(o, PROTO_F_AUTO, dev->manual < 1 ? 1 - dev->manual : 0) ||
+	    add_num(o, PROTO_F_MANUAL_INSTANCES, dev->n_manual) ||
+	    add_num(o, PROTO_F_AUTO_INSTANCES, dev->n_auto) ||
+	    proto_add_u64(o, PROTO_F_AUTO_CAP,
 	                  b->policy.cfg.mode == POLICY_ACTIVE ? dev->auto_cap : dev->capacity))
 		return -ENOMEM;
 	return 0;
@@ -132,7 +132,7 @@ static int device_json(struct broker *b, cJSON *o, int i)
 
 static int devices_json(struct broker *b, cJSON *r)
 {
-	cJSON *devs = cJSON_AddArrayToObject(r, "devices");
+	cJSON *devs = cJSON_AddArrayToObject(r, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
 	for (int i = 0; i < b->device_count; i++) {
@@ -147,10 +147,10 @@ int dispatch_policy(struct dispatch_ctx *ctx)
 {
 	struct broker *b = ctx->b;
 	cJSON *r = dispatch_result(ctx), *insts;
-	if (!r || !cJSON_AddStringToObject(r, "mode", policy_mode_name(b->policy.cfg.mode)) ||
-	    !cJSON_AddStringToObject(r, "allocator", broker_allocator_name(b->allocator)) ||
-	    add_num(r, "min_auto_share", b->policy.cfg.min_auto_share) || devices_json(b, r) ||
-	    !(insts = cJSON_AddArrayToObject(r, "instances")))
+	if (!r || !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(b->policy.cfg.mode)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(b->allocator)) ||
+	    add_num(r, PROTO_F_MIN_AUTO_SHARE, b->policy.cfg.min_auto_share) ||
+	    devices_json(b, r) || !(insts = cJSON_AddArrayToObject(r, PROTO_F_INSTANCES)))
 		return -ENOMEM;
 	const struct list *pos;
 	for (pos = b->policy.instances.next; pos != &b->policy.instances; pos = pos->next) {
@@ -168,9 +168,9 @@ int dispatch_policy(struct dispatch_ctx *ctx)
 int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out)
 {
 	uint64_t id;
-	int rc = proto_get_id64(ctx->params, "instance", &id);
+	int rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &id);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "instance", "16 lowercase hex digits");
+		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
 	struct broker_instance *inst = broker_instance_get(ctx->b, id);
 	if (!inst) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such instance");
@@ -204,11 +204,11 @@ int dispatch_set_proportion(struct dispatch_ctx *ctx)
 	int rc = dispatch_target_instance(ctx, &inst);
 	if (rc < 0)
 		return rc;
-	rc = proto_get_double(ctx->params, "proportion", 0, 1, &proportion);
+	rc = proto_get_double(ctx->params, PROTO_F_PROPORTION, 0, 1, &proportion);
 	if (rc == 0 && !(proportion > 0))
 		rc = -ERANGE;
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "proportion", "a number in (0, 1]");
+		return dispatch_param_error(ctx, rc, PROTO_F_PROPORTION, "a number in (0, 1]");
 	rc = broker_set_proportion(ctx->b, inst, proportion);
 	if (rc < 0)
 		return dispatch_policy_error(ctx, rc, inst->device, proportion);
@@ -240,12 +240,12 @@ int dispatch_set_group(struct dispatch_ctx *ctx)
 	int rc = dispatch_target_instance(ctx, &inst);
 	if (rc < 0)
 		return rc;
-	rc = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);
+	rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
 	rc = broker_set_group(ctx->b, inst, group);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
 	return instance_result(ctx, inst, false);
 }
 
@@ -253,17 +253,18 @@ int dispatch_group_info(struct dispatch_ctx *ctx)
 {
 	const char *group;
 	struct policy_group_info gi;
-	int rc = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);
+	int rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "group", "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
 	if (policy_group_info(&ctx->b->policy, group, &gi) < 0) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
 		return -ENOENT;
 	}
 	cJSON *r = dispatch_result(ctx), *members;
-	if (!r || !cJSON_AddStringToObject(r, "group", group) ||
-	    !(members = cJSON_AddArrayToObject(r, "members")) ||
-	    proto_add_u64(r, "used", gi.used) || proto_add_u64(r, "available", gi.available))
+	if (!r || !cJSON_AddStringToObject(r, PROTO_F_GROUP, group) ||
+	    !(members = cJSON_AddArrayToObject(r, PROTO_F_MEMBERS)) ||
+	    proto_add_u64(r, PROTO_F_USED, gi.used) ||
+	    proto_add_u64(r, PROTO_F_AVAILABLE, gi.available))
 		return -ENOMEM;
 	const struct list *pos;
 	for (pos = ctx->b->policy.instances.next; pos != &ctx->b->policy.instances;
@@ -286,7 +287,7 @@ int dispatch_group_info(struct dispatch_ctx *ctx)
 		snprintf(text, sizeof(text), "group %s has used %.1f%% of its memory (over %.0f%%)",
 		         group, (double)(gi.used / all * 100), POLICY_GROUP_WARN * 100);
 		log_warn("%s", text);
-		cJSON *arr = cJSON_AddArrayToObject(r, "warnings");
+		cJSON *arr = cJSON_AddArrayToObject(r, PROTO_F_WARNINGS);
 		cJSON *str = cJSON_CreateString(text);
 		if (!arr || !str || !cJSON_AddItemToArray(arr, str)) {
 			cJSON_Delete(str);
@@ -300,19 +301,21 @@ int dispatch_set_mode(struct dispatch_ctx *ctx)
 {
 	const char *name;
 	enum policy_mode mode, previous = ctx->b->policy.cfg.mode;
-	int rc = proto_get_string(ctx->params, "mode", 16, &name);
+	int rc = proto_get_string(ctx->params, PROTO_F_MODE, 16, &name);
 	if (rc == 0 && policy_mode_parse(name, &mode) < 0)
 		rc = -EINVAL;
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "mode", "\"active\" or \"passive\"");
+		return dispatch_param_error(
+		    ctx, rc, PROTO_F_MODE,
+		    PROTO_QUOTED(PROTO_V_MODE_ACTIVE) " or " PROTO_QUOTED(PROTO_V_MODE_PASSIVE));
 	/* Every running client's cap follows now (cap_changed events). */
 	broker_set_mode(ctx->b, mode);
 	if (mode != previous)
 		log_info("session %llu (uid %u): mode %s", (unsigned long long)ctx->s->id,
 		         (unsigned)ctx->s->uid, policy_mode_name(mode));
 	cJSON *r = dispatch_result(ctx);
-	if (!r || !cJSON_AddStringToObject(r, "mode", policy_mode_name(mode)) ||
-	    !cJSON_AddStringToObject(r, "previous", policy_mode_name(previous)))
+	if (!r || !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(mode)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_PREVIOUS, policy_mode_name(previous)))
 		return -ENOMEM;
 	return 0;
 }
@@ -325,22 +328,24 @@ int dispatch_set_limit(struct dispatch_ctx *ctx)
 	int rc = dispatch_get_device(ctx, &device);
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
-	int rs = proto_get_u64(ctx->params, "size", 0, UINT64_MAX, &size);
+	int rs = proto_get_u64(ctx->params, PROTO_F_SIZE, 0, UINT64_MAX, &size);
 	if (rs < 0 && rs != -ENOENT)
-		return dispatch_param_error(ctx, rs, "size", "a decimal string of 1-20 digits");
-	int rf = proto_get_double(ctx->params, "fraction", 0, 1, &fraction);
+		return dispatch_param_error(ctx, rs, PROTO_F_SIZE,
+		                            "a decimal string of 1-20 digits");
+	int rf = proto_get_double(ctx->params, PROTO_F_FRACTION, 0, 1, &fraction);
 	if (rf == 0 && !(fraction > 0))
 		rf = -ERANGE;
 	if (rf < 0 && rf != -ENOENT)
-		return dispatch_param_error(ctx, rf, "fraction", "a number in (0, 1]");
+		return dispatch_param_error(ctx, rf, PROTO_F_FRACTION, "a number in (0, 1]");
 	/* Exactly one of the two: "size": "0" is how a limit is removed. */
 	if ((rs == 0) == (rf == 0))
-		return dispatch_param_error(
-		    ctx, rs == 0 ? -EINVAL : -ENOENT, "size",
-		    "either 'size' (bytes, \"0\" = no limit) or 'fraction'");
+		return dispatch_param_error(ctx, rs == 0 ? -EINVAL : -ENOENT, PROTO_F_SIZE,
+		                            "either '" PROTO_F_SIZE
+		                            "' (bytes, \"0\" = no limit) or '" PROTO_F_FRACTION
+		                            "'");
 	rc = broker_set_limit(ctx->b, (int)device, size, rf == 0 ? fraction : 0);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "size", "a valid limit");
+		return dispatch_param_error(ctx, rc, PROTO_F_SIZE, "a valid limit");
 	if (rf == 0)
 		log_info("session %llu (uid %u): limit %.6g of device memory on %s",
 		         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid, fraction,
@@ -360,12 +365,14 @@ int dispatch_set_allocator(struct dispatch_ctx *ctx)
 	const char *name;
 	enum broker_allocator kind, previous = ctx->b->allocator;
 	uint64_t allocs, attachments;
-	int rc = proto_get_string(ctx->params, "allocator", 16, &name);
+	int rc = proto_get_string(ctx->params, PROTO_F_ALLOCATOR, 16, &name);
 	if (rc == 0 && broker_allocator_parse(name, &kind) < 0)
 		rc = -EINVAL;
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "allocator",
-		                            "\"pool\", \"direct\" or \"async\"");
+		return dispatch_param_error(
+		    ctx, rc, PROTO_F_ALLOCATOR,
+		    PROTO_QUOTED(PROTO_V_ALLOC_POOL) ", " PROTO_QUOTED(
+		        PROTO_V_ALLOC_DIRECT) " or " PROTO_QUOTED(PROTO_V_ALLOC_ASYNC));
 	rc = broker_set_allocator(ctx->b, kind, &allocs, &attachments);
 	if (rc == -EOPNOTSUPP) {
 		int dev = 0;
@@ -385,9 +392,10 @@ int dispatch_set_allocator(struct dispatch_ctx *ctx)
 		         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid, name,
 		         (unsigned long long)allocs, (unsigned long long)attachments);
 	cJSON *r = dispatch_result(ctx);
-	if (!r || !cJSON_AddStringToObject(r, "allocator", broker_allocator_name(kind)) ||
-	    !cJSON_AddStringToObject(r, "previous", broker_allocator_name(previous)) ||
-	    proto_add_u64(r, "allocations", allocs) || proto_add_u64(r, "attachments", attachments))
+	if (!r || !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(kind)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_PREVIOUS, broker_allocator_name(previous)) ||
+	    proto_add_u64(r, PROTO_F_ALLOCATIONS, allocs) ||
+	    proto_add_u64(r, PROTO_F_ATTACHMENTS, attachments))
 		return -ENOMEM;
 	return 0;
 }

@@ -36,14 +36,15 @@ static int instance_entry(struct broker *b, cJSON *arr, const struct broker_inst
 {
 	const struct policy_instance *pi = &inst->pol;
 	cJSON *o = array_push_object(arr);
-	if (!o || proto_add_id64(o, "instance", inst->id) ||
-	    !cJSON_AddStringToObject(o, "name", inst->name) || add_num(o, "device", inst->device) ||
-	    !cJSON_AddStringToObject(o, "group", pi->group) ||
-	    !(pi->proportion > 0 ? cJSON_AddNumberToObject(o, "proportion", pi->proportion)
-	                         : cJSON_AddNullToObject(o, "proportion")) ||
-	    add_num(o, "share", pi->share) || proto_add_u64(o, "cap", pi->cap) ||
-	    proto_add_u64(o, "used", inst->used) ||
-	    proto_add_u64(o, "free", policy_headroom(&b->policy, pi)))
+	if (!o || proto_add_id64(o, PROTO_F_INSTANCE, inst->id) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_NAME, inst->name) ||
+	    add_num(o, PROTO_F_DEVICE, inst->device) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_GROUP, pi->group) ||
+	    !(pi->proportion > 0 ? cJSON_AddNumberToObject(o, PROTO_F_PROPORTION, pi->proportion)
+	                         : cJSON_AddNullToObject(o, PROTO_F_PROPORTION)) ||
+	    add_num(o, PROTO_F_SHARE, pi->share) || proto_add_u64(o, PROTO_F_CAP, pi->cap) ||
+	    proto_add_u64(o, PROTO_F_USED, inst->used) ||
+	    proto_add_u64(o, PROTO_F_FREE, policy_headroom(&b->policy, pi)))
 		return -ENOMEM;
 	return 0;
 }
@@ -51,15 +52,15 @@ static int instance_entry(struct broker *b, cJSON *arr, const struct broker_inst
 int dispatch_mem_info(struct dispatch_ctx *ctx)
 {
 	uint64_t id = 0;
-	int rc = proto_get_id64(ctx->params, "instance", &id);
+	int rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &id);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "instance", "16 lowercase hex digits");
+		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
 	if (rc == 0 && !broker_instance_find(ctx->s, id)) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such instance");
 		return -ENOENT;
 	}
-	cJSON *insts = result_array(ctx, "instances");
-	cJSON *devs = insts ? cJSON_AddArrayToObject(ctx->result, "devices") : NULL;
+	cJSON *insts = result_array(ctx, PROTO_F_INSTANCES);
+	cJSON *devs = insts ? cJSON_AddArrayToObject(ctx->result, PROTO_F_DEVICES) : NULL;
 	if (!devs)
 		return -ENOMEM;
 	bool used_dev[BACKEND_MAX_DEVICES] = {false};
@@ -77,9 +78,9 @@ int dispatch_mem_info(struct dispatch_ctx *ctx)
 		if (!used_dev[i])
 			continue;
 		cJSON *o = array_push_object(devs);
-		if (!o || add_num(o, "device", i) ||
-		    proto_add_u64(o, "total", ctx->b->dev[i].info.total) ||
-		    proto_add_u64(o, "free", broker_device_free(ctx->b, i)))
+		if (!o || add_num(o, PROTO_F_DEVICE, i) ||
+		    proto_add_u64(o, PROTO_F_TOTAL, ctx->b->dev[i].info.total) ||
+		    proto_add_u64(o, PROTO_F_FREE, broker_device_free(ctx->b, i)))
 			return -ENOMEM;
 	}
 	return 0;
@@ -102,7 +103,7 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 	int rc = device_param(ctx, &only);
 	if (rc < 0)
 		return rc;
-	cJSON *devs = result_array(ctx, "devices");
+	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
 	for (int i = 0; i < ctx->b->device_count; i++) {
@@ -111,13 +112,18 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 			continue;
 		pool_get_stats(ctx->b->dev[i].pool, &st);
 		cJSON *o = array_push_object(devs);
-		if (!o || add_num(o, "device", i) || proto_add_u64(o, "reserved", st.reserved) ||
-		    proto_add_u64(o, "used", st.used) || proto_add_u64(o, "free", st.free) ||
-		    proto_add_u64(o, "free_blocks", st.free_blocks) ||
-		    proto_add_u64(o, "largest_free", st.largest_free) ||
-		    proto_add_u64(o, "peak", st.peak) || proto_add_u64(o, "slabs", st.slabs) ||
-		    proto_add_u64(o, "live", st.live) || proto_add_u64(o, "allocs", st.allocs) ||
-		    proto_add_u64(o, "frees", st.frees) || proto_add_u64(o, "ooms", st.ooms))
+		if (!o || add_num(o, PROTO_F_DEVICE, i) ||
+		    proto_add_u64(o, PROTO_F_RESERVED, st.reserved) ||
+		    proto_add_u64(o, PROTO_F_USED, st.used) ||
+		    proto_add_u64(o, PROTO_F_FREE, st.free) ||
+		    proto_add_u64(o, PROTO_F_FREE_BLOCKS, st.free_blocks) ||
+		    proto_add_u64(o, PROTO_F_LARGEST_FREE, st.largest_free) ||
+		    proto_add_u64(o, PROTO_F_PEAK, st.peak) ||
+		    proto_add_u64(o, PROTO_F_SLABS, st.slabs) ||
+		    proto_add_u64(o, PROTO_F_LIVE, st.live) ||
+		    proto_add_u64(o, PROTO_F_ALLOCS, st.allocs) ||
+		    proto_add_u64(o, PROTO_F_FREES, st.frees) ||
+		    proto_add_u64(o, PROTO_F_OOMS, st.ooms))
 			return -ENOMEM;
 	}
 	return 0;
@@ -129,11 +135,13 @@ static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stat
 	const struct backend_device_info *info = &b->dev[i].info;
 	pool_get_stats(b->dev[i].pool, st);
 	cJSON *o = array_push_object(arr);
-	if (!o || add_num(o, "device", i) || !cJSON_AddStringToObject(o, "name", info->name) ||
-	    !cJSON_AddStringToObject(o, "uuid", info->uuid) ||
-	    proto_add_u64(o, "total", info->total) || proto_add_u64(o, "reserved", st->reserved) ||
-	    proto_add_u64(o, "used", st->used) ||
-	    proto_add_u64(o, "orphaned", b->policy.dev[i].orphaned))
+	if (!o || add_num(o, PROTO_F_DEVICE, i) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_NAME, info->name) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_UUID, info->uuid) ||
+	    proto_add_u64(o, PROTO_F_TOTAL, info->total) ||
+	    proto_add_u64(o, PROTO_F_RESERVED, st->reserved) ||
+	    proto_add_u64(o, PROTO_F_USED, st->used) ||
+	    proto_add_u64(o, PROTO_F_ORPHANED, b->policy.dev[i].orphaned))
 		return NULL;
 	return o;
 }
@@ -142,7 +150,7 @@ int dispatch_status(struct dispatch_ctx *ctx)
 {
 	struct broker *b = ctx->b;
 	uint64_t total = 0, reserved = 0, used = 0;
-	cJSON *devs = result_array(ctx, "devices");
+	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
 	for (int i = 0; i < b->device_count; i++) {
@@ -153,19 +161,21 @@ int dispatch_status(struct dispatch_ctx *ctx)
 		reserved += st.reserved;
 		used += st.used;
 	}
-	cJSON *r = ctx->result, *totals = cJSON_AddObjectToObject(r, "totals");
-	if (!totals || proto_add_u64(totals, "total", total) ||
-	    proto_add_u64(totals, "reserved", reserved) || proto_add_u64(totals, "used", used) ||
-	    !cJSON_AddStringToObject(r, "server_version", GPB_VERSION) ||
-	    !cJSON_AddStringToObject(r, "backend", b->backend->ops->name) ||
-	    add_num(r, "pid", getpid()) ||
-	    add_num(r, "uptime_s", (double)(time(NULL) - b->started)) ||
-	    add_num(r, "clients", b->session_count) || add_num(r, "instances", b->instance_count) ||
-	    add_num(r, "allocations", (double)b->allocs.count) ||
-	    add_num(r, "exports", b->export_count) ||
-	    add_num(r, "orphans", (double)b->orphan_count) ||
-	    add_num(r, "host_allocations", (double)b->hosts.count) ||
-	    proto_add_u64(r, "host_used", b->host_used))
+	cJSON *r = ctx->result, *totals = cJSON_AddObjectToObject(r, PROTO_F_TOTALS);
+	if (!totals || proto_add_u64(totals, PROTO_F_TOTAL, total) ||
+	    proto_add_u64(totals, PROTO_F_RESERVED, reserved) ||
+	    proto_add_u64(totals, PROTO_F_USED, used) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_SERVER_VERSION, GPB_VERSION) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_BACKEND, b->backend->ops->name) ||
+	    add_num(r, PROTO_F_PID, getpid()) ||
+	    add_num(r, PROTO_F_UPTIME_S, (double)(time(NULL) - b->started)) ||
+	    add_num(r, PROTO_F_CLIENTS, b->session_count) ||
+	    add_num(r, PROTO_F_INSTANCES, b->instance_count) ||
+	    add_num(r, PROTO_F_ALLOCATIONS, (double)b->allocs.count) ||
+	    add_num(r, PROTO_F_EXPORTS, b->export_count) ||
+	    add_num(r, PROTO_F_ORPHANS, (double)b->orphan_count) ||
+	    add_num(r, PROTO_F_HOST_ALLOCATIONS, (double)b->hosts.count) ||
+	    proto_add_u64(r, PROTO_F_HOST_USED, b->host_used))
 		return -ENOMEM;
 	return 0;
 }
@@ -173,7 +183,7 @@ int dispatch_status(struct dispatch_ctx *ctx)
 int dispatch_devices(struct dispatch_ctx *ctx)
 {
 	struct broker *b = ctx->b;
-	cJSON *devs = result_array(ctx, "devices");
+	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
 	for (int i = 0; i < b->device_count; i++) {
@@ -181,8 +191,8 @@ int dispatch_devices(struct dispatch_ctx *ctx)
 		char cc[16];
 		cJSON *o = device_entry(b, devs, i, &st);
 		snprintf(cc, sizeof(cc), "%d.%d", b->dev[i].info.cc_major, b->dev[i].info.cc_minor);
-		if (!o || proto_add_u64(o, "free", broker_device_free(b, i)) ||
-		    !cJSON_AddStringToObject(o, "compute_capability", cc))
+		if (!o || proto_add_u64(o, PROTO_F_FREE, broker_device_free(b, i)) ||
+		    !cJSON_AddStringToObject(o, PROTO_F_COMPUTE_CAPABILITY, cc))
 			return -ENOMEM;
 	}
 	return 0;
@@ -190,7 +200,7 @@ int dispatch_devices(struct dispatch_ctx *ctx)
 
 int dispatch_clients(struct dispatch_ctx *ctx)
 {
-	cJSON *arr = result_array(ctx, "clients");
+	cJSON *arr = result_array(ctx, PROTO_F_CLIENTS);
 	if (!arr)
 		return -ENOMEM;
 	time_t now = time(NULL);
@@ -203,13 +213,14 @@ int dispatch_clients(struct dispatch_ctx *ctx)
 		for (ipos = s->instances.next; ipos != &s->instances; ipos = ipos->next)
 			cap += list_entry(ipos, struct broker_instance, link)->pol.cap;
 		cJSON *o = array_push_object(arr);
-		if (!o || proto_add_id64(o, "session", s->id) || add_num(o, "pid", s->pid) ||
-		    add_num(o, "uid", s->uid) || add_num(o, "gid", s->gid) ||
-		    !cJSON_AddStringToObject(o, "name", s->name) ||
-		    add_num(o, "instances", s->instance_count) ||
-		    add_num(o, "allocations", (double)s->alloc_count) ||
-		    proto_add_u64(o, "used", s->used) || proto_add_u64(o, "cap", cap) ||
-		    add_num(o, "connected_s", (double)(now - s->connected)))
+		if (!o || proto_add_id64(o, PROTO_F_SESSION, s->id) ||
+		    add_num(o, PROTO_F_PID, s->pid) || add_num(o, PROTO_F_UID, s->uid) ||
+		    add_num(o, PROTO_F_GID, s->gid) ||
+		    !cJSON_AddStringToObject(o, PROTO_F_NAME, s->name) ||
+		    add_num(o, PROTO_F_INSTANCES, s->instance_count) ||
+		    add_num(o, PROTO_F_ALLOCATIONS, (double)s->alloc_count) ||
+		    proto_add_u64(o, PROTO_F_USED, s->used) || proto_add_u64(o, PROTO_F_CAP, cap) ||
+		    add_num(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)))
 			return -ENOMEM;
 	}
 	return 0;

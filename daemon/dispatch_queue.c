@@ -36,56 +36,59 @@ struct parsed_request {
 };
 
 static const char *const memory_names[] = {
-    [BROKER_MEM_DEVICE] = "device",
-    [BROKER_MEM_PINNED] = "pinned",
-    [BROKER_MEM_MAPPED] = "mapped",
+    [BROKER_MEM_DEVICE] = PROTO_V_MEM_DEVICE,
+    [BROKER_MEM_PINNED] = PROTO_V_MEM_PINNED,
+    [BROKER_MEM_MAPPED] = PROTO_V_MEM_MAPPED,
 };
 
 static const char *const request_expected =
-    "an object {label, shape, elem_size, axis, unchunkable, type}";
-static const char *const type_expected = "\"device\", \"pinned\" or \"mapped\"";
+    "an object {" PROTO_F_LABEL ", " PROTO_F_SHAPE ", " PROTO_F_ELEM_SIZE ", " PROTO_F_AXIS
+    ", " PROTO_F_UNCHUNKABLE ", " PROTO_F_TYPE "}";
+static const char *const type_expected = PROTO_QUOTED(PROTO_V_MEM_DEVICE) ", " PROTO_QUOTED(
+    PROTO_V_MEM_PINNED) " or " PROTO_QUOTED(PROTO_V_MEM_MAPPED);
 
 /* One request object. Fields are reported as "requests" with the member's
  * name in the message, so that a client can tell which went wrong. */
 static int parse_request(struct dispatch_ctx *ctx, const cJSON *o, struct parsed_request *out)
 {
 	struct policy_array *a = &out->arr;
-	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"), *dim;
-	const char *type = "device";
+	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, PROTO_F_SHAPE), *dim;
+	const char *type = PROTO_V_MEM_DEVICE;
 	int64_t elem, axis = 0;
 	bool unchunkable = false;
 	uint64_t bytes;
 	memset(out, 0, sizeof(*out));
 	if (!cJSON_IsObject(o))
-		return dispatch_param_error(ctx, -EINVAL, "requests", request_expected);
-	int rc = proto_get_string(o, "label", PROTO_MAX_NAME, &out->label);
+		return dispatch_param_error(ctx, -EINVAL, PROTO_F_REQUESTS, request_expected);
+	int rc = proto_get_string(o, PROTO_F_LABEL, PROTO_MAX_NAME, &out->label);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "label", "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, "a string of 1-64 bytes");
 	if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) < 1 ||
 	    cJSON_GetArraySize(shape) > POLICY_MAX_DIMS)
-		return dispatch_param_error(ctx, shape ? -EINVAL : -ENOENT, "shape",
+		return dispatch_param_error(ctx, shape ? -EINVAL : -ENOENT, PROTO_F_SHAPE,
 		                            "an array of 1-8 positive integers");
 	cJSON_ArrayForEach(dim, shape)
 	{
 		double d = cJSON_IsNumber(dim) ? dim->valuedouble : 0;
 		if (!(d >= 1 && d <= 9007199254740992.0) || d != (double)(uint64_t)d)
-			return dispatch_param_error(ctx, -EINVAL, "shape",
+			return dispatch_param_error(ctx, -EINVAL, PROTO_F_SHAPE,
 			                            "an array of 1-8 positive integers");
 		a->shape[a->ndim++] = (uint64_t)d;
 	}
-	rc = proto_get_int(o, "elem_size", 1, 65536, &elem);
+	rc = proto_get_int(o, PROTO_F_ELEM_SIZE, 1, 65536, &elem);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "elem_size", "an integer from 1 to 65536");
-	rc = proto_get_int(o, "axis", 0, a->ndim - 1, &axis);
+		return dispatch_param_error(ctx, rc, PROTO_F_ELEM_SIZE,
+		                            "an integer from 1 to 65536");
+	rc = proto_get_int(o, PROTO_F_AXIS, 0, a->ndim - 1, &axis);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "axis", "a dimension of the shape");
-	rc = proto_get_bool(o, "unchunkable", &unchunkable);
+		return dispatch_param_error(ctx, rc, PROTO_F_AXIS, "a dimension of the shape");
+	rc = proto_get_bool(o, PROTO_F_UNCHUNKABLE, &unchunkable);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "unchunkable", "a boolean");
-	rc = proto_get_string(o, "type", 16, &type);
+		return dispatch_param_error(ctx, rc, PROTO_F_UNCHUNKABLE, "a boolean");
+	rc = proto_get_string(o, PROTO_F_TYPE, 16, &type);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "type", type_expected);
-	if (strcmp(type, "managed") == 0) {
+		return dispatch_param_error(ctx, rc, PROTO_F_TYPE, type_expected);
+	if (strcmp(type, PROTO_V_MEM_MANAGED) == 0) {
 		/* As for alloc: unified memory cannot be shared across processes. */
 		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
 		                "memory type 'managed' is not supported: managed memory cannot "
@@ -98,24 +101,25 @@ static int parse_request(struct dispatch_ctx *ctx, const cJSON *o, struct parsed
 			found = t;
 	}
 	if (found < 0)
-		return dispatch_param_error(ctx, -EINVAL, "type", type_expected);
+		return dispatch_param_error(ctx, -EINVAL, PROTO_F_TYPE, type_expected);
 	out->type = (enum broker_memory)found;
 	a->elem_size = (uint64_t)elem;
 	a->axis = (unsigned)axis;
 	a->unchunkable = unchunkable;
 	if (policy_array_bytes(a, POOL_GRANULE, &bytes) < 0)
-		return dispatch_param_error(ctx, -ERANGE, "shape", "a size that fits in 64 bits");
+		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SHAPE,
+		                            "a size that fits in 64 bits");
 	return 0;
 }
 
 /* params.requests: 1-64 request objects with distinct labels. */
 static int parse_requests(struct dispatch_ctx *ctx, struct parsed_request *out, int *n)
 {
-	const cJSON *reqs = cJSON_GetObjectItemCaseSensitive(ctx->params, "requests"), *o;
+	const cJSON *reqs = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_REQUESTS), *o;
 	int count = 0;
 	if (!cJSON_IsArray(reqs) || cJSON_GetArraySize(reqs) < 1 ||
 	    cJSON_GetArraySize(reqs) > QUEUE_MAX)
-		return dispatch_param_error(ctx, reqs ? -EINVAL : -ENOENT, "requests",
+		return dispatch_param_error(ctx, reqs ? -EINVAL : -ENOENT, PROTO_F_REQUESTS,
 		                            "an array of 1-64 request objects");
 	cJSON_ArrayForEach(o, reqs)
 	{
@@ -124,7 +128,7 @@ static int parse_requests(struct dispatch_ctx *ctx, struct parsed_request *out, 
 			return rc;
 		for (int i = 0; i < count; i++) {
 			if (strcmp(out[i].label, out[count].label) == 0)
-				return dispatch_param_error(ctx, -EINVAL, "label",
+				return dispatch_param_error(ctx, -EINVAL, PROTO_F_LABEL,
 				                            "labels distinct within a request");
 		}
 		count++;
@@ -163,8 +167,8 @@ int dispatch_queue_request(struct dispatch_ctx *ctx)
 		                QUEUE_MAX);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			cJSON_AddStringToObject(ctx->data, "limit", "max_queued");
-			cJSON_AddNumberToObject(ctx->data, "value", QUEUE_MAX);
+			cJSON_AddStringToObject(ctx->data, PROTO_F_LIMIT, PROTO_V_LIMIT_MAX_QUEUED);
+			cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, QUEUE_MAX);
 		}
 		return -EMFILE;
 	}
@@ -190,9 +194,9 @@ int dispatch_queue_request(struct dispatch_ctx *ctx)
 		q->type = reqs[i].type;
 	}
 	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_id64(r, "instance", inst->id) ||
-	    !cJSON_AddStringToObject(r, "group", inst->pol.group) ||
-	    !cJSON_AddNumberToObject(r, "queued", inst->queued_count))
+	if (!r || proto_add_id64(r, PROTO_F_INSTANCE, inst->id) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_GROUP, inst->pol.group) ||
+	    !cJSON_AddNumberToObject(r, PROTO_F_QUEUED, inst->queued_count))
 		return -ENOMEM;
 	return 0;
 }
@@ -213,9 +217,9 @@ static cJSON *shape_json(const uint64_t *shape, unsigned ndim)
 
 static int add_warning(cJSON *r, const char *text)
 {
-	cJSON *arr = cJSON_GetObjectItemCaseSensitive(r, "warnings");
+	cJSON *arr = cJSON_GetObjectItemCaseSensitive(r, PROTO_F_WARNINGS);
 	if (!arr)
-		arr = cJSON_AddArrayToObject(r, "warnings");
+		arr = cJSON_AddArrayToObject(r, PROTO_F_WARNINGS);
 	cJSON *s = cJSON_CreateString(text);
 	if (!arr || !s || !cJSON_AddItemToArray(arr, s)) {
 		cJSON_Delete(s);
@@ -228,12 +232,12 @@ static int add_warning(cJSON *r, const char *text)
 /* The figures every chunking result shares. */
 static int chunking_json(cJSON *r, const struct policy_chunking *c)
 {
-	if (proto_add_u64(r, "axis_length", c->axis_length) ||
-	    proto_add_u64(r, "chunks", c->chunks) ||
-	    proto_add_u64(r, "chunk_length", c->chunk_length) ||
-	    proto_add_u64(r, "request_bytes", c->request_bytes) ||
-	    proto_add_u64(r, "chunk_bytes", c->chunk_bytes) ||
-	    proto_add_u64(r, "available", c->available))
+	if (proto_add_u64(r, PROTO_F_AXIS_LENGTH, c->axis_length) ||
+	    proto_add_u64(r, PROTO_F_CHUNKS, c->chunks) ||
+	    proto_add_u64(r, PROTO_F_CHUNK_LENGTH, c->chunk_length) ||
+	    proto_add_u64(r, PROTO_F_REQUEST_BYTES, c->request_bytes) ||
+	    proto_add_u64(r, PROTO_F_CHUNK_BYTES, c->chunk_bytes) ||
+	    proto_add_u64(r, PROTO_F_AVAILABLE, c->available))
 		return -ENOMEM;
 	if (c->warn & POLICY_WARN_OVERSIZED) {
 		char text[160];
@@ -257,8 +261,8 @@ static int chunk_oom(struct dispatch_ctx *ctx, const char *where, uint64_t least
 	                (unsigned long long)available, (unsigned long long)least);
 	ctx->data = cJSON_CreateObject();
 	if (ctx->data) {
-		proto_add_u64(ctx->data, "requested", least);
-		proto_add_u64(ctx->data, "available", available);
+		proto_add_u64(ctx->data, PROTO_F_REQUESTED, least);
+		proto_add_u64(ctx->data, PROTO_F_AVAILABLE, available);
 	}
 	return -ENOSPC;
 }
@@ -310,23 +314,24 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 	int rc = parse_requests(ctx, reqs, &n);
 	if (rc < 0)
 		return rc;
-	int rg = proto_get_string(ctx->params, "group", PROTO_MAX_NAME, &group);
+	int rg = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rg < 0 && rg != -ENOENT)
-		return dispatch_param_error(ctx, rg, "group", "a string of 1-64 bytes");
-	int ra = proto_get_u64(ctx->params, "available", 0, UINT64_MAX, &available);
+		return dispatch_param_error(ctx, rg, PROTO_F_GROUP, "a string of 1-64 bytes");
+	int ra = proto_get_u64(ctx->params, PROTO_F_AVAILABLE, 0, UINT64_MAX, &available);
 	if (ra < 0 && ra != -ENOENT)
-		return dispatch_param_error(ctx, ra, "available",
+		return dispatch_param_error(ctx, ra, PROTO_F_AVAILABLE,
 		                            "a decimal string of 1-20 digits");
-	int rl = proto_get_int(ctx->params, "chunk_length", 1, INT64_MAX, &length);
+	int rl = proto_get_int(ctx->params, PROTO_F_CHUNK_LENGTH, 1, INT64_MAX, &length);
 	if (rl < 0 && rl != -ENOENT)
-		return dispatch_param_error(ctx, rl, "chunk_length", "a positive integer");
+		return dispatch_param_error(ctx, rl, PROTO_F_CHUNK_LENGTH, "a positive integer");
 	if ((rg == 0) + (ra == 0) + (rl == 0) != 1)
-		return dispatch_param_error(ctx, -EINVAL, "group",
-		                            "given alone: one of 'group', 'available' or "
-		                            "'chunk_length'");
-	rc = proto_get_int(ctx->params, "axis_length", 1, INT64_MAX, &axis);
+		return dispatch_param_error(ctx, -EINVAL, PROTO_F_GROUP,
+		                            "given alone: one of '" PROTO_F_GROUP
+		                            "', '" PROTO_F_AVAILABLE "' or '" PROTO_F_CHUNK_LENGTH
+		                            "'");
+	rc = proto_get_int(ctx->params, PROTO_F_AXIS_LENGTH, 1, INT64_MAX, &axis);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "axis_length", "a positive integer");
+		return dispatch_param_error(ctx, rc, PROTO_F_AXIS_LENGTH, "a positive integer");
 	if (rg == 0) {
 		if (policy_group_info(&ctx->b->policy, group, &gi) < 0) {
 			proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
@@ -349,9 +354,10 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 		return chunk_oom(ctx, group ? group : "the request", c.chunk_bytes, available,
 		                 false);
 	if (rc < 0)
-		return dispatch_param_error(ctx, -ERANGE, "requests", "sizes that fit in 64 bits");
+		return dispatch_param_error(ctx, -ERANGE, PROTO_F_REQUESTS,
+		                            "sizes that fit in 64 bits");
 	cJSON *r = dispatch_result(ctx), *out;
-	if (!r || chunking_json(r, &c) || !(out = cJSON_AddArrayToObject(r, "arrays")))
+	if (!r || chunking_json(r, &c) || !(out = cJSON_AddArrayToObject(r, PROTO_F_ARRAYS)))
 		return -ENOMEM;
 	for (int i = 0; i < n; i++) {
 		uint64_t shape[POLICY_MAX_DIMS];
@@ -362,8 +368,8 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 			return -ENOMEM;
 		}
 		cJSON *sj = shape_json(shape, arrays[i].ndim);
-		if (!cJSON_AddStringToObject(o, "label", reqs[i].label) || !sj ||
-		    !cJSON_AddItemToObject(o, "shape", sj)) {
+		if (!cJSON_AddStringToObject(o, PROTO_F_LABEL, reqs[i].label) || !sj ||
+		    !cJSON_AddItemToObject(o, PROTO_F_SHAPE, sj)) {
 			cJSON_Delete(sj);
 			return -ENOMEM;
 		}
@@ -449,7 +455,8 @@ static int batch_chunks(struct dispatch_ctx *ctx, const struct batch *bt, uint64
 	if (rc == -ENOMEM)
 		return chunk_oom(ctx, where, out->chunk_bytes, limit, quota);
 	if (rc < 0)
-		return dispatch_param_error(ctx, -ERANGE, "requests", "sizes that fit in 64 bits");
+		return dispatch_param_error(ctx, -ERANGE, PROTO_F_REQUESTS,
+		                            "sizes that fit in 64 bits");
 	return 0;
 }
 
@@ -458,12 +465,12 @@ static void send_ready(struct broker *b, const struct batch *bt, struct broker_i
                        const struct policy_chunking *c)
 {
 	cJSON *data = cJSON_CreateObject(), *arrs;
-	if (!data || !cJSON_AddStringToObject(data, "group", inst->pol.group) ||
-	    proto_add_id64(data, "instance", inst->id) ||
-	    proto_add_u64(data, "chunks", c->chunks) ||
-	    proto_add_u64(data, "chunk_length", c->chunk_length) ||
-	    proto_add_u64(data, "axis_length", c->axis_length) ||
-	    !(arrs = cJSON_AddArrayToObject(data, "arrays")))
+	if (!data || !cJSON_AddStringToObject(data, PROTO_F_GROUP, inst->pol.group) ||
+	    proto_add_id64(data, PROTO_F_INSTANCE, inst->id) ||
+	    proto_add_u64(data, PROTO_F_CHUNKS, c->chunks) ||
+	    proto_add_u64(data, PROTO_F_CHUNK_LENGTH, c->chunk_length) ||
+	    proto_add_u64(data, PROTO_F_AXIS_LENGTH, c->axis_length) ||
+	    !(arrs = cJSON_AddArrayToObject(data, PROTO_F_ARRAYS)))
 		goto oom;
 	for (size_t i = 0; i < bt->n; i++) {
 		uint64_t shape[POLICY_MAX_DIMS], size;
@@ -487,10 +494,11 @@ static void send_ready(struct broker *b, const struct batch *bt, struct broker_i
 		if (!o || !cJSON_AddItemToArray(arrs, o))
 			goto oom_item;
 		sj = shape_json(shape, bt->arr[i].ndim);
-		if (!cJSON_AddStringToObject(o, "label", bt->req[i]->label) ||
-		    proto_add_id64(o, "id", bt->ids[i]) || !sj ||
-		    !cJSON_AddItemToObject(o, "shape", sj) || proto_add_u64(o, "size", size) ||
-		    !cJSON_AddStringToObject(o, "type", memory_names[type])) {
+		if (!cJSON_AddStringToObject(o, PROTO_F_LABEL, bt->req[i]->label) ||
+		    proto_add_id64(o, PROTO_F_ID, bt->ids[i]) || !sj ||
+		    !cJSON_AddItemToObject(o, PROTO_F_SHAPE, sj) ||
+		    proto_add_u64(o, PROTO_F_SIZE, size) ||
+		    !cJSON_AddStringToObject(o, PROTO_F_TYPE, memory_names[type])) {
 			cJSON_Delete(sj);
 			goto oom;
 		}
@@ -499,7 +507,7 @@ static void send_ready(struct broker *b, const struct batch *bt, struct broker_i
 		cJSON_Delete(o);
 		goto oom;
 	}
-	broker_send_event(b, inst->owner, "allocation_ready", data);
+	broker_send_event(b, inst->owner, PROTO_EV_ALLOCATION_READY, data);
 	return;
 oom:
 	/* The allocations stay (charged, unclaimed) until freed by label or
@@ -568,7 +576,7 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 	if (!bt.n) {
 		proto_error_set(&ctx->err, PROTO_E_PARAMS,
 		                "invalid params: nothing is queued in group %s", group);
-		snprintf(ctx->err.field, sizeof(ctx->err.field), "instance");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_INSTANCE);
 		return -EINVAL;
 	}
 	uint64_t axis = longest_axis(bt.arr, bt.n);
@@ -655,8 +663,8 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 	         (unsigned long long)gc.chunk_length);
 	batch_free(&bt);
 	cJSON *r = dispatch_result(ctx);
-	if (!r || !cJSON_AddStringToObject(r, "group", group) ||
-	    !cJSON_AddNumberToObject(r, "members", members) || chunking_json(r, &gc))
+	if (!r || !cJSON_AddStringToObject(r, PROTO_F_GROUP, group) ||
+	    !cJSON_AddNumberToObject(r, PROTO_F_MEMBERS, members) || chunking_json(r, &gc))
 		return -ENOMEM;
 	return 0;
 }
@@ -665,9 +673,9 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 {
 	struct broker_grant g;
 	uint64_t id;
-	int rc = proto_get_id64(ctx->params, "id", &id);
+	int rc = proto_get_id64(ctx->params, PROTO_F_ID, &id);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "id", "16 lowercase hex digits");
+		return dispatch_param_error(ctx, rc, PROTO_F_ID, "16 lowercase hex digits");
 	rc = broker_claim(ctx->b, ctx->s, id, &g);
 	if (rc == -ENOENT) {
 		struct broker_host *h;
@@ -675,8 +683,9 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 		if (rc == 0) {
 			/* As a host alloc's reply, so the library maps it alike. */
 			rc = dispatch_host_result(ctx, h);
-			if (rc == 0 && (!cJSON_AddStringToObject(ctx->result, "label", h->label) ||
-			                proto_add_id64(ctx->result, "instance", h->instance) < 0))
+			if (rc == 0 &&
+			    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, h->label) ||
+			     proto_add_id64(ctx->result, PROTO_F_INSTANCE, h->instance) < 0))
 				rc = -ENOMEM;
 			return rc;
 		}
@@ -686,7 +695,8 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 		return rc;
 	}
 	if (rc == -EEXIST)
-		return dispatch_param_error(ctx, -EINVAL, "id", "an allocation not claimed yet");
+		return dispatch_param_error(ctx, -EINVAL, PROTO_F_ID,
+		                            "an allocation not claimed yet");
 	if (rc < 0)
 		return -ENOMEM;
 	rc = dispatch_grant_result(ctx, &g);
@@ -696,8 +706,8 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 	 * it: it needs to know which of its allocations a label covers. */
 	const struct broker_alloc *a = idmap_get(&ctx->b->allocs, id);
 	if (a && a->label &&
-	    (!cJSON_AddStringToObject(ctx->result, "label", a->label) ||
-	     proto_add_id64(ctx->result, "instance", a->inst->id) < 0))
+	    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, a->label) ||
+	     proto_add_id64(ctx->result, PROTO_F_INSTANCE, a->inst->id) < 0))
 		return -ENOMEM;
 	return 0;
 }
@@ -707,12 +717,12 @@ int dispatch_free_label(struct dispatch_ctx *ctx)
 	const char *label;
 	uint64_t instance = 0, *ids;
 	size_t n = 0;
-	int rc = proto_get_string(ctx->params, "label", PROTO_MAX_NAME, &label);
+	int rc = proto_get_string(ctx->params, PROTO_F_LABEL, PROTO_MAX_NAME, &label);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "label", "a string of 1-64 bytes");
-	rc = proto_get_id64(ctx->params, "instance", &instance);
+		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, "a string of 1-64 bytes");
+	rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &instance);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "instance", "16 lowercase hex digits");
+		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
 	ids = calloc(ctx->s->alloc_count + ctx->s->host_count + 1, sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
@@ -735,7 +745,7 @@ int dispatch_free_label(struct dispatch_ctx *ctx)
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no allocation with that label");
 		return -ENOENT;
 	}
-	cJSON *r = dispatch_result(ctx), *arr = r ? cJSON_AddArrayToObject(r, "freed") : NULL;
+	cJSON *r = dispatch_result(ctx), *arr = r ? cJSON_AddArrayToObject(r, PROTO_F_FREED) : NULL;
 	for (size_t i = 0; i < n; i++) {
 		char hex[17];
 		broker_free(ctx->b, ctx->s, ids[i]);
@@ -759,8 +769,8 @@ int dispatch_invalidate_all(struct dispatch_ctx *ctx)
 	         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid, (unsigned long long)allocs,
 	         (unsigned long long)attachments);
 	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_u64(r, "allocations", allocs) ||
-	    proto_add_u64(r, "attachments", attachments))
+	if (!r || proto_add_u64(r, PROTO_F_ALLOCATIONS, allocs) ||
+	    proto_add_u64(r, PROTO_F_ATTACHMENTS, attachments))
 		return -ENOMEM;
 	return 0;
 }
@@ -770,14 +780,14 @@ int dispatch_invalidate_done(struct dispatch_ctx *ctx)
 {
 	uint64_t epoch;
 	unsigned released;
-	int rc = proto_get_u64(ctx->params, "epoch", 1, UINT64_MAX, &epoch);
+	int rc = proto_get_u64(ctx->params, PROTO_F_EPOCH, 1, UINT64_MAX, &epoch);
 	if (rc == 0)
 		rc = broker_invalidate_done(ctx->b, ctx->s, epoch, &released);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, "epoch",
+		return dispatch_param_error(ctx, rc, PROTO_F_EPOCH,
 		                            "the u64 epoch of an invalidate event sent");
 	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_u64(r, "slabs", released))
+	if (!r || proto_add_u64(r, PROTO_F_SLABS, released))
 		return -ENOMEM;
 	return 0;
 }

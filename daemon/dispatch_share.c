@@ -10,8 +10,8 @@
 
 static int get_name(struct dispatch_ctx *ctx, const char **name)
 {
-	int rc = proto_get_string(ctx->params, "name", PROTO_MAX_NAME, name);
-	return rc < 0 ? dispatch_param_error(ctx, rc, "name", "a string of 1-64 bytes") : 0;
+	int rc = proto_get_string(ctx->params, PROTO_F_NAME, PROTO_MAX_NAME, name);
+	return rc < 0 ? dispatch_param_error(ctx, rc, PROTO_F_NAME, "a string of 1-64 bytes") : 0;
 }
 
 int dispatch_export(struct dispatch_ctx *ctx)
@@ -19,14 +19,14 @@ int dispatch_export(struct dispatch_ctx *ctx)
 	uint64_t id;
 	const char *name;
 	int64_t uid = ctx->s->uid;
-	int rc = dispatch_get_id(ctx, "id", &id);
+	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
 	if (rc == 0)
 		rc = get_name(ctx, &name);
 	if (rc < 0)
 		return rc;
-	rc = proto_get_int(ctx->params, "uid", 0, UINT32_MAX - 1, &uid);
+	rc = proto_get_int(ctx->params, PROTO_F_UID, 0, UINT32_MAX - 1, &uid);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, "uid", "a uid (0 to 4294967294)");
+		return dispatch_param_error(ctx, rc, PROTO_F_UID, "a uid (0 to 4294967294)");
 	rc = broker_export(ctx->b, ctx->s, id, name, (uid_t)uid);
 	switch (rc) {
 	case 0:
@@ -34,13 +34,13 @@ int dispatch_export(struct dispatch_ctx *ctx)
 	case -EALREADY:
 		proto_error_set(&ctx->err, PROTO_E_PARAMS,
 		                "invalid params: the allocation is already exported");
-		snprintf(ctx->err.field, sizeof(ctx->err.field), "id");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_ID);
 		return rc;
 	case -EEXIST:
 		proto_error_set(&ctx->err, PROTO_E_PARAMS,
 		                "invalid params: that name is already exported (by this client "
 		                "or to that uid)");
-		snprintf(ctx->err.field, sizeof(ctx->err.field), "name");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_NAME);
 		return rc;
 	case -EPERM:
 		/* The opener would map the whole slab, other allocations included. */
@@ -48,7 +48,7 @@ int dispatch_export(struct dispatch_ctx *ctx)
 		                "invalid params: only an allocation that fills a slab of its own "
 		                "can go to another uid (a multiple of 2 MiB, larger than the slab "
 		                "size or under allocator \"direct\")");
-		snprintf(ctx->err.field, sizeof(ctx->err.field), "uid");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_UID);
 		return rc;
 	case -EAGAIN:
 		return -ENOMEM;
@@ -56,8 +56,9 @@ int dispatch_export(struct dispatch_ctx *ctx)
 		return dispatch_broker_error(ctx, rc, "allocation");
 	}
 	cJSON *r = dispatch_result(ctx);
-	if (!r || !cJSON_AddStringToObject(r, "name", name) || proto_add_id64(r, "id", id) ||
-	    !cJSON_AddNumberToObject(r, "uid", (double)uid))
+	if (!r || !cJSON_AddStringToObject(r, PROTO_F_NAME, name) ||
+	    proto_add_id64(r, PROTO_F_ID, id) ||
+	    !cJSON_AddNumberToObject(r, PROTO_F_UID, (double)uid))
 		return -ENOMEM;
 	return 0;
 }

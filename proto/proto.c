@@ -11,92 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
-    [PROTO_OP_HELLO] = {"hello", PROTO_OPF_BEFORE_HELLO},
-    [PROTO_OP_REGISTER] = {"register", 0},
-    [PROTO_OP_UNREGISTER] = {"unregister", 0},
-    [PROTO_OP_ALLOC] = {"alloc", 0},
-    [PROTO_OP_FREE] = {"free", 0},
-    [PROTO_OP_ATTACH] = {"attach", 0},
-    [PROTO_OP_DETACH] = {"detach", 0},
-    [PROTO_OP_MEM_INFO] = {"mem_info", 0},
-    [PROTO_OP_STATS] = {"stats", 0},
-    [PROTO_OP_STATUS] = {"status", 0},
-    [PROTO_OP_CLIENTS] = {"clients", 0},
-    [PROTO_OP_DEVICES] = {"devices", 0},
-    [PROTO_OP_RELOAD] = {"reload", PROTO_OPF_ADMIN},
-    [PROTO_OP_METRICS] = {"metrics", 0},
-    [PROTO_OP_POLICY] = {"policy", 0},
-    [PROTO_OP_SET_PROPORTION] = {"set_proportion", 0},
-    [PROTO_OP_SET_AUTO] = {"set_auto", 0},
-    [PROTO_OP_SET_GROUP] = {"set_group", 0},
-    [PROTO_OP_GROUP_INFO] = {"group_info", 0},
-    [PROTO_OP_SET_MODE] = {"set_mode", PROTO_OPF_ADMIN},
-    [PROTO_OP_SET_LIMIT] = {"set_limit", PROTO_OPF_ADMIN},
-    [PROTO_OP_QUEUE_REQUEST] = {"queue_request", 0},
-    [PROTO_OP_ALLOCATE_QUEUE] = {"allocate_queue", 0},
-    [PROTO_OP_CHUNK_PARAMETERS] = {"chunk_parameters", 0},
-    [PROTO_OP_CLAIM] = {"claim", 0},
-    [PROTO_OP_FREE_LABEL] = {"free_label", 0},
-    [PROTO_OP_INVALIDATE_ALL] = {"invalidate_all", PROTO_OPF_ADMIN},
-    [PROTO_OP_SET_ALLOCATOR] = {"set_allocator", PROTO_OPF_ADMIN},
-    [PROTO_OP_EVICT] = {"evict", PROTO_OPF_ADMIN},
-    [PROTO_OP_SELFCHECK] = {"selfcheck", PROTO_OPF_ADMIN},
-    [PROTO_OP_EXPORT] = {"export", 0},
-    [PROTO_OP_UNEXPORT] = {"unexport", 0},
-    [PROTO_OP_OPEN] = {"open", 0},
-    [PROTO_OP_INVALIDATE_DONE] = {"invalidate_done", 0},
-};
-
-int proto_op_lookup(const char *name)
-{
-	for (int i = 0; i < PROTO_OP_COUNT; i++) {
-		if (strcmp(proto_ops[i].name, name) == 0)
-			return i;
-	}
-	return -ENOENT;
-}
-
-const char *proto_code_name(int code)
-{
-	switch (code) {
-	case PROTO_E_PARSE:
-		return "parse_error";
-	case PROTO_E_INVALID_REQUEST:
-		return "invalid_request";
-	case PROTO_E_METHOD:
-		return "method_not_found";
-	case PROTO_E_PARAMS:
-		return "invalid_params";
-	case PROTO_E_INTERNAL:
-		return "internal_error";
-	case PROTO_E_STATE:
-		return "bad_state";
-	case PROTO_E_VERSION:
-		return "version_unsupported";
-	case PROTO_E_NO_MEMORY:
-		return "out_of_memory";
-	case PROTO_E_QUOTA:
-		return "quota_exceeded";
-	case PROTO_E_NOT_FOUND:
-		return "not_found";
-	case PROTO_E_PERMISSION:
-		return "permission_denied";
-	case PROTO_E_LIMIT:
-		return "limit_reached";
-	case PROTO_E_SHUTTING_DOWN:
-		return "shutting_down";
-	case PROTO_E_TIMEOUT:
-		return "timeout";
-	case PROTO_E_NOT_SUPPORTED:
-		return "not_supported";
-	case PROTO_E_BACKEND:
-		return "backend_error";
-	default:
-		return "unknown_error";
-	}
-}
-
 /* ---- framing ---------------------------------------------------------- */
 
 void proto_framer_init(struct proto_framer *f, size_t max)
@@ -369,7 +283,7 @@ int proto_request_parse(const char *frame, size_t len, struct proto_request *req
 		                "invalid request: a request must be a JSON object");
 		return -EINVAL;
 	}
-	const cJSON *id = cJSON_GetObjectItemCaseSensitive(req->root, "id");
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(req->root, PROTO_F_ID);
 	if (!cJSON_IsString(id) || id->valuestring[0] == '\0' ||
 	    strlen(id->valuestring) > PROTO_MAX_ID) {
 		proto_error_set(err, PROTO_E_INVALID_REQUEST,
@@ -378,14 +292,14 @@ int proto_request_parse(const char *frame, size_t len, struct proto_request *req
 		return -EINVAL;
 	}
 	req->id = id->valuestring;
-	const cJSON *method = cJSON_GetObjectItemCaseSensitive(req->root, "method");
+	const cJSON *method = cJSON_GetObjectItemCaseSensitive(req->root, PROTO_F_METHOD);
 	if (!cJSON_IsString(method)) {
 		proto_error_set(err, PROTO_E_INVALID_REQUEST,
 		                "invalid request: 'method' must be a string");
 		return -EINVAL;
 	}
 	req->method = method->valuestring;
-	const cJSON *params = cJSON_GetObjectItemCaseSensitive(req->root, "params");
+	const cJSON *params = cJSON_GetObjectItemCaseSensitive(req->root, PROTO_F_PARAMS);
 	if (params && !cJSON_IsObject(params)) {
 		proto_error_set(err, PROTO_E_INVALID_REQUEST,
 		                "invalid request: 'params' must be an object");
@@ -425,32 +339,32 @@ int proto_reply_parse(const char *frame, size_t len, struct proto_reply *rep)
 	const cJSON *root = rep->root;
 	if (!cJSON_IsObject(root))
 		goto bad;
-	const cJSON *event = cJSON_GetObjectItemCaseSensitive(root, "event");
+	const cJSON *event = cJSON_GetObjectItemCaseSensitive(root, PROTO_F_EVENT);
 	if (event) {
 		if (!cJSON_IsString(event))
 			goto bad;
 		rep->event = event->valuestring;
-		rep->data = cJSON_GetObjectItemCaseSensitive(root, "data");
+		rep->data = cJSON_GetObjectItemCaseSensitive(root, PROTO_F_DATA);
 		if (rep->data && !cJSON_IsObject(rep->data))
 			goto bad;
 		return 0;
 	}
-	const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, PROTO_F_ID);
 	if (cJSON_IsString(id))
 		rep->id = id->valuestring;
 	else if (!cJSON_IsNull(id))
 		goto bad;
-	rep->result = cJSON_GetObjectItemCaseSensitive(root, "result");
-	const cJSON *error = cJSON_GetObjectItemCaseSensitive(root, "error");
+	rep->result = cJSON_GetObjectItemCaseSensitive(root, PROTO_F_RESULT);
+	const cJSON *error = cJSON_GetObjectItemCaseSensitive(root, PROTO_F_ERROR);
 	if (rep->result && !error && cJSON_IsObject(rep->result))
 		return 0;
 	if (!rep->result && cJSON_IsObject(error)) {
-		const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
-		const cJSON *msg = cJSON_GetObjectItemCaseSensitive(error, "message");
+		const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, PROTO_F_CODE);
+		const cJSON *msg = cJSON_GetObjectItemCaseSensitive(error, PROTO_F_MESSAGE);
 		if (!cJSON_IsNumber(code) || !cJSON_IsString(msg) || code->valueint == 0 ||
 		    code->valuedouble != (double)code->valueint)
 			goto bad;
-		rep->data = cJSON_GetObjectItemCaseSensitive(error, "data");
+		rep->data = cJSON_GetObjectItemCaseSensitive(error, PROTO_F_DATA);
 		if (rep->data && !cJSON_IsObject(rep->data))
 			goto bad;
 		rep->code = code->valueint;
@@ -509,7 +423,7 @@ static cJSON *envelope(const char *id, const char *key, cJSON *value)
 {
 	cJSON *root = cJSON_CreateObject();
 	cJSON *idv = id ? cJSON_CreateString(id) : cJSON_CreateNull();
-	if (!root || !idv || !value || !cJSON_AddItemToObject(root, "id", idv)) {
+	if (!root || !idv || !value || !cJSON_AddItemToObject(root, PROTO_F_ID, idv)) {
 		cJSON_Delete(root);
 		cJSON_Delete(idv);
 		cJSON_Delete(value);
@@ -527,8 +441,8 @@ char *proto_encode_request(const char *id, const char *method, cJSON *params, si
 {
 	if (!params)
 		params = cJSON_CreateObject();
-	cJSON *root = envelope(id, "params", params);
-	if (root && !cJSON_AddStringToObject(root, "method", method)) {
+	cJSON *root = envelope(id, PROTO_F_PARAMS, params);
+	if (root && !cJSON_AddStringToObject(root, PROTO_F_METHOD, method)) {
 		cJSON_Delete(root);
 		root = NULL;
 	}
@@ -539,21 +453,21 @@ char *proto_encode_result(const char *id, cJSON *result, size_t *len)
 {
 	if (!result)
 		result = cJSON_CreateObject();
-	return encode(envelope(id, "result", result), PROTO_MAX_REPLY, len);
+	return encode(envelope(id, PROTO_F_RESULT, result), PROTO_MAX_REPLY, len);
 }
 
 char *proto_encode_error(const char *id, int code, const char *message, cJSON *data, size_t *len)
 {
 	cJSON *error = cJSON_CreateObject();
-	if (!error || !cJSON_AddNumberToObject(error, "code", code) ||
-	    !cJSON_AddStringToObject(error, "message", message) ||
-	    (data && !cJSON_AddItemToObject(error, "data", data))) {
-		if (error && data && !cJSON_GetObjectItemCaseSensitive(error, "data"))
+	if (!error || !cJSON_AddNumberToObject(error, PROTO_F_CODE, code) ||
+	    !cJSON_AddStringToObject(error, PROTO_F_MESSAGE, message) ||
+	    (data && !cJSON_AddItemToObject(error, PROTO_F_DATA, data))) {
+		if (error && data && !cJSON_GetObjectItemCaseSensitive(error, PROTO_F_DATA))
 			cJSON_Delete(data);
 		cJSON_Delete(error);
 		return NULL;
 	}
-	return encode(envelope(id, "error", error), PROTO_MAX_REPLY, len);
+	return encode(envelope(id, PROTO_F_ERROR, error), PROTO_MAX_REPLY, len);
 }
 
 char *proto_encode_event(const char *name, cJSON *data, size_t *len)
@@ -561,9 +475,9 @@ char *proto_encode_event(const char *name, cJSON *data, size_t *len)
 	cJSON *root = cJSON_CreateObject();
 	if (!data)
 		data = cJSON_CreateObject();
-	if (!root || !data || !cJSON_AddStringToObject(root, "event", name) ||
-	    !cJSON_AddItemToObject(root, "data", data)) {
-		if (data && (!root || !cJSON_GetObjectItemCaseSensitive(root, "data")))
+	if (!root || !data || !cJSON_AddStringToObject(root, PROTO_F_EVENT, name) ||
+	    !cJSON_AddItemToObject(root, PROTO_F_DATA, data)) {
+		if (data && (!root || !cJSON_GetObjectItemCaseSensitive(root, PROTO_F_DATA)))
 			cJSON_Delete(data);
 		cJSON_Delete(root);
 		return NULL;

@@ -270,6 +270,30 @@ const cJSON *jarr(const cJSON *obj, const char *key, int len)
 	return v;
 }
 
+void check_members(const cJSON *obj, const struct proto_member *list)
+{
+	const struct proto_member *m = list;
+	const cJSON *v;
+	cJSON_ArrayForEach(v, obj)
+	{
+		while (m->name && strcmp(m->name, v->string) != 0) {
+			if (m->presence == PROTO_REQUIRED)
+				fail_msg("reply member '%s' missing before '%s'", m->name,
+				         v->string);
+			m++;
+		}
+		if (!m->name)
+			fail_msg(
+			    "reply member '%s' is not in the message list, or out of its order",
+			    v->string);
+		m++;
+	}
+	for (; m->name; m++) {
+		if (m->presence == PROTO_REQUIRED)
+			fail_msg("reply member '%s' missing", m->name);
+	}
+}
+
 /*
  * Sends frame and expects an error reply with `code`, the id `id` (NULL: a
  * JSON null id), no descriptor, and, when field is set, data.field == field.

@@ -89,6 +89,14 @@ double jnum(const cJSON *obj, const char *key);
 const cJSON *jarr(const cJSON *obj, const char *key, int len);
 
 /*
+ * Checks obj's members against a message list of proto/schema.h
+ * (PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT)): each member is in the list, in the
+ * list's order, and every required one is there. A typed encoder written
+ * from the list then produces the same frames as the cJSON one.
+ */
+void check_members(const cJSON *obj, const struct proto_member *list);
+
+/*
  * Sends frame and expects an error reply with `code`, the id `id` (NULL: a
  * JSON null id), no descriptor, and, when field is set, data.field == field.
  */

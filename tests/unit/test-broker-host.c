@@ -145,6 +145,7 @@ static void test_host_requests(void **state)
 	        "\",\"size\":\"100\",\"type\":\"mapped\"}}",
 	        inst->id);
 	const cJSON *res = result_of(&r, "h");
+	check_members(res, PROTO_MEMBER_TABLE(PROTO_HOST_RESULT));
 	assert_string_equal(jstr(res, "type"), "mapped");
 	assert_int_equal(ju64(res, "size"), (uint64_t)sysconf(_SC_PAGESIZE));
 	assert_true(cJSON_IsTrue(jget(res, "fd")));

@@ -99,6 +99,7 @@ static void test_dispatch_end_to_end(void **state)
 	        "\",\"size\":\"1000\"}}",
 	        inst);
 	res = result_of(&r, "3");
+	check_members(res, PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT));
 	uint64_t id1 = jid(res, "id");
 	assert_int_not_equal(id1, 0);
 	assert_int_equal(jnum(res, "device"), 1);
@@ -145,6 +146,7 @@ static void test_dispatch_end_to_end(void **state)
 	        "\",\"size\":\"5000\",\"alignment\":\"4096\",\"type\":\"device\"}}",
 	        inst);
 	res = result_of(&r, "5");
+	check_members(res, PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT));
 	uint64_t id2 = jid(res, "id");
 	assert_int_not_equal(id2, id1);
 	assert_int_equal(jid(res, "slab"), slab);

@@ -28,21 +28,11 @@
 static void test_op_table(void **state)
 {
 	(void)state;
-	/* The wire-visible order of PROTOCOL.md. */
-	static const char *const names[PROTO_OP_COUNT] = {
-	    "hello",     "register",        "unregister",     "alloc",
-	    "free",      "attach",          "detach",         "mem_info",
-	    "stats",     "status",          "clients",        "devices",
-	    "reload",    "metrics",         "policy",         "set_proportion",
-	    "set_auto",  "set_group",       "group_info",     "set_mode",
-	    "set_limit", "queue_request",   "allocate_queue", "chunk_parameters",
-	    "claim",     "free_label",      "invalidate_all", "set_allocator",
-	    "evict",     "selfcheck",       "export",         "unexport",
-	    "open",      "invalidate_done",
-	};
+	/* The names themselves, and the admin marks, are checked against
+	 * PROTOCOL.md's headings by test-proto-schema: the table is generated
+	 * from schema.h's PROTO_OPS, so a name cannot drift from its op. */
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {
 		assert_non_null(proto_ops[i].name);
-		assert_string_equal(proto_ops[i].name, names[i]);
 		/* Only hello may come before hello. */
 		assert_int_equal(!!(proto_ops[i].flags & PROTO_OPF_BEFORE_HELLO),
 		                 i == PROTO_OP_HELLO);

@@ -1,0 +1,472 @@
+/*
+ * schema.h - the vocabulary of protocol v1, defined once for gpubrokerd and
+ * libgpubroker: limits, error codes, methods, member names, event names and
+ * the enumerated string values.
+ *
+ * Why a header of its own: both sides used to write every name as a string
+ * literal, kept in step only by PROTOCOL.md. Here each name is written once,
+ * as a string-literal macro (so it also works in static initialisers and in
+ * string concatenation: a typed encoder can build "\"" PROTO_F_SIZE "\":"
+ * at compile time), and listed in a table of its kind (schema.c; the op,
+ * event and message tables are generated from the X-macro lists here),
+ * which test-proto-schema checks against PROTOCOL.md.
+ * This header includes no JSON library: the broker layer and a future
+ * typed codec (one that skips the cJSON tree) can use it without cJSON.
+ *
+ * Adding a name: its #define below, its entry in the list of its kind
+ * (PROTO_OPS, PROTO_EVENTS here; proto_fields[], proto_values[] in
+ * schema.c), and its place in PROTOCOL.md. test-proto-schema fails on a
+ * name that is in one and not the others.
+ */
+#ifndef GPB_PROTO_SCHEMA_H
+#define GPB_PROTO_SCHEMA_H
+
+#define PROTO_VERSION     1
+#define PROTO_MAX_FRAME   65536       /* request bytes, including the terminating '\n' */
+#define PROTO_MAX_REPLY   (16u << 20) /* reply and event bytes: lists of clients grow */
+#define PROTO_MAX_DEPTH   8           /* nesting of objects/arrays, top level = 1 */
+#define PROTO_MAX_KEYS    64          /* members per object, elements per array */
+#define PROTO_MAX_ID      64          /* bytes of a request id */
+#define PROTO_MAX_NAME    64          /* bytes of instance, group and client names */
+#define PROTO_HANDLE_SIZE 64          /* bytes of an IPC handle (CUipcMemHandle shape) */
+
+/* ---- error codes --------------------------------------------------------- */
+
+/* Error codes carried in error.code: JSON-RPC 2.0's reserved ones plus the
+ * broker's range -32000..-32099. X(suffix, code, name as PROTOCOL.md's error
+ * table and the metrics' result label give it). */
+#define PROTO_CODES(X)                                                                             \
+	X(PARSE, -32700, "parse_error")               /* not JSON, bad UTF-8, NUL */               \
+	X(INVALID_REQUEST, -32600, "invalid_request") /* not a request object, bad id, too big */  \
+	X(METHOD, -32601, "method_not_found")         /* unknown method */                         \
+	X(PARAMS, -32602, "invalid_params")           /* a parameter missing, wrong type/range */  \
+	X(INTERNAL, -32603, "internal_error")         /* a bug or a host resource failure */       \
+	X(STATE, -32000, "bad_state")                 /* call before hello, second hello */        \
+	X(VERSION, -32001, "version_unsupported")     /* no common protocol version */             \
+	X(NO_MEMORY, -32002, "out_of_memory")         /* the device (or the limit) is full */      \
+	X(QUOTA, -32003, "quota_exceeded")            /* the instance's cap would be exceeded */   \
+	X(NOT_FOUND, -32004, "not_found")             /* unknown id, or not this client's */       \
+	X(PERMISSION, -32005, "permission_denied")    /* admin-only operation */                   \
+	X(LIMIT, -32006, "limit_reached")             /* a per-connection or daemon limit */       \
+	X(SHUTTING_DOWN, -32007, "shutting_down")     /* the daemon is stopping */                 \
+	X(TIMEOUT, -32008, "timeout")                 /* a wait ran out */                         \
+	X(NOT_SUPPORTED, -32009, "not_supported")     /* valid request the backend cannot serve */ \
+	X(BACKEND, -32010, "backend_error")           /* the device or driver failed */
+
+#define PROTO_CODE_ENUM_(id, code, name) PROTO_E_##id = (code),
+enum proto_code { PROTO_CODES(PROTO_CODE_ENUM_) };
+#undef PROTO_CODE_ENUM_
+
+/* The name of an error code ("invalid_params"), "unknown_error" for others. */
+const char *proto_code_name(int code);
+
+/* ---- methods --------------------------------------------------------------- */
+
+#define PROTO_M_HELLO            "hello"
+#define PROTO_M_REGISTER         "register"
+#define PROTO_M_UNREGISTER       "unregister"
+#define PROTO_M_ALLOC            "alloc"
+#define PROTO_M_FREE             "free"
+#define PROTO_M_ATTACH           "attach"
+#define PROTO_M_DETACH           "detach"
+#define PROTO_M_MEM_INFO         "mem_info"
+#define PROTO_M_STATS            "stats"
+#define PROTO_M_STATUS           "status"
+#define PROTO_M_CLIENTS          "clients"
+#define PROTO_M_DEVICES          "devices"
+#define PROTO_M_RELOAD           "reload"
+#define PROTO_M_METRICS          "metrics"
+#define PROTO_M_POLICY           "policy"
+#define PROTO_M_SET_PROPORTION   "set_proportion"
+#define PROTO_M_SET_AUTO         "set_auto"
+#define PROTO_M_SET_GROUP        "set_group"
+#define PROTO_M_GROUP_INFO       "group_info"
+#define PROTO_M_SET_MODE         "set_mode"
+#define PROTO_M_SET_LIMIT        "set_limit"
+#define PROTO_M_QUEUE_REQUEST    "queue_request"
+#define PROTO_M_ALLOCATE_QUEUE   "allocate_queue"
+#define PROTO_M_CHUNK_PARAMETERS "chunk_parameters"
+#define PROTO_M_CLAIM            "claim"
+#define PROTO_M_FREE_LABEL       "free_label"
+#define PROTO_M_INVALIDATE_ALL   "invalidate_all"
+#define PROTO_M_SET_ALLOCATOR    "set_allocator"
+#define PROTO_M_EVICT            "evict"
+#define PROTO_M_SELFCHECK        "selfcheck"
+#define PROTO_M_EXPORT           "export"
+#define PROTO_M_UNEXPORT         "unexport"
+#define PROTO_M_OPEN             "open"
+#define PROTO_M_INVALIDATE_DONE  "invalidate_done"
+
+enum proto_op_flags {
+	PROTO_OPF_BEFORE_HELLO = 1u << 0, /* allowed before the handshake (hello only) */
+	PROTO_OPF_ADMIN = 1u << 1, /* root or gpubroker-admin only: "(admin)" in PROTOCOL.md */
+};
+
+/* The one table of operations: X(suffix, flags), the method name being
+ * PROTO_M_<suffix> and the enum PROTO_OP_<suffix>. The order is the enum's
+ * (metrics count per op in it); names are case-sensitive. */
+#define PROTO_OPS(X)                                                                               \
+	X(HELLO, PROTO_OPF_BEFORE_HELLO)                                                           \
+	X(REGISTER, 0)                                                                             \
+	X(UNREGISTER, 0)                                                                           \
+	X(ALLOC, 0)                                                                                \
+	X(FREE, 0)                                                                                 \
+	X(ATTACH, 0)                                                                               \
+	X(DETACH, 0)                                                                               \
+	X(MEM_INFO, 0)                                                                             \
+	X(STATS, 0)                                                                                \
+	X(STATUS, 0)                                                                               \
+	X(CLIENTS, 0)                                                                              \
+	X(DEVICES, 0)                                                                              \
+	X(RELOAD, PROTO_OPF_ADMIN)                                                                 \
+	X(METRICS, 0)                                                                              \
+	X(POLICY, 0)                                                                               \
+	X(SET_PROPORTION, 0)                                                                       \
+	X(SET_AUTO, 0)                                                                             \
+	X(SET_GROUP, 0)                                                                            \
+	X(GROUP_INFO, 0)                                                                           \
+	X(SET_MODE, PROTO_OPF_ADMIN)                                                               \
+	X(SET_LIMIT, PROTO_OPF_ADMIN)                                                              \
+	X(QUEUE_REQUEST, 0)                                                                        \
+	X(ALLOCATE_QUEUE, 0)                                                                       \
+	X(CHUNK_PARAMETERS, 0)                                                                     \
+	X(CLAIM, 0)                                                                                \
+	X(FREE_LABEL, 0)                                                                           \
+	X(INVALIDATE_ALL, PROTO_OPF_ADMIN)                                                         \
+	X(SET_ALLOCATOR, PROTO_OPF_ADMIN)                                                          \
+	X(EVICT, PROTO_OPF_ADMIN)                                                                  \
+	X(SELFCHECK, PROTO_OPF_ADMIN)                                                              \
+	X(EXPORT, 0)                                                                               \
+	X(UNEXPORT, 0)                                                                             \
+	X(OPEN, 0)                                                                                 \
+	X(INVALIDATE_DONE, 0)
+
+#define PROTO_OP_ENUM_(id, flags) PROTO_OP_##id,
+enum proto_op { PROTO_OPS(PROTO_OP_ENUM_) PROTO_OP_COUNT };
+#undef PROTO_OP_ENUM_
+
+struct proto_op_info {
+	const char *name; /* PROTO_M_* */
+	unsigned flags;   /* enum proto_op_flags */
+};
+
+extern const struct proto_op_info proto_ops[PROTO_OP_COUNT];
+
+/* Returns the operation for a method name, or -ENOENT. */
+int proto_op_lookup(const char *name);
+
+/* ---- member names -------------------------------------------------------- */
+
+/*
+ * Every member name of every object on the wire: the envelope (id, method,
+ * params, result, error, code, message, data, event), request params, reply
+ * results and their nested objects, error data and event data. One
+ * namespace, because many names serve in several messages ("id" is the
+ * request id, free's parameter and alloc's result); per-message lists
+ * below say which message carries which.
+ */
+#define PROTO_F_ALIGNMENT          "alignment"
+#define PROTO_F_ALLOCATIONS        "allocations"
+#define PROTO_F_ALLOCATOR          "allocator"
+#define PROTO_F_ALLOCS             "allocs"
+#define PROTO_F_APPLIED            "applied"
+#define PROTO_F_ARRAYS             "arrays"
+#define PROTO_F_ATTACHMENTS        "attachments"
+#define PROTO_F_AUTO               "auto"
+#define PROTO_F_AUTO_CAP           "auto_cap"
+#define PROTO_F_AUTO_INSTANCES     "auto_instances"
+#define PROTO_F_AVAILABLE          "available"
+#define PROTO_F_AXIS               "axis"
+#define PROTO_F_AXIS_LENGTH        "axis_length"
+#define PROTO_F_BACKEND            "backend"
+#define PROTO_F_BACKEND_ERROR      "backend_error"
+#define PROTO_F_CAP                "cap"
+#define PROTO_F_CAPACITY           "capacity"
+#define PROTO_F_CHUNK_BYTES        "chunk_bytes"
+#define PROTO_F_CHUNK_LENGTH       "chunk_length"
+#define PROTO_F_CHUNKS             "chunks"
+#define PROTO_F_CLIENT             "client"
+#define PROTO_F_CLIENTS            "clients"
+#define PROTO_F_CODE               "code"
+#define PROTO_F_COMPUTE_CAPABILITY "compute_capability"
+#define PROTO_F_CONNECTED_S        "connected_s"
+#define PROTO_F_DATA               "data"
+#define PROTO_F_DEVICE             "device"
+#define PROTO_F_DEVICE_FREE        "device_free"
+#define PROTO_F_DEVICE_UUID        "device_uuid"
+#define PROTO_F_DEVICES            "devices"
+#define PROTO_F_ELEM_SIZE          "elem_size"
+#define PROTO_F_EPOCH              "epoch"
+#define PROTO_F_ERROR              "error"
+#define PROTO_F_EVENT              "event"
+#define PROTO_F_EXPORTS            "exports"
+#define PROTO_F_FD                 "fd"
+#define PROTO_F_FIELD              "field"
+#define PROTO_F_FRACTION           "fraction"
+#define PROTO_F_FREE               "free"
+#define PROTO_F_FREE_BLOCKS        "free_blocks"
+#define PROTO_F_FREED              "freed"
+#define PROTO_F_FREES              "frees"
+#define PROTO_F_GHOSTS             "ghosts"
+#define PROTO_F_GID                "gid"
+#define PROTO_F_GROUP              "group"
+#define PROTO_F_GROUPED            "grouped"
+#define PROTO_F_HANDLE             "handle"
+#define PROTO_F_HEAP_BYTES         "heap_bytes"
+#define PROTO_F_HELLO_TIMEOUT_MS   "hello_timeout_ms"
+#define PROTO_F_HOST_ALLOCATIONS   "host_allocations"
+#define PROTO_F_HOST_USED          "host_used"
+#define PROTO_F_ID                 "id"
+#define PROTO_F_INSTANCE           "instance"
+#define PROTO_F_INSTANCES          "instances"
+#define PROTO_F_LABEL              "label"
+#define PROTO_F_LARGEST_FREE       "largest_free"
+#define PROTO_F_LIMIT              "limit"
+#define PROTO_F_LIMIT_FRACTION     "limit_fraction"
+#define PROTO_F_LIMITS             "limits"
+#define PROTO_F_LIVE               "live"
+#define PROTO_F_MANUAL             "manual"
+#define PROTO_F_MANUAL_INSTANCES   "manual_instances"
+#define PROTO_F_MAX_ALLOCATIONS    "max_allocations"
+#define PROTO_F_MAX_DEPTH          "max_depth"
+#define PROTO_F_MAX_FRAME          "max_frame"
+#define PROTO_F_MAX_ID             "max_id"
+#define PROTO_F_MAX_INFLIGHT       "max_inflight"
+#define PROTO_F_MAX_INSTANCES      "max_instances"
+#define PROTO_F_MAX_MEMBERS        "max_members"
+#define PROTO_F_MAX_NAME           "max_name"
+#define PROTO_F_MAX_REPLY          "max_reply"
+#define PROTO_F_MEMBERS            "members"
+#define PROTO_F_MESSAGE            "message"
+#define PROTO_F_METHOD             "method"
+#define PROTO_F_MIN_AUTO_SHARE     "min_auto_share"
+#define PROTO_F_MODE               "mode"
+#define PROTO_F_NAME               "name"
+#define PROTO_F_NEEDS_RESTART      "needs_restart"
+#define PROTO_F_OFFSET             "offset"
+#define PROTO_F_OK                 "ok"
+#define PROTO_F_OOMS               "ooms"
+#define PROTO_F_ORPHANED           "orphaned"
+#define PROTO_F_ORPHANS            "orphans"
+#define PROTO_F_PARAMS             "params"
+#define PROTO_F_PARTING            "parting"
+#define PROTO_F_PEAK               "peak"
+#define PROTO_F_PID                "pid"
+#define PROTO_F_POOL               "pool"
+#define PROTO_F_PREVIOUS           "previous"
+#define PROTO_F_PROPORTION         "proportion"
+#define PROTO_F_QUEUED             "queued"
+#define PROTO_F_REASON             "reason"
+#define PROTO_F_REQUEST_BYTES      "request_bytes"
+#define PROTO_F_REQUESTED          "requested"
+#define PROTO_F_REQUESTS           "requests"
+#define PROTO_F_RESERVED           "reserved"
+#define PROTO_F_RESULT             "result"
+#define PROTO_F_RETIRED            "retired"
+#define PROTO_F_SERVER             "server"
+#define PROTO_F_SERVER_VERSION     "server_version"
+#define PROTO_F_SESSION            "session"
+#define PROTO_F_SESSIONS           "sessions"
+#define PROTO_F_SHAPE              "shape"
+#define PROTO_F_SHARE              "share"
+#define PROTO_F_SIZE               "size"
+#define PROTO_F_SLAB               "slab"
+#define PROTO_F_SLAB_SIZE          "slab_size"
+#define PROTO_F_SLABS              "slabs"
+#define PROTO_F_SUPPORTED          "supported"
+#define PROTO_F_TEXT               "text"
+#define PROTO_F_TOTAL              "total"
+#define PROTO_F_TOTALS             "totals"
+#define PROTO_F_TYPE               "type"
+#define PROTO_F_UID                "uid"
+#define PROTO_F_UNCHUNKABLE        "unchunkable"
+#define PROTO_F_UPTIME_S           "uptime_s"
+#define PROTO_F_USED               "used"
+#define PROTO_F_UUID               "uuid"
+#define PROTO_F_VALUE              "value"
+#define PROTO_F_VERSION            "version"
+#define PROTO_F_VERSIONS           "versions"
+#define PROTO_F_VIOLATION          "violation"
+#define PROTO_F_WAIT_MS            "wait_ms"
+#define PROTO_F_WAITED_MS          "waited_ms"
+#define PROTO_F_WAITS              "waits"
+#define PROTO_F_WARNINGS           "warnings"
+#define PROTO_F_WRITE_HIGH_WATER   "write_high_water"
+
+/* The names above, in schema.c's table (test-proto-schema checks that it
+ * lists every PROTO_F_ macro). */
+extern const char *const proto_fields[];
+extern const unsigned proto_field_count;
+
+/* ---- typed messages -------------------------------------------------------- */
+
+/*
+ * What one member holds, as the proto_get_* and proto_add_* codecs read
+ * and write it; and whether a message must carry it.
+ */
+enum proto_kind {
+	PROTO_KIND_ID64,   /* 16 lowercase hex digits */
+	PROTO_KIND_U64,    /* a decimal string */
+	PROTO_KIND_INT,    /* a JSON number, whole */
+	PROTO_KIND_NUMBER, /* a JSON number */
+	PROTO_KIND_STRING,
+	PROTO_KIND_BOOL,
+	PROTO_KIND_TRUE, /* present and true, or absent */
+	PROTO_KIND_HEX,  /* PROTO_HANDLE_SIZE bytes as hex digits */
+	PROTO_KIND_ARRAY,
+};
+
+enum proto_presence {
+	PROTO_REQUIRED,
+	PROTO_OPTIONAL, /* absent: the default PROTOCOL.md gives */
+};
+
+/*
+ * The hot path's messages, X(field suffix, PROTO_KIND_ suffix, presence), in
+ * the order the daemon writes them: a typed encoder and decoder for alloc
+ * and free (one that skips the cJSON tree) can be generated from these
+ * lists; test-proto-schema checks each against its section of PROTOCOL.md
+ * and test-dispatch the daemon's replies against the result lists.
+ */
+#define PROTO_ALLOC_PARAMS(X)                                                                      \
+	X(INSTANCE, ID64, PROTO_REQUIRED)                                                          \
+	X(SIZE, U64, PROTO_REQUIRED)                                                               \
+	X(ALIGNMENT, U64, PROTO_OPTIONAL)                                                          \
+	X(TYPE, STRING, PROTO_OPTIONAL)                                                            \
+	X(WAIT_MS, INT, PROTO_OPTIONAL)
+
+/* alloc of device memory, attach, open and claim: the grant. handle and
+ * device_uuid come the first time a connection is given the slab, fd with
+ * a descriptor (sim, or async), pool with the device's memory pool. */
+#define PROTO_GRANT_RESULT(X)                                                                      \
+	X(ID, ID64, PROTO_REQUIRED)                                                                \
+	X(DEVICE, INT, PROTO_REQUIRED)                                                             \
+	X(SLAB, ID64, PROTO_REQUIRED)                                                              \
+	X(SLAB_SIZE, U64, PROTO_REQUIRED)                                                          \
+	X(OFFSET, U64, PROTO_REQUIRED)                                                             \
+	X(SIZE, U64, PROTO_REQUIRED)                                                               \
+	X(HANDLE, HEX, PROTO_OPTIONAL)                                                             \
+	X(DEVICE_UUID, STRING, PROTO_OPTIONAL)                                                     \
+	X(FD, TRUE, PROTO_OPTIONAL)                                                                \
+	X(POOL, TRUE, PROTO_OPTIONAL)
+
+/* alloc of host memory ("pinned", "mapped"), and the claim of a host array. */
+#define PROTO_HOST_RESULT(X)                                                                       \
+	X(ID, ID64, PROTO_REQUIRED)                                                                \
+	X(TYPE, STRING, PROTO_REQUIRED)                                                            \
+	X(SIZE, U64, PROTO_REQUIRED)                                                               \
+	X(FD, TRUE, PROTO_REQUIRED)
+
+/* free (and detach); the result is {}. */
+#define PROTO_FREE_PARAMS(X) X(ID, ID64, PROTO_REQUIRED)
+
+/* A member of a message list, for tables and tests. */
+struct proto_member {
+	const char *name; /* PROTO_F_* */
+	enum proto_kind kind;
+	enum proto_presence presence;
+};
+
+/* A message list as a table of struct proto_member ending with a NULL
+ * name: PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT). */
+#define PROTO_MEMBER_(id, kind, presence) {PROTO_F_##id, PROTO_KIND_##kind, (presence)},
+#define PROTO_MEMBER_TABLE(list)          ((const struct proto_member[]){list(PROTO_MEMBER_){NULL, 0, 0}})
+
+/* The lists above as tables; part is
+ * "params" or "result", method the PROTO_M_* whose section of PROTOCOL.md
+ * documents it. */
+struct proto_message_info {
+	const char *method;
+	const char *part;
+	const struct proto_member *members;
+};
+
+extern const struct proto_message_info proto_messages[];
+extern const unsigned proto_message_count;
+
+/* ---- events ---------------------------------------------------------------- */
+
+#define PROTO_EV_SHUTDOWN         "shutdown"
+#define PROTO_EV_EVICTED          "evicted"
+#define PROTO_EV_CAP_CHANGED      "cap_changed"
+#define PROTO_EV_ALLOCATION_READY "allocation_ready"
+#define PROTO_EV_INVALIDATE       "invalidate"
+
+/* Each event's data, as the message lists above. */
+#define PROTO_SHUTDOWN_DATA(X) X(REASON, STRING, PROTO_REQUIRED)
+#define PROTO_EVICTED_DATA(X)  X(REASON, STRING, PROTO_REQUIRED)
+#define PROTO_CAP_CHANGED_DATA(X)                                                                  \
+	X(INSTANCE, ID64, PROTO_REQUIRED)                                                          \
+	X(CAP, U64, PROTO_REQUIRED)                                                                \
+	X(SHARE, NUMBER, PROTO_REQUIRED)                                                           \
+	X(MODE, STRING, PROTO_REQUIRED)
+#define PROTO_ALLOCATION_READY_DATA(X)                                                             \
+	X(GROUP, STRING, PROTO_REQUIRED)                                                           \
+	X(INSTANCE, ID64, PROTO_REQUIRED)                                                          \
+	X(CHUNKS, U64, PROTO_REQUIRED)                                                             \
+	X(CHUNK_LENGTH, U64, PROTO_REQUIRED)                                                       \
+	X(AXIS_LENGTH, U64, PROTO_REQUIRED)                                                        \
+	X(ARRAYS, ARRAY, PROTO_REQUIRED)
+/* One element of allocation_ready's arrays. */
+#define PROTO_READY_ARRAY(X)                                                                       \
+	X(LABEL, STRING, PROTO_REQUIRED)                                                           \
+	X(ID, ID64, PROTO_REQUIRED)                                                                \
+	X(SHAPE, ARRAY, PROTO_REQUIRED)                                                            \
+	X(SIZE, U64, PROTO_REQUIRED)                                                               \
+	X(TYPE, STRING, PROTO_REQUIRED)
+#define PROTO_INVALIDATE_DATA(X)                                                                   \
+	X(REASON, STRING, PROTO_REQUIRED)                                                          \
+	X(EPOCH, U64, PROTO_REQUIRED)
+
+/* No members (an event whose data holds no array of objects). */
+#define PROTO_NO_MEMBERS(X)
+
+/* X(suffix, data list, list of the members of the elements of data's
+ * array): the name is PROTO_EV_<suffix>. */
+#define PROTO_EVENTS(X)                                                                            \
+	X(SHUTDOWN, PROTO_SHUTDOWN_DATA, PROTO_NO_MEMBERS)                                         \
+	X(EVICTED, PROTO_EVICTED_DATA, PROTO_NO_MEMBERS)                                           \
+	X(CAP_CHANGED, PROTO_CAP_CHANGED_DATA, PROTO_NO_MEMBERS)                                   \
+	X(ALLOCATION_READY, PROTO_ALLOCATION_READY_DATA, PROTO_READY_ARRAY)                        \
+	X(INVALIDATE, PROTO_INVALIDATE_DATA, PROTO_NO_MEMBERS)
+
+struct proto_event_info {
+	const char *name;                 /* PROTO_EV_* */
+	const struct proto_member *data;  /* ends with a NULL name */
+	const struct proto_member *items; /* of the array in data (may be empty) */
+};
+
+extern const struct proto_event_info proto_events[];
+extern const unsigned proto_event_count;
+
+/* ---- values ---------------------------------------------------------------- */
+
+/* The enumerated string values the protocol carries. */
+#define PROTO_V_MEM_DEVICE       "device" /* alloc and queue_request "type" */
+#define PROTO_V_MEM_PINNED       "pinned"
+#define PROTO_V_MEM_MAPPED       "mapped"
+#define PROTO_V_MEM_MANAGED      "managed" /* refused: not shareable between processes */
+#define PROTO_V_MODE_ACTIVE      "active"  /* policy and set_mode "mode" */
+#define PROTO_V_MODE_PASSIVE     "passive"
+#define PROTO_V_ALLOC_POOL       "pool" /* "allocator" */
+#define PROTO_V_ALLOC_DIRECT     "direct"
+#define PROTO_V_ALLOC_ASYNC      "async"
+#define PROTO_V_BACKEND_SIM      "sim" /* hello and status "backend" */
+#define PROTO_V_BACKEND_CUDA     "cuda"
+#define PROTO_V_SERVER           "gpubrokerd" /* hello "server" */
+#define PROTO_V_GROUP_DEFAULT    "default"    /* the group of an instance that names none */
+#define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit"; the others are hello's limits */
+
+/* A value (or name) in JSON quotes, for messages that list the accepted
+ * values and for encoders that write JSON text: "\"" v "\"". */
+#define PROTO_QUOTED(v) "\"" v "\""
+
+/* invalidate's "reason": the method that released everything. */
+#define PROTO_V_REASON_INVALIDATE_ALL PROTO_M_INVALIDATE_ALL
+#define PROTO_V_REASON_SET_ALLOCATOR  PROTO_M_SET_ALLOCATOR
+
+/* The values above but the aliases, in schema.c's table. */
+extern const char *const proto_values[];
+extern const unsigned proto_value_count;
+
+#endif
