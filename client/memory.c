@@ -22,8 +22,8 @@
 
 /* What gives back an alloc or an attach. */
 static const char *const memory_undo_method[TRACK_KINDS] = {
-    [TRACK_ALLOC] = "free",
-    [TRACK_ATTACH] = "detach",
+    [TRACK_ALLOC] = PROTO_M_FREE,
+    [TRACK_ATTACH] = PROTO_M_DETACH,
 };
 
 /*
@@ -38,7 +38,7 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err
 	char saved[256];
 
 	snprintf(saved, sizeof(saved), "%s", error_message());
-	if (client_call_id(c, memory_undo_method[kind], "id", id) < 0)
+	if (client_call_id(c, memory_undo_method[kind], PROTO_F_ID, id) < 0)
 		conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64 ": %s", id,
 		          error_message());
 	return error_set(err, "%s", saved);
@@ -48,9 +48,11 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err
  * or mapped). */
 static bool is_host_type(const cJSON *result)
 {
-	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "type"));
+	const char *type =
+	    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_TYPE));
 
-	return type && (strcmp(type, "pinned") == 0 || strcmp(type, "mapped") == 0);
+	return type &&
+	       (strcmp(type, PROTO_V_MEM_PINNED) == 0 || strcmp(type, PROTO_V_MEM_MAPPED) == 0);
 }
 
 /*
@@ -96,7 +98,7 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 	if (rc < 0) {
 		if (fd >= 0)
 			close(fd);
-		if (proto_get_id64(rep.result, "id", &id) < 0)
+		if (proto_get_id64(rep.result, PROTO_F_ID, &id) < 0)
 			rc = conn_fail(&c->conn, GPB_E_PROTOCOL, "reply without a valid 'id'");
 		else
 			rc = memory_undo(c, kind, id, rc);
@@ -163,7 +165,7 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 	if (c->conn.dead) {
 		rc = conn_dead_error(&c->conn);
 	} else if (kind == TRACK_ALLOC && hostmem_get(c, id)) {
-		rc = hostmem_free(c, id, client_params_id("id", id), NULL);
+		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
 	} else if (!track_lookup(&c->track, kind, id)) {
 		/* The daemon would answer not_found too; asking it is a round
 		 * trip that could only disagree with what this connection
@@ -172,7 +174,7 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		               kind == TRACK_ALLOC ? "allocation" : "attachment", id);
 	} else {
 		rc = memory_release_call(c, kind, memory_undo_method[kind],
-		                         client_params_id("id", id), id, true, NULL);
+		                         client_params_id(PROTO_F_ID, id), id, true, NULL);
 	}
 	client_leave(c);
 	return rc;
@@ -182,10 +184,10 @@ static cJSON *alloc_params(uint64_t instance, uint64_t size, uint64_t alignment,
 {
 	cJSON *params = cJSON_CreateObject();
 
-	if (!params || proto_add_id64(params, "instance", instance) < 0 ||
-	    proto_add_u64(params, "size", size) < 0 ||
-	    (alignment && proto_add_u64(params, "alignment", alignment) < 0) ||
-	    (wait_ms && !cJSON_AddNumberToObject(params, "wait_ms", wait_ms))) {
+	if (!params || proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
+	    proto_add_u64(params, PROTO_F_SIZE, size) < 0 ||
+	    (alignment && proto_add_u64(params, PROTO_F_ALIGNMENT, alignment) < 0) ||
+	    (wait_ms && !cJSON_AddNumberToObject(params, PROTO_F_WAIT_MS, wait_ms))) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -225,8 +227,8 @@ GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, u
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < MEMORY_GRANULE)
 		alignment = MEMORY_GRANULE;
-	rc = memory_call(c, TRACK_ALLOC, "alloc", alloc_params(instance, size, alignment, wait_ms),
-	                 out, NULL);
+	rc = memory_call(c, TRACK_ALLOC, PROTO_M_ALLOC,
+	                 alloc_params(instance, size, alignment, wait_ms), out, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -238,7 +240,7 @@ static void memory_release_freed(gpb_client *c, const cJSON *result)
 	const cJSON *it;
 	uint64_t id;
 
-	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(result, "freed"))
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(result, PROTO_F_FREED))
 	{
 		char *end;
 
@@ -261,7 +263,8 @@ GPB_EXPORT int gpb_claim(gpb_client *c, uint64_t id, struct gpb_allocation *out)
 		rc = error_set(GPB_E_INVALID, "gpb_claim: out is NULL");
 		goto out;
 	}
-	rc = memory_call(c, TRACK_ALLOC, "claim", client_params_id("id", id), out, NULL);
+	rc =
+	    memory_call(c, TRACK_ALLOC, PROTO_M_CLAIM, client_params_id(PROTO_F_ID, id), out, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -299,7 +302,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 	}
 	if (closing)
 		closing = track_release_label_early(&c->track, label, instance, closed, closing);
-	rc = conn_call(&c->conn, "free_label", params, &rep, NULL);
+	rc = conn_call(&c->conn, PROTO_M_FREE_LABEL, params, &rep, NULL);
 	if (rc < 0) {
 		if (closing && !c->conn.dead)
 			rc = conn_fail(&c->conn, rc, "free_label failed after closing slabs: %s",
@@ -308,7 +311,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 		return rc;
 	}
 	memory_release_freed(c, rep.result);
-	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, "freed"));
+	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, PROTO_F_FREED));
 	if (result_json && client_result_json(rep.result, result_json) < 0)
 		rc = GPB_E_NOMEM;
 	proto_reply_finish(&rep);
@@ -339,8 +342,9 @@ GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *labe
 		               PROTO_MAX_NAME);
 	} else {
 		params = cJSON_CreateObject();
-		if (params && (!cJSON_AddStringToObject(params, "label", label) ||
-		               (instance && proto_add_id64(params, "instance", instance) < 0))) {
+		if (params &&
+		    (!cJSON_AddStringToObject(params, PROTO_F_LABEL, label) ||
+		     (instance && proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0))) {
 			cJSON_Delete(params);
 			params = NULL;
 		}
@@ -366,7 +370,8 @@ GPB_EXPORT int gpb_attach(gpb_client *c, uint64_t id, struct gpb_allocation *out
 		rc = error_set(GPB_E_INVALID, "gpb_attach: out is NULL");
 		goto out;
 	}
-	rc = memory_call(c, TRACK_ATTACH, "attach", client_params_id("id", id), out, NULL);
+	rc = memory_call(c, TRACK_ATTACH, PROTO_M_ATTACH, client_params_id(PROTO_F_ID, id), out,
+	                 NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -381,7 +386,7 @@ static cJSON *name_params(const char *name)
 {
 	cJSON *params = cJSON_CreateObject();
 
-	if (params && !cJSON_AddStringToObject(params, "name", name)) {
+	if (params && !cJSON_AddStringToObject(params, PROTO_F_NAME, name)) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -408,12 +413,12 @@ GPB_EXPORT int gpb_export(gpb_client *c, uint64_t id, const char *name, int64_t 
 		goto out;
 	}
 	params = name_params(name);
-	if (params && (proto_add_id64(params, "id", id) < 0 ||
-	               (uid >= 0 && !cJSON_AddNumberToObject(params, "uid", (double)uid)))) {
+	if (params && (proto_add_id64(params, PROTO_F_ID, id) < 0 ||
+	               (uid >= 0 && !cJSON_AddNumberToObject(params, PROTO_F_UID, (double)uid)))) {
 		cJSON_Delete(params);
 		params = NULL;
 	}
-	rc = client_call(c, "export", params, NULL, NULL);
+	rc = client_call(c, PROTO_M_EXPORT, params, NULL, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -430,7 +435,7 @@ GPB_EXPORT int gpb_unexport(gpb_client *c, const char *name)
 		rc = error_set(GPB_E_INVALID, "gpb_unexport: name must be 1-%d bytes",
 		               PROTO_MAX_NAME);
 	else
-		rc = client_call(c, "unexport", name_params(name), NULL, NULL);
+		rc = client_call(c, PROTO_M_UNEXPORT, name_params(name), NULL, NULL);
 	client_leave(c);
 	return rc;
 }
@@ -446,7 +451,7 @@ GPB_EXPORT int gpb_open_shared(gpb_client *c, const char *name, struct gpb_alloc
 		rc = error_set(GPB_E_INVALID, "gpb_open_shared: needs a name of 1-%d bytes and out",
 		               PROTO_MAX_NAME);
 	else
-		rc = memory_call(c, TRACK_ATTACH, "open", name_params(name), out, NULL);
+		rc = memory_call(c, TRACK_ATTACH, PROTO_M_OPEN, name_params(name), out, NULL);
 	client_leave(c);
 	return rc;
 }
@@ -475,9 +480,9 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 		 * for ones it can accept. */
 		const char *label = NULL;
 		uint64_t instance = 0;
-		if (proto_get_string(params, "label", PROTO_MAX_NAME, &label) < 0 ||
-		    (cJSON_GetObjectItemCaseSensitive(params, "instance") &&
-		     proto_get_id64(params, "instance", &instance) < 0))
+		if (proto_get_string(params, PROTO_F_LABEL, PROTO_MAX_NAME, &label) < 0 ||
+		    (cJSON_GetObjectItemCaseSensitive(params, PROTO_F_INSTANCE) &&
+		     proto_get_id64(params, PROTO_F_INSTANCE, &instance) < 0))
 			label = NULL;
 		rc = free_label_call(c, params, label, instance, result_json);
 		return rc < 0 ? rc : 0;
@@ -485,7 +490,7 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 
 	/* free / detach: passed to the daemon as they are (it judges the
 	 * parameters); on success, forget what it released. */
-	have_id = proto_get_id64(params, "id", &id) == 0;
+	have_id = proto_get_id64(params, PROTO_F_ID, &id) == 0;
 	if (op == PROTO_OP_FREE && have_id && hostmem_get(c, id))
 		return hostmem_free(c, id, params, result_json);
 	return memory_release_call(c, kind, method, params, id, have_id, result_json);
@@ -509,10 +514,11 @@ GPB_EXPORT int gpb_alloc_host(gpb_client *c, uint64_t instance, uint64_t size,
 	} else {
 		params = cJSON_CreateObject();
 		if (params &&
-		    (proto_add_id64(params, "instance", instance) < 0 ||
-		     proto_add_u64(params, "size", size) < 0 ||
-		     !cJSON_AddStringToObject(params, "type",
-		                              type == GPB_HOST_MAPPED ? "mapped" : "pinned"))) {
+		    (proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
+		     proto_add_u64(params, PROTO_F_SIZE, size) < 0 ||
+		     !cJSON_AddStringToObject(params, PROTO_F_TYPE,
+		                              type == GPB_HOST_MAPPED ? PROTO_V_MEM_MAPPED
+		                                                      : PROTO_V_MEM_PINNED))) {
 			cJSON_Delete(params);
 			params = NULL;
 		}

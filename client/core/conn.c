@@ -451,9 +451,9 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		/* Dropped here, not in gpb_dispatch(): a reply behind this event
 		 * may put the connection back in a slab, and must find the
 		 * bookkeeping already empty, as the daemon's is. */
-		if (strcmp(r.event, "invalidate") == 0 && c->on_invalidate) {
+		if (strcmp(r.event, PROTO_EV_INVALIDATE) == 0 && c->on_invalidate) {
 			uint64_t epoch = 0;
-			if (proto_get_u64(r.data, "epoch", 1, UINT64_MAX, &epoch) < 0)
+			if (proto_get_u64(r.data, PROTO_F_EPOCH, 1, UINT64_MAX, &epoch) < 0)
 				epoch = 0;
 			if (c->defer_invalidate) {
 				c->invalidate_pending = true;
@@ -603,12 +603,12 @@ static void conn_send_acks(struct conn *c)
 	memcpy(id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1);
 	conn_format_id(id + sizeof(CONN_ACK_ID) - 1, c->invalidate_acked);
 	params = cJSON_CreateObject();
-	if (!params || proto_add_u64(params, "epoch", c->invalidate_acked) < 0) {
+	if (!params || proto_add_u64(params, PROTO_F_EPOCH, c->invalidate_acked) < 0) {
 		cJSON_Delete(params);
 		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
 		return;
 	}
-	frame = proto_encode_request(id, "invalidate_done", params, &len);
+	frame = proto_encode_request(id, PROTO_M_INVALIDATE_DONE, params, &len);
 	if (!frame) {
 		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
 		return;
@@ -666,7 +666,7 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	}
 
 	if (r.result) {
-		rc = proto_get_bool(r.result, "fd", &has_fd);
+		rc = proto_get_bool(r.result, PROTO_F_FD, &has_fd);
 		if (rc < 0 && rc != -ENOENT) {
 			proto_reply_finish(&r);
 			return conn_fail(c, GPB_E_PROTOCOL, "'fd' in a reply is not a boolean");

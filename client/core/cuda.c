@@ -454,7 +454,7 @@ static void cuda_host_unregister(void *p, void *priv)
 }
 
 const struct slab_opener slab_cuda_opener = {
-    .backend = "cuda",
+    .backend = PROTO_V_BACKEND_CUDA,
     .needs_fd = 0,
     .close_first = 1,
     .open = cuda_open,

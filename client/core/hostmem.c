@@ -52,8 +52,8 @@ static int host_adopt(gpb_client *c, const cJSON *result, int fd, bool mapped, s
 {
 	int rc;
 
-	if (proto_get_id64(result, "id", id) < 0 ||
-	    proto_get_u64(result, "size", 1, SIZE_MAX, &h->size) < 0 || fd < 0) {
+	if (proto_get_id64(result, PROTO_F_ID, id) < 0 ||
+	    proto_get_u64(result, PROTO_F_SIZE, 1, SIZE_MAX, &h->size) < 0 || fd < 0) {
 		if (fd >= 0)
 			close(fd);
 		return error_set(GPB_E_PROTOCOL,
@@ -80,7 +80,8 @@ static int host_adopt(gpb_client *c, const cJSON *result, int fd, bool mapped, s
 int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocation *out,
                   char **result_json)
 {
-	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "type"));
+	const char *type =
+	    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_TYPE));
 	struct host_entry *h = calloc(1, sizeof(*h));
 	uint64_t id = 0;
 	int rc;
@@ -88,10 +89,11 @@ int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocat
 	if (!h || idmap_reserve(&c->hosts, 1) < 0) {
 		if (fd >= 0)
 			close(fd);
-		proto_get_id64(result, "id", &id);
+		proto_get_id64(result, PROTO_F_ID, &id);
 		rc = error_set(GPB_E_NOMEM, "out of memory");
 	} else {
-		rc = host_adopt(c, result, fd, type && strcmp(type, "mapped") == 0, h, &id);
+		rc = host_adopt(c, result, fd, type && strcmp(type, PROTO_V_MEM_MAPPED) == 0, h,
+		                &id);
 		if (rc == 0 && result_json)
 			rc = client_result_json(result, result_json);
 	}
@@ -103,7 +105,7 @@ int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocat
 			host_entry_drop(c, h);
 		else
 			free(h);
-		if (id && client_call_id(c, "free", "id", id) < 0)
+		if (id && client_call_id(c, PROTO_M_FREE, PROTO_F_ID, id) < 0)
 			conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64, id);
 		return error_set(rc, "%s", saved);
 	}
@@ -130,7 +132,7 @@ int hostmem_call(gpb_client *c, cJSON *params, struct gpb_allocation *out, char 
 		cJSON_Delete(params);
 		return conn_dead_error(&c->conn);
 	}
-	rc = conn_call(&c->conn, "alloc", params, &rep, &fd);
+	rc = conn_call(&c->conn, PROTO_M_ALLOC, params, &rep, &fd);
 	if (rc < 0)
 		return rc;
 	rc = hostmem_adopt(c, rep.result, fd, out, result_json);
@@ -166,7 +168,7 @@ int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json)
 	}
 	if (!params)
 		return error_set(GPB_E_NOMEM, "out of memory");
-	rc = conn_call(&c->conn, "free", params, &rep, NULL);
+	rc = conn_call(&c->conn, PROTO_M_FREE, params, &rep, NULL);
 	if (rc < 0)
 		return rc;
 	if (result_json)
