@@ -1,10 +1,13 @@
 /*
  * api.c - the gpb_* calls: connection, instances, statistics, raw requests
- * and events. Allocation calls are in memory.c.
+ * and events. Allocation calls are in memory.c, the VRAM policy's in vram.c;
+ * all of them call down into the connection core (core/client.h).
  */
 #include "client.h"
 #include "config.h"
-#include "internal.h"
+#include "error.h"
+#include "export.h"
+#include "memory.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -22,10 +25,10 @@ static void client_read_limits(gpb_client *c, const cJSON *limits)
 		const char *key;
 		uint64_t *out;
 	} fields[] = {
-	    {"max_frame", &c->limits.max_frame},
-	    {"max_instances", &c->limits.max_instances},
-	    {"max_allocations", &c->limits.max_allocations},
-	    {"write_high_water", &c->limits.write_high_water},
+	    {PROTO_F_MAX_FRAME, &c->limits.max_frame},
+	    {PROTO_F_MAX_INSTANCES, &c->limits.max_instances},
+	    {PROTO_F_MAX_ALLOCATIONS, &c->limits.max_allocations},
+	    {PROTO_F_WRITE_HIGH_WATER, &c->limits.write_high_water},
 	};
 
 	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
@@ -44,12 +47,12 @@ static cJSON *hello_params(const char *name)
 	cJSON *params = cJSON_CreateObject();
 	cJSON *versions = cJSON_CreateIntArray(offered, 1);
 
-	if (!params || !versions || !cJSON_AddItemToObject(params, "versions", versions)) {
+	if (!params || !versions || !cJSON_AddItemToObject(params, PROTO_F_VERSIONS, versions)) {
 		cJSON_Delete(versions);
 		cJSON_Delete(params);
 		return NULL;
 	}
-	if (name && !cJSON_AddStringToObject(params, "client", name)) {
+	if (name && !cJSON_AddStringToObject(params, PROTO_F_CLIENT, name)) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -62,16 +65,16 @@ static int hello_parse(const cJSON *result, void *arg)
 	const char *backend;
 	int64_t version;
 
-	if (proto_get_int(result, "version", 0, INT_MAX, &version) < 0 ||
+	if (proto_get_int(result, PROTO_F_VERSION, 0, INT_MAX, &version) < 0 ||
 	    version != GPB_PROTOCOL_VERSION)
 		return error_set(GPB_E_VERSION, "the daemon chose a protocol version not offered");
-	if (proto_get_string(result, "backend", sizeof(c->backend) - 1, &backend) < 0 ||
-	    proto_get_id64(result, "session", &c->session) < 0)
+	if (proto_get_string(result, PROTO_F_BACKEND, sizeof(c->backend) - 1, &backend) < 0 ||
+	    proto_get_id64(result, PROTO_F_SESSION, &c->session) < 0)
 		return error_set(GPB_E_PROTOCOL, "hello reply without a valid backend or session");
 	strcpy(c->backend, backend);
 	c->uid = -1;
-	proto_get_int(result, "uid", 0, INT64_MAX, &c->uid);
-	client_read_limits(c, cJSON_GetObjectItemCaseSensitive(result, "limits"));
+	proto_get_int(result, PROTO_F_UID, 0, INT64_MAX, &c->uid);
+	client_read_limits(c, cJSON_GetObjectItemCaseSensitive(result, PROTO_F_LIMITS));
 	c->track.opener = slab_opener_find(c->backend);
 	return 0;
 }
@@ -90,21 +93,10 @@ GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
 		if (!path || !*path)
 			path = GPB_DEFAULT_SOCKET_PATH;
 	}
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return error_set(GPB_E_NOMEM, "out of memory");
-	rc = conn_init(&c->conn, path);
-	if (rc < 0) {
-		free(c);
+	rc = client_create(path, &c);
+	if (rc < 0)
 		return rc;
-	}
-	pthread_mutex_init(&c->lock, NULL);
-	/* Until hello names the backend nothing can be mapped. */
-	track_init(&c->track, NULL);
-	hostmem_init(c);
-	c->conn.on_invalidate = memory_invalidate;
-	c->conn.invalidate_ctx = c;
-	rc = client_call(c, "hello", hello_params(name), hello_parse, c);
+	rc = client_call(c, PROTO_M_HELLO, hello_params(name), hello_parse, c);
 	if (rc < 0) {
 		gpb_disconnect(c);
 		return rc;
@@ -115,75 +107,8 @@ GPB_EXPORT int gpb_connect(const char *path, const char *name, gpb_client **out)
 
 GPB_EXPORT void gpb_disconnect(gpb_client *c)
 {
-	if (!c)
-		return;
-	/* Unmapping first: once the socket closes the daemon releases what
-	 * the connection held and may free its slabs, and CUDA memory must
-	 * not be freed under an open IPC mapping. */
-	track_finish(&c->track);
-	hostmem_finish(c);
-	idmap_finish(&c->hosts);
-	conn_finish(&c->conn);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
-}
-
-/* Validates the client and takes its lock; clears the last error. */
-int client_enter(gpb_client *c)
-{
-	error_clear();
-	if (!c)
-		return error_set(GPB_E_INVALID, "client is NULL");
-	pthread_mutex_lock(&c->lock);
-	conn_settle(&c->conn);
-	return 0;
-}
-
-void client_leave(gpb_client *c)
-{
-	pthread_mutex_unlock(&c->lock);
-}
-
-int client_call(gpb_client *c, const char *method, cJSON *params, client_parse_fn parse, void *arg)
-{
-	struct proto_reply rep;
-	int rc;
-
-	if (!params)
-		return error_set(GPB_E_NOMEM, "out of memory");
-	rc = conn_call(&c->conn, method, params, &rep, NULL);
-	if (rc < 0)
-		return rc;
-	if (parse)
-		rc = parse(rep.result, arg);
-	proto_reply_finish(&rep);
-	return rc;
-}
-
-cJSON *client_params_id(const char *key, uint64_t id)
-{
-	cJSON *params = cJSON_CreateObject();
-
-	if (!params || proto_add_id64(params, key, id) < 0) {
-		cJSON_Delete(params);
-		return NULL;
-	}
-	return params;
-}
-
-int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id)
-{
-	return client_call(c, method, client_params_id(key, id), NULL, NULL);
-}
-
-int client_result_json(const cJSON *result, void *result_json)
-{
-	char **out = result_json;
-
-	if (!out)
-		return 0;
-	*out = conn_json_text(result);
-	return *out ? 0 : error_set(GPB_E_NOMEM, "out of memory");
+	if (c)
+		client_destroy(c);
 }
 
 /* ---- instances ------------------------------------------------------------- */
@@ -192,12 +117,12 @@ static cJSON *register_params(const struct gpb_register_opts *opts)
 {
 	cJSON *params = cJSON_CreateObject();
 
-	if (!params || !cJSON_AddStringToObject(params, "name", opts->name) ||
-	    (opts->device_uuid ? !cJSON_AddStringToObject(params, "device", opts->device_uuid)
-	                       : !cJSON_AddNumberToObject(params, "device", opts->device)) ||
+	if (!params || !cJSON_AddStringToObject(params, PROTO_F_NAME, opts->name) ||
+	    (opts->device_uuid ? !cJSON_AddStringToObject(params, PROTO_F_DEVICE, opts->device_uuid)
+	                       : !cJSON_AddNumberToObject(params, PROTO_F_DEVICE, opts->device)) ||
 	    (opts->proportion != 0 &&
-	     !cJSON_AddNumberToObject(params, "proportion", opts->proportion)) ||
-	    (opts->group && !cJSON_AddStringToObject(params, "group", opts->group))) {
+	     !cJSON_AddNumberToObject(params, PROTO_F_PROPORTION, opts->proportion)) ||
+	    (opts->group && !cJSON_AddStringToObject(params, PROTO_F_GROUP, opts->group))) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -206,7 +131,7 @@ static cJSON *register_params(const struct gpb_register_opts *opts)
 
 static int register_parse(const cJSON *result, void *instance)
 {
-	if (proto_get_id64(result, "instance", instance) < 0)
+	if (proto_get_id64(result, PROTO_F_INSTANCE, instance) < 0)
 		return error_set(GPB_E_PROTOCOL, "register reply without a valid 'instance'");
 	return 0;
 }
@@ -231,7 +156,7 @@ GPB_EXPORT int gpb_register(gpb_client *c, const struct gpb_register_opts *opts,
 		    "gpb_register: proportion must be in (0, 1] (0 = auto) and device >= 0");
 		goto out;
 	}
-	rc = client_call(c, "register", register_params(opts), register_parse, instance);
+	rc = client_call(c, PROTO_M_REGISTER, register_params(opts), register_parse, instance);
 out:
 	client_leave(c);
 	return rc;
@@ -243,7 +168,7 @@ GPB_EXPORT int gpb_unregister(gpb_client *c, uint64_t instance)
 
 	if (rc < 0)
 		return rc;
-	rc = client_call_id(c, "unregister", "instance", instance);
+	rc = client_call_id(c, PROTO_M_UNREGISTER, PROTO_F_INSTANCE, instance);
 	client_leave(c);
 	return rc;
 }
@@ -283,18 +208,19 @@ static int mem_info_parse(const cJSON *result, void *arg)
 {
 	struct mem_info_query *q = arg;
 	struct gpb_mem_info *out = &q->info;
-	const cJSON *inst = find_member(result, "instances", "instance", true, q->instance);
+	const cJSON *inst =
+	    find_member(result, PROTO_F_INSTANCES, PROTO_F_INSTANCE, true, q->instance);
 	const cJSON *dev;
 	int64_t device;
 
-	if (!inst || proto_get_int(inst, "device", 0, INT_MAX, &device) < 0 ||
-	    proto_get_u64(inst, "cap", 0, UINT64_MAX, &out->cap) < 0 ||
-	    proto_get_u64(inst, "used", 0, UINT64_MAX, &out->used) < 0 ||
-	    proto_get_u64(inst, "free", 0, UINT64_MAX, &out->free) < 0)
+	if (!inst || proto_get_int(inst, PROTO_F_DEVICE, 0, INT_MAX, &device) < 0 ||
+	    proto_get_u64(inst, PROTO_F_CAP, 0, UINT64_MAX, &out->cap) < 0 ||
+	    proto_get_u64(inst, PROTO_F_USED, 0, UINT64_MAX, &out->used) < 0 ||
+	    proto_get_u64(inst, PROTO_F_FREE, 0, UINT64_MAX, &out->free) < 0)
 		return error_set(GPB_E_PROTOCOL, "mem_info reply without the instance's figures");
-	dev = find_member(result, "devices", "device", false, (uint64_t)device);
-	if (!dev || proto_get_u64(dev, "total", 0, UINT64_MAX, &out->device_total) < 0 ||
-	    proto_get_u64(dev, "free", 0, UINT64_MAX, &out->device_free) < 0)
+	dev = find_member(result, PROTO_F_DEVICES, PROTO_F_DEVICE, false, (uint64_t)device);
+	if (!dev || proto_get_u64(dev, PROTO_F_TOTAL, 0, UINT64_MAX, &out->device_total) < 0 ||
+	    proto_get_u64(dev, PROTO_F_FREE, 0, UINT64_MAX, &out->device_free) < 0)
 		return error_set(GPB_E_PROTOCOL, "mem_info reply without the device's figures");
 	return 0;
 }
@@ -311,7 +237,8 @@ GPB_EXPORT int gpb_mem_info(gpb_client *c, uint64_t instance, struct gpb_mem_inf
 		rc = error_set(GPB_E_INVALID, "gpb_mem_info: out is NULL");
 		goto out;
 	}
-	rc = client_call(c, "mem_info", client_params_id("instance", instance), mem_info_parse, &q);
+	rc = client_call(c, PROTO_M_MEM_INFO, client_params_id(PROTO_F_INSTANCE, instance),
+	                 mem_info_parse, &q);
 	if (rc == 0)
 		*out = q.info;
 out:
@@ -329,7 +256,7 @@ static cJSON *stats_params(int device)
 {
 	cJSON *params = cJSON_CreateObject();
 
-	if (!params || !cJSON_AddNumberToObject(params, "device", device)) {
+	if (!params || !cJSON_AddNumberToObject(params, PROTO_F_DEVICE, device)) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -341,22 +268,23 @@ static int stats_parse(const cJSON *result, void *arg)
 	struct stats_query *q = arg;
 	struct gpb_pool_stats *out = &q->stats;
 	int device = q->device;
-	const cJSON *dev = find_member(result, "devices", "device", false, (uint64_t)device);
+	const cJSON *dev =
+	    find_member(result, PROTO_F_DEVICES, PROTO_F_DEVICE, false, (uint64_t)device);
 	const struct {
 		const char *key;
 		uint64_t *out;
 	} fields[] = {
-	    {"reserved", &out->reserved},
-	    {"used", &out->used},
-	    {"free", &out->free},
-	    {"free_blocks", &out->free_blocks},
-	    {"largest_free", &out->largest_free},
-	    {"peak", &out->peak},
-	    {"slabs", &out->slabs},
-	    {"live", &out->live},
-	    {"allocs", &out->allocs},
-	    {"frees", &out->frees},
-	    {"ooms", &out->ooms},
+	    {PROTO_F_RESERVED, &out->reserved},
+	    {PROTO_F_USED, &out->used},
+	    {PROTO_F_FREE, &out->free},
+	    {PROTO_F_FREE_BLOCKS, &out->free_blocks},
+	    {PROTO_F_LARGEST_FREE, &out->largest_free},
+	    {PROTO_F_PEAK, &out->peak},
+	    {PROTO_F_SLABS, &out->slabs},
+	    {PROTO_F_LIVE, &out->live},
+	    {PROTO_F_ALLOCS, &out->allocs},
+	    {PROTO_F_FREES, &out->frees},
+	    {PROTO_F_OOMS, &out->ooms},
 	};
 
 	if (!dev)
@@ -381,7 +309,7 @@ GPB_EXPORT int gpb_stats(gpb_client *c, int device, struct gpb_pool_stats *out)
 		rc = error_set(GPB_E_INVALID, "gpb_stats: out is NULL or device negative");
 		goto out;
 	}
-	rc = client_call(c, "stats", stats_params(device), stats_parse, &q);
+	rc = client_call(c, PROTO_M_STATS, stats_params(device), stats_parse, &q);
 	if (rc == 0)
 		*out = q.stats;
 out:
@@ -391,11 +319,11 @@ out:
 
 static int device_index_parse(const cJSON *result, void *arg)
 {
-	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(result, "devices");
+	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_DEVICES);
 	int64_t index;
 
 	if (cJSON_GetArraySize(devs) != 1 ||
-	    proto_get_int(cJSON_GetArrayItem(devs, 0), "device", 0, INT_MAX, &index) < 0)
+	    proto_get_int(cJSON_GetArrayItem(devs, 0), PROTO_F_DEVICE, 0, INT_MAX, &index) < 0)
 		return error_set(GPB_E_PROTOCOL, "stats of one device without that device");
 	*(int *)arg = (int)index;
 	return 0;
@@ -416,11 +344,11 @@ GPB_EXPORT int gpb_device_index(gpb_client *c, const char *uuid, int *index)
 	} else {
 		/* The daemon resolves it, as it does for every "device". */
 		params = cJSON_CreateObject();
-		if (params && !cJSON_AddStringToObject(params, "device", uuid)) {
+		if (params && !cJSON_AddStringToObject(params, PROTO_F_DEVICE, uuid)) {
 			cJSON_Delete(params);
 			params = NULL;
 		}
-		rc = client_call(c, "stats", params, device_index_parse, index);
+		rc = client_call(c, PROTO_M_STATS, params, device_index_parse, index);
 	}
 	client_leave(c);
 	return rc;

@@ -2,7 +2,8 @@
  * devmem.c - host copies to and from gpubroker memory, and the process's
  * slab mapping counts.
  */
-#include "internal.h"
+#include "error.h"
+#include "export.h"
 #include "slab.h"
 
 GPB_EXPORT int gpb_copy_to_device(void *dst, const void *src, size_t size, void *stream)

@@ -1,10 +1,14 @@
 /*
  * memory.c - gpb_alloc, gpb_free, gpb_attach, gpb_open_shared and
  * gpb_detach: the exchanges that change which slabs a connection holds, kept
- * in step with track.c; and gpb_export / gpb_unexport, which name memory.
+ * in step with core/track.c; gpb_export / gpb_unexport, which name memory;
+ * and gpb_alloc_host / gpb_host_device_pointer over core/hostmem.c.
  */
+#include "memory.h"
 #include "client.h"
-#include "internal.h"
+#include "error.h"
+#include "export.h"
+#include "hostmem.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,8 +22,8 @@
 
 /* What gives back an alloc or an attach. */
 static const char *const memory_undo_method[TRACK_KINDS] = {
-    [TRACK_ALLOC] = "free",
-    [TRACK_ATTACH] = "detach",
+    [TRACK_ALLOC] = PROTO_M_FREE,
+    [TRACK_ATTACH] = PROTO_M_DETACH,
 };
 
 /*
@@ -34,7 +38,7 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err
 	char saved[256];
 
 	snprintf(saved, sizeof(saved), "%s", error_message());
-	if (client_call_id(c, memory_undo_method[kind], "id", id) < 0)
+	if (client_call_id(c, memory_undo_method[kind], PROTO_F_ID, id) < 0)
 		conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64 ": %s", id,
 		          error_message());
 	return error_set(err, "%s", saved);
@@ -44,9 +48,11 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err
  * or mapped). */
 static bool is_host_type(const cJSON *result)
 {
-	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "type"));
+	const char *type =
+	    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_TYPE));
 
-	return type && (strcmp(type, "pinned") == 0 || strcmp(type, "mapped") == 0);
+	return type &&
+	       (strcmp(type, PROTO_V_MEM_PINNED) == 0 || strcmp(type, PROTO_V_MEM_MAPPED) == 0);
 }
 
 /*
@@ -92,7 +98,7 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 	if (rc < 0) {
 		if (fd >= 0)
 			close(fd);
-		if (proto_get_id64(rep.result, "id", &id) < 0)
+		if (proto_get_id64(rep.result, PROTO_F_ID, &id) < 0)
 			rc = conn_fail(&c->conn, GPB_E_PROTOCOL, "reply without a valid 'id'");
 		else
 			rc = memory_undo(c, kind, id, rc);
@@ -158,8 +164,8 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		return rc;
 	if (c->conn.dead) {
 		rc = conn_dead_error(&c->conn);
-	} else if (kind == TRACK_ALLOC && idmap_get(&c->hosts, id)) {
-		rc = hostmem_free(c, id, client_params_id("id", id), NULL);
+	} else if (kind == TRACK_ALLOC && hostmem_get(c, id)) {
+		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
 	} else if (!track_lookup(&c->track, kind, id)) {
 		/* The daemon would answer not_found too; asking it is a round
 		 * trip that could only disagree with what this connection
@@ -168,7 +174,7 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		               kind == TRACK_ALLOC ? "allocation" : "attachment", id);
 	} else {
 		rc = memory_release_call(c, kind, memory_undo_method[kind],
-		                         client_params_id("id", id), id, true, NULL);
+		                         client_params_id(PROTO_F_ID, id), id, true, NULL);
 	}
 	client_leave(c);
 	return rc;
@@ -178,10 +184,10 @@ static cJSON *alloc_params(uint64_t instance, uint64_t size, uint64_t alignment,
 {
 	cJSON *params = cJSON_CreateObject();
 
-	if (!params || proto_add_id64(params, "instance", instance) < 0 ||
-	    proto_add_u64(params, "size", size) < 0 ||
-	    (alignment && proto_add_u64(params, "alignment", alignment) < 0) ||
-	    (wait_ms && !cJSON_AddNumberToObject(params, "wait_ms", wait_ms))) {
+	if (!params || proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
+	    proto_add_u64(params, PROTO_F_SIZE, size) < 0 ||
+	    (alignment && proto_add_u64(params, PROTO_F_ALIGNMENT, alignment) < 0) ||
+	    (wait_ms && !cJSON_AddNumberToObject(params, PROTO_F_WAIT_MS, wait_ms))) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -221,8 +227,8 @@ GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, u
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < MEMORY_GRANULE)
 		alignment = MEMORY_GRANULE;
-	rc = memory_call(c, TRACK_ALLOC, "alloc", alloc_params(instance, size, alignment, wait_ms),
-	                 out, NULL);
+	rc = memory_call(c, TRACK_ALLOC, PROTO_M_ALLOC,
+	                 alloc_params(instance, size, alignment, wait_ms), out, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -234,7 +240,7 @@ static void memory_release_freed(gpb_client *c, const cJSON *result)
 	const cJSON *it;
 	uint64_t id;
 
-	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(result, "freed"))
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(result, PROTO_F_FREED))
 	{
 		char *end;
 
@@ -257,7 +263,8 @@ GPB_EXPORT int gpb_claim(gpb_client *c, uint64_t id, struct gpb_allocation *out)
 		rc = error_set(GPB_E_INVALID, "gpb_claim: out is NULL");
 		goto out;
 	}
-	rc = memory_call(c, TRACK_ALLOC, "claim", client_params_id("id", id), out, NULL);
+	rc =
+	    memory_call(c, TRACK_ALLOC, PROTO_M_CLAIM, client_params_id(PROTO_F_ID, id), out, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -295,7 +302,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 	}
 	if (closing)
 		closing = track_release_label_early(&c->track, label, instance, closed, closing);
-	rc = conn_call(&c->conn, "free_label", params, &rep, NULL);
+	rc = conn_call(&c->conn, PROTO_M_FREE_LABEL, params, &rep, NULL);
 	if (rc < 0) {
 		if (closing && !c->conn.dead)
 			rc = conn_fail(&c->conn, rc, "free_label failed after closing slabs: %s",
@@ -304,7 +311,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 		return rc;
 	}
 	memory_release_freed(c, rep.result);
-	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, "freed"));
+	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, PROTO_F_FREED));
 	if (result_json && client_result_json(rep.result, result_json) < 0)
 		rc = GPB_E_NOMEM;
 	proto_reply_finish(&rep);
@@ -335,8 +342,9 @@ GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *labe
 		               PROTO_MAX_NAME);
 	} else {
 		params = cJSON_CreateObject();
-		if (params && (!cJSON_AddStringToObject(params, "label", label) ||
-		               (instance && proto_add_id64(params, "instance", instance) < 0))) {
+		if (params &&
+		    (!cJSON_AddStringToObject(params, PROTO_F_LABEL, label) ||
+		     (instance && proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0))) {
 			cJSON_Delete(params);
 			params = NULL;
 		}
@@ -362,7 +370,8 @@ GPB_EXPORT int gpb_attach(gpb_client *c, uint64_t id, struct gpb_allocation *out
 		rc = error_set(GPB_E_INVALID, "gpb_attach: out is NULL");
 		goto out;
 	}
-	rc = memory_call(c, TRACK_ATTACH, "attach", client_params_id("id", id), out, NULL);
+	rc = memory_call(c, TRACK_ATTACH, PROTO_M_ATTACH, client_params_id(PROTO_F_ID, id), out,
+	                 NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -377,7 +386,7 @@ static cJSON *name_params(const char *name)
 {
 	cJSON *params = cJSON_CreateObject();
 
-	if (params && !cJSON_AddStringToObject(params, "name", name)) {
+	if (params && !cJSON_AddStringToObject(params, PROTO_F_NAME, name)) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -404,12 +413,12 @@ GPB_EXPORT int gpb_export(gpb_client *c, uint64_t id, const char *name, int64_t 
 		goto out;
 	}
 	params = name_params(name);
-	if (params && (proto_add_id64(params, "id", id) < 0 ||
-	               (uid >= 0 && !cJSON_AddNumberToObject(params, "uid", (double)uid)))) {
+	if (params && (proto_add_id64(params, PROTO_F_ID, id) < 0 ||
+	               (uid >= 0 && !cJSON_AddNumberToObject(params, PROTO_F_UID, (double)uid)))) {
 		cJSON_Delete(params);
 		params = NULL;
 	}
-	rc = client_call(c, "export", params, NULL, NULL);
+	rc = client_call(c, PROTO_M_EXPORT, params, NULL, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -426,7 +435,7 @@ GPB_EXPORT int gpb_unexport(gpb_client *c, const char *name)
 		rc = error_set(GPB_E_INVALID, "gpb_unexport: name must be 1-%d bytes",
 		               PROTO_MAX_NAME);
 	else
-		rc = client_call(c, "unexport", name_params(name), NULL, NULL);
+		rc = client_call(c, PROTO_M_UNEXPORT, name_params(name), NULL, NULL);
 	client_leave(c);
 	return rc;
 }
@@ -442,21 +451,9 @@ GPB_EXPORT int gpb_open_shared(gpb_client *c, const char *name, struct gpb_alloc
 		rc = error_set(GPB_E_INVALID, "gpb_open_shared: needs a name of 1-%d bytes and out",
 		               PROTO_MAX_NAME);
 	else
-		rc = memory_call(c, TRACK_ATTACH, "open", name_params(name), out, NULL);
+		rc = memory_call(c, TRACK_ATTACH, PROTO_M_OPEN, name_params(name), out, NULL);
 	client_leave(c);
 	return rc;
-}
-
-void memory_invalidate(void *client)
-{
-	gpb_client *c = client;
-	const struct slab_opener *opener = c->track.opener;
-
-	/* The daemon released everything: so does this connection, and every
-	 * pointer it handed out is invalid from here on. */
-	track_finish(&c->track);
-	track_init(&c->track, opener);
-	hostmem_finish(c);
 }
 
 int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json)
@@ -483,9 +480,9 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 		 * for ones it can accept. */
 		const char *label = NULL;
 		uint64_t instance = 0;
-		if (proto_get_string(params, "label", PROTO_MAX_NAME, &label) < 0 ||
-		    (cJSON_GetObjectItemCaseSensitive(params, "instance") &&
-		     proto_get_id64(params, "instance", &instance) < 0))
+		if (proto_get_string(params, PROTO_F_LABEL, PROTO_MAX_NAME, &label) < 0 ||
+		    (cJSON_GetObjectItemCaseSensitive(params, PROTO_F_INSTANCE) &&
+		     proto_get_id64(params, PROTO_F_INSTANCE, &instance) < 0))
 			label = NULL;
 		rc = free_label_call(c, params, label, instance, result_json);
 		return rc < 0 ? rc : 0;
@@ -493,8 +490,63 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 
 	/* free / detach: passed to the daemon as they are (it judges the
 	 * parameters); on success, forget what it released. */
-	have_id = proto_get_id64(params, "id", &id) == 0;
-	if (op == PROTO_OP_FREE && have_id && idmap_get(&c->hosts, id))
+	have_id = proto_get_id64(params, PROTO_F_ID, &id) == 0;
+	if (op == PROTO_OP_FREE && have_id && hostmem_get(c, id))
 		return hostmem_free(c, id, params, result_json);
 	return memory_release_call(c, kind, method, params, id, have_id, result_json);
+}
+
+/* ---- host memory (core/hostmem.c) ------------------------------------------ */
+
+GPB_EXPORT int gpb_alloc_host(gpb_client *c, uint64_t instance, uint64_t size,
+                              enum gpb_host_type type, struct gpb_allocation *out)
+{
+	cJSON *params;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	if (!out || !size || (type != GPB_HOST_PINNED && type != GPB_HOST_MAPPED)) {
+		rc = error_set(GPB_E_INVALID,
+		               "gpb_alloc_host: needs out, a size and GPB_HOST_PINNED or "
+		               "GPB_HOST_MAPPED");
+	} else {
+		params = cJSON_CreateObject();
+		if (params &&
+		    (proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
+		     proto_add_u64(params, PROTO_F_SIZE, size) < 0 ||
+		     !cJSON_AddStringToObject(params, PROTO_F_TYPE,
+		                              type == GPB_HOST_MAPPED ? PROTO_V_MEM_MAPPED
+		                                                      : PROTO_V_MEM_PINNED))) {
+			cJSON_Delete(params);
+			params = NULL;
+		}
+		rc = hostmem_call(c, params, out, NULL);
+	}
+	client_leave(c);
+	return rc;
+}
+
+GPB_EXPORT int gpb_host_device_pointer(gpb_client *c, uint64_t id, void **device_ptr)
+{
+	struct host_entry *h;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	h = hostmem_get(c, id);
+	if (!device_ptr)
+		rc = error_set(GPB_E_INVALID, "gpb_host_device_pointer: device_ptr is NULL");
+	else if (!h)
+		rc = error_set(GPB_E_NOT_FOUND,
+		               "no host allocation %016" PRIx64 " on this connection", id);
+	else if (!h->device_ptr)
+		rc = error_set(GPB_E_INVALID,
+		               "host allocation %016" PRIx64 " is pinned, not mapped", id);
+	else
+		*device_ptr = h->device_ptr;
+	client_leave(c);
+	return rc;
 }

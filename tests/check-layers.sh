@@ -34,9 +34,10 @@ dispatch     daemon/dispatch   broker backend pool policy log proto schema commo
 server       daemon/server     dispatch conf broker backend pool policy log proto schema common
 gpubrokerd   daemon            server dispatch conf broker backend pool policy log proto schema common
 public       include           -
-core         client/core       proto schema common public
-layout       client/layout     public
-library      client            core layout proto schema common public
+base         client/base       public
+layout       client/layout     base public
+core         client/core       base proto schema common public
+library      client            core layout base proto schema common public
 ctl          client/ctl        proto schema public
 '
 # Modules that speak no JSON and run no event loop.

@@ -17,7 +17,7 @@ cat <<MSG
 
 gpubrokerd is starting on $socket (Ctrl-C stops it).
 Talk to it from another terminal (any user may connect in this quick start):
-    $top/build/client/gpubrokerctl status
+    $top/build/client/ctl/gpubrokerctl status
     $top/build/examples/gpubroker-example-alloc
 Run the test suite:
     $top/tools/test.sh

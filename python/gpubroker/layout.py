@@ -432,7 +432,7 @@ class Layout:
 
 
 class _Loader:
-    """gpubrokerctl layout's reading of the file (client/ctl_layout.c), with
+    """gpubrokerctl layout's reading of the file (client/ctl/ctl_layout.c), with
     its checks and its messages: where, then what."""
 
     def __init__(self, call):

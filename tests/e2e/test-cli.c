@@ -333,7 +333,7 @@ static int source_names(const char *src, const char *marker, char names[][32], i
 }
 
 /* --help exits 0 and describes every command and long option the CLI has,
- * as its own tables in client/gpubrokerctl.c list them. */
+ * as its own tables in client/ctl/gpubrokerctl.c list them. */
 static void test_help(void **state)
 {
 	char *argv[] = {(char *)th_env("GPB_CTL"), "--help", NULL};

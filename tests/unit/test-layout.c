@@ -1,6 +1,6 @@
 /*
  * test-layout.c - unit tests of the kernel buffer layout planner
- * (client/layout.c) through its public calls: placement and alignment, the
+ * (client/layout/layout.c) through its public calls: placement and alignment, the
  * three address spaces, component regions, aliasing, the block-size search,
  * the iterators, and every error, each by its own code.
  */

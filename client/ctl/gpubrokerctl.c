@@ -8,7 +8,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include "ctl.h"
 #include "ctl_output.h"
 #include "gpubroker.h"
+#include "schema.h"
 
 #define CTL_MAX_INTERVAL 86400.0 /* seconds: a day between refreshes is plenty */
 
@@ -84,89 +84,27 @@ static void usage(FILE *out)
 	    GPB_DEFAULT_SOCKET_PATH);
 }
 
-int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("gpubrokerctl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nTry 'gpubrokerctl --help' for more information.\n", stderr);
-	return EXIT_USAGE;
-}
-
-/* The exit code for a library error, after printing its message. */
-int ctl_fail(int err)
-{
-	const char *msg = gpb_last_error();
-
-	fprintf(stderr, "gpubrokerctl: %s\n", *msg ? msg : gpb_strerror(err));
-	switch (err) {
-	case GPB_E_CONNECT:
-	case GPB_E_DAEMON_GONE:
-		return EXIT_UNREACHABLE;
-	case GPB_E_PERMISSION:
-		return EXIT_PERMISSION;
-	default:
-		return EXIT_ERROR;
-	}
-}
-
-int ctl_oom(void)
-{
-	fputs("gpubrokerctl: out of memory\n", stderr);
-	return EXIT_ERROR;
-}
-
-int ctl_bad_reply(const char *what)
-{
-	fprintf(stderr, "gpubrokerctl: unexpected reply from the daemon: %s\n", what);
-	return EXIT_ERROR;
-}
-
-/* Prints the rows of result[@key] with @cols. */
-int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols, size_t ncols,
-               const struct ctl_options *o, bool header)
-{
-	struct ctl_table t;
-	int rc;
-
-	ctl_table_init(&t, cols, ncols, o->format);
-	rc = ctl_table_add_rows(&t, cJSON_GetObjectItemCaseSensitive(result, key));
-	if (rc == 0)
-		ctl_table_print(&t, stdout, header);
-	ctl_table_finish(&t);
-	if (rc == -ENOMEM) {
-		fputs("gpubrokerctl: out of memory\n", stderr);
-		return EXIT_ERROR;
-	}
-	if (rc < 0)
-		return ctl_bad_reply(key);
-	return EXIT_OK;
-}
-
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-int print_status(const cJSON *result, const struct ctl_options *o, bool header)
+static int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
-	    {"device", "DEVICE", CTL_NUM}, {"name", "NAME", CTL_TEXT},
-	    {"total", "TOTAL", CTL_SIZE},  {"reserved", "RESERVED", CTL_SIZE},
-	    {"used", "USED", CTL_SIZE},    {"orphaned", "ORPHANED", CTL_SIZE},
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM}, {PROTO_F_NAME, "NAME", CTL_TEXT},
+	    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},  {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
+	    {PROTO_F_USED, "USED", CTL_SIZE},    {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
 	};
 	static const struct {
 		const char *key, *label;
 	} summary[] = {
-	    {"backend", "backend"},
-	    {"server_version", "version"},
-	    {"pid", "pid"},
-	    {"uptime_s", "uptime"},
-	    {"clients", "clients"},
-	    {"instances", "instances"},
-	    {"allocations", "allocations"},
-	    {"exports", "exports"},
-	    {"orphans", "orphans"},
+	    {PROTO_F_BACKEND, "backend"},
+	    {PROTO_F_SERVER_VERSION, "version"},
+	    {PROTO_F_PID, "pid"},
+	    {PROTO_F_UPTIME_S, "uptime"},
+	    {PROTO_F_CLIENTS, "clients"},
+	    {PROTO_F_INSTANCES, "instances"},
+	    {PROTO_F_ALLOCATIONS, "allocations"},
+	    {PROTO_F_EXPORTS, "exports"},
+	    {PROTO_F_ORPHANS, "orphans"},
 	};
 
 	/* CSV is for machines: only the device rows (json has the rest). */
@@ -175,7 +113,7 @@ int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 			const cJSON *v = cJSON_GetObjectItemCaseSensitive(result, summary[i].key);
 			char buf[64], *text;
 
-			if (strcmp(summary[i].key, "uptime_s") == 0 && cJSON_IsNumber(v) &&
+			if (strcmp(summary[i].key, PROTO_F_UPTIME_S) == 0 && cJSON_IsNumber(v) &&
 			    v->valuedouble >= 0) {
 				ctl_format_duration((uint64_t)v->valuedouble, buf, sizeof(buf));
 				text = strdup(buf);
@@ -191,61 +129,62 @@ int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 		}
 		putchar('\n');
 	}
-	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);
 }
 
 static int print_devices(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
-	    {"device", "DEVICE", CTL_NUM}, {"name", "NAME", CTL_TEXT}, {"uuid", "UUID", CTL_TEXT},
-	    {"total", "TOTAL", CTL_SIZE},  {"free", "FREE", CTL_SIZE}, {"used", "USED", CTL_SIZE},
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM}, {PROTO_F_NAME, "NAME", CTL_TEXT},
+	    {PROTO_F_UUID, "UUID", CTL_TEXT},    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
+	    {PROTO_F_FREE, "FREE", CTL_SIZE},    {PROTO_F_USED, "USED", CTL_SIZE},
 	};
 
-	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);
 }
 
-int print_clients(const cJSON *result, const struct ctl_options *o, bool header)
+static int print_clients(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
-	    {"session", "SESSION", CTL_TEXT},
-	    {"pid", "PID", CTL_NUM},
-	    {"uid", "UID", CTL_NUM},
-	    {"name", "NAME", CTL_TEXT},
-	    {"instances", "INSTANCES", CTL_NUM},
-	    {"allocations", "ALLOCATIONS", CTL_NUM},
-	    {"used", "USED", CTL_SIZE},
-	    {"cap", "CAP", CTL_SIZE},
+	    {PROTO_F_SESSION, "SESSION", CTL_TEXT},
+	    {PROTO_F_PID, "PID", CTL_NUM},
+	    {PROTO_F_UID, "UID", CTL_NUM},
+	    {PROTO_F_NAME, "NAME", CTL_TEXT},
+	    {PROTO_F_INSTANCES, "INSTANCES", CTL_NUM},
+	    {PROTO_F_ALLOCATIONS, "ALLOCATIONS", CTL_NUM},
+	    {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_CAP, "CAP", CTL_SIZE},
 	};
 
-	return print_rows(result, "clients", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, PROTO_F_CLIENTS, cols, ARRAY_SIZE(cols), o->format, header);
 }
 
 static int print_stats(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
-	    {"device", "DEVICE", CTL_NUM},
-	    {"reserved", "RESERVED", CTL_SIZE},
-	    {"used", "USED", CTL_SIZE},
-	    {"free", "FREE", CTL_SIZE},
-	    {"free_blocks", "FREE_BLOCKS", CTL_NUM},
-	    {"largest_free", "LARGEST_FREE", CTL_SIZE},
-	    {"peak", "PEAK", CTL_SIZE},
-	    {"slabs", "SLABS", CTL_NUM},
-	    {"live", "LIVE", CTL_NUM},
-	    {"allocs", "ALLOCS", CTL_NUM},
-	    {"frees", "FREES", CTL_NUM},
-	    {"ooms", "OOMS", CTL_NUM},
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},
+	    {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
+	    {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_FREE, "FREE", CTL_SIZE},
+	    {PROTO_F_FREE_BLOCKS, "FREE_BLOCKS", CTL_NUM},
+	    {PROTO_F_LARGEST_FREE, "LARGEST_FREE", CTL_SIZE},
+	    {PROTO_F_PEAK, "PEAK", CTL_SIZE},
+	    {PROTO_F_SLABS, "SLABS", CTL_NUM},
+	    {PROTO_F_LIVE, "LIVE", CTL_NUM},
+	    {PROTO_F_ALLOCS, "ALLOCS", CTL_NUM},
+	    {PROTO_F_FREES, "FREES", CTL_NUM},
+	    {PROTO_F_OOMS, "OOMS", CTL_NUM},
 	};
 
-	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);
 }
 
 static int params_device(const struct ctl_options *o, cJSON *params)
 {
-	if (o->device >= 0 && !cJSON_AddNumberToObject(params, "device", (double)o->device))
+	if (o->device >= 0 && !cJSON_AddNumberToObject(params, PROTO_F_DEVICE, (double)o->device))
 		return ctl_oom();
 	/* The daemon resolves a UUID (and refuses an unknown one). */
-	if (o->device_uuid && !cJSON_AddStringToObject(params, "device", o->device_uuid))
+	if (o->device_uuid && !cJSON_AddStringToObject(params, PROTO_F_DEVICE, o->device_uuid))
 		return ctl_oom();
 	return EXIT_OK;
 }
@@ -257,8 +196,8 @@ static int params_device(const struct ctl_options *o, cJSON *params)
 static cJSON *instance_row(const cJSON *inst, const char *mode)
 {
 	cJSON *row = cJSON_Duplicate(inst, true);
-	const cJSON *prop = cJSON_GetObjectItemCaseSensitive(inst, "proportion");
-	const cJSON *share = cJSON_GetObjectItemCaseSensitive(inst, "share");
+	const cJSON *prop = cJSON_GetObjectItemCaseSensitive(inst, PROTO_F_PROPORTION);
+	const cJSON *share = cJSON_GetObjectItemCaseSensitive(inst, PROTO_F_SHARE);
 	char buf[32];
 
 	if (!row)
@@ -267,16 +206,16 @@ static cJSON *instance_row(const cJSON *inst, const char *mode)
 		snprintf(buf, sizeof(buf), "%.4g", prop->valuedouble);
 	else
 		snprintf(buf, sizeof(buf), "auto");
-	cJSON_DeleteItemFromObjectCaseSensitive(row, "proportion");
-	if (!cJSON_AddStringToObject(row, "proportion", buf))
+	cJSON_DeleteItemFromObjectCaseSensitive(row, PROTO_F_PROPORTION);
+	if (!cJSON_AddStringToObject(row, PROTO_F_PROPORTION, buf))
 		goto fail;
 	if (cJSON_IsNumber(share)) {
 		snprintf(buf, sizeof(buf), "%.4g", share->valuedouble);
-		cJSON_DeleteItemFromObjectCaseSensitive(row, "share");
-		if (!cJSON_AddStringToObject(row, "share", buf))
+		cJSON_DeleteItemFromObjectCaseSensitive(row, PROTO_F_SHARE);
+		if (!cJSON_AddStringToObject(row, PROTO_F_SHARE, buf))
 			goto fail;
 	}
-	if (mode && !cJSON_AddStringToObject(row, "mode", mode))
+	if (mode && !cJSON_AddStringToObject(row, PROTO_F_MODE, mode))
 		goto fail;
 	return row;
 fail:
@@ -285,16 +224,16 @@ fail:
 }
 
 static const struct ctl_column instance_cols[] = {
-    {"instance", "INSTANCE", CTL_TEXT},
-    {"name", "NAME", CTL_TEXT},
-    {"pid", "PID", CTL_NUM},
-    {"device", "DEVICE", CTL_NUM},
-    {"group", "GROUP", CTL_TEXT},
-    {"proportion", "PROPORTION", CTL_TEXT},
-    {"share", "SHARE", CTL_TEXT},
-    {"cap", "CAP", CTL_SIZE},
-    {"used", "USED", CTL_SIZE},
-    {"mode", "MODE", CTL_TEXT},
+    {PROTO_F_INSTANCE, "INSTANCE", CTL_TEXT},
+    {PROTO_F_NAME, "NAME", CTL_TEXT},
+    {PROTO_F_PID, "PID", CTL_NUM},
+    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},
+    {PROTO_F_GROUP, "GROUP", CTL_TEXT},
+    {PROTO_F_PROPORTION, "PROPORTION", CTL_TEXT},
+    {PROTO_F_SHARE, "SHARE", CTL_TEXT},
+    {PROTO_F_CAP, "CAP", CTL_SIZE},
+    {PROTO_F_USED, "USED", CTL_SIZE},
+    {PROTO_F_MODE, "MODE", CTL_TEXT},
 };
 
 /* Prints instance rows (an array of `policy` instance objects). */
@@ -311,7 +250,7 @@ static int print_instance_rows(const cJSON *insts, const char *mode, const struc
 	}
 	if (!cJSON_IsArray(insts)) {
 		cJSON_Delete(rows);
-		return ctl_bad_reply("instances");
+		return ctl_bad_reply(PROTO_F_INSTANCES);
 	}
 	cJSON_ArrayForEach(it, insts)
 	{
@@ -323,14 +262,14 @@ static int print_instance_rows(const cJSON *insts, const char *mode, const struc
 			return ctl_oom();
 		}
 	}
-	rc = print_rows(rows, "rows", instance_cols, ARRAY_SIZE(instance_cols), o, header);
+	rc = print_rows(rows, "rows", instance_cols, ARRAY_SIZE(instance_cols), o->format, header);
 	cJSON_Delete(rows);
 	return rc;
 }
 
 static const char *result_mode(const cJSON *result)
 {
-	const cJSON *mode = cJSON_GetObjectItemCaseSensitive(result, "mode");
+	const cJSON *mode = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_MODE);
 
 	return cJSON_IsString(mode) ? mode->valuestring : NULL;
 }
@@ -340,9 +279,9 @@ static int print_instances(const cJSON *result, const struct ctl_options *o, boo
 	const char *mode = result_mode(result);
 
 	if (!mode)
-		return ctl_bad_reply("mode");
-	return print_instance_rows(cJSON_GetObjectItemCaseSensitive(result, "instances"), mode, o,
-	                           header);
+		return ctl_bad_reply(PROTO_F_MODE);
+	return print_instance_rows(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_INSTANCES),
+	                           mode, o, header);
 }
 
 /* The daemon's warnings (auto pool under 5%...) go to stderr. */
@@ -350,7 +289,7 @@ static void print_warnings(const cJSON *result)
 {
 	const cJSON *w;
 
-	cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(result, "warnings"))
+	cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(result, PROTO_F_WARNINGS))
 	{
 		if (cJSON_IsString(w))
 			fprintf(stderr, "gpubrokerctl: warning: %s\n", w->valuestring);
@@ -378,10 +317,10 @@ static int print_instance(const cJSON *result, const struct ctl_options *o, bool
 static int print_mode(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	const char *mode = result_mode(result);
-	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(result, "previous");
+	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_PREVIOUS);
 
 	if (!mode || !cJSON_IsString(prev))
-		return ctl_bad_reply("mode");
+		return ctl_bad_reply(PROTO_F_MODE);
 	if (o->format == CTL_CSV) {
 		if (header)
 			printf("mode,previous\n");
@@ -395,16 +334,16 @@ static int print_mode(const cJSON *result, const struct ctl_options *o, bool hea
 static int print_limit(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
-	    {"device", "DEVICE", CTL_NUM},
-	    {"total", "TOTAL", CTL_SIZE},
-	    {"capacity", "CAPACITY", CTL_SIZE},
-	    {"limit", "LIMIT", CTL_SIZE},
-	    {"limit_fraction", "FRACTION", CTL_TEXT},
-	    {"used", "USED", CTL_SIZE},
-	    {"available", "AVAILABLE", CTL_SIZE},
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},
+	    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
+	    {PROTO_F_CAPACITY, "CAPACITY", CTL_SIZE},
+	    {PROTO_F_LIMIT, "LIMIT", CTL_SIZE},
+	    {PROTO_F_LIMIT_FRACTION, "FRACTION", CTL_TEXT},
+	    {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_AVAILABLE, "AVAILABLE", CTL_SIZE},
 	};
 
-	return print_rows(result, "devices", cols, ARRAY_SIZE(cols), o, header);
+	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);
 }
 
 /* An instance id as typed: 16 hex digits (leading zeros may be left out). */
@@ -420,7 +359,7 @@ static int params_instance(const struct ctl_options *o, cJSON *params)
 	    *arg == ' ')
 		return usage_error("'%s' is not an instance id (hex, as 'instances' shows)", arg);
 	snprintf(id, sizeof(id), "%016llx", v);
-	return cJSON_AddStringToObject(params, "instance", id) ? EXIT_OK : ctl_oom();
+	return cJSON_AddStringToObject(params, PROTO_F_INSTANCE, id) ? EXIT_OK : ctl_oom();
 }
 
 static int params_proportion(const struct ctl_options *o, cJSON *params)
@@ -436,16 +375,16 @@ static int params_proportion(const struct ctl_options *o, cJSON *params)
 	p = strtod(arg, &end);
 	if (errno || end == arg || *end || !(p > 0 && p <= 1))
 		return usage_error("the proportion must be a number in (0, 1], not '%s'", arg);
-	return cJSON_AddNumberToObject(params, "proportion", p) ? EXIT_OK : ctl_oom();
+	return cJSON_AddNumberToObject(params, PROTO_F_PROPORTION, p) ? EXIT_OK : ctl_oom();
 }
 
 static int params_mode(const struct ctl_options *o, cJSON *params)
 {
 	const char *mode = o->args[0];
 
-	if (strcmp(mode, "active") != 0 && strcmp(mode, "passive") != 0)
+	if (strcmp(mode, PROTO_V_MODE_ACTIVE) != 0 && strcmp(mode, PROTO_V_MODE_PASSIVE) != 0)
 		return usage_error("the mode is 'active' or 'passive', not '%s'", mode);
-	return cJSON_AddStringToObject(params, "mode", mode) ? EXIT_OK : ctl_oom();
+	return cJSON_AddStringToObject(params, PROTO_F_MODE, mode) ? EXIT_OK : ctl_oom();
 }
 
 /* LIMIT: "none", bytes with an optional binary unit, or a percentage. */
@@ -463,7 +402,7 @@ static int params_limit(const struct ctl_options *o, cJSON *params)
 	if (rc != EXIT_OK)
 		return rc;
 	if (strcmp(arg, "none") == 0)
-		return cJSON_AddStringToObject(params, "size", "0") ? EXIT_OK : ctl_oom();
+		return cJSON_AddStringToObject(params, PROTO_F_SIZE, "0") ? EXIT_OK : ctl_oom();
 	if (*arg < '0' || *arg > '9')
 		return usage_error("'%s' is not a limit (bytes, a percentage or none)", arg);
 	errno = 0;
@@ -472,7 +411,8 @@ static int params_limit(const struct ctl_options *o, cJSON *params)
 
 		if (errno || *end != '%' || end[1] || !(pct > 0 && pct <= 100))
 			return usage_error("a percentage limit is in (0%%, 100%%], not '%s'", arg);
-		return cJSON_AddNumberToObject(params, "fraction", pct / 100) ? EXIT_OK : ctl_oom();
+		return cJSON_AddNumberToObject(params, PROTO_F_FRACTION, pct / 100) ? EXIT_OK
+		                                                                    : ctl_oom();
 	}
 	unsigned long long n = strtoull(arg, &end, 10);
 	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
@@ -481,7 +421,7 @@ static int params_limit(const struct ctl_options *o, cJSON *params)
 		if (units[i].shift && n > (~0ull >> units[i].shift))
 			break;
 		snprintf(buf, sizeof(buf), "%llu", n << units[i].shift);
-		return cJSON_AddStringToObject(params, "size", buf) ? EXIT_OK : ctl_oom();
+		return cJSON_AddStringToObject(params, PROTO_F_SIZE, buf) ? EXIT_OK : ctl_oom();
 	}
 	return usage_error("'%s' is not a limit (bytes, a percentage or none)", arg);
 }
@@ -490,21 +430,22 @@ static int params_allocator(const struct ctl_options *o, cJSON *params)
 {
 	const char *name = o->args[0];
 
-	if (strcmp(name, "pool") != 0 && strcmp(name, "direct") != 0 && strcmp(name, "async") != 0)
+	if (strcmp(name, PROTO_V_ALLOC_POOL) != 0 && strcmp(name, PROTO_V_ALLOC_DIRECT) != 0 &&
+	    strcmp(name, PROTO_V_ALLOC_ASYNC) != 0)
 		return usage_error("the allocator is pool, direct or async, not '%s'", name);
-	return cJSON_AddStringToObject(params, "allocator", name) ? EXIT_OK : ctl_oom();
+	return cJSON_AddStringToObject(params, PROTO_F_ALLOCATOR, name) ? EXIT_OK : ctl_oom();
 }
 
 /* "released N allocations, M attachments" of set-allocator and invalidate. */
 static int print_released(const cJSON *result, const struct ctl_options *o, bool header)
 {
-	const cJSON *allocs = cJSON_GetObjectItemCaseSensitive(result, "allocations");
-	const cJSON *atts = cJSON_GetObjectItemCaseSensitive(result, "attachments");
-	const cJSON *now = cJSON_GetObjectItemCaseSensitive(result, "allocator");
-	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(result, "previous");
+	const cJSON *allocs = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_ALLOCATIONS);
+	const cJSON *atts = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_ATTACHMENTS);
+	const cJSON *now = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_ALLOCATOR);
+	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_PREVIOUS);
 
 	if (!cJSON_IsString(allocs) || !cJSON_IsString(atts))
-		return ctl_bad_reply("allocations");
+		return ctl_bad_reply(PROTO_F_ALLOCATIONS);
 	if (o->format == CTL_CSV) {
 		if (header)
 			printf("%sallocations,attachments\n",
@@ -522,54 +463,57 @@ static int print_released(const cJSON *result, const struct ctl_options *o, bool
 }
 
 static const struct ctl_command ctl_commands[] = {
-    {.name = "status", .method = "status", .print = print_status},
-    {.name = "devices", .method = "devices", .print = print_devices},
-    {.name = "clients", .method = "clients", .print = print_clients},
-    {.name = "stats", .method = "stats", .params = params_device, .print = print_stats},
-    {.name = "instances", .method = "policy", .print = print_instances},
+    {.name = "status", .method = PROTO_M_STATUS, .print = print_status},
+    {.name = "devices", .method = PROTO_M_DEVICES, .print = print_devices},
+    {.name = "clients", .method = PROTO_M_CLIENTS, .print = print_clients},
+    {.name = "stats", .method = PROTO_M_STATS, .params = params_device, .print = print_stats},
+    {.name = "instances", .method = PROTO_M_POLICY, .print = print_instances},
     {.name = "set-mode",
-     .method = "set_mode",
+     .method = PROTO_M_SET_MODE,
      .nargs = 1,
      .changes = true,
      .params = params_mode,
      .print = print_mode},
     {.name = "set-proportion",
-     .method = "set_proportion",
+     .method = PROTO_M_SET_PROPORTION,
      .nargs = 2,
      .changes = true,
      .params = params_proportion,
      .print = print_instance},
     {.name = "set-auto",
-     .method = "set_auto",
+     .method = PROTO_M_SET_AUTO,
      .nargs = 1,
      .changes = true,
      .params = params_instance,
      .print = print_instance},
     {.name = "set-limit",
-     .method = "set_limit",
+     .method = PROTO_M_SET_LIMIT,
      .nargs = 1,
      .changes = true,
      .params = params_limit,
      .print = print_limit},
     {.name = "set-allocator",
-     .method = "set_allocator",
+     .method = PROTO_M_SET_ALLOCATOR,
      .nargs = 1,
      .changes = true,
      .params = params_allocator,
      .print = print_released},
-    {.name = "invalidate", .method = "invalidate_all", .changes = true, .print = print_released},
-    {.name = "reload", .method = "reload", .changes = true, .print = print_reload},
+    {.name = "invalidate",
+     .method = PROTO_M_INVALIDATE_ALL,
+     .changes = true,
+     .print = print_released},
+    {.name = "reload", .method = PROTO_M_RELOAD, .changes = true, .print = print_reload},
     {.name = "evict",
-     .method = "evict",
+     .method = PROTO_M_EVICT,
      .nargs = 1,
      .changes = true,
      .params = params_session,
      .print = print_done},
-    {.name = "metrics", .method = "metrics", .print = print_metrics},
-    {.name = "version", .method = "status", .print = print_version},
+    {.name = "metrics", .method = PROTO_M_METRICS, .print = print_metrics},
+    {.name = "version", .method = PROTO_M_STATUS, .print = print_version},
     /* A live view: status and clients, screen cleared, every -l seconds
      * (1 by default). */
-    {.name = "top", .method = "status", .print = print_status},
+    {.name = "top", .method = PROTO_M_STATUS, .print = print_status},
 };
 
 /* Runs @cmd once. @first tells whether to print the CSV header when

@@ -1,9 +1,8 @@
 /*
- * error.c - error names, the thread-local last-error message and the mapping
- * of daemon error codes to GPB_E_*.
+ * error.c - error names and the thread-local last-error message.
  */
-#include "internal.h"
-#include "proto.h"
+#include "error.h"
+#include "export.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -109,56 +108,4 @@ int error_set_errno(int err, int errnum, const char *fmt, ...)
 	n = strlen(last_error);
 	snprintf(last_error + n, sizeof(last_error) - n, ": %s", strerror(errnum));
 	return err;
-}
-
-int error_from_daemon(int code, const char *message)
-{
-	int err;
-
-	switch (code) {
-	case PROTO_E_PARSE:
-	case PROTO_E_INVALID_REQUEST:
-	case PROTO_E_METHOD:
-	case PROTO_E_PARAMS:
-		err = GPB_E_INVALID;
-		break;
-	case PROTO_E_VERSION:
-		err = GPB_E_VERSION;
-		break;
-	case PROTO_E_NO_MEMORY:
-		err = GPB_E_OUT_OF_MEMORY;
-		break;
-	case PROTO_E_QUOTA:
-		err = GPB_E_QUOTA;
-		break;
-	case PROTO_E_NOT_FOUND:
-		err = GPB_E_NOT_FOUND;
-		break;
-	case PROTO_E_PERMISSION:
-		err = GPB_E_PERMISSION;
-		break;
-	case PROTO_E_LIMIT:
-		err = GPB_E_LIMIT;
-		break;
-	case PROTO_E_SHUTTING_DOWN:
-		err = GPB_E_SHUTTING_DOWN;
-		break;
-	case PROTO_E_TIMEOUT:
-		err = GPB_E_TIMEOUT;
-		break;
-	case PROTO_E_NOT_SUPPORTED:
-		err = GPB_E_NOT_SUPPORTED;
-		break;
-	case PROTO_E_BACKEND:
-		err = GPB_E_BACKEND;
-		break;
-	case PROTO_E_STATE:
-	default:
-		/* -32000 (bad_state), -32603 (internal_error) and codes this
-		 * version does not know: nothing the caller can fix by
-		 * changing an argument. */
-		err = GPB_E_PROTOCOL;
-		break;
-	}
-	return error_set(err, "%d %s: %s", code, proto_code_name(code), message ? message : "");
 }

@@ -3,7 +3,7 @@
  * connection to gpubrokerd.
  */
 #include "conn.h"
-#include "internal.h"
+#include "error.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -173,6 +173,60 @@ void conn_finish(struct conn *c)
 	c->ev_head = NULL;
 	c->ev_tail = &c->ev_head;
 	c->ev_count = 0;
+}
+
+/* Maps a daemon error reply (-32xxx) to GPB_E_* and records
+ * "code name: message" as the last error. */
+static int conn_reply_error(int code, const char *message)
+{
+	int err;
+
+	switch (code) {
+	case PROTO_E_PARSE:
+	case PROTO_E_INVALID_REQUEST:
+	case PROTO_E_METHOD:
+	case PROTO_E_PARAMS:
+		err = GPB_E_INVALID;
+		break;
+	case PROTO_E_VERSION:
+		err = GPB_E_VERSION;
+		break;
+	case PROTO_E_NO_MEMORY:
+		err = GPB_E_OUT_OF_MEMORY;
+		break;
+	case PROTO_E_QUOTA:
+		err = GPB_E_QUOTA;
+		break;
+	case PROTO_E_NOT_FOUND:
+		err = GPB_E_NOT_FOUND;
+		break;
+	case PROTO_E_PERMISSION:
+		err = GPB_E_PERMISSION;
+		break;
+	case PROTO_E_LIMIT:
+		err = GPB_E_LIMIT;
+		break;
+	case PROTO_E_SHUTTING_DOWN:
+		err = GPB_E_SHUTTING_DOWN;
+		break;
+	case PROTO_E_TIMEOUT:
+		err = GPB_E_TIMEOUT;
+		break;
+	case PROTO_E_NOT_SUPPORTED:
+		err = GPB_E_NOT_SUPPORTED;
+		break;
+	case PROTO_E_BACKEND:
+		err = GPB_E_BACKEND;
+		break;
+	case PROTO_E_STATE:
+	default:
+		/* -32000 (bad_state), -32603 (internal_error) and codes this
+		 * version does not know: nothing the caller can fix by
+		 * changing an argument. */
+		err = GPB_E_PROTOCOL;
+		break;
+	}
+	return error_set(err, "%d %s: %s", code, proto_code_name(code), message ? message : "");
 }
 
 /* ---- received descriptors ---------------------------------------------- */
@@ -397,9 +451,9 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		/* Dropped here, not in gpb_dispatch(): a reply behind this event
 		 * may put the connection back in a slab, and must find the
 		 * bookkeeping already empty, as the daemon's is. */
-		if (strcmp(r.event, "invalidate") == 0 && c->on_invalidate) {
+		if (strcmp(r.event, PROTO_EV_INVALIDATE) == 0 && c->on_invalidate) {
 			uint64_t epoch = 0;
-			if (proto_get_u64(r.data, "epoch", 1, UINT64_MAX, &epoch) < 0)
+			if (proto_get_u64(r.data, PROTO_F_EPOCH, 1, UINT64_MAX, &epoch) < 0)
 				epoch = 0;
 			if (c->defer_invalidate) {
 				c->invalidate_pending = true;
@@ -424,7 +478,7 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		 * parting word before it closes (too many clients, no hello
 		 * in time): keep it as the reason. */
 		if (!r.id && r.code) {
-			c->parting = error_from_daemon(r.code, r.message);
+			c->parting = conn_reply_error(r.code, r.message);
 			rc = conn_fail(c, c->parting, "%s", error_message());
 		} else {
 			rc = conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a reply to no request");
@@ -549,12 +603,12 @@ static void conn_send_acks(struct conn *c)
 	memcpy(id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1);
 	conn_format_id(id + sizeof(CONN_ACK_ID) - 1, c->invalidate_acked);
 	params = cJSON_CreateObject();
-	if (!params || proto_add_u64(params, "epoch", c->invalidate_acked) < 0) {
+	if (!params || proto_add_u64(params, PROTO_F_EPOCH, c->invalidate_acked) < 0) {
 		cJSON_Delete(params);
 		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
 		return;
 	}
-	frame = proto_encode_request(id, "invalidate_done", params, &len);
+	frame = proto_encode_request(id, PROTO_M_INVALIDATE_DONE, params, &len);
 	if (!frame) {
 		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
 		return;
@@ -612,7 +666,7 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	}
 
 	if (r.result) {
-		rc = proto_get_bool(r.result, "fd", &has_fd);
+		rc = proto_get_bool(r.result, PROTO_F_FD, &has_fd);
 		if (rc < 0 && rc != -ENOENT) {
 			proto_reply_finish(&r);
 			return conn_fail(c, GPB_E_PROTOCOL, "'fd' in a reply is not a boolean");
@@ -643,7 +697,7 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	c->defer_invalidate = false;
 
 	if (r.code) {
-		rc = error_from_daemon(r.code, r.message);
+		rc = conn_reply_error(r.code, r.message);
 		proto_reply_finish(&r);
 		if (fd && *fd >= 0) {
 			close(*fd);

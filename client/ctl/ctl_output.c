@@ -2,6 +2,7 @@
  * ctl_output.c - tables and CSV for gpubrokerctl.
  */
 #include "ctl_output.h"
+#include "ctl_error.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -245,4 +246,23 @@ void ctl_table_print(const struct ctl_table *t, FILE *out, bool header)
 		fputc('\n', out);
 	}
 	free(width);
+}
+
+/* Prints the rows of result[@key] with @cols. */
+int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols, size_t ncols,
+               enum ctl_format format, bool header)
+{
+	struct ctl_table t;
+	int rc;
+
+	ctl_table_init(&t, cols, ncols, format);
+	rc = ctl_table_add_rows(&t, cJSON_GetObjectItemCaseSensitive(result, key));
+	if (rc == 0)
+		ctl_table_print(&t, stdout, header);
+	ctl_table_finish(&t);
+	if (rc == -ENOMEM)
+		return ctl_oom();
+	if (rc < 0)
+		return ctl_bad_reply(key);
+	return EXIT_OK;
 }

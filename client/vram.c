@@ -1,10 +1,13 @@
 /*
- * policy.c - the VRAM policy calls: proportions, pools, groups, mode and
- * limit, and the queries behind them (the `policy` and `group_info`
- * requests).
+ * vram.c - the calls that share VRAM out between instances: proportions,
+ * pools, groups, mode and limit, and the queries behind them (the `policy`
+ * and `group_info` requests); queued requests and chunking; and the
+ * administrator's resets (invalidate_all, set_allocator). The daemon's
+ * policy arithmetic is daemon/policy.c: this file only asks for it.
  */
 #include "client.h"
-#include "internal.h"
+#include "error.h"
+#include "export.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -27,24 +30,26 @@ static int copy_string(const cJSON *obj, const char *key, char *buf, size_t size
 static int instance_parse(const cJSON *o, struct gpb_instance_info *out)
 {
 	struct gpb_instance_info info = {0};
-	const cJSON *prop = cJSON_GetObjectItemCaseSensitive(o, "proportion");
-	const cJSON *grouped = cJSON_GetObjectItemCaseSensitive(o, "grouped");
-	const cJSON *warnings = cJSON_GetObjectItemCaseSensitive(o, "warnings");
+	const cJSON *prop = cJSON_GetObjectItemCaseSensitive(o, PROTO_F_PROPORTION);
+	const cJSON *grouped = cJSON_GetObjectItemCaseSensitive(o, PROTO_F_GROUPED);
+	const cJSON *warnings = cJSON_GetObjectItemCaseSensitive(o, PROTO_F_WARNINGS);
 	int64_t device;
 
-	if (proto_get_id64(o, "instance", &info.instance) < 0 ||
-	    proto_get_id64(o, "session", &info.session) < 0 ||
-	    proto_get_int(o, "device", 0, INT_MAX, &device) < 0 ||
-	    proto_get_double(o, "share", 0, 1, &info.share) < 0 ||
-	    proto_get_u64(o, "cap", 0, UINT64_MAX, &info.cap) < 0 ||
-	    proto_get_u64(o, "used", 0, UINT64_MAX, &info.used) < 0 ||
-	    proto_get_u64(o, "free", 0, UINT64_MAX, &info.free) < 0 || !cJSON_IsBool(grouped) ||
-	    !(cJSON_IsNull(prop) || proto_get_double(o, "proportion", 0, 1, &info.proportion) == 0))
+	if (proto_get_id64(o, PROTO_F_INSTANCE, &info.instance) < 0 ||
+	    proto_get_id64(o, PROTO_F_SESSION, &info.session) < 0 ||
+	    proto_get_int(o, PROTO_F_DEVICE, 0, INT_MAX, &device) < 0 ||
+	    proto_get_double(o, PROTO_F_SHARE, 0, 1, &info.share) < 0 ||
+	    proto_get_u64(o, PROTO_F_CAP, 0, UINT64_MAX, &info.cap) < 0 ||
+	    proto_get_u64(o, PROTO_F_USED, 0, UINT64_MAX, &info.used) < 0 ||
+	    proto_get_u64(o, PROTO_F_FREE, 0, UINT64_MAX, &info.free) < 0 ||
+	    !cJSON_IsBool(grouped) ||
+	    !(cJSON_IsNull(prop) ||
+	      proto_get_double(o, PROTO_F_PROPORTION, 0, 1, &info.proportion) == 0))
 		return error_set(GPB_E_PROTOCOL, "reply without the instance's figures");
 	info.device = (int)device;
 	info.grouped = cJSON_IsTrue(grouped);
-	if (copy_string(o, "name", info.name, sizeof(info.name)) < 0 ||
-	    copy_string(o, "group", info.group, sizeof(info.group)) < 0)
+	if (copy_string(o, PROTO_F_NAME, info.name, sizeof(info.name)) < 0 ||
+	    copy_string(o, PROTO_F_GROUP, info.group, sizeof(info.group)) < 0)
 		return GPB_E_PROTOCOL;
 	if (cJSON_IsArray(warnings) && cJSON_IsString(cJSON_GetArrayItem(warnings, 0)))
 		snprintf(info.warning, sizeof(info.warning), "%s",
@@ -67,7 +72,7 @@ static int instance_result(const cJSON *result, void *out)
 /* {"instance": id} plus one more member added by the caller. */
 static cJSON *instance_params(uint64_t instance)
 {
-	return client_params_id("instance", instance);
+	return client_params_id(PROTO_F_INSTANCE, instance);
 }
 
 GPB_EXPORT int gpb_set_proportion(gpb_client *c, uint64_t instance, double proportion,
@@ -84,11 +89,11 @@ GPB_EXPORT int gpb_set_proportion(gpb_client *c, uint64_t instance, double propo
 		goto out;
 	}
 	params = instance_params(instance);
-	if (params && !cJSON_AddNumberToObject(params, "proportion", proportion)) {
+	if (params && !cJSON_AddNumberToObject(params, PROTO_F_PROPORTION, proportion)) {
 		cJSON_Delete(params);
 		params = NULL;
 	}
-	rc = client_call(c, "set_proportion", params, instance_result, out);
+	rc = client_call(c, PROTO_M_SET_PROPORTION, params, instance_result, out);
 out:
 	client_leave(c);
 	return rc;
@@ -100,7 +105,7 @@ GPB_EXPORT int gpb_set_auto(gpb_client *c, uint64_t instance, struct gpb_instanc
 
 	if (rc < 0)
 		return rc;
-	rc = client_call(c, "set_auto", instance_params(instance), instance_result, out);
+	rc = client_call(c, PROTO_M_SET_AUTO, instance_params(instance), instance_result, out);
 	client_leave(c);
 	return rc;
 }
@@ -119,11 +124,11 @@ GPB_EXPORT int gpb_set_group(gpb_client *c, uint64_t instance, const char *group
 		goto out;
 	}
 	params = instance_params(instance);
-	if (params && !cJSON_AddStringToObject(params, "group", group)) {
+	if (params && !cJSON_AddStringToObject(params, PROTO_F_GROUP, group)) {
 		cJSON_Delete(params);
 		params = NULL;
 	}
-	rc = client_call(c, "set_group", params, instance_result, out);
+	rc = client_call(c, PROTO_M_SET_GROUP, params, instance_result, out);
 out:
 	client_leave(c);
 	return rc;
@@ -138,7 +143,7 @@ struct instance_query {
 static int instance_query_parse(const cJSON *result, void *arg)
 {
 	struct instance_query *q = arg;
-	const cJSON *insts = cJSON_GetObjectItemCaseSensitive(result, "instances");
+	const cJSON *insts = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_INSTANCES);
 	const cJSON *it;
 
 	if (!cJSON_IsArray(insts))
@@ -147,7 +152,7 @@ static int instance_query_parse(const cJSON *result, void *arg)
 	{
 		uint64_t id;
 
-		if (proto_get_id64(it, "instance", &id) == 0 && id == q->instance)
+		if (proto_get_id64(it, PROTO_F_INSTANCE, &id) == 0 && id == q->instance)
 			return instance_parse(it, &q->info);
 	}
 	return error_set(GPB_E_NOT_FOUND, "no such instance");
@@ -164,7 +169,7 @@ GPB_EXPORT int gpb_instance_info(gpb_client *c, uint64_t instance, struct gpb_in
 		rc = error_set(GPB_E_INVALID, "gpb_instance_info: out is NULL");
 		goto out;
 	}
-	rc = client_call(c, "policy", cJSON_CreateObject(), instance_query_parse, &q);
+	rc = client_call(c, PROTO_M_POLICY, cJSON_CreateObject(), instance_query_parse, &q);
 	if (rc == 0)
 		*out = q.info;
 out:
@@ -192,36 +197,37 @@ static int policy_query_parse(const cJSON *result, void *arg)
 {
 	struct policy_query *q = arg;
 	struct gpb_policy_info *out = &q->info;
-	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(result, "devices");
-	const cJSON *mode = cJSON_GetObjectItemCaseSensitive(result, "mode");
+	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_DEVICES);
+	const cJSON *mode = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_MODE);
 	const cJSON *dev = NULL, *it;
 	int64_t n, manual_n, auto_n;
 
 	if (!cJSON_IsString(mode) || !cJSON_IsArray(devs) ||
-	    proto_get_double(result, "min_auto_share", 0, 1, &out->min_auto_share) < 0)
+	    proto_get_double(result, PROTO_F_MIN_AUTO_SHARE, 0, 1, &out->min_auto_share) < 0)
 		return error_set(GPB_E_PROTOCOL, "policy reply without mode or devices");
-	out->mode = strcmp(mode->valuestring, "active") == 0 ? GPB_MODE_ACTIVE : GPB_MODE_PASSIVE;
+	out->mode = strcmp(mode->valuestring, PROTO_V_MODE_ACTIVE) == 0 ? GPB_MODE_ACTIVE
+	                                                                : GPB_MODE_PASSIVE;
 	cJSON_ArrayForEach(it, devs)
 	{
-		if (proto_get_int(it, "device", 0, INT_MAX, &n) == 0 && n == q->device)
+		if (proto_get_int(it, PROTO_F_DEVICE, 0, INT_MAX, &n) == 0 && n == q->device)
 			dev = it;
 	}
 	if (!dev)
 		return error_set(GPB_E_INVALID, "no such device: %d", q->device);
-	if (proto_get_u64(dev, "total", 0, UINT64_MAX, &out->total) < 0 ||
-	    proto_get_u64(dev, "capacity", 0, UINT64_MAX, &out->capacity) < 0 ||
-	    proto_get_u64(dev, "used", 0, UINT64_MAX, &out->used) < 0 ||
-	    proto_get_u64(dev, "available", 0, UINT64_MAX, &out->available) < 0 ||
-	    proto_get_u64(dev, "auto_cap", 0, UINT64_MAX, &out->auto_cap) < 0 ||
-	    proto_get_double(dev, "manual", 0, 2, &out->manual) < 0 ||
-	    proto_get_double(dev, "auto", 0, 1, &out->auto_pool) < 0 ||
-	    get_optional_double(dev, "limit_fraction", &out->limit_fraction) < 0 ||
-	    proto_get_int(dev, "manual_instances", 0, UINT_MAX, &manual_n) < 0 ||
-	    proto_get_int(dev, "auto_instances", 0, UINT_MAX, &auto_n) < 0)
+	if (proto_get_u64(dev, PROTO_F_TOTAL, 0, UINT64_MAX, &out->total) < 0 ||
+	    proto_get_u64(dev, PROTO_F_CAPACITY, 0, UINT64_MAX, &out->capacity) < 0 ||
+	    proto_get_u64(dev, PROTO_F_USED, 0, UINT64_MAX, &out->used) < 0 ||
+	    proto_get_u64(dev, PROTO_F_AVAILABLE, 0, UINT64_MAX, &out->available) < 0 ||
+	    proto_get_u64(dev, PROTO_F_AUTO_CAP, 0, UINT64_MAX, &out->auto_cap) < 0 ||
+	    proto_get_double(dev, PROTO_F_MANUAL, 0, 2, &out->manual) < 0 ||
+	    proto_get_double(dev, PROTO_F_AUTO, 0, 1, &out->auto_pool) < 0 ||
+	    get_optional_double(dev, PROTO_F_LIMIT_FRACTION, &out->limit_fraction) < 0 ||
+	    proto_get_int(dev, PROTO_F_MANUAL_INSTANCES, 0, UINT_MAX, &manual_n) < 0 ||
+	    proto_get_int(dev, PROTO_F_AUTO_INSTANCES, 0, UINT_MAX, &auto_n) < 0)
 		return error_set(GPB_E_PROTOCOL, "policy reply without the device's figures");
 	out->limit = 0;
-	if (!cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(dev, "limit")) &&
-	    proto_get_u64(dev, "limit", 0, UINT64_MAX, &out->limit) < 0)
+	if (!cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(dev, PROTO_F_LIMIT)) &&
+	    proto_get_u64(dev, PROTO_F_LIMIT, 0, UINT64_MAX, &out->limit) < 0)
 		return error_set(GPB_E_PROTOCOL, "policy reply with a bad 'limit'");
 	out->manual_instances = (unsigned)manual_n;
 	out->auto_instances = (unsigned)auto_n;
@@ -239,7 +245,7 @@ GPB_EXPORT int gpb_policy_info(gpb_client *c, int device, struct gpb_policy_info
 		rc = error_set(GPB_E_INVALID, "gpb_policy_info: out is NULL or device negative");
 		goto out;
 	}
-	rc = client_call(c, "policy", cJSON_CreateObject(), policy_query_parse, &q);
+	rc = client_call(c, PROTO_M_POLICY, cJSON_CreateObject(), policy_query_parse, &q);
 	if (rc == 0)
 		*out = q.info;
 out:
@@ -250,14 +256,15 @@ out:
 static int group_parse(const cJSON *result, void *arg)
 {
 	struct gpb_group_info *out = arg;
-	const cJSON *members = cJSON_GetObjectItemCaseSensitive(result, "members");
+	const cJSON *members = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_MEMBERS);
 
 	if (!cJSON_IsArray(members) ||
-	    proto_get_u64(result, "used", 0, UINT64_MAX, &out->used) < 0 ||
-	    proto_get_u64(result, "available", 0, UINT64_MAX, &out->available) < 0)
+	    proto_get_u64(result, PROTO_F_USED, 0, UINT64_MAX, &out->used) < 0 ||
+	    proto_get_u64(result, PROTO_F_AVAILABLE, 0, UINT64_MAX, &out->available) < 0)
 		return error_set(GPB_E_PROTOCOL, "group_info reply without its figures");
 	out->members = (unsigned)cJSON_GetArraySize(members);
-	out->nearly_full = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(result, "warnings"));
+	out->nearly_full =
+	    cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_WARNINGS));
 	return 0;
 }
 
@@ -275,11 +282,11 @@ GPB_EXPORT int gpb_group_info(gpb_client *c, const char *group, struct gpb_group
 		goto out;
 	}
 	params = cJSON_CreateObject();
-	if (params && !cJSON_AddStringToObject(params, "group", group)) {
+	if (params && !cJSON_AddStringToObject(params, PROTO_F_GROUP, group)) {
 		cJSON_Delete(params);
 		params = NULL;
 	}
-	rc = client_call(c, "group_info", params, group_parse, &info);
+	rc = client_call(c, PROTO_M_GROUP_INFO, params, group_parse, &info);
 	if (rc == 0)
 		*out = info;
 out:
@@ -299,12 +306,13 @@ GPB_EXPORT int gpb_set_mode(gpb_client *c, enum gpb_mode mode)
 		goto out;
 	}
 	params = cJSON_CreateObject();
-	if (params && !cJSON_AddStringToObject(params, "mode",
-	                                       mode == GPB_MODE_ACTIVE ? "active" : "passive")) {
+	if (params && !cJSON_AddStringToObject(params, PROTO_F_MODE,
+	                                       mode == GPB_MODE_ACTIVE ? PROTO_V_MODE_ACTIVE
+	                                                               : PROTO_V_MODE_PASSIVE)) {
 		cJSON_Delete(params);
 		params = NULL;
 	}
-	rc = client_call(c, "set_mode", params, NULL, NULL);
+	rc = client_call(c, PROTO_M_SET_MODE, params, NULL, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -324,13 +332,13 @@ GPB_EXPORT int gpb_set_limit(gpb_client *c, int device, uint64_t bytes, double f
 		goto out;
 	}
 	params = cJSON_CreateObject();
-	if (params && ((device >= 0 && !cJSON_AddNumberToObject(params, "device", device)) ||
-	               (fraction != 0 ? !cJSON_AddNumberToObject(params, "fraction", fraction)
-	                              : proto_add_u64(params, "size", bytes) < 0))) {
+	if (params && ((device >= 0 && !cJSON_AddNumberToObject(params, PROTO_F_DEVICE, device)) ||
+	               (fraction != 0 ? !cJSON_AddNumberToObject(params, PROTO_F_FRACTION, fraction)
+	                              : proto_add_u64(params, PROTO_F_SIZE, bytes) < 0))) {
 		cJSON_Delete(params);
 		params = NULL;
 	}
-	rc = client_call(c, "set_limit", params, NULL, NULL);
+	rc = client_call(c, PROTO_M_SET_LIMIT, params, NULL, NULL);
 out:
 	client_leave(c);
 	return rc;
@@ -366,13 +374,15 @@ static cJSON *requests_json(const struct gpb_array_request *reqs, size_t n, int 
 			cJSON_Delete(o);
 			break;
 		}
-		if (!cJSON_AddStringToObject(o, "label", r->label) ||
-		    !(shape = cJSON_AddArrayToObject(o, "shape")) ||
-		    !cJSON_AddNumberToObject(o, "elem_size", r->elem_size) ||
-		    !cJSON_AddNumberToObject(o, "axis", r->axis) ||
-		    (r->unchunkable && !cJSON_AddTrueToObject(o, "unchunkable")) ||
-		    (r->type && !cJSON_AddStringToObject(
-		                    o, "type", r->type == GPB_HOST_MAPPED ? "mapped" : "pinned")))
+		if (!cJSON_AddStringToObject(o, PROTO_F_LABEL, r->label) ||
+		    !(shape = cJSON_AddArrayToObject(o, PROTO_F_SHAPE)) ||
+		    !cJSON_AddNumberToObject(o, PROTO_F_ELEM_SIZE, r->elem_size) ||
+		    !cJSON_AddNumberToObject(o, PROTO_F_AXIS, r->axis) ||
+		    (r->unchunkable && !cJSON_AddTrueToObject(o, PROTO_F_UNCHUNKABLE)) ||
+		    (r->type &&
+		     !cJSON_AddStringToObject(o, PROTO_F_TYPE,
+		                              r->type == GPB_HOST_MAPPED ? PROTO_V_MEM_MAPPED
+		                                                         : PROTO_V_MEM_PINNED)))
 			break;
 		for (unsigned d = 0; d < r->ndim; d++) {
 			cJSON *dim = cJSON_CreateNumber((double)r->shape[d]);
@@ -398,7 +408,7 @@ static int queued_parse(const cJSON *result, void *count)
 {
 	int64_t n;
 
-	if (proto_get_int(result, "queued", 0, INT_MAX, &n) < 0)
+	if (proto_get_int(result, PROTO_F_QUEUED, 0, INT_MAX, &n) < 0)
 		return error_set(GPB_E_PROTOCOL, "queue_request reply without 'queued'");
 	*(int *)count = (int)n;
 	return 0;
@@ -415,7 +425,7 @@ GPB_EXPORT int gpb_queue_request(gpb_client *c, uint64_t instance,
 	arr = requests_json(reqs, n, &rc);
 	if (arr) {
 		params = instance_params(instance);
-		if (!params || !cJSON_AddItemToObject(params, "requests", arr)) {
+		if (!params || !cJSON_AddItemToObject(params, PROTO_F_REQUESTS, arr)) {
 			cJSON_Delete(arr);
 			cJSON_Delete(params);
 			params = NULL;
@@ -423,7 +433,7 @@ GPB_EXPORT int gpb_queue_request(gpb_client *c, uint64_t instance,
 	} else if (rc != GPB_E_NOMEM) {
 		goto out;
 	}
-	rc = client_call(c, "queue_request", params, queued_parse, &count);
+	rc = client_call(c, PROTO_M_QUEUE_REQUEST, params, queued_parse, &count);
 	if (rc == 0)
 		rc = count;
 out:
@@ -435,14 +445,14 @@ static int chunking_parse(const cJSON *result, struct gpb_chunking *out)
 {
 	struct gpb_chunking ch = {0};
 
-	if (proto_get_u64(result, "axis_length", 0, UINT64_MAX, &ch.axis_length) < 0 ||
-	    proto_get_u64(result, "chunk_length", 0, UINT64_MAX, &ch.chunk_length) < 0 ||
-	    proto_get_u64(result, "chunks", 0, UINT64_MAX, &ch.chunks) < 0 ||
-	    proto_get_u64(result, "request_bytes", 0, UINT64_MAX, &ch.request_bytes) < 0 ||
-	    proto_get_u64(result, "chunk_bytes", 0, UINT64_MAX, &ch.chunk_bytes) < 0 ||
-	    proto_get_u64(result, "available", 0, UINT64_MAX, &ch.available) < 0)
+	if (proto_get_u64(result, PROTO_F_AXIS_LENGTH, 0, UINT64_MAX, &ch.axis_length) < 0 ||
+	    proto_get_u64(result, PROTO_F_CHUNK_LENGTH, 0, UINT64_MAX, &ch.chunk_length) < 0 ||
+	    proto_get_u64(result, PROTO_F_CHUNKS, 0, UINT64_MAX, &ch.chunks) < 0 ||
+	    proto_get_u64(result, PROTO_F_REQUEST_BYTES, 0, UINT64_MAX, &ch.request_bytes) < 0 ||
+	    proto_get_u64(result, PROTO_F_CHUNK_BYTES, 0, UINT64_MAX, &ch.chunk_bytes) < 0 ||
+	    proto_get_u64(result, PROTO_F_AVAILABLE, 0, UINT64_MAX, &ch.available) < 0)
 		return error_set(GPB_E_PROTOCOL, "reply without the chunking figures");
-	ch.oversized = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(result, "warnings"));
+	ch.oversized = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_WARNINGS));
 	if (out)
 		*out = ch;
 	return 0;
@@ -459,7 +469,7 @@ GPB_EXPORT int gpb_allocate_queue(gpb_client *c, uint64_t instance, struct gpb_c
 
 	if (rc < 0)
 		return rc;
-	rc = client_call(c, "allocate_queue", instance_params(instance), allocate_parse, out);
+	rc = client_call(c, PROTO_M_ALLOCATE_QUEUE, instance_params(instance), allocate_parse, out);
 	client_leave(c);
 	return rc;
 }
@@ -474,7 +484,7 @@ struct chunk_query {
 static int chunk_query_parse(const cJSON *result, void *arg)
 {
 	struct chunk_query *q = arg;
-	const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(result, "arrays"), *it;
+	const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_ARRAYS), *it;
 	size_t i = 0;
 	int rc = chunking_parse(result, q->out);
 
@@ -484,7 +494,7 @@ static int chunk_query_parse(const cJSON *result, void *arg)
 		return error_set(GPB_E_PROTOCOL, "chunk_parameters reply without the shapes");
 	cJSON_ArrayForEach(it, arrs)
 	{
-		const cJSON *shape = cJSON_GetObjectItemCaseSensitive(it, "shape"), *dim;
+		const cJSON *shape = cJSON_GetObjectItemCaseSensitive(it, PROTO_F_SHAPE), *dim;
 		unsigned d = 0;
 
 		memset(q->shapes[i], 0, sizeof(q->shapes[i]));
@@ -528,19 +538,19 @@ static int chunk_query(gpb_client *c, const char *group, uint64_t available, uin
 		goto out;
 	}
 	params = arr ? cJSON_CreateObject() : NULL;
-	if (params &&
-	    (!cJSON_AddItemToObject(params, "requests", arr) ||
-	     (chunk_length ? !cJSON_AddNumberToObject(params, "chunk_length", (double)chunk_length)
-	      : group      ? !cJSON_AddStringToObject(params, "group", group)
-	                   : proto_add_u64(params, "available", available) < 0) ||
-	     (axis_length &&
-	      !cJSON_AddNumberToObject(params, "axis_length", (double)axis_length)))) {
+	if (params && (!cJSON_AddItemToObject(params, PROTO_F_REQUESTS, arr) ||
+	               (chunk_length ? !cJSON_AddNumberToObject(params, PROTO_F_CHUNK_LENGTH,
+	                                                        (double)chunk_length)
+	                : group      ? !cJSON_AddStringToObject(params, PROTO_F_GROUP, group)
+	                             : proto_add_u64(params, PROTO_F_AVAILABLE, available) < 0) ||
+	               (axis_length && !cJSON_AddNumberToObject(params, PROTO_F_AXIS_LENGTH,
+	                                                        (double)axis_length)))) {
 		cJSON_Delete(params);
 		params = NULL;
 	} else if (!params) {
 		cJSON_Delete(arr);
 	}
-	rc = client_call(c, "chunk_parameters", params, chunk_query_parse, &q);
+	rc = client_call(c, PROTO_M_CHUNK_PARAMETERS, params, chunk_query_parse, &q);
 out:
 	client_leave(c);
 	return rc;
@@ -569,8 +579,8 @@ GPB_EXPORT int gpb_invalidate_all(gpb_client *c)
 	if (rc < 0)
 		return rc;
 	/* The invalidate event that precedes the reply has already emptied
-	 * this client's bookkeeping (conn.c calls memory_invalidate). */
-	rc = client_call(c, "invalidate_all", cJSON_CreateObject(), NULL, NULL);
+	 * this client's bookkeeping (core/conn.c calls client_invalidate). */
+	rc = client_call(c, PROTO_M_INVALIDATE_ALL, cJSON_CreateObject(), NULL, NULL);
 	client_leave(c);
 	return rc;
 }
@@ -587,13 +597,13 @@ GPB_EXPORT int gpb_set_allocator(gpb_client *c, const char *allocator)
 		goto out;
 	}
 	params = cJSON_CreateObject();
-	if (params && !cJSON_AddStringToObject(params, "allocator", allocator)) {
+	if (params && !cJSON_AddStringToObject(params, PROTO_F_ALLOCATOR, allocator)) {
 		cJSON_Delete(params);
 		params = NULL;
 	}
 	/* A change is preceded by an invalidate event, which has emptied this
 	 * client's bookkeeping by the time the reply is read. */
-	rc = client_call(c, "set_allocator", params, NULL, NULL);
+	rc = client_call(c, PROTO_M_SET_ALLOCATOR, params, NULL, NULL);
 out:
 	client_leave(c);
 	return rc;

@@ -2,7 +2,7 @@
  * track.c - a connection's allocations, attachments and held slabs.
  */
 #include "track.h"
-#include "internal.h"
+#include "error.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -93,36 +93,36 @@ static int track_parse(const cJSON *result, struct track_result *r)
 	int rc;
 
 	r->handle = NULL;
-	if (proto_get_id64(result, "id", &r->id) < 0)
+	if (proto_get_id64(result, PROTO_F_ID, &r->id) < 0)
 		return error_set(GPB_E_PROTOCOL, "reply without a valid 'id'");
-	if (proto_get_int(result, "device", 0, INT_MAX, &r->device) < 0 ||
-	    proto_get_id64(result, "slab", &r->slab) < 0 ||
-	    proto_get_u64(result, "slab_size", 1, UINT64_MAX, &r->slab_size) < 0 ||
-	    proto_get_u64(result, "offset", 0, UINT64_MAX, &r->offset) < 0 ||
-	    proto_get_u64(result, "size", 1, UINT64_MAX, &r->size) < 0)
+	if (proto_get_int(result, PROTO_F_DEVICE, 0, INT_MAX, &r->device) < 0 ||
+	    proto_get_id64(result, PROTO_F_SLAB, &r->slab) < 0 ||
+	    proto_get_u64(result, PROTO_F_SLAB_SIZE, 1, UINT64_MAX, &r->slab_size) < 0 ||
+	    proto_get_u64(result, PROTO_F_OFFSET, 0, UINT64_MAX, &r->offset) < 0 ||
+	    proto_get_u64(result, PROTO_F_SIZE, 1, UINT64_MAX, &r->size) < 0)
 		return error_set(GPB_E_PROTOCOL,
 		                 "reply lacks a valid 'device', 'slab', 'slab_size', 'offset' "
 		                 "or 'size'");
 	if (r->offset > r->slab_size || r->size > r->slab_size - r->offset)
 		return error_set(GPB_E_PROTOCOL, "allocation does not fit its slab");
-	rc = proto_get_string(result, "handle", 2 * PROTO_HANDLE_SIZE, &r->handle);
+	rc = proto_get_string(result, PROTO_F_HANDLE, 2 * PROTO_HANDLE_SIZE, &r->handle);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'handle'");
 	r->device_uuid = NULL;
-	rc = proto_get_string(result, "device_uuid", PROTO_MAX_NAME, &r->device_uuid);
+	rc = proto_get_string(result, PROTO_F_DEVICE_UUID, PROTO_MAX_NAME, &r->device_uuid);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'device_uuid'");
 	r->pool = false;
-	rc = proto_get_bool(result, "pool", &r->pool);
+	rc = proto_get_bool(result, PROTO_F_POOL, &r->pool);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'pool'");
 	const char *label;
 	r->label_hash = r->instance = 0;
-	rc = proto_get_string(result, "label", PROTO_MAX_NAME, &label);
+	rc = proto_get_string(result, PROTO_F_LABEL, PROTO_MAX_NAME, &label);
 	if (rc == 0)
 		r->label_hash = track_label_hash(label);
 	if ((rc < 0 && rc != -ENOENT) ||
-	    (rc == 0 && proto_get_id64(result, "instance", &r->instance) < 0))
+	    (rc == 0 && proto_get_id64(result, PROTO_F_INSTANCE, &r->instance) < 0))
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'label' or 'instance'");
 	return 0;
 }

@@ -16,9 +16,10 @@
  * Which context: the one current on the calling thread when it belongs to
  * that device (the application's own context), else the device's primary
  * context, which the mapping retains until it is closed. Every driver call
- * pushes that context and pops it again, so the caller's current context is
- * left as it was. One handle is opened once per process (the slab cache in
- * slab.c), as CUDA requires: a second open in the same context fails.
+ * runs with that context pushed and popped again (cuda_in_context), so the
+ * caller's current context is left as it was. One handle is opened once per
+ * process (the slab cache in slab.c), as CUDA requires: a second open in
+ * the same context fails.
  *
  * Pool slabs (allocator "async", "pool": true in the reply): the daemon's
  * memory pool of the device comes as a descriptor with each slab handle;
@@ -28,7 +29,7 @@
  * pool and its export data, released with cuMemFree, which is how an
  * importer lets go of a pool pointer.
  */
-#include "internal.h"
+#include "error.h"
 #include "slab.h"
 
 #include <pthread.h>
@@ -164,16 +165,18 @@ static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd, bo
 	return cuda_error(rc, "cuMemPoolImportPointer");
 }
 
-/* Undoes cuda_import() (m's context current). */
-static void cuda_unimport(struct cuda_mapping *m)
+/* Undoes cuda_import() (m's context current; a cuda_context_fn). */
+static int cuda_unimport(struct cuda_mapping *m, void *unused)
 {
+	(void)unused;
 	if (!m->pool) {
 		cuda.IpcCloseMemHandle(m->ptr);
-		return;
+		return 0;
 	}
 	cuda.MemFree(m->ptr);
 	cuda_pool_put(m->pool);
 	m->pool = NULL;
+	return 0;
 }
 
 /* The local device the daemon means. */
@@ -229,10 +232,35 @@ static int cuda_pick_context(struct cuda_mapping *m)
 	return 0;
 }
 
-static void cuda_release_context(struct cuda_mapping *m)
+/* Frees a mapping record, letting go of the primary context it retained. */
+static void cuda_mapping_free(struct cuda_mapping *m)
 {
 	if (m->primary)
 		cuda.DevicePrimaryCtxRelease(m->dev);
+	free(m);
+}
+
+/* Driver calls to make in a mapping's context: 0 or a GPB_E_* code. */
+typedef int (*cuda_context_fn)(struct cuda_mapping *m, void *arg);
+
+/*
+ * Runs @fn with m's context pushed on the calling thread, then pops it, so
+ * that the caller's current context is left as it was: every driver call
+ * of this file that needs a context goes through here. When the push
+ * fails @fn does not run, and the result is GPB_E_BACKEND, with its
+ * message recorded only when @report (closing has nobody to tell).
+ */
+static int cuda_in_context(struct cuda_mapping *m, bool report, cuda_context_fn fn, void *arg)
+{
+	CUcontext popped;
+	CUresult rc = cuda.CtxPushCurrent(m->ctx);
+	int err;
+
+	if (rc != CUDA_SUCCESS)
+		return report ? cuda_error(rc, "cuCtxPushCurrent") : GPB_E_BACKEND;
+	err = fn(m, arg);
+	cuda.CtxPopCurrent(&popped);
+	return err;
 }
 
 /* Loads the driver (once) and a mapping record: 0 or a GPB_E_* code. */
@@ -245,14 +273,44 @@ static int cuda_mapping_new(struct cuda_mapping **out)
 	return *out ? 0 : error_set(GPB_E_NOMEM, "out of memory");
 }
 
+/* What cuda_open() maps. */
+struct cuda_open_args {
+	const uint8_t *handle;
+	int fd;
+	bool pool;
+	uint64_t size;
+};
+
+/* Imports the slab and checks its extent (a cuda_context_fn). */
+static int cuda_open_here(struct cuda_mapping *m, void *arg)
+{
+	const struct cuda_open_args *a = arg;
+	CUdeviceptr range_base = 0;
+	size_t range_size = 0;
+	CUresult rc;
+	int err;
+
+	err = cuda_import(m, a->handle, a->fd, a->pool);
+	if (err < 0)
+		return err;
+	/* The handle names a whole allocation: it must cover the slab the
+	 * daemon describes, or offsets would run past it. */
+	rc = cuda.MemGetAddressRange(&range_base, &range_size, m->ptr);
+	if (rc == CUDA_SUCCESS && range_base == m->ptr && range_size >= a->size)
+		return 0;
+	cuda_unimport(m, NULL);
+	return rc != CUDA_SUCCESS
+	           ? cuda_error(rc, "cuMemGetAddressRange")
+	           : error_set(GPB_E_PROTOCOL, "slab handle opens %zu bytes, the daemon says %llu",
+	                       range_size, (unsigned long long)a->size);
+}
+
 static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
                      void **base, void **priv)
 {
+	struct cuda_open_args args = {
+	    .handle = handle, .fd = fd, .pool = where->pool, .size = size};
 	struct cuda_mapping *m;
-	CUdeviceptr range_base = 0;
-	size_t range_size = 0;
-	CUcontext popped;
-	CUresult rc;
 	int err;
 
 	err = cuda_mapping_new(&m);
@@ -261,77 +319,60 @@ static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *wh
 	err = cuda_find_device(where, &m->dev);
 	if (err == 0)
 		err = cuda_pick_context(m);
+	if (err == 0)
+		err = cuda_in_context(m, true, cuda_open_here, &args);
 	if (err < 0) {
-		free(m);
+		cuda_mapping_free(m);
 		return err;
 	}
-	rc = cuda.CtxPushCurrent(m->ctx);
-	if (rc != CUDA_SUCCESS) {
-		err = cuda_error(rc, "cuCtxPushCurrent");
-		goto fail;
-	}
-	err = cuda_import(m, handle, fd, where->pool);
-	if (err < 0) {
-		cuda.CtxPopCurrent(&popped);
-		goto fail;
-	}
-	/* The handle names a whole allocation: it must cover the slab the
-	 * daemon describes, or offsets would run past it. */
-	rc = cuda.MemGetAddressRange(&range_base, &range_size, m->ptr);
-	if (rc != CUDA_SUCCESS || range_base != m->ptr || range_size < size) {
-		cuda_unimport(m);
-		cuda.CtxPopCurrent(&popped);
-		err = rc != CUDA_SUCCESS
-		          ? cuda_error(rc, "cuMemGetAddressRange")
-		          : error_set(GPB_E_PROTOCOL,
-		                      "slab handle opens %zu bytes, the daemon says %llu",
-		                      range_size, (unsigned long long)size);
-		goto fail;
-	}
-	cuda.CtxPopCurrent(&popped);
 	*base = (void *)(uintptr_t)m->ptr;
 	*priv = m;
 	return 0;
-fail:
-	cuda_release_context(m);
-	free(m);
-	return err;
 }
 
 static void cuda_close(void *base, uint64_t size, void *priv)
 {
-	struct cuda_mapping *m = priv;
-	CUcontext popped;
-
 	(void)base;
 	(void)size;
 	/* Nothing to report to: a failed close leaves the mapping to the
 	 * process's exit, which the driver cleans up. */
-	if (cuda.CtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
-		cuda_unimport(m);
-		cuda.CtxPopCurrent(&popped);
-	}
-	cuda_release_context(m);
-	free(m);
+	cuda_in_context(priv, false, cuda_unimport, NULL);
+	cuda_mapping_free(priv);
+}
+
+/* What cuda_copy() copies. */
+struct cuda_copy_args {
+	void *dst;
+	const void *src;
+	size_t n;
+	bool to_device;
+	void *stream;
+};
+
+/* Queues the copy on its stream (a cuda_context_fn). */
+static int cuda_copy_here(struct cuda_mapping *m, void *arg)
+{
+	const struct cuda_copy_args *a = arg;
+	CUresult rc;
+
+	(void)m;
+	if (a->to_device)
+		rc = cuda.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)a->dst, a->src, a->n,
+		                          (CUstream)a->stream);
+	else
+		rc = cuda.MemcpyDtoHAsync(a->dst, (CUdeviceptr)(uintptr_t)a->src, a->n,
+		                          (CUstream)a->stream);
+	if (rc != CUDA_SUCCESS)
+		return cuda_error(rc, a->to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync");
+	return 0;
 }
 
 static int cuda_copy(void *priv, void *dst, const void *src, size_t n, bool to_device, void *stream)
 {
-	struct cuda_mapping *m = priv;
-	CUcontext popped;
-	CUresult rc;
+	struct cuda_copy_args args = {
+	    .dst = dst, .src = src, .n = n, .to_device = to_device, .stream = stream};
 
-	rc = cuda.CtxPushCurrent(m->ctx);
-	if (rc != CUDA_SUCCESS)
-		return cuda_error(rc, "cuCtxPushCurrent");
-	if (to_device)
-		rc = cuda.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, n, (CUstream)stream);
-	else
-		rc = cuda.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, (CUstream)stream);
-	cuda.CtxPopCurrent(&popped);
-	if (rc != CUDA_SUCCESS)
-		return cuda_error(rc, to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync");
-	return 0;
+	return cuda_in_context(priv, true, cuda_copy_here, &args);
 }
 
 /*
@@ -339,10 +380,39 @@ static int cuda_copy(void *priv, void *dst, const void *src, size_t n, bool to_d
  * device 0's primary context (retained until unregistered), and PORTABLE:
  * page-locked for every context, whichever device they are on.
  */
+/* What cuda_host_register() registers. */
+struct cuda_register_args {
+	void *p;
+	size_t size;
+	bool mapped;
+};
+
+/* Page-locks (and maps) the memory (a cuda_context_fn). */
+static int cuda_host_register_here(struct cuda_mapping *m, void *arg)
+{
+	const struct cuda_register_args *a = arg;
+	CUresult rc;
+	int err;
+
+	rc = cuda.MemHostRegister(a->p, a->size,
+	                          CU_MEMHOSTREGISTER_PORTABLE |
+	                              (a->mapped ? CU_MEMHOSTREGISTER_DEVICEMAP : 0));
+	if (rc != CUDA_SUCCESS)
+		return cuda_error(rc, "cuMemHostRegister");
+	if (!a->mapped)
+		return 0;
+	rc = cuda.MemHostGetDevicePointer(&m->ptr, a->p, 0);
+	if (rc == CUDA_SUCCESS)
+		return 0;
+	err = cuda_error(rc, "cuMemHostGetDevicePointer");
+	cuda.MemHostUnregister(a->p);
+	return err;
+}
+
 static int cuda_host_register(void *p, size_t size, bool mapped, void **device_ptr, void **priv)
 {
+	struct cuda_register_args args = {.p = p, .size = size, .mapped = mapped};
 	struct cuda_mapping *m;
-	CUcontext popped;
 	CUresult rc;
 	int err;
 
@@ -359,49 +429,32 @@ static int cuda_host_register(void *p, size_t size, bool mapped, void **device_p
 		}
 		m->primary = true;
 	}
-	rc = cuda.CtxPushCurrent(m->ctx);
-	if (rc != CUDA_SUCCESS) {
-		err = cuda_error(rc, "cuCtxPushCurrent");
-		goto fail;
+	err = cuda_in_context(m, true, cuda_host_register_here, &args);
+	if (err < 0) {
+		cuda_mapping_free(m);
+		return err;
 	}
-	rc = cuda.MemHostRegister(
-	    p, size, CU_MEMHOSTREGISTER_PORTABLE | (mapped ? CU_MEMHOSTREGISTER_DEVICEMAP : 0));
-	if (rc != CUDA_SUCCESS) {
-		err = cuda_error(rc, "cuMemHostRegister");
-	} else if (mapped) {
-		rc = cuda.MemHostGetDevicePointer(&m->ptr, p, 0);
-		if (rc != CUDA_SUCCESS) {
-			err = cuda_error(rc, "cuMemHostGetDevicePointer");
-			cuda.MemHostUnregister(p);
-		}
-	}
-	cuda.CtxPopCurrent(&popped);
-	if (err < 0)
-		goto fail;
 	*device_ptr = mapped ? (void *)(uintptr_t)m->ptr : NULL;
 	*priv = m;
 	return 0;
-fail:
-	cuda_release_context(m);
-	free(m);
-	return err;
+}
+
+/* Lets go of the page-locking (a cuda_context_fn). */
+static int cuda_host_unregister_here(struct cuda_mapping *m, void *p)
+{
+	(void)m;
+	cuda.MemHostUnregister(p);
+	return 0;
 }
 
 static void cuda_host_unregister(void *p, void *priv)
 {
-	struct cuda_mapping *m = priv;
-	CUcontext popped;
-
-	if (cuda.CtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
-		cuda.MemHostUnregister(p);
-		cuda.CtxPopCurrent(&popped);
-	}
-	cuda_release_context(m);
-	free(m);
+	cuda_in_context(priv, false, cuda_host_unregister_here, p);
+	cuda_mapping_free(priv);
 }
 
 const struct slab_opener slab_cuda_opener = {
-    .backend = "cuda",
+    .backend = PROTO_V_BACKEND_CUDA,
     .needs_fd = 0,
     .close_first = 1,
     .open = cuda_open,

@@ -56,4 +56,9 @@ void ctl_format_duration(uint64_t seconds, char *buf, size_t len);
 /* Formats one JSON value as a cell of @kind in @format; malloc'd or NULL. */
 char *ctl_format_value(const cJSON *v, enum ctl_kind kind, enum ctl_format format);
 
+/* Prints the rows of @result[@key] (an array of objects) with @cols, in
+ * @format (CTL_TABLE or CTL_CSV). Returns an exit code. */
+int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols, size_t ncols,
+               enum ctl_format format, bool header);
+
 #endif

@@ -1,6 +1,8 @@
 /*
- * ctl.h - what the files of gpubrokerctl share: options, the command table
- * entry, exit codes and the error helpers.
+ * ctl.h - what gpubrokerctl.c, the top of the CLI, takes from the files
+ * below it: the options, the command table entry, and the commands that
+ * ctl_ops.c and ctl_layout.c implement. Those files call down into
+ * ctl_output.c and ctl_error.c only, never back into gpubrokerctl.c.
  */
 #ifndef GPB_CTL_H
 #define GPB_CTL_H
@@ -9,16 +11,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "ctl_error.h"
 #include "ctl_output.h"
-
-/* Exit codes (documented in --help). */
-enum {
-	EXIT_OK = 0,
-	EXIT_ERROR = 1,
-	EXIT_USAGE = 2,
-	EXIT_UNREACHABLE = 3,
-	EXIT_PERMISSION = 4,
-};
 
 struct ctl_options {
 	const char *socket;
@@ -44,17 +38,6 @@ struct ctl_command {
 	/* Prints @result (parsed) as a table or CSV. Returns an exit code. */
 	int (*print)(const cJSON *result, const struct ctl_options *o, bool header);
 };
-
-/* Print why and return the exit code to use. */
-__attribute__((format(printf, 1, 2))) int usage_error(const char *fmt, ...);
-int ctl_fail(int err);
-int ctl_oom(void);
-int ctl_bad_reply(const char *what);
-/* Prints the rows of @result[@key] (an array of objects) with @cols. */
-int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols, size_t ncols,
-               const struct ctl_options *o, bool header);
-int print_status(const cJSON *result, const struct ctl_options *o, bool header);
-int print_clients(const cJSON *result, const struct ctl_options *o, bool header);
 
 /* ctl_ops.c: operator commands. */
 int params_session(const struct ctl_options *o, cJSON *params);

@@ -3,7 +3,7 @@
  */
 #include "slab.h"
 #include "config.h"
-#include "internal.h"
+#include "error.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -90,7 +90,7 @@ static int sim_copy(void *priv, void *dst, const void *src, size_t n, bool to_de
 }
 
 static const struct slab_opener sim_opener = {
-    .backend = "sim",
+    .backend = PROTO_V_BACKEND_SIM,
     .needs_fd = 1,
     .close_first = 0,
     .open = sim_open,

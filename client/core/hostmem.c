@@ -1,6 +1,6 @@
 /*
- * hostmem.c - gpb_alloc_host and the rest of host memory ("pinned" and
- * "mapped"): a memfd of its own per allocation from the daemon, mapped here
+ * hostmem.c - host memory ("pinned" and "mapped") under gpb_alloc_host:
+ * a memfd of its own per allocation from the daemon, mapped here
  * and, with the cuda backend, registered with cuMemHostRegister. Queued
  * arrays of host memory arrive the same way, with their claim's reply.
  *
@@ -10,8 +10,8 @@
  * unregistered and unmapped when its allocation is freed, when the daemon
  * invalidates everything, or at disconnect.
  */
-#include "client.h"
-#include "internal.h"
+#include "hostmem.h"
+#include "error.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -20,14 +20,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-struct host_entry {
-	void *ptr;
-	uint64_t size;
-	void *device_ptr; /* "mapped": the device's view (on sim the host address) */
-	void *priv;       /* the opener's registration state */
-	bool registered;
-};
 
 void hostmem_init(gpb_client *c)
 {
@@ -60,8 +52,8 @@ static int host_adopt(gpb_client *c, const cJSON *result, int fd, bool mapped, s
 {
 	int rc;
 
-	if (proto_get_id64(result, "id", id) < 0 ||
-	    proto_get_u64(result, "size", 1, SIZE_MAX, &h->size) < 0 || fd < 0) {
+	if (proto_get_id64(result, PROTO_F_ID, id) < 0 ||
+	    proto_get_u64(result, PROTO_F_SIZE, 1, SIZE_MAX, &h->size) < 0 || fd < 0) {
 		if (fd >= 0)
 			close(fd);
 		return error_set(GPB_E_PROTOCOL,
@@ -88,7 +80,8 @@ static int host_adopt(gpb_client *c, const cJSON *result, int fd, bool mapped, s
 int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocation *out,
                   char **result_json)
 {
-	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "type"));
+	const char *type =
+	    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_TYPE));
 	struct host_entry *h = calloc(1, sizeof(*h));
 	uint64_t id = 0;
 	int rc;
@@ -96,10 +89,11 @@ int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocat
 	if (!h || idmap_reserve(&c->hosts, 1) < 0) {
 		if (fd >= 0)
 			close(fd);
-		proto_get_id64(result, "id", &id);
+		proto_get_id64(result, PROTO_F_ID, &id);
 		rc = error_set(GPB_E_NOMEM, "out of memory");
 	} else {
-		rc = host_adopt(c, result, fd, type && strcmp(type, "mapped") == 0, h, &id);
+		rc = host_adopt(c, result, fd, type && strcmp(type, PROTO_V_MEM_MAPPED) == 0, h,
+		                &id);
 		if (rc == 0 && result_json)
 			rc = client_result_json(result, result_json);
 	}
@@ -111,7 +105,7 @@ int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocat
 			host_entry_drop(c, h);
 		else
 			free(h);
-		if (id && client_call_id(c, "free", "id", id) < 0)
+		if (id && client_call_id(c, PROTO_M_FREE, PROTO_F_ID, id) < 0)
 			conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64, id);
 		return error_set(rc, "%s", saved);
 	}
@@ -138,12 +132,17 @@ int hostmem_call(gpb_client *c, cJSON *params, struct gpb_allocation *out, char 
 		cJSON_Delete(params);
 		return conn_dead_error(&c->conn);
 	}
-	rc = conn_call(&c->conn, "alloc", params, &rep, &fd);
+	rc = conn_call(&c->conn, PROTO_M_ALLOC, params, &rep, &fd);
 	if (rc < 0)
 		return rc;
 	rc = hostmem_adopt(c, rep.result, fd, out, result_json);
 	proto_reply_finish(&rep);
 	return rc;
+}
+
+struct host_entry *hostmem_get(gpb_client *c, uint64_t id)
+{
+	return idmap_get(&c->hosts, id);
 }
 
 bool hostmem_forget(gpb_client *c, uint64_t id)
@@ -169,7 +168,7 @@ int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json)
 	}
 	if (!params)
 		return error_set(GPB_E_NOMEM, "out of memory");
-	rc = conn_call(&c->conn, "free", params, &rep, NULL);
+	rc = conn_call(&c->conn, PROTO_M_FREE, params, &rep, NULL);
 	if (rc < 0)
 		return rc;
 	if (result_json)
@@ -177,57 +176,5 @@ int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json)
 	proto_reply_finish(&rep);
 	idmap_remove(&c->hosts, id);
 	host_entry_drop(c, h);
-	return rc;
-}
-
-GPB_EXPORT int gpb_alloc_host(gpb_client *c, uint64_t instance, uint64_t size,
-                              enum gpb_host_type type, struct gpb_allocation *out)
-{
-	cJSON *params;
-	int rc;
-
-	rc = client_enter(c);
-	if (rc < 0)
-		return rc;
-	if (!out || !size || (type != GPB_HOST_PINNED && type != GPB_HOST_MAPPED)) {
-		rc = error_set(GPB_E_INVALID,
-		               "gpb_alloc_host: needs out, a size and GPB_HOST_PINNED or "
-		               "GPB_HOST_MAPPED");
-	} else {
-		params = cJSON_CreateObject();
-		if (params &&
-		    (proto_add_id64(params, "instance", instance) < 0 ||
-		     proto_add_u64(params, "size", size) < 0 ||
-		     !cJSON_AddStringToObject(params, "type",
-		                              type == GPB_HOST_MAPPED ? "mapped" : "pinned"))) {
-			cJSON_Delete(params);
-			params = NULL;
-		}
-		rc = hostmem_call(c, params, out, NULL);
-	}
-	client_leave(c);
-	return rc;
-}
-
-GPB_EXPORT int gpb_host_device_pointer(gpb_client *c, uint64_t id, void **device_ptr)
-{
-	struct host_entry *h;
-	int rc;
-
-	rc = client_enter(c);
-	if (rc < 0)
-		return rc;
-	h = idmap_get(&c->hosts, id);
-	if (!device_ptr)
-		rc = error_set(GPB_E_INVALID, "gpb_host_device_pointer: device_ptr is NULL");
-	else if (!h)
-		rc = error_set(GPB_E_NOT_FOUND,
-		               "no host allocation %016" PRIx64 " on this connection", id);
-	else if (!h->device_ptr)
-		rc = error_set(GPB_E_INVALID,
-		               "host allocation %016" PRIx64 " is pinned, not mapped", id);
-	else
-		*device_ptr = h->device_ptr;
-	client_leave(c);
 	return rc;
 }

@@ -7,7 +7,8 @@
  * index, so that growing an array moves nothing a caller holds: the strings
  * handed out are separate allocations, stable until the layout is freed.
  */
-#include "internal.h"
+#include "error.h"
+#include "export.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "ctl.h"
 #include "gpubroker.h"
+#include "schema.h"
 
 int params_session(const struct ctl_options *o, cJSON *params)
 {
@@ -20,7 +21,7 @@ int params_session(const struct ctl_options *o, cJSON *params)
 	size_t n = strlen(id);
 	if (n != 16 || strspn(id, "0123456789abcdef") != n)
 		return usage_error("a session is 16 hex digits as `clients` shows, not '%s'", id);
-	return cJSON_AddStringToObject(params, "session", id) ? EXIT_OK : ctl_oom();
+	return cJSON_AddStringToObject(params, PROTO_F_SESSION, id) ? EXIT_OK : ctl_oom();
 }
 
 /* Prints the names in one array of the reload result, comma separated. */
@@ -41,10 +42,10 @@ static void print_keys(const char *label, const cJSON *keys)
 
 int print_reload(const cJSON *result, const struct ctl_options *o, bool header)
 {
-	const cJSON *applied = cJSON_GetObjectItemCaseSensitive(result, "applied");
-	const cJSON *restart = cJSON_GetObjectItemCaseSensitive(result, "needs_restart");
+	const cJSON *applied = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_APPLIED);
+	const cJSON *restart = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_NEEDS_RESTART);
 	if (!cJSON_IsArray(applied) || !cJSON_IsArray(restart))
-		return ctl_bad_reply("applied");
+		return ctl_bad_reply(PROTO_F_APPLIED);
 	if (o->format == CTL_CSV) {
 		const cJSON *k;
 		if (header)
@@ -102,9 +103,9 @@ static int write_textfile(const char *path, const char *text)
 
 int print_metrics(const cJSON *result, const struct ctl_options *o, bool header)
 {
-	const cJSON *text = cJSON_GetObjectItemCaseSensitive(result, "text");
+	const cJSON *text = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_TEXT);
 	if (!cJSON_IsString(text))
-		return ctl_bad_reply("text");
+		return ctl_bad_reply(PROTO_F_TEXT);
 	if (o->textfile)
 		return write_textfile(o->textfile, text->valuestring);
 	fputs(text->valuestring, stdout);
@@ -113,10 +114,10 @@ int print_metrics(const cJSON *result, const struct ctl_options *o, bool header)
 
 int print_version(const cJSON *result, const struct ctl_options *o, bool header)
 {
-	const cJSON *daemon = cJSON_GetObjectItemCaseSensitive(result, "server_version");
-	const cJSON *backend = cJSON_GetObjectItemCaseSensitive(result, "backend");
+	const cJSON *daemon = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_SERVER_VERSION);
+	const cJSON *backend = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_BACKEND);
 	if (!cJSON_IsString(daemon) || !cJSON_IsString(backend))
-		return ctl_bad_reply("server_version");
+		return ctl_bad_reply(PROTO_F_SERVER_VERSION);
 	if (o->format == CTL_CSV) {
 		if (header)
 			printf("gpubrokerctl,libgpubroker,gpubrokerd,backend\n");

@@ -405,17 +405,19 @@ static int layout_print(const cJSON *res, const struct ctl_options *o)
 	    {"threads", "THREADS", CTL_NUM},
 	    {"shared_per_block", "SHARED_PER_BLOCK", CTL_NUM},
 	};
-	int rc = print_rows(res, "buffers", buffer_cols, ARRAY_SIZE(buffer_cols), o, o->header);
+	int rc =
+	    print_rows(res, "buffers", buffer_cols, ARRAY_SIZE(buffer_cols), o->format, o->header);
 
 	if (rc != EXIT_OK || o->format == CTL_CSV)
 		return rc;
 	printf("\nper thread, bytes:\n");
-	rc =
-	    print_rows(res, "components", component_cols, ARRAY_SIZE(component_cols), o, o->header);
+	rc = print_rows(res, "components", component_cols, ARRAY_SIZE(component_cols), o->format,
+	                o->header);
 	if (rc != EXIT_OK)
 		return rc;
 	putchar('\n');
-	return print_rows(res, "kernels", kernel_cols, ARRAY_SIZE(kernel_cols), o, o->header);
+	return print_rows(res, "kernels", kernel_cols, ARRAY_SIZE(kernel_cols), o->format,
+	                  o->header);
 }
 
 /* Line and column of @at in @text, for parse errors. */

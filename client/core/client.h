@@ -1,5 +1,6 @@
 /*
- * client.h - the gpb_client object behind the public API.
+ * client.h - the gpb_client object behind the public API, and the exchange
+ * of requests and replies that the gpb_* entry points call down into.
  *
  * Thread-safety: one mutex per client serialises whole request/reply
  * exchanges together with the bookkeeping they imply, so requests from
@@ -40,6 +41,17 @@ struct gpb_client {
 	void *event_data;
 };
 
+/* client.c: its life. */
+
+/* A client connected to @path (not NULL), before hello. Returns 0, or
+ * GPB_E_CONNECT, GPB_E_PERMISSION, GPB_E_SYSTEM or GPB_E_NOMEM (nothing to
+ * destroy then). */
+int client_create(const char *path, gpb_client **out);
+/* Unmaps everything, closes the connection and frees @c. */
+void client_destroy(gpb_client *c);
+
+/* call.c: calls on it. */
+
 /* Validates @c and takes its lock; clears the thread's last error. */
 int client_enter(gpb_client *c);
 void client_leave(gpb_client *c);
@@ -63,32 +75,5 @@ int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t 
 /* A client_parse_fn: *(char **)@result_json = @result as compact JSON text
  * (free with free()); nothing when @result_json is NULL. */
 int client_result_json(const cJSON *result, void *result_json);
-
-/* memory.c: gpb_request() for alloc, attach, free and detach, which must
- * update the connection's bookkeeping. Consumes @params; lock held. */
-int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json);
-/* conn's on_invalidate hook: the daemon released everything the connection
- * held; forget it all and unmap. Lock held. */
-void memory_invalidate(void *client);
-
-/* hostmem.c: host memory (pinned, mapped). Lock held for all but init. */
-void hostmem_init(gpb_client *c);
-/* Unregisters and unmaps every host allocation (disconnect, invalidate). */
-void hostmem_finish(gpb_client *c);
-/* Sends an alloc of host memory (@params consumed; NULL when building them
- * ran out of memory) and maps the result; fills @out and/or *result_json
- * when not NULL. */
-int hostmem_call(gpb_client *c, cJSON *params, struct gpb_allocation *out, char **result_json);
-/* Maps and records the host memory an alloc or claim @result handed over
- * with @fd (consumed); fills @out and/or *result_json when not NULL. On
- * failure the daemon's allocation is given back (free). */
-int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocation *out,
-                  char **result_json);
-/* Unmaps host allocation @id that the daemon freed (free_label); false when
- * it is not one of this connection's. */
-bool hostmem_forget(gpb_client *c, uint64_t id);
-/* The free of @id (@params consumed) when @id is a host allocation of this
- * connection: its result; 1 when it is not one (nothing sent). */
-int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json);
 
 #endif

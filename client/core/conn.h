@@ -66,7 +66,7 @@ void conn_finish(struct conn *c);
  * On 0, *rep holds a success reply (release with proto_reply_finish) and, if
  * @fd is not NULL, *fd the descriptor the reply carried ("fd": true) or -1;
  * the caller owns it. A descriptor arriving where @fd is NULL is closed.
- * An error reply is mapped with error_from_daemon() and returned (*rep is
+ * An error reply is mapped with conn_reply_error() and returned (*rep is
  * then empty). Any failure of the stream kills the connection.
  */
 int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd);
