@@ -331,7 +331,7 @@ static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *att
 }
 
 /* Tells every session that it holds nothing any more. */
-static void broker_send_invalidate(struct broker *b, const char *reason)
+static void broker_emit_invalidate(struct broker *b, const char *reason)
 {
 	struct list *pos;
 	list_for_each(pos, &b->sessions) {
@@ -348,7 +348,7 @@ static void broker_send_invalidate(struct broker *b, const char *reason)
 void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachments)
 {
 	broker_release_all(b, allocs, attachments);
-	broker_send_invalidate(b, PROTO_V_REASON_INVALIDATE_ALL);
+	broker_emit_invalidate(b, PROTO_V_REASON_INVALIDATE_ALL);
 	/* The memory is free: waiting allocations may fit now. */
 	broker_policy_changed(b);
 }
@@ -415,7 +415,7 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
 	for (int i = 0; i < b->device_count; i++)
 		free(retired[i]);
 	b->allocator = kind;
-	broker_send_invalidate(b, PROTO_V_REASON_SET_ALLOCATOR);
+	broker_emit_invalidate(b, PROTO_V_REASON_SET_ALLOCATOR);
 	broker_policy_changed(b);
 	return 0;
 }
