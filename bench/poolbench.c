@@ -59,7 +59,16 @@ static void fake_destroy(void *ctx, void *slab)
 	free(s);
 }
 
-static const struct pool_slab_ops fake_ops = {.create = fake_create, .destroy = fake_destroy};
+/* What the daemon's backends say too: what a create could still get. */
+static uint64_t fake_room(void *ctx)
+{
+	struct fake_backend *fb = ctx;
+
+	return fb->capacity - fb->used;
+}
+
+static const struct pool_slab_ops fake_ops = {
+    .create = fake_create, .destroy = fake_destroy, .room = fake_room};
 
 /* ---- fragmentation -------------------------------------------------------- */
 

@@ -142,21 +142,66 @@ static struct pool_slab *slab_add(struct pool *pool, struct pool_heap *heap, voi
 	return slab;
 }
 
-/* Asks the backend for a slab; on -ENOMEM releases every idle slab of every
- * uid and asks once more, since a cached slab of another uid is memory this
- * one cannot use. */
-static int pool_slab_obtain(struct pool *pool, uint64_t size, uint32_t uid, void **backend)
+/*
+ * The device has no room left for a standard slab: the largest slab that
+ * fits what is left, a multiple of POOL_SLAB_ALIGN below the standard size,
+ * and at least `min` bytes (what the request needs). ops->room, where the
+ * backend has it, says where to start; the backend's create has the last
+ * word, so each refusal steps down, twice as far as the step before (a
+ * hint that is wrong, or none, costs a bounded number of tries), and the
+ * last try is `min` itself: a request fails only when even what it needs is
+ * not there. Sets *size to the size made.
+ */
+static int slab_obtain_tail(struct pool *pool, uint64_t min, uint32_t uid, uint64_t *size,
+                            void **backend)
 {
-	int err = pool->ops.create(pool->ctx, size, uid, backend);
+	uint64_t want = pool->slab_size - POOL_SLAB_ALIGN, step = POOL_SLAB_ALIGN;
+	int err;
+
+	if (pool->ops.room) {
+		uint64_t room = pool->ops.room(pool->ctx) & ~(uint64_t)(POOL_SLAB_ALIGN - 1);
+
+		if (room < want)
+			want = room;
+	}
+	if (want < min)
+		want = min;
+	for (;;) {
+		err = pool->ops.create(pool->ctx, want, uid, backend);
+		if (err != -ENOMEM || want == min)
+			break;
+		want = want - min > step ? want - step : min;
+		step *= 2;
+	}
+	if (!err)
+		*size = want;
+	return err;
+}
+
+/*
+ * Asks the backend for a slab of *size bytes; on -ENOMEM releases every idle
+ * slab of every uid and asks once more, since a cached slab of another uid is
+ * memory this one cannot use. A standard slab that still does not fit gives
+ * way to a smaller one (slab_obtain_tail) when `min`, what the request
+ * needs, is less: the last part of a device is as usable as the rest. Sets
+ * *size to the size made.
+ */
+static int pool_slab_obtain(struct pool *pool, uint64_t *size, uint64_t min, uint32_t uid,
+                            void **backend)
+{
+	int err = pool->ops.create(pool->ctx, *size, uid, backend);
 
 	if (err == -ENOMEM) {
 		pool_trim(pool, 0, true);
-		err = pool->ops.create(pool->ctx, size, uid, backend);
+		err = pool->ops.create(pool->ctx, *size, uid, backend);
 	}
+	if (err == -ENOMEM && min < *size)
+		err = slab_obtain_tail(pool, min, uid, size, backend);
 	if (err > 0)
 		err = -EIO;
 	return err;
 }
+
 /* Carves a live block of `size` bytes at `align` out of the free range bi
  * and counts it. Needs two spare block slots. */
 static struct pool_block *block_take(struct pool *pool, uint32_t bi, uint64_t size, uint64_t align)
@@ -296,8 +341,13 @@ int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint64_t size, uint64_t a
 	if (heap && !dedicated)
 		bi = tlsf_fit(pool, heap, rsize, align, need, pref);
 	if (!bi) {
-		/* May trim, which may free the heap we just found. */
-		err = pool_slab_obtain(pool, slab_bytes, uid, &backend);
+		/* A standard slab may shrink to what the device has left,
+		 * never below what this request needs (offset 0 of a slab
+		 * suits every alignment); a dedicated one is that already.
+		 * May trim, which may free the heap we just found. */
+		uint64_t min = dedicated ? slab_bytes : align_up(rsize, POOL_SLAB_ALIGN);
+
+		err = pool_slab_obtain(pool, &slab_bytes, min, uid, &backend);
 		if (err)
 			goto fail;
 		heap = heap_get(pool, uid);
@@ -483,7 +533,7 @@ static int slab_check(const struct pool *pool, const struct pool_slab *slab, str
 
 	CHECK(slab->size % (slab->dedicated && pool->exact ? POOL_GRANULE : POOL_SLAB_ALIGN) == 0 &&
 	          slab->size && slab->size <= POOL_MAX_SLAB && slab->first &&
-	          (slab->dedicated || slab->size == pool->slab_size) &&
+	          (slab->dedicated || slab->size <= pool->slab_size) &&
 	          slab_at(pool, slab->index) == slab,
 	      "uid %u: bad slab of %" PRIu64 " bytes", uid, slab->size);
 	for (bi = slab->first; bi; prev = b, prev_i = bi, bi = b->next_phys) {

@@ -15,7 +15,12 @@
  *
  * Requests larger than large_threshold (by default the slab size) get a
  * dedicated slab rounded up to the slab alignment; the others are fitted into
- * the uid's standard slabs, in a new one when none has room. (Half a slab,
+ * the uid's standard slabs, in a new one when none has room. When the device
+ * has no room left for a standard slab, the new one is a "tail" slab: the
+ * largest multiple of the slab alignment that fits what is left (at least
+ * what the request needs), otherwise a standard slab like any other (filled
+ * by later requests, cached or returned when empty), so a request fails only
+ * when the room it needs really is not there. (Half a slab,
  * the old default, left 5-15% of the device in holes of standard slabs at the
  * first out-of-memory of the benchmark's churn: a request between half a slab
  * and a slab never looked at them. The slab size as the threshold leaves
@@ -51,6 +56,9 @@ struct pool_slab_ops {
 	int (*create)(void *ctx, uint64_t size, uint32_t uid, void **slab);
 	/* Returns a slab to the backend. Never fails. */
 	void (*destroy)(void *ctx, void *slab);
+	/* Optional (NULL: not known): the bytes a create could get now. A hint
+	 * for sizing a tail slab (pool_alloc): create still has the last word. */
+	uint64_t (*room)(void *ctx);
 };
 
 struct pool_config {
@@ -89,11 +97,15 @@ void pool_destroy(struct pool *pool);
  * (0 = granule; otherwise a power of two <= POOL_MAX_ALIGNMENT) from uid's
  * heap, creating a slab when no free range fits. If slab creation fails with
  * -ENOMEM the pool releases every unpinned empty slab (all uids) and tries
- * once more.
+ * once more; if a standard slab still does not fit, it makes a tail slab
+ * (above): from ops->room rounded down to POOL_SLAB_ALIGN, or from just
+ * below the standard size when there is no hint, stepping down further on
+ * each -ENOMEM, by twice the step before, and last of all the request
+ * rounded up to POOL_SLAB_ALIGN.
  * Returns 0 and *out, -EINVAL (size 0, bad alignment, size overflow), -ENOMEM
- * (device full, or a dedicated slab above POOL_MAX_SLAB, which no device has:
- * counted in ooms; also host memory for the metadata), or another error from
- * ops->create.
+ * (not even what the request needs fits the device, or a dedicated slab
+ * above POOL_MAX_SLAB, which no device has: counted in ooms; also host
+ * memory for the metadata), or another error from ops->create.
  */
 int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
                struct pool_block **out);

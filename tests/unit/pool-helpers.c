@@ -15,6 +15,7 @@ static int fake_create(void *ctx, uint64_t size, uint32_t uid, void **slab)
 	struct fake_slab *s;
 
 	f->calls++;
+	f->last_try = size;
 	if (f->fail_times) {
 		f->fail_times--;
 		return f->fail_err;
@@ -52,7 +53,17 @@ void fake_destroy(void *ctx, void *slab)
 	f->destroys++;
 }
 
-const struct pool_slab_ops fake_ops = {.create = fake_create, .destroy = fake_destroy};
+static uint64_t fake_room(void *ctx)
+{
+	struct fake *f = ctx;
+
+	f->rooms++;
+	return f->capacity ? f->capacity - f->in_use + f->room_over : UINT64_MAX;
+}
+
+const struct pool_slab_ops fake_ops = {
+    .create = fake_create, .destroy = fake_destroy, .room = fake_room};
+const struct pool_slab_ops fake_ops_blind = {.create = fake_create, .destroy = fake_destroy};
 
 unsigned fake_live(const struct fake *f)
 {

@@ -37,14 +37,20 @@ struct fake {
 	unsigned enomem;   /* -ENOMEM answers for want of capacity */
 	int fail_err;      /* the next fail_times calls fail with fail_err */
 	unsigned fail_times;
+	uint64_t room_over; /* room() overstates by this (a driver's free figure) */
+	unsigned rooms;     /* room() calls */
+	uint64_t last_try;  /* the size of the last create call, failed or not */
 	uint64_t last_size;
 	uint32_t last_uid;
 	struct fake_slab **all;
 	unsigned nall, cap;
 };
 
-/* The fake backend; its ctx is a struct fake. */
+/* The fake backend; its ctx is a struct fake. Its room() is capacity less
+ * in_use (plus room_over), UINT64_MAX without a capacity. */
 extern const struct pool_slab_ops fake_ops;
+/* The same without room(): a backend that cannot say. */
+extern const struct pool_slab_ops fake_ops_blind;
 void fake_destroy(void *ctx, void *slab);
 
 unsigned fake_live(const struct fake *f);

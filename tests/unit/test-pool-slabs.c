@@ -1,8 +1,8 @@
 /*
  * test-pool-slabs.c - unit tests of the device memory sub-allocator
  * (daemon/pool/pool.c, daemon/pool/pool_tlsf.c): slabs: exhaustion and the -ENOMEM trim
- * and retry, backend errors, uid isolation, dedicated slabs, the slab cache,
- * pins, trim, destroy with live blocks.
+ * and retry, tail slabs from what a full device has left, backend errors, uid isolation, dedicated
+ * slabs, the slab cache, pins, trim, destroy with live blocks.
  *
  * The backend is a fake that hands out bookkeeping records instead of memory,
  * so device capacity is whatever a test says, errors can be injected, and at
@@ -100,6 +100,130 @@ static void test_enomem_trim_retry(void **state)
 	assert_int_equal(stats_of(pool).ooms, 3);
 	/* uid 2's cached slab went in the trim, uid 3's pinned one stayed. */
 	assert_int_equal(stats_of(pool).slabs, 1);
+	pool_destroy(pool);
+	fake_fini(&f);
+}
+
+/*
+ * The last part of a device, smaller than a standard slab: a 100 MiB device,
+ * 64 MiB slabs, one 64 MiB allocation held. A 256-byte request gets a tail
+ * slab of all that is left (36 MiB), which later requests share; one that
+ * needs more than is left still fails, after asking for just what it needs.
+ */
+static void test_tail_slab(void **state)
+{
+	struct fake f = {.capacity = 100 * MiB};
+	struct pool *pool = pool_new(&f, 64 * MiB, 0, 1);
+	struct pool_block *big, *small, *rest, *other, *x = NULL;
+	struct pool_slab *tail;
+	unsigned calls;
+
+	(void)state;
+	big = alloc_ok(pool, 1, 64 * MiB, 0);
+	assert_int_equal(f.last_size, 64 * MiB);
+	calls = f.calls;
+	/* A standard slab, trim and again, then the tail. */
+	small = alloc_ok(pool, 1, 256, 0);
+	tail = pool_block_slab(small);
+	assert_int_equal(f.calls, calls + 3);
+	assert_int_equal(pool_slab_size(tail), 36 * MiB);
+	assert_int_equal(fake_of(tail)->size, 36 * MiB);
+	assert_int_equal(f.in_use, 100 * MiB);
+	assert_int_equal(stats_of(pool).ooms, 0);
+	/* More than the tail has free, and nothing left on the device: the
+	 * last try was the request rounded up to the slab alignment. */
+	calls = f.calls;
+	assert_int_equal(pool_alloc(pool, 1, 36 * MiB, 0, &x), -ENOMEM);
+	assert_null(x);
+	assert_int_equal(f.calls, calls + 3);
+	assert_int_equal(f.last_try, 36 * MiB);
+	assert_int_equal(stats_of(pool).ooms, 1);
+	/* Whatever fits in the tail goes there, at any alignment. */
+	rest = alloc_ok(pool, 1, 36 * MiB - 2 * MiB, 2 * MiB);
+	assert_ptr_equal(pool_block_slab(rest), tail);
+	assert_int_equal(pool_block_offset(rest), 2 * MiB);
+	assert_int_equal(f.calls, calls + 3);
+	free_ok(pool, rest);
+	/* Emptied, the tail is the uid's cached slab, and serves again. */
+	free_ok(pool, small);
+	assert_true(fake_of(tail)->alive);
+	small = alloc_ok(pool, 1, 4 * MiB, 0);
+	assert_ptr_equal(pool_block_slab(small), tail);
+	free_ok(pool, small);
+	/* Another uid: the trim gives it uid 1's cached tail to use. */
+	other = alloc_ok(pool, 2, 20 * MiB, 0);
+	assert_int_equal(pool_slab_size(pool_block_slab(other)), 36 * MiB);
+	assert_int_equal(f.last_uid, 2);
+	assert_int_equal(stats_of(pool).slabs, 2);
+	/* A dedicated slab does not shrink: nothing smaller serves it. */
+	calls = f.calls;
+	assert_int_equal(pool_alloc(pool, 3, 70 * MiB, 0, &x), -ENOMEM);
+	assert_int_equal(f.calls, calls + 2);
+	/* With the room back, slabs are standard again. */
+	free_ok(pool, big);
+	free_ok(pool, other);
+	x = alloc_ok(pool, 3, 256, 0);
+	assert_int_equal(pool_slab_size(pool_block_slab(x)), 64 * MiB);
+	free_ok(pool, x);
+	pool_destroy(pool);
+	fake_fini(&f);
+}
+
+/* The room hint wrong or missing: each -ENOMEM steps down twice as far as
+ * the one before, never below what the request needs, never above a
+ * standard slab less the alignment. */
+static void test_tail_slab_search(void **state)
+{
+	struct pool_config cfg = {.slab_size = 64 * MiB, .keep_empty = 1};
+	struct fake f = {.capacity = 100 * MiB};
+	struct pool *pool = pool_create(&cfg, &fake_ops_blind, &f);
+	struct pool_block *big, *a, *b, *x = NULL;
+	unsigned calls;
+
+	(void)state;
+	assert_non_null(pool);
+	big = alloc_ok(pool, 1, 64 * MiB, 0);
+	calls = f.calls;
+	/* 64, 64, then 62, 60, 56, 48 refused, 32 made. */
+	a = alloc_ok(pool, 1, 256, 0);
+	assert_int_equal(f.calls, calls + 7);
+	assert_int_equal(pool_slab_size(pool_block_slab(a)), 32 * MiB);
+	assert_int_equal(f.rooms, 0);
+	/* 4 MiB are left: the search ends at the request's own size. */
+	calls = f.calls;
+	b = alloc_ok(pool, 2, 3 * MiB, 0);
+	assert_int_equal(f.calls, calls + 8);
+	assert_int_equal(pool_slab_size(pool_block_slab(b)), 4 * MiB);
+	assert_int_equal(f.in_use, 100 * MiB);
+	calls = f.calls;
+	assert_int_equal(pool_alloc(pool, 2, 2 * MiB, 0, &x), -ENOMEM);
+	assert_int_equal(f.last_try, 2 * MiB);
+	assert_int_equal(f.calls, calls + 8);
+	free_ok(pool, b);
+	free_ok(pool, a);
+	free_ok(pool, big);
+	pool_destroy(pool);
+	assert_int_equal(f.enomem, 2 + 4 + 2 + 5 + 2 + 6);
+
+	/* A hint that overstates by 8 MiB: 44, 42, 38 refused, 30 made. */
+	f.capacity = 100 * MiB;
+	f.room_over = 8 * MiB;
+	pool = pool_new(&f, 64 * MiB, 0, 1);
+	big = alloc_ok(pool, 1, 64 * MiB, 0);
+	calls = f.calls;
+	a = alloc_ok(pool, 1, 256, 0);
+	assert_int_equal(f.calls, calls + 6);
+	assert_int_equal(pool_slab_size(pool_block_slab(a)), 30 * MiB);
+	free_ok(pool, a);
+	/* One beyond any slab starts just below a standard one. */
+	f.room_over = 1ull << 40;
+	assert_int_equal(pool_trim(pool, 1, false), 1);
+	calls = f.calls;
+	a = alloc_ok(pool, 2, 256, 0);
+	assert_int_equal(f.calls, calls + 7);
+	assert_int_equal(pool_slab_size(pool_block_slab(a)), 32 * MiB);
+	free_ok(pool, a);
+	free_ok(pool, big);
 	pool_destroy(pool);
 	fake_fini(&f);
 }
@@ -472,6 +596,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_exhaustion_oom),
 	    cmocka_unit_test(test_enomem_trim_retry),
+	    cmocka_unit_test(test_tail_slab),
+	    cmocka_unit_test(test_tail_slab_search),
 	    cmocka_unit_test(test_uid_isolation),
 	    cmocka_unit_test(test_dedicated_slab),
 	    cmocka_unit_test(test_cache_keep_empty),
