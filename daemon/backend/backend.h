@@ -59,6 +59,11 @@ struct backend_ops {
 	int (*slab_create)(struct backend *b, int device, uint64_t size, uint32_t uid,
 	                   unsigned flags, struct backend_slab **out);
 	void (*slab_destroy)(struct backend *b, struct backend_slab *slab);
+	/* The bytes a slab_create on the device could get now: a hint (the
+	 * pool sizes the last slab a nearly full device has room for by it),
+	 * slab_create still decides. 0 and *bytes, or a negative errno. NULL
+	 * in a backend that cannot say: the pool then tries sizes down. */
+	int (*slab_room)(struct backend *b, int device, uint64_t *bytes);
 };
 
 struct backend {

@@ -43,7 +43,9 @@
  * description, the name is kept in backend->last_error for the error reply
  * (data.backend_error), and the broker gets -EIO; cuMemAlloc's
  * CUDA_ERROR_OUT_OF_MEMORY is -ENOMEM (the device is full: the pool gives
- * back cached slabs and retries, then answers out_of_memory).
+ * back cached slabs and retries, then tries a smaller slab of what is left,
+ * starting from cuMemGetInfo's free bytes (slab_room), then answers
+ * out_of_memory).
  */
 #include "backend.h"
 
@@ -474,6 +476,29 @@ static void cuda_slab_destroy(struct backend *b, struct backend_slab *slab)
 	free(cs);
 }
 
+/* cuMemGetInfo's free bytes, of every process on the device: what the
+ * driver still has. Its word on a cuMemAlloc may differ (what it keeps for
+ * itself, another process allocating meanwhile): the pool only starts there. */
+static int cuda_slab_room(struct backend *b, int device, uint64_t *bytes)
+{
+	struct cuda *cu = b->priv;
+	size_t free_bytes = 0, total = 0;
+	CUresult rc;
+	if (device < 0 || device >= cu->count)
+		return -ENODEV;
+	int err = cuda_enter(b, device);
+	if (err < 0)
+		return err;
+	rc = cu->api.MemGetInfo(&free_bytes, &total);
+	cuda_leave(b, device);
+	if (rc != CUDA_SUCCESS) {
+		cuda_log(b, rc, device, "cuMemGetInfo");
+		return -EIO;
+	}
+	*bytes = free_bytes;
+	return 0;
+}
+
 const struct backend_ops backend_cuda_ops = {
     .name = "cuda",
     .init = cuda_init,
@@ -481,4 +506,5 @@ const struct backend_ops backend_cuda_ops = {
     .device_info = cuda_device_info,
     .slab_create = cuda_slab_create,
     .slab_destroy = cuda_slab_destroy,
+    .slab_room = cuda_slab_room,
 };

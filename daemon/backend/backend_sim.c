@@ -122,6 +122,16 @@ static void sim_slab_destroy(struct backend *b, struct backend_slab *slab)
 	free(slab);
 }
 
+static int sim_slab_room(struct backend *b, int device, uint64_t *bytes)
+{
+	struct sim *sim = b->priv;
+	if (device < 0 || device >= b->device_count)
+		return -ENODEV;
+	/* Exactly what sim_slab_create accepts. */
+	*bytes = sim->dev[device].total - sim->dev[device].reserved;
+	return 0;
+}
+
 const struct backend_ops backend_sim_ops = {
     .name = "sim",
     .init = sim_init,
@@ -129,4 +139,5 @@ const struct backend_ops backend_sim_ops = {
     .device_info = sim_device_info,
     .slab_create = sim_slab_create,
     .slab_destroy = sim_slab_destroy,
+    .slab_room = sim_slab_room,
 };

@@ -68,9 +68,22 @@ static void broker_pool_destroy_slab(void *ctx, void *slab)
 	dev->backend->ops->slab_destroy(dev->backend, slab);
 }
 
+/* The pool's hint for a tail slab; not known (UINT64_MAX) when the backend
+ * cannot say, and the pool then tries sizes from the top. */
+static uint64_t broker_pool_slab_room(void *ctx)
+{
+	struct broker_device *dev = ctx;
+	uint64_t bytes;
+	if (!dev->backend->ops->slab_room ||
+	    dev->backend->ops->slab_room(dev->backend, dev->index, &bytes) < 0)
+		return UINT64_MAX;
+	return bytes;
+}
+
 static const struct pool_slab_ops broker_pool_ops = {
     .create = broker_pool_create_slab,
     .destroy = broker_pool_destroy_slab,
+    .room = broker_pool_slab_room,
 };
 
 /* Allocator "async": the same pools, their slabs from the backend's
@@ -78,6 +91,7 @@ static const struct pool_slab_ops broker_pool_ops = {
 static const struct pool_slab_ops broker_async_pool_ops = {
     .create = broker_pool_create_async_slab,
     .destroy = broker_pool_destroy_slab,
+    .room = broker_pool_slab_room,
 };
 
 const struct pool_slab_ops *broker_slab_ops(enum broker_allocator kind)

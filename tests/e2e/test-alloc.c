@@ -299,6 +299,72 @@ static void test_alignment_and_errors(void **state)
 }
 
 /* Another uid's allocations are invisible; same answer as an unknown id. */
+/* Whether the n bytes at p all hold byte v. */
+static bool all_bytes(const unsigned char *p, size_t n, unsigned char v)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] != v)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The last part of a device, smaller than a standard slab, serves requests:
+ * a 100 MiB device, 64 MiB slabs, one 64 MiB allocation held, and a 256-byte
+ * request gets memory (a slab of the 36 MiB left); a request for more than
+ * is left fails, with what it asked and what is free; all the rest can be
+ * had. The direct allocator (one exact backend allocation a request) fills
+ * the device the same way.
+ */
+static void test_device_tail(void **state)
+{
+	const char *extra[] = {"--sim-devices", "1", "--sim-memory", "100MiB", "--slab-size",
+	                       "64MiB",         NULL};
+	struct gpb_allocation big, small, rest, x;
+	struct gpb_pool_stats st;
+	struct th_daemon d;
+	(void)state;
+	th_daemon_start(&d, extra);
+	gpb_client *c = th_client(&d, "tail");
+	uint64_t inst = reg(c, 0);
+	assert_int_equal(gpb_alloc(c, inst, 64ull << 20, 0, &big), 0);
+	assert_int_equal(gpb_alloc(c, inst, 256, 0, &small), 0);
+	assert_true(small.slab != big.slab);
+	memset(small.ptr, 0x5a, 256);
+	assert_int_equal(gpb_stats(c, 0, &st), 0);
+	assert_int_equal(st.slabs, 2);
+	assert_int_equal(st.reserved, 100ull << 20);
+	assert_int_equal(st.ooms, 0);
+
+	assert_int_equal(gpb_alloc(c, inst, 36ull << 20, 0, &x), GPB_E_OUT_OF_MEMORY);
+	assert_non_null(
+	    strstr(gpb_last_error(), "37748736 bytes requested on device 0, 37748480 free"));
+	assert_int_equal(gpb_alloc(c, inst, (36ull << 20) - 256, 0, &rest), 0);
+	assert_true(rest.slab == small.slab);
+	memset(rest.ptr, 0xa5, rest.size);
+	assert_true(all_bytes(small.ptr, 256, 0x5a));
+	assert_int_equal(th_status_used(c), 100ull << 20);
+	assert_int_equal(gpb_alloc(c, inst, 256, 0, &x), GPB_E_OUT_OF_MEMORY);
+	assert_non_null(strstr(gpb_last_error(), "256 bytes requested on device 0, 0 free"));
+	assert_int_equal(gpb_free(c, rest.id), 0);
+	assert_int_equal(gpb_free(c, small.id), 0);
+
+	assert_int_equal(gpb_set_allocator(c, "direct"), 0);
+	assert_int_equal(gpb_free(c, big.id), GPB_E_NOT_FOUND); /* released by the switch */
+	assert_int_equal(gpb_alloc(c, inst, 64ull << 20, 0, &big), 0);
+	assert_int_equal(gpb_alloc(c, inst, 36ull << 20, 0, &rest), 0);
+	assert_int_equal(gpb_alloc(c, inst, 256, 0, &x), GPB_E_OUT_OF_MEMORY);
+	assert_non_null(strstr(gpb_last_error(), "256 bytes requested on device 0, 0 free"));
+	assert_int_equal(gpb_free(c, rest.id), 0);
+	assert_int_equal(gpb_alloc(c, inst, 256, 0, &small), 0);
+	assert_int_equal(gpb_stats(c, 0, &st), 0);
+	assert_int_equal(st.slabs, 2);
+	assert_int_equal(st.reserved, (64ull << 20) + 256);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 static void test_other_connection_cannot_free(void **state)
 {
 	gpb_client *a = th_client(&daemon_, "owner");
@@ -379,6 +445,7 @@ int main(void)
 	    cmocka_unit_test(test_slabs_sparse),
 	    cmocka_unit_test(test_prefers_held_slab),
 	    cmocka_unit_test(test_alignment_and_errors),
+	    cmocka_unit_test(test_device_tail),
 	    cmocka_unit_test(test_other_connection_cannot_free),
 	    cmocka_unit_test(test_threads_share_a_client),
 	    cmocka_unit_test(test_example),

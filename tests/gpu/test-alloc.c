@@ -8,7 +8,8 @@
  * (opening the slab in its primary context, having none current), reads the
  * first process's bytes with cuMemcpyDtoH and writes its own with
  * gpb_copy_to_device, which the first reads back. A dedicated slab is
- * freed: the library closes its mapping before the daemon frees it.
+ * freed: the library closes its mapping before the daemon frees it. On the
+ * fake, a device smaller than two slabs serves from its last part too.
  */
 #include "gpu-common.h"
 
@@ -46,6 +47,41 @@ static int reader(const char *socket, const char *id_hex)
 	free(buf);
 	free(want);
 	return 0;
+}
+
+/*
+ * The fake's device of 100 MiB, 64 MiB slabs, one 64 MiB allocation held: a
+ * 256-byte request gets a slab of the 36 MiB left (cuMemGetInfo's figure,
+ * which cuMemAlloc then grants), scrubbed like any other; a request for more
+ * than is left is refused. No real device is that small.
+ */
+static void tail_on_small_device(void)
+{
+	const char *extra[] = {"--slab-size", "64MiB", NULL};
+	const char *env[] = {"FAKECUDA_MEMORY=104857600", NULL};
+	struct gpb_allocation big, small, x;
+	unsigned char bytes[256];
+	struct gt_daemon d;
+	gt_daemon_start(&d, "cuda", extra, env);
+	gpb_client *c = gt_connect(&d, "gpu-alloc-tail");
+	uint64_t inst = gt_register(c, 0);
+	GPB(gpb_alloc(c, inst, 64ull << 20, 0, &big));
+	GPB(gpb_alloc(c, inst, 256, 0, &small));
+	CHECK(small.slab != big.slab);
+	CUdeviceptr base = 0;
+	size_t range = 0;
+	CU(cu.MemGetAddressRange(&base, &range, (CUdeviceptr)(uintptr_t)small.ptr));
+	CHECK(range == 36ull << 20);
+	CU(cu.MemcpyDtoH(bytes, (CUdeviceptr)(uintptr_t)small.ptr, sizeof(bytes)));
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		CHECK(bytes[i] == 0);
+	CHECK(gpb_alloc(c, inst, 36ull << 20, 0, &x) == GPB_E_OUT_OF_MEMORY);
+	CHECK(strstr(gpb_last_error(), "37748736 bytes requested on device 0") != NULL);
+	GPB(gpb_free(c, small.id));
+	GPB(gpb_free(c, big.id));
+	gpb_disconnect(c);
+	CHECK(gt_fake_violations() == 0);
+	gt_daemon_stop(&d);
 }
 
 int main(int argc, char **argv)
@@ -126,8 +162,11 @@ int main(int argc, char **argv)
 	gpb_disconnect(c);
 	CHECK(gt_fake_violations() == 0);
 	gt_daemon_stop(&d);
+	if (gt_fake())
+		tail_on_small_device();
 	free(buf);
 	free(back);
-	printf("ok: allocate, scrub, write/read across two processes, dedicated slab\n");
+	printf("ok: allocate, scrub, write/read across two processes, dedicated slab%s\n",
+	       gt_fake() ? ", the last 36 MiB of a small device" : "");
 	return 0;
 }
