@@ -432,6 +432,12 @@ void broker_parting_counts(const struct broker *b, struct broker_parting_counts 
 
 /* Any session's instance, or NULL. */
 struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance);
+/*
+ * Whether s may see what the user uid has (sessions, instances, stream
+ * groups, export names): a user sees its own, an administrator everything.
+ * What s may not see is answered as if it did not exist.
+ */
+bool broker_sees(const struct session *s, uid_t uid);
 /* Manual pool with this proportion. -EINVAL, -ENOSPC, -EUSERS. */
 int broker_set_proportion(struct broker *b, struct broker_instance *inst, double proportion);
 /* Auto pool (no-op when there). -EUSERS. */

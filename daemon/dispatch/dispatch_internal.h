@@ -59,6 +59,12 @@ int dispatch_set_allocator(struct dispatch_ctx *ctx);
 int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out);
 /* The result of an alloc: the grant (and the descriptor to pass). */
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
+/* The stream group called group in the namespace of params "uid" (default:
+ * the caller's user), with its figures: 0 with *space and *gi set, or
+ * -EINVAL / -ENOENT (no member, or a user the caller may not see: answered
+ * alike) with ctx->err set. */
+int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
+                        struct policy_group_info *gi);
 /* The reply to a host alloc or claim of h: id, type, size and its descriptor. */
 int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h);
 

@@ -235,19 +235,37 @@ int dispatch_set_group(struct dispatch_ctx *ctx)
 	return instance_result(ctx, inst, false);
 }
 
+int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
+                        struct policy_group_info *gi)
+{
+	int64_t uid = ctx->s->uid;
+	int rc = proto_get_int(ctx->params, PROTO_F_UID, 0, UINT32_MAX - 1, &uid);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, PROTO_F_UID, "a uid (0 to 4294967294)");
+	/* Another user's group, for a caller who may not see it, is not there. */
+	if (!broker_sees(ctx->s, (uid_t)uid) ||
+	    policy_group_info(&ctx->b->policy, (uint64_t)uid, group, gi) < 0) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
+		return -ENOENT;
+	}
+	*space = (uint64_t)uid;
+	return 0;
+}
+
 int dispatch_group_info(struct dispatch_ctx *ctx)
 {
 	const char *group;
 	struct policy_group_info gi;
+	uint64_t space;
 	int rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
-	if (policy_group_info(&ctx->b->policy, group, &gi) < 0) {
-		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
-		return -ENOENT;
-	}
+	rc = dispatch_group_find(ctx, group, &space, &gi);
+	if (rc < 0)
+		return rc;
 	cJSON *r = dispatch_result(ctx), *members;
 	if (!r || !cJSON_AddStringToObject(r, PROTO_F_GROUP, group) ||
+	    proto_add_number(r, PROTO_F_UID, (double)space) ||
 	    !(members = cJSON_AddArrayToObject(r, PROTO_F_MEMBERS)) ||
 	    proto_add_u64(r, PROTO_F_USED, gi.used) ||
 	    proto_add_u64(r, PROTO_F_AVAILABLE, gi.available))
@@ -258,7 +276,7 @@ int dispatch_group_info(struct dispatch_ctx *ctx)
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
 		char id[17];
-		if (strcmp(pi->group, group) != 0)
+		if (!policy_in_group(pi, space, group))
 			continue;
 		snprintf(id, sizeof(id), "%016llx", (unsigned long long)pi->id);
 		cJSON *str = cJSON_CreateString(id);

@@ -334,7 +334,7 @@ static void test_set_proportion(void **state)
 static void test_policy_query(void **state)
 {
 	struct broker *b = policy_broker(100 * MiB, POLICY_ACTIVE, 0);
-	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_B, "two");
+	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_A, "two");
 	struct broker_instance *a = reg_p(b, s1, 0, 0.5, "solver");
 	reg_p(b, s2, 0, 0, "solver");
 	reg_p(b, s2, 1, 0, NULL);
@@ -356,7 +356,7 @@ static void test_policy_query(void **state)
 	assert_int_equal(jnum(d0, "manual_instances"), 1);
 	assert_int_equal(jnum(d0, "auto_instances"), 1);
 	assert_int_equal(ju64(d0, "auto_cap"), 50 * MiB);
-	/* Every instance of every client, in registration order. */
+	/* Every instance of every client of this user, in registration order. */
 	const cJSON *insts = jarr(res, "instances", 3);
 	const cJSON *o = cJSON_GetArrayItem(insts, 0);
 	assert_int_equal(jid(o, "instance"), a->id);
@@ -376,7 +376,8 @@ static void test_policy_query(void **state)
 static void test_groups(void **state)
 {
 	struct broker *b = policy_broker(100 * MiB, POLICY_ACTIVE, 0);
-	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_B, "two");
+	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_A, "two");
+	struct session *s3 = client(b, UID_B, "three");
 	struct broker_instance *a = reg_p(b, s1, 0, 0.2, NULL);
 	struct broker_instance *c = reg_p(b, s2, 0, 0.3, NULL);
 	struct reply r;
@@ -412,7 +413,41 @@ static void test_groups(void **state)
 	assert_int_equal(ju64(res, "used"), 48 * MiB);
 	assert_int_equal(ju64(res, "available"), 2 * MiB);
 	assert_non_null(strstr(cJSON_GetArrayItem(jarr(res, "warnings", 1), 0)->valuestring, "95"));
+	assert_int_equal(jnum(res, "uid"), UID_A);
 	reply_done(&r);
+	/* Groups are per user: another user's "g" is another group; this
+	 * user's is not found for it, by name or by naming the user. */
+	struct broker_instance *e = reg_p(b, s3, 0, 0.1, "g");
+	expect_error_fmt(b, s3, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"group_info\",\"params\":{\"group\":\"h\"}}");
+	expect_error_fmt(b, s3, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"group_info\",\"params\":{\"group\":\"g\","
+	                 "\"uid\":%d}}",
+	                 UID_A);
+	alloc_ok(b, s3, e, 1 * MiB, 0);
+	request(b, s3, &r, "{\"id\":\"i\",\"method\":\"group_info\",\"params\":{\"group\":\"g\"}}");
+	res = result_of(&r, "i");
+	char want[17];
+	snprintf(want, sizeof(want), "%016" PRIx64, e->id);
+	assert_string_equal(cJSON_GetArrayItem(jarr(res, "members", 1), 0)->valuestring, want);
+	assert_int_equal(ju64(res, "used"), 1 * MiB);
+	reply_done(&r);
+	request(b, s1, &r, "{\"id\":\"i\",\"method\":\"group_info\",\"params\":{\"group\":\"g\"}}");
+	jarr(result_of(&r, "i"), "members", 2);
+	assert_int_equal(ju64(result_of(&r, "i"), "used"), 48 * MiB);
+	reply_done(&r);
+	/* An administrator names the user (its own by default). */
+	struct session *admin = client(b, 0, "root");
+	expect_error_fmt(b, admin, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"group_info\",\"params\":{\"group\":\"g\"}}");
+	request(b, admin, &r,
+	        "{\"id\":\"i\",\"method\":\"group_info\",\"params\":{\"group\":\"g\",\"uid\":%d}}",
+	        UID_B);
+	jarr(result_of(&r, "i"), "members", 1);
+	reply_done(&r);
+	expect_error_fmt(b, admin, PROTO_E_PARAMS, "uid",
+	                 "{\"id\":\"e\",\"method\":\"group_info\",\"params\":{\"group\":\"g\","
+	                 "\"uid\":-1}}");
 	check(b);
 	broker_done(b);
 }
