@@ -104,8 +104,13 @@ static void test_queue_allocate(void **state)
 	                 "{\"id\":\"e\",\"method\":\"allocate_queue\",\"params\":{\"instance\":"
 	                 "\"%016" PRIx64 "\"}}",
 	                 outsider->id);
-	/* Another member's instance: not for a non-admin. */
+	/* Another member's instance: not for a non-admin. Another user's
+	 * instance: not there at all, as an unknown one. */
 	expect_error_fmt(b, s[1], PROTO_E_PERMISSION, NULL,
+	                 "{\"id\":\"e\",\"method\":\"allocate_queue\",\"params\":{\"instance\":"
+	                 "\"%016" PRIx64 "\"}}",
+	                 in[0]->id);
+	expect_error_fmt(b, stranger, PROTO_E_NOT_FOUND, NULL,
 	                 "{\"id\":\"e\",\"method\":\"allocate_queue\",\"params\":{\"instance\":"
 	                 "\"%016" PRIx64 "\"}}",
 	                 in[0]->id);
