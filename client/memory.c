@@ -1,5 +1,5 @@
 /*
- * memory.c - gpb_alloc, gpb_free, gpb_attach, gpb_open_shared and
+ * memory.c - gpb_alloc, gpb_free, gpb_attach, gpb_open_shared(_from) and
  * gpb_detach: the exchanges that change which slabs a connection holds, kept
  * in step with core/track.c; gpb_export / gpb_unexport, which name memory;
  * and gpb_alloc_host / gpb_host_device_pointer over core/hostmem.c.
@@ -440,20 +440,37 @@ GPB_EXPORT int gpb_unexport(gpb_client *c, const char *name)
 	return rc;
 }
 
-GPB_EXPORT int gpb_open_shared(gpb_client *c, const char *name, struct gpb_allocation *out)
+GPB_EXPORT int gpb_open_shared_from(gpb_client *c, int64_t owner, const char *name,
+                                    struct gpb_allocation *out)
 {
+	cJSON *params;
 	int rc;
 
 	rc = client_enter(c);
 	if (rc < 0)
 		return rc;
-	if (!out || !name_valid(name))
-		rc = error_set(GPB_E_INVALID, "gpb_open_shared: needs a name of 1-%d bytes and out",
+	if (!out || !name_valid(name) || owner > (int64_t)UINT32_MAX - 1) {
+		rc = error_set(GPB_E_INVALID,
+		               "gpb_open_shared: needs a name of 1-%d bytes, out, and a uid or -1",
 		               PROTO_MAX_NAME);
-	else
-		rc = memory_call(c, TRACK_ATTACH, PROTO_M_OPEN, name_params(name), out, NULL);
+		goto out;
+	}
+	params = name_params(name);
+	/* Without an owner the daemon looks in this user's own names only. */
+	if (params && owner >= 0 &&
+	    !cJSON_AddNumberToObject(params, PROTO_F_OWNER, (double)owner)) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = memory_call(c, TRACK_ATTACH, PROTO_M_OPEN, params, out, NULL);
+out:
 	client_leave(c);
 	return rc;
+}
+
+GPB_EXPORT int gpb_open_shared(gpb_client *c, const char *name, struct gpb_allocation *out)
+{
+	return gpb_open_shared_from(c, -1, name, out);
 }
 
 int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json)

@@ -200,17 +200,20 @@ int gpb_detach(gpb_client *client, uint64_t id);
 /**
  * Names one of this connection's allocations so that a client of @uid
  * (this user's own uid when @uid is negative) can map it with
- * gpb_open_shared(). One name per allocation; names are unique per opening
- * uid and per exporting connection. The name is withdrawn by gpb_unexport(),
- * by freeing the allocation, or when this connection ends; what was opened
- * stays mapped (and allocated) until its openers detach. Another user maps
- * the whole slab, so only an allocation that fills a slab of its own may go
- * to another uid: a multiple of 2 MiB, larger than the daemon's slab size or
- * under the "direct" allocator. @name is copied.
+ * gpb_open_shared_from() (or, for this user itself, gpb_open_shared()).
+ * Names live in the namespace of the user who exports them: one name per
+ * allocation, unique among this user's exports (all its connections), and
+ * never visible to, nor colliding with, another user's names. The name is
+ * withdrawn by gpb_unexport(), by freeing the allocation, or when this
+ * connection ends; what was opened stays mapped (and allocated) until its
+ * openers detach. Another user maps the whole slab, so only an allocation
+ * that fills a slab of its own may go to another uid: a multiple of 2 MiB,
+ * larger than the daemon's slab size or under the "direct" allocator.
+ * @name is copied.
  * Errors: GPB_E_INVALID (name not 1-64 bytes, uid out of range, allocation
- * already exported, name taken, or another uid for a pooled allocation:
- * gpb_last_error() says which), GPB_E_NOT_FOUND (not this connection's
- * allocation), GPB_E_DAEMON_GONE.
+ * already exported, name taken by this user, or another uid for a pooled
+ * allocation: gpb_last_error() says which), GPB_E_NOT_FOUND (not this
+ * connection's allocation), GPB_E_DAEMON_GONE.
  */
 int gpb_export(gpb_client *client, uint64_t id, const char *name, int64_t uid);
 
@@ -218,14 +221,25 @@ int gpb_export(gpb_client *client, uint64_t id, const char *name, int64_t uid);
 int gpb_unexport(gpb_client *client, const char *name);
 
 /**
- * Maps the allocation exported under @name to this user, as gpb_attach()
- * does (@out->id is the allocation's id; gpb_detach() it when done).
- * Errors: GPB_E_NOT_FOUND (no such name for this uid: withdrawn, never
- * given, or given to someone else, answered alike), GPB_E_INVALID (bad name,
- * @out NULL, or already mapped through this client), GPB_E_LIMIT,
- * GPB_E_DAEMON_GONE.
+ * Maps the allocation this user exported under @name, as gpb_attach() does
+ * (@out->id is the allocation's id; gpb_detach() it when done): a name
+ * alone only ever finds this user's own exports, never another user's.
+ * Same as gpb_open_shared_from() with @owner -1.
+ * Errors: GPB_E_NOT_FOUND (no such name among this user's exports:
+ * withdrawn or never given), GPB_E_INVALID (bad name, @out NULL, or already
+ * mapped through this client), GPB_E_LIMIT, GPB_E_DAEMON_GONE.
  */
 int gpb_open_shared(gpb_client *client, const char *name, struct gpb_allocation *out);
+
+/**
+ * Maps the allocation that the user @owner (a uid; negative: this user)
+ * exported under @name and granted to this user, as gpb_attach() does.
+ * Errors: GPB_E_NOT_FOUND (no such name of @owner's, or not granted to this
+ * user: answered alike), GPB_E_INVALID (bad name or @owner, @out NULL, or
+ * already mapped through this client), GPB_E_LIMIT, GPB_E_DAEMON_GONE.
+ */
+int gpb_open_shared_from(gpb_client *client, int64_t owner, const char *name,
+                         struct gpb_allocation *out);
 
 /**
  * The index of the device with UUID @uuid ("GPU-..." as `gpubrokerctl devices`

@@ -121,6 +121,8 @@ const char *const proto_fields[] = {
     PROTO_F_OOMS,
     PROTO_F_ORPHANED,
     PROTO_F_ORPHANS,
+    PROTO_F_OTHERS,
+    PROTO_F_OWNER,
     PROTO_F_PARAMS,
     PROTO_F_PARTING,
     PROTO_F_PEAK,

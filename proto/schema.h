@@ -248,6 +248,8 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_OOMS               "ooms"
 #define PROTO_F_ORPHANED           "orphaned"
 #define PROTO_F_ORPHANS            "orphans"
+#define PROTO_F_OTHERS             "others"
+#define PROTO_F_OWNER              "owner"
 #define PROTO_F_PARAMS             "params"
 #define PROTO_F_PARTING            "parting"
 #define PROTO_F_PEAK               "peak"

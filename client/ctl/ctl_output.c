@@ -266,3 +266,31 @@ int print_rows(const cJSON *result, const char *key, const struct ctl_column *co
 		return ctl_bad_reply(key);
 	return EXIT_OK;
 }
+
+void print_others(const cJSON *result, const char *count_key, enum ctl_format format)
+{
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_OTHERS);
+	const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, count_key);
+	const cJSON *v;
+
+	/* CSV is rows only, and an administrator's "others" is all zeros. */
+	if (format != CTL_TABLE || !cJSON_IsNumber(n) || !(n->valuedouble > 0))
+		return;
+	printf("\nother users: %.0f %s", n->valuedouble, count_key);
+	cJSON_ArrayForEach(v, o)
+	{
+		uint64_t bytes;
+		char buf[32];
+
+		if (v == n)
+			continue;
+		if (strcmp(v->string, PROTO_F_USED) == 0 &&
+		    proto_get_u64(o, PROTO_F_USED, 0, UINT64_MAX, &bytes) == 0) {
+			ctl_format_size(bytes, buf, sizeof(buf));
+			printf(", %s used", buf);
+		} else if (cJSON_IsNumber(v)) {
+			printf(", %.0f %s", v->valuedouble, v->string);
+		}
+	}
+	printf(" (totals only: other users' details are for administrators)\n");
+}

@@ -60,5 +60,9 @@ char *ctl_format_value(const cJSON *v, enum ctl_kind kind, enum ctl_format forma
  * @format (CTL_TABLE or CTL_CSV). Returns an exit code. */
 int print_rows(const cJSON *result, const char *key, const struct ctl_column *cols, size_t ncols,
                enum ctl_format format, bool header);
+/* Under a table (CTL_TABLE only), the line of @result's "others" totals
+ * (`clients`, `policy`: what a caller who is not an administrator may not
+ * see of other users), counted by @count_key; nothing when there are none. */
+void print_others(const cJSON *result, const char *count_key, enum ctl_format format);
 
 #endif

@@ -156,7 +156,11 @@ static int print_clients(const cJSON *result, const struct ctl_options *o, bool 
 	    {PROTO_F_CAP, "CAP", CTL_SIZE},
 	};
 
-	return print_rows(result, PROTO_F_CLIENTS, cols, ARRAY_SIZE(cols), o->format, header);
+	int rc = print_rows(result, PROTO_F_CLIENTS, cols, ARRAY_SIZE(cols), o->format, header);
+
+	if (rc == EXIT_OK)
+		print_others(result, PROTO_F_CLIENTS, o->format);
+	return rc;
 }
 
 static int print_stats(const cJSON *result, const struct ctl_options *o, bool header)
@@ -280,8 +284,11 @@ static int print_instances(const cJSON *result, const struct ctl_options *o, boo
 
 	if (!mode)
 		return ctl_bad_reply(PROTO_F_MODE);
-	return print_instance_rows(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_INSTANCES),
-	                           mode, o, header);
+	int rc = print_instance_rows(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_INSTANCES),
+	                             mode, o, header);
+	if (rc == EXIT_OK)
+		print_others(result, PROTO_F_INSTANCES, o->format);
+	return rc;
 }
 
 /* The daemon's warnings (auto pool under 5%...) go to stderr. */

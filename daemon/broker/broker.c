@@ -412,6 +412,9 @@ int broker_register(struct broker *b, struct session *s, const char *name, int d
 		free(inst);
 		return rc;
 	}
+	/* Stream groups are per user, like export names: another user's
+	 * instance can neither join this user's group nor learn its name. */
+	policy_set_space(&inst->pol, s->uid);
 	inst->id = b->next_instance_id++;
 	inst->owner = s;
 	inst->device = device;
@@ -429,6 +432,11 @@ int broker_register(struct broker *b, struct session *s, const char *name, int d
 struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance)
 {
 	return idmap_get(&b->instances, instance);
+}
+
+bool broker_sees(const struct session *s, uid_t uid)
+{
+	return s->admin || s->uid == uid;
 }
 
 int broker_set_proportion(struct broker *b, struct broker_instance *inst, double proportion)

@@ -73,12 +73,13 @@ struct broker_host {
 	uint64_t instance; /* with label: the instance it was queued on */
 };
 
-/* A name under which an allocation can be opened (export, open). */
+/* A name under which an allocation can be opened (export, open), in the
+ * namespace of its exporter's uid (owner->uid). */
 struct broker_export {
 	struct list link; /* broker->exports */
 	struct broker_alloc *alloc;
 	struct session *owner;
-	uid_t uid; /* who may open it */
+	uid_t uid; /* who may open it (the grantee), besides owner->uid */
 	char name[PROTO_MAX_NAME + 1];
 };
 
@@ -315,12 +316,12 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id);
 
 /*
  * Sharing by name (broker_share.c). broker_export names one of s's
- * allocations for uid to open: -ENOENT (not s's allocation), -EALREADY
- * (already exported), -EEXIST (uid already has an export of that name),
- * -EPERM (uid is another user and the allocation does not fill its slab,
- * which the opener would map whole), -EMFILE (max_allocations exports), -EAGAIN
- * (host memory). The name goes when the allocation is freed (orphaned or
- * not) or its session ends.
+ * allocations, in s's uid's namespace, for uid to open: -ENOENT (not s's
+ * allocation), -EALREADY (already exported), -EEXIST (s's uid already
+ * exports that name), -EPERM (uid is another user and the allocation does
+ * not fill its slab, which the opener would map whole), -EMFILE
+ * (max_allocations exports), -EAGAIN (host memory). The name goes when the allocation is freed
+ * (orphaned or not) or its session ends.
  */
 int broker_export(struct broker *b, struct session *s, uint64_t id, const char *name, uid_t uid);
 /*
@@ -332,11 +333,14 @@ int broker_export(struct broker *b, struct session *s, uint64_t id, const char *
 int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
                       bool mapped, struct broker_host **out);
 
-/* Withdraws one of s's names: -ENOENT. Openers keep what they opened. */
+/* Withdraws a name s exported: -ENOENT (also for another connection's, even
+ * of the same user). Openers keep what they opened. */
 int broker_unexport(struct broker *b, struct session *s, const char *name);
-/* Attaches the allocation exported to s's uid under name: -ENOENT (no such
- * name for this uid), then as broker_attach(). */
-int broker_open(struct broker *b, struct session *s, const char *name, struct broker_grant *out);
+/* Attaches the allocation that the user owner exported under name, if it
+ * was granted to s's uid or owner is s's uid: -ENOENT (no such name, or not
+ * for s: answered alike), then as broker_attach(). */
+int broker_open(struct broker *b, struct session *s, uid_t owner, const char *name,
+                struct broker_grant *out);
 
 /* Installs the receiver of events (replacing any). */
 void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx);
@@ -428,6 +432,12 @@ void broker_parting_counts(const struct broker *b, struct broker_parting_counts 
 
 /* Any session's instance, or NULL. */
 struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance);
+/*
+ * Whether s may see what the user uid has (sessions, instances, stream
+ * groups, export names): a user sees its own, an administrator everything.
+ * What s may not see is answered as if it did not exist.
+ */
+bool broker_sees(const struct session *s, uid_t uid);
 /* Manual pool with this proportion. -EINVAL, -ENOSPC, -EUSERS. */
 int broker_set_proportion(struct broker *b, struct broker_instance *inst, double proportion);
 /* Auto pool (no-op when there). -EUSERS. */

@@ -1,7 +1,17 @@
 /*
  * broker_share.c - sharing by name: a client exports one of its
- * allocations under a name for a uid (its own or another user's); a client
- * of that uid opens it by name and gets the same bytes, as an attachment.
+ * allocations under a name, granted to a uid (its own or another user's);
+ * a client of that uid opens it by the exporter's uid and the name and gets
+ * the same bytes, as an attachment.
+ *
+ * Names live in the namespace of the user who exported them: the key is
+ * (exporter uid, name). A bare name therefore only ever finds the caller's
+ * own user's exports, and no user can make a name appear among another
+ * user's (a planted "weights" would otherwise hand a process expecting its
+ * own bytes someone else's). The grant decides who may open: the grantee,
+ * and the exporter's own uid, which could attach the allocation by id
+ * anyway. Everyone else is told exactly what a name that does not exist
+ * gets, so names are no more visible than the memory.
  *
  * The name lives as long as the allocation (or until unexport): the
  * exporter's free or death withdraws it for new openers. What was opened
@@ -23,19 +33,13 @@
 #include "broker_internal.h"
 #include "log.h"
 
-/*
- * The export called name that uid may open (owner NULL), or that owner gave
- * (for any uid); NULL when there is none. Names are per opening uid, so one
- * user's names neither collide with nor reveal another's; and per exporter,
- * so that unexport needs only the name.
- */
-static struct broker_export *export_find(struct broker *b, const struct session *owner, uid_t uid,
-                                         const char *name)
+/* The export called name in the namespace of the user owner; NULL if none. */
+static struct broker_export *export_find(struct broker *b, uid_t owner, const char *name)
 {
 	struct list *pos;
 	list_for_each(pos, &b->exports) {
 		struct broker_export *e = list_entry(pos, struct broker_export, link);
-		if ((owner ? e->owner == owner : e->uid == uid) && strcmp(e->name, name) == 0)
+		if (e->owner->uid == owner && strcmp(e->name, name) == 0)
 			return e;
 	}
 	return NULL;
@@ -56,7 +60,7 @@ int broker_export(struct broker *b, struct session *s, uint64_t id, const char *
 		return -ENOENT;
 	if (a->exported)
 		return -EALREADY;
-	if (export_find(b, NULL, uid, name) || export_find(b, s, 0, name))
+	if (export_find(b, s->uid, name))
 		return -EEXIST;
 	if (uid != s->uid && pool_block_size(a->block) != pool_slab_size(pool_block_slab(a->block)))
 		return -EPERM;
@@ -78,18 +82,19 @@ int broker_export(struct broker *b, struct session *s, uint64_t id, const char *
 
 int broker_unexport(struct broker *b, struct session *s, const char *name)
 {
-	struct broker_export *e = export_find(b, s, 0, name);
-	if (!e)
+	struct broker_export *e = export_find(b, s->uid, name);
+	if (!e || e->owner != s)
 		return -ENOENT;
 	e->alloc->exported = false;
 	export_free(b, e);
 	return 0;
 }
 
-int broker_open(struct broker *b, struct session *s, const char *name, struct broker_grant *out)
+int broker_open(struct broker *b, struct session *s, uid_t owner, const char *name,
+                struct broker_grant *out)
 {
-	struct broker_export *e = export_find(b, NULL, s->uid, name);
-	if (!e)
+	struct broker_export *e = export_find(b, owner, name);
+	if (!e || (s->uid != e->uid && s->uid != owner))
 		return -ENOENT;
 	return broker_hold(b, s, e->alloc, out);
 }

@@ -598,7 +598,7 @@ static int on_metrics(struct dispatch_ctx *ctx)
 {
 	char *text;
 	size_t len;
-	int rc = metrics_render(&ctx->d->metrics, ctx->b, &text, &len);
+	int rc = metrics_render(&ctx->d->metrics, ctx->b, ctx->s, &text, &len);
 	if (rc < 0)
 		return rc;
 	cJSON *r = dispatch_result(ctx);

@@ -55,8 +55,16 @@ int dispatch_set_mode(struct dispatch_ctx *ctx);
 int dispatch_set_limit(struct dispatch_ctx *ctx);
 int dispatch_set_allocator(struct dispatch_ctx *ctx);
 /* The instance in params "instance" that this session may change: its
- * own, or any for an administrator. -EINVAL, -ENOENT, -EPERM (ctx->err set). */
+ * own, or any for an administrator. -EINVAL, -ENOENT (also another user's:
+ * answered alike), -EPERM (another connection's of the same user), with
+ * ctx->err set. */
 int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out);
+/* The stream group called group in the namespace of params "uid" (default:
+ * the caller's user), with its figures: 0 with *space and *gi set, or
+ * -EINVAL / -ENOENT (no member, or a user the caller may not see: answered
+ * alike) with ctx->err set. */
+int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
+                        struct policy_group_info *gi);
 /* The result of an alloc: the grant (and the descriptor to pass). */
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
 /* The reply to a host alloc or claim of h: id, type, size and its descriptor. */

@@ -187,11 +187,20 @@ int dispatch_clients(struct dispatch_ctx *ctx)
 	if (!arr)
 		return -ENOMEM;
 	time_t now = time(NULL);
+	unsigned hidden = 0, hidden_instances = 0;
+	uint64_t hidden_allocs = 0, hidden_used = 0;
 	struct list *pos, *tmp;
 	list_for_each_safe(pos, tmp, &ctx->b->sessions) {
 		struct session *s = list_entry(pos, struct session, link);
 		uint64_t cap = 0;
 		struct list *ipos;
+		if (!broker_sees(ctx->s, s->uid)) {
+			hidden++;
+			hidden_instances += s->instance_count;
+			hidden_allocs += s->alloc_count;
+			hidden_used += s->used;
+			continue;
+		}
 		list_for_each(ipos, &s->instances)
 			cap += list_entry(ipos, struct broker_instance, link)->pol.cap;
 		cJSON *o = proto_array_add_object(arr);
@@ -206,5 +215,12 @@ int dispatch_clients(struct dispatch_ctx *ctx)
 		    proto_add_number(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)))
 			return -ENOMEM;
 	}
+	/* Other users' connections as totals only: no pid, uid, name or id. */
+	cJSON *others = cJSON_AddObjectToObject(ctx->result, PROTO_F_OTHERS);
+	if (!others || proto_add_number(others, PROTO_F_CLIENTS, hidden) ||
+	    proto_add_number(others, PROTO_F_INSTANCES, hidden_instances) ||
+	    proto_add_number(others, PROTO_F_ALLOCATIONS, (double)hidden_allocs) ||
+	    proto_add_u64(others, PROTO_F_USED, hidden_used))
+		return -ENOMEM;
 	return 0;
 }

@@ -308,7 +308,7 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 	struct policy_chunking c;
 	struct policy_group_info gi;
 	const char *group = NULL;
-	uint64_t available = 0;
+	uint64_t available = 0, space;
 	int64_t axis = 0, length = 0;
 	int n;
 	int rc = parse_requests(ctx, reqs, &n);
@@ -333,10 +333,9 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 	if (rc < 0 && rc != -ENOENT)
 		return dispatch_param_error(ctx, rc, PROTO_F_AXIS_LENGTH, "a positive integer");
 	if (rg == 0) {
-		if (policy_group_info(&ctx->b->policy, group, &gi) < 0) {
-			proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
-			return -ENOENT;
-		}
+		rc = dispatch_group_find(ctx, group, &space, &gi);
+		if (rc < 0)
+			return rc;
 		available = gi.available;
 	}
 	/* Host arrays are cut like the others but fit no device memory. */
@@ -394,7 +393,7 @@ static void batch_free(struct batch *bt)
 	free(bt->ids);
 }
 
-static int batch_collect(struct broker *b, const char *group, struct batch *bt)
+static int batch_collect(struct broker *b, const struct policy_instance *member, struct batch *bt)
 {
 	const struct list *pos, *q;
 	size_t n = 0;
@@ -402,7 +401,7 @@ static int batch_collect(struct broker *b, const char *group, struct batch *bt)
 	list_for_each(pos, &b->policy.instances) {
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
-		if (strcmp(pi->group, group) == 0)
+		if (policy_in_group(pi, member->space, member->group))
 			n += list_entry(pi, const struct broker_instance, pol)->queued_count;
 	}
 	if (!n)
@@ -418,7 +417,7 @@ static int batch_collect(struct broker *b, const char *group, struct batch *bt)
 	list_for_each(pos, &b->policy.instances) {
 		struct policy_instance *pi = list_entry(pos, struct policy_instance, link);
 		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
-		if (strcmp(pi->group, group) != 0)
+		if (!policy_in_group(pi, member->space, member->group))
 			continue;
 		list_for_each(q, &inst->queued) {
 			bt->owner[bt->n] = inst;
@@ -563,15 +562,16 @@ static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct brok
  * (the group's available memory, each member's headroom or device, each
  * device). The chunk length only shrinks as the count grows, so the largest
  * minimal count satisfies them all. Fills gc (chunk_bytes left 0). */
-static int batch_chunk_count(struct dispatch_ctx *ctx, const struct batch *bt, const char *group,
-                             uint64_t axis, struct policy_chunking *gc)
+static int batch_chunk_count(struct dispatch_ctx *ctx, const struct batch *bt,
+                             const struct policy_instance *member, uint64_t axis,
+                             struct policy_chunking *gc)
 {
 	struct broker *b = ctx->b;
 	struct policy_group_info gi;
 	struct policy_chunking c;
 	char where[160];
-	policy_group_info(&b->policy, group, &gi);
-	snprintf(where, sizeof(where), "group %s", group);
+	policy_group_info(&b->policy, member->space, member->group, &gi);
+	snprintf(where, sizeof(where), "group %s", member->group);
 	int rc = batch_chunks(ctx, bt, axis, NULL, -1, gi.available, where, false, gc);
 	uint64_t chunks = gc->chunks;
 	const struct list *pos;
@@ -580,7 +580,7 @@ static int batch_chunk_count(struct dispatch_ctx *ctx, const struct batch *bt, c
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
 		const struct broker_instance *m = list_entry(pi, const struct broker_instance, pol);
-		if (strcmp(pi->group, group) != 0 || !m->queued_count)
+		if (!policy_in_group(pi, member->space, member->group) || !m->queued_count)
 			continue;
 		bool active = b->policy.cfg.mode == POLICY_ACTIVE;
 		snprintf(where, sizeof(where), "instance %016llx", (unsigned long long)m->id);
@@ -668,8 +668,9 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 	int rc = dispatch_target_instance(ctx, &inst);
 	if (rc < 0)
 		return rc;
+	/* The group of the instance's user: stream groups are per user. */
 	const char *group = inst->pol.group;
-	rc = batch_collect(ctx->b, group, &bt);
+	rc = batch_collect(ctx->b, &inst->pol, &bt);
 	if (rc < 0)
 		return rc;
 	if (!bt.n) {
@@ -678,7 +679,7 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx)
 		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_INSTANCE);
 		return -EINVAL;
 	}
-	rc = batch_chunk_count(ctx, &bt, group, longest_axis(bt.arr, bt.n), &gc);
+	rc = batch_chunk_count(ctx, &bt, &inst->pol, longest_axis(bt.arr, bt.n), &gc);
 	if (rc == 0)
 		rc = batch_allocate(ctx, &bt, &gc);
 	if (rc < 0) {

@@ -1,6 +1,6 @@
 /*
  * dispatch_share.c - the sharing requests: export, unexport, open
- * (broker_share.c has the rules).
+ * (broker_share.c has the rules: names are per exporting user).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,8 +38,7 @@ int dispatch_export(struct dispatch_ctx *ctx)
 		return rc;
 	case -EEXIST:
 		proto_error_set(&ctx->err, PROTO_E_PARAMS,
-		                "invalid params: that name is already exported (by this client "
-		                "or to that uid)");
+		                "invalid params: this user already exports that name");
 		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_NAME);
 		return rc;
 	case -EPERM:
@@ -78,10 +77,15 @@ int dispatch_open(struct dispatch_ctx *ctx)
 {
 	const char *name;
 	struct broker_grant g;
+	int64_t owner = ctx->s->uid;
 	int rc = get_name(ctx, &name);
 	if (rc < 0)
 		return rc;
-	rc = broker_open(ctx->b, ctx->s, name, &g);
+	/* Whose namespace: without "owner" the caller's own, never another's. */
+	rc = proto_get_int(ctx->params, PROTO_F_OWNER, 0, UINT32_MAX - 1, &owner);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, PROTO_F_OWNER, "a uid (0 to 4294967294)");
+	rc = broker_open(ctx->b, ctx->s, (uid_t)owner, name, &g);
 	if (rc == -EAGAIN)
 		return -ENOMEM;
 	if (rc < 0)

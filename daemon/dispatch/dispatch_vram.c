@@ -5,9 +5,11 @@
  *
  * An instance may be changed by the client that registered it, or by an
  * administrator (root or the admin group: session->admin) for any
- * instance. Instances are not secret (`policy` lists them all, as
- * `clients` lists every connection), so changing another client's instance
- * is answered permission_denied rather than not_found.
+ * instance. A user sees its own instances and stream groups (groups are per
+ * user) and other users' only as totals (broker_sees): another user's
+ * instance or group is answered exactly as an unknown one, so that ids and
+ * names reveal nothing. Another connection of the same user is visible in
+ * `policy`, so changing its instance is permission_denied.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -138,16 +140,28 @@ int dispatch_policy(struct dispatch_ctx *ctx)
 	    proto_add_number(r, PROTO_F_MIN_AUTO_SHARE, b->policy.cfg.min_auto_share) ||
 	    devices_json(b, r) || !(insts = cJSON_AddArrayToObject(r, PROTO_F_INSTANCES)))
 		return -ENOMEM;
+	unsigned hidden = 0;
+	uint64_t hidden_used = 0;
 	const struct list *pos;
 	list_for_each(pos, &b->policy.instances) {
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
 		const struct broker_instance *inst =
 		    list_entry(pi, const struct broker_instance, pol);
+		if (!broker_sees(ctx->s, inst->owner->uid)) {
+			hidden++;
+			hidden_used += pi->used;
+			continue;
+		}
 		cJSON *o = proto_array_add_object(insts);
 		if (!o || instance_json(b, o, inst))
 			return -ENOMEM;
 	}
+	/* Other users' instances as totals only: how many, and what they hold. */
+	cJSON *others = cJSON_AddObjectToObject(r, PROTO_F_OTHERS);
+	if (!others || proto_add_number(others, PROTO_F_INSTANCES, hidden) ||
+	    proto_add_u64(others, PROTO_F_USED, hidden_used))
+		return -ENOMEM;
 	return 0;
 }
 
@@ -158,15 +172,17 @@ int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
 	struct broker_instance *inst = broker_instance_get(ctx->b, id);
-	if (!inst) {
+	/* Another user's instance: the same answer as one that does not exist. */
+	if (!inst || !broker_sees(ctx->s, inst->owner->uid)) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such instance");
 		return -ENOENT;
 	}
 	if (inst->owner != ctx->s && !ctx->s->admin) {
-		proto_error_set(&ctx->err, PROTO_E_PERMISSION,
-		                "permission denied: instance %016llx belongs to another client; "
-		                "changing it is for root and the admin group",
-		                (unsigned long long)id);
+		proto_error_set(
+		    &ctx->err, PROTO_E_PERMISSION,
+		    "permission denied: instance %016llx belongs to another connection; "
+		    "changing it is for root and the admin group",
+		    (unsigned long long)id);
 		return -EPERM;
 	}
 	*out = inst;
@@ -235,19 +251,37 @@ int dispatch_set_group(struct dispatch_ctx *ctx)
 	return instance_result(ctx, inst, false);
 }
 
+int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
+                        struct policy_group_info *gi)
+{
+	int64_t uid = ctx->s->uid;
+	int rc = proto_get_int(ctx->params, PROTO_F_UID, 0, UINT32_MAX - 1, &uid);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, PROTO_F_UID, "a uid (0 to 4294967294)");
+	/* Another user's group, for a caller who may not see it, is not there. */
+	if (!broker_sees(ctx->s, (uid_t)uid) ||
+	    policy_group_info(&ctx->b->policy, (uint64_t)uid, group, gi) < 0) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
+		return -ENOENT;
+	}
+	*space = (uint64_t)uid;
+	return 0;
+}
+
 int dispatch_group_info(struct dispatch_ctx *ctx)
 {
 	const char *group;
 	struct policy_group_info gi;
+	uint64_t space;
 	int rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
-	if (policy_group_info(&ctx->b->policy, group, &gi) < 0) {
-		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
-		return -ENOENT;
-	}
+	rc = dispatch_group_find(ctx, group, &space, &gi);
+	if (rc < 0)
+		return rc;
 	cJSON *r = dispatch_result(ctx), *members;
 	if (!r || !cJSON_AddStringToObject(r, PROTO_F_GROUP, group) ||
+	    proto_add_number(r, PROTO_F_UID, (double)space) ||
 	    !(members = cJSON_AddArrayToObject(r, PROTO_F_MEMBERS)) ||
 	    proto_add_u64(r, PROTO_F_USED, gi.used) ||
 	    proto_add_u64(r, PROTO_F_AVAILABLE, gi.available))
@@ -258,7 +292,7 @@ int dispatch_group_info(struct dispatch_ctx *ctx)
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
 		char id[17];
-		if (strcmp(pi->group, group) != 0)
+		if (!policy_in_group(pi, space, group))
 			continue;
 		snprintf(id, sizeof(id), "%016llx", (unsigned long long)pi->id);
 		cJSON *str = cJSON_CreateString(id);

@@ -6,6 +6,12 @@
  * churn with every connection). An instance is labelled `instance_id`, not
  * `instance`: Prometheus attaches `instance` to every series of a scrape
  * target, and a clash would rename ours to `exported_instance`.
+ *
+ * The per-instance and per-user series name users' instances and uids, so
+ * they follow the rule of `policy` and `clients`: a caller who is not an
+ * administrator gets those of its own user only, and every total (devices,
+ * connections, requests) whole. A scraper that wants everyone runs as root
+ * or in the admin group; the series it gets do not depend on who else asked.
  */
 #include "metrics.h"
 
@@ -175,7 +181,7 @@ static void metrics_devices(struct mbuf *m, const struct broker *b)
 	}
 }
 
-static void metrics_instances(struct mbuf *m, const struct broker *b)
+static void metrics_instances(struct mbuf *m, const struct broker *b, const struct session *viewer)
 {
 	static const char *const names[] = {"gpubroker_instance_used_bytes",
 	                                    "gpubroker_instance_cap_bytes"};
@@ -186,6 +192,8 @@ static void metrics_instances(struct mbuf *m, const struct broker *b)
 		const struct list *pos, *ipos;
 		list_for_each(pos, &b->sessions) {
 			const struct session *s = list_entry(pos, const struct session, link);
+			if (!broker_sees(viewer, s->uid))
+				continue;
 			list_for_each(ipos, &s->instances) {
 				const struct broker_instance *inst =
 				    list_entry(ipos, const struct broker_instance, link);
@@ -206,7 +214,7 @@ static void metrics_instances(struct mbuf *m, const struct broker *b)
 }
 
 /* Per-uid totals: users are few, so a small array beats a map. */
-static void metrics_uids(struct mbuf *m, const struct broker *b)
+static void metrics_uids(struct mbuf *m, const struct broker *b, const struct session *viewer)
 {
 	struct {
 		uid_t uid;
@@ -217,6 +225,8 @@ static void metrics_uids(struct mbuf *m, const struct broker *b)
 	list_for_each(pos, &b->sessions) {
 		const struct session *s = list_entry(pos, const struct session, link);
 		size_t i;
+		if (!broker_sees(viewer, s->uid))
+			continue;
 		for (i = 0; i < n && uids[i].uid != s->uid; i++)
 			;
 		if (i == n) {
@@ -311,7 +321,8 @@ static void metrics_requests(struct mbuf *m, const struct metrics *mt)
 	            (unsigned long long)mt->duration_count);
 }
 
-int metrics_render(const struct metrics *mt, const struct broker *b, char **out, size_t *len)
+int metrics_render(const struct metrics *mt, const struct broker *b, const struct session *viewer,
+                   char **out, size_t *len)
 {
 	struct mbuf m = {0};
 	mbuf_header(&m, "gpubroker_build_info", "gauge", "Version and backend of the daemon.");
@@ -321,8 +332,8 @@ int metrics_render(const struct metrics *mt, const struct broker *b, char **out,
 	            "Start time of the daemon since the epoch.");
 	mbuf_printf(&m, "gpubroker_start_time_seconds %lld\n", (long long)b->started);
 	metrics_devices(&m, b);
-	metrics_instances(&m, b);
-	metrics_uids(&m, b);
+	metrics_instances(&m, b, viewer);
+	metrics_uids(&m, b, viewer);
 	mbuf_header(&m, "gpubroker_connections", "gauge", "Connections open.");
 	mbuf_printf(&m, "gpubroker_connections %u\n", b->session_count);
 	mbuf_header(&m, "gpubroker_connections_total", "counter", "Connections accepted.");

@@ -27,13 +27,17 @@ struct metrics {
 };
 
 struct broker;
+struct session;
 
 /* Counts one answered request: op (-1 when unknown), code 0 for success,
  * 1 for deferred, else the protocol error code; ns its handling time. */
 void metrics_record(struct metrics *m, int op, int code, uint64_t ns);
 
-/* Renders every metric: the request metrics m and what b counts and holds;
- * *out is malloc'd text the caller frees. 0 or -ENOMEM. */
-int metrics_render(const struct metrics *mt, const struct broker *b, char **out, size_t *len);
+/* Renders every metric: the request metrics m and what b counts and holds,
+ * as viewer may see it (the per-instance and per-user series of its own user
+ * only, unless it is an administrator; every total); *out is malloc'd text
+ * the caller frees. 0 or -ENOMEM. */
+int metrics_render(const struct metrics *mt, const struct broker *b, const struct session *viewer,
+                   char **out, size_t *len);
 
 #endif

@@ -335,6 +335,11 @@ int policy_set_group(struct policy *p, struct policy_instance *pi, const char *g
 	return 0;
 }
 
+void policy_set_space(struct policy_instance *pi, uint64_t space)
+{
+	pi->space = space;
+}
+
 int policy_set_mode(struct policy *p, enum policy_mode mode)
 {
 	if (mode != POLICY_PASSIVE && mode != POLICY_ACTIVE)
@@ -454,7 +459,13 @@ struct policy_instance *policy_take_changed(struct policy *p)
 
 /* ---- stream groups ---------------------------------------------------- */
 
-int policy_group_info(const struct policy *p, const char *group, struct policy_group_info *out)
+bool policy_in_group(const struct policy_instance *pi, uint64_t space, const char *group)
+{
+	return pi->space == space && strcmp(pi->group, group) == 0;
+}
+
+int policy_group_info(const struct policy *p, uint64_t space, const char *group,
+                      struct policy_group_info *out)
 {
 	const struct policy_instance *pi;
 	memset(out, 0, sizeof(*out));
@@ -465,7 +476,7 @@ int policy_group_info(const struct policy *p, const char *group, struct policy_g
 		bool present = false;
 		for_each_instance(p, pi)
 		{
-			if (pi->device != d || strcmp(pi->group, group) != 0)
+			if (pi->device != d || !policy_in_group(pi, space, group))
 				continue;
 			present = true;
 			out->members++;
@@ -497,7 +508,7 @@ bool policy_is_grouped(const struct policy *p, const struct policy_instance *pi)
 		return false;
 	for_each_instance(p, o)
 	{
-		if (o != pi && strcmp(o->group, pi->group) == 0)
+		if (o != pi && policy_in_group(o, pi->space, pi->group))
 			return true;
 	}
 	return false;

@@ -39,7 +39,9 @@
  *
  * Stream groups are named sets of instances (default "default"); chunking
  * computes one chunk count along the run axis for a whole set of array
- * requests so that it fits a group's available memory.
+ * requests so that it fits a group's available memory. A group name lives
+ * in a namespace (an instance's `space`: the broker gives each user one), so
+ * two spaces' groups of the same name are different groups that never meet.
  */
 #ifndef GPB_POLICY_H
 #define GPB_POLICY_H
@@ -90,6 +92,7 @@ struct policy_instance {
 	uint64_t cap;      /* bytes it may hold (the capacity in passive mode) */
 	uint64_t used;     /* bytes charged to it */
 	char group[POLICY_MAX_NAME + 1];
+	uint64_t space; /* the namespace of group (0 until policy_set_space) */
 	/* private */
 	struct list link;         /* policy->instances */
 	struct list changed_link; /* policy->changed, while queued */
@@ -156,6 +159,9 @@ int policy_set_proportion(struct policy *p, struct policy_instance *pi, double p
 int policy_set_auto(struct policy *p, struct policy_instance *pi, unsigned *warn);
 /* Moves pi to another stream group. 0 or -EINVAL (name empty or too long). */
 int policy_set_group(struct policy *p, struct policy_instance *pi, const char *group);
+/* Puts pi's group name in namespace space (after policy_add, which starts
+ * every instance in space 0). */
+void policy_set_space(struct policy_instance *pi, uint64_t space);
 /* 0 or -EINVAL. Every cap follows at once. */
 int policy_set_mode(struct policy *p, enum policy_mode mode);
 /*
@@ -205,10 +211,13 @@ struct policy_group_info {
 	unsigned warn;      /* POLICY_WARN_GROUP_FULL when used > 95% of used + available */
 };
 
-/* 0, or -ENOENT when the group has no member. */
-int policy_group_info(const struct policy *p, const char *group, struct policy_group_info *out);
-/* True when pi shares a named group (not "default") with another instance:
- * cubie's is_grouped. */
+/* The group called group in space: 0, or -ENOENT when it has no member. */
+int policy_group_info(const struct policy *p, uint64_t space, const char *group,
+                      struct policy_group_info *out);
+/* True when pi is a member of the group called group in space. */
+bool policy_in_group(const struct policy_instance *pi, uint64_t space, const char *group);
+/* True when pi shares a named group (not "default") with another instance
+ * of its space: cubie's is_grouped. */
 bool policy_is_grouped(const struct policy *p, const struct policy_instance *pi);
 
 /* ---- chunking along the run axis ----------------------------------------- */

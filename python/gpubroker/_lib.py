@@ -207,6 +207,7 @@ _PROTOTYPES = {
     "gpb_export": (c_int, [c_void_p, c_u64, c_char_p, ctypes.c_int64]),
     "gpb_unexport": (c_int, [c_void_p, c_char_p]),
     "gpb_open_shared": (c_int, [c_void_p, c_char_p, P(gpb_allocation)]),
+    "gpb_open_shared_from": (c_int, [c_void_p, ctypes.c_int64, c_char_p, P(gpb_allocation)]),
     "gpb_mem_info": (c_int, [c_void_p, c_u64, P(gpb_mem_info)]),
     "gpb_device_index": (c_int, [c_void_p, c_char_p, P(c_int)]),
     "gpb_alloc_host": (c_int, [c_void_p, c_u64, c_u64, c_int, P(gpb_allocation)]),

@@ -260,7 +260,8 @@ class Client:
     def export(self, allocation, name, uid=None):
         """Names one of this client's allocations (an Allocation or an id)
         so that a client of @uid (default: this user) can open it with
-        open_shared() (gpb_export). Another uid needs an allocation that
+        open_shared() (gpb_export); another user names this one as the
+        owner, open_shared(name, owner=this uid). Another uid needs an allocation that
         fills a slab of its own (a multiple of 2 MiB above the daemon's slab
         size, or under the "direct" allocator). The name goes when the
         allocation is freed, with unexport(), or when this client closes;
@@ -272,13 +273,17 @@ class Client:
         """Withdraws a name given by export() (gpb_unexport)."""
         self._call("unexport", _lib.cstr(name))
 
-    def open_shared(self, name):
-        """Maps the allocation exported to this user under @name
-        (gpb_open_shared): an Allocation of kind "attach", which detaches when
-        freed or collected. The memory stays allocated while it is open, even
-        after its exporter freed it or went away."""
+    def open_shared(self, name, owner=None):
+        """Maps the allocation exported under @name by the user @owner (a
+        uid; default: this user) and granted to this user
+        (gpb_open_shared_from): an Allocation of kind "attach", which
+        detaches when freed or collected. Names are per exporting user: a
+        name alone only finds this user's own exports. The memory stays
+        allocated while it is open, even after its exporter freed it or
+        went away."""
         raw = _lib.gpb_allocation()
-        self._call("open_shared", _lib.cstr(name), ctypes.byref(raw))
+        self._call("open_shared_from", -1 if owner is None else owner, _lib.cstr(name),
+                   ctypes.byref(raw))
         return self._adopt(raw, ATTACH)
 
     def detach(self, attachment):

@@ -2,7 +2,8 @@
  * test-share.c - sharing by name end to end: the real daemon, the real
  * library, separate processes and (as root) separate users. Bytes written
  * by one process are read through another's mapping; what was opened
- * outlives its exporter's free and death; names stay within their uid.
+ * outlives its exporter's free and death; names stay within their
+ * exporter's uid.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -169,24 +170,31 @@ static void test_exporter_killed(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
-/* As user nobody: open what root exported to nobody; not what root
- * exported to itself under the same name's neighbour; nobody's own name
- * space is separate. */
+/* As user nobody: open what root exported to nobody, by naming root; not
+ * by the bare name, which is nobody's own (and free for nobody to use); not
+ * what root exported to itself. */
 static int nobody_opens(const char *socket)
 {
 	gpb_client *c = NULL;
-	struct gpb_allocation b;
+	struct gpb_allocation b, own;
+	uint64_t inst;
 	int rc = 0;
 	if (gpb_connect(socket, "nobody", &c) < 0)
 		return 10;
-	if (gpb_open_shared(c, "for-nobody", &b) != 0)
+	if (gpb_open_shared_from(c, 0, "for-nobody", &b) != 0)
 		rc = 11;
 	else if (b.size < 3 * 1024 * 1024 || !holds(b.ptr, 3 * 1024 * 1024, 9))
 		rc = 12;
-	else if (gpb_open_shared(c, "for-root", &b) != GPB_E_NOT_FOUND)
+	else if (gpb_open_shared_from(c, 0, "for-root", &b) != GPB_E_NOT_FOUND)
 		rc = 13;
 	else if (gpb_unexport(c, "for-nobody") != GPB_E_NOT_FOUND)
 		rc = 14;
+	else if (gpb_open_shared(c, "for-nobody", &b) != GPB_E_NOT_FOUND)
+		rc = 15;
+	else if (gpb_register(c, &(struct gpb_register_opts){.name = "n"}, &inst) != 0 ||
+	         gpb_alloc(c, inst, 4096, 0, &own) != 0 ||
+	         gpb_export(c, own.id, "for-nobody", -1) != 0)
+		rc = 16;
 	gpb_disconnect(c);
 	return rc;
 }

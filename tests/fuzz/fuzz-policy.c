@@ -284,7 +284,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			unsigned members = 0;
 			for (int i = 0; i < SLOTS; i++)
 				members += live[i] && group_of[i] == g;
-			rc = policy_group_info(&p, groups[g], &gi);
+			rc = policy_group_info(&p, 0, groups[g], &gi);
 			FUZZ_ASSERT(rc == 0 ? gi.members == members : members == 0,
 			            "group %s: %u/%u", groups[g], rc == 0 ? gi.members : 0,
 			            members);

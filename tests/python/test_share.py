@@ -76,7 +76,12 @@ def test_other_user_opens(daemon, client):
         import os, sys, gpubroker
         os.setgid(65534); os.setuid(65534)
         with gpubroker.Client(sys.argv[1]) as c:
-            print(c.open_shared("to-nobody").read(10).decode())
+            try:
+                c.open_shared("to-nobody")  # a bare name: nobody's own names only
+                print("found another user's export by its bare name")
+            except gpubroker.NotFoundError:
+                pass
+            print(c.open_shared("to-nobody", owner=0).read(10).decode())
         """)
     r = run_python(code, daemon.socket)
     if "Permission denied" in r.stderr and "gpubroker" not in r.stderr:

@@ -267,19 +267,26 @@ static void test_set_proportion(void **state)
 	assert_int_equal(sent_to(s1, "cap_changed"), 0);
 	assert_int_equal(announced_cap(s2, c->id), 25 * MiB);
 	sent_clear();
-	/* Someone else's instance: permission denied; unknown: not found. */
-	expect_error_fmt(b, s2, PROTO_E_PERMISSION, NULL,
-	                 "{\"id\":\"e\",\"method\":\"set_proportion\",\"params\":{\"instance\":"
-	                 "\"%016" PRIx64 "\",\"proportion\":0.5}}",
-	                 a->id);
-	expect_error_fmt(b, s2, PROTO_E_PERMISSION, NULL,
-	                 "{\"id\":\"e\",\"method\":\"set_auto\",\"params\":{\"instance\":"
-	                 "\"%016" PRIx64 "\"}}",
-	                 a->id);
-	expect_error_fmt(b, s2, PROTO_E_PERMISSION, NULL,
-	                 "{\"id\":\"e\",\"method\":\"set_group\",\"params\":{\"instance\":"
-	                 "\"%016" PRIx64 "\",\"group\":\"x\"}}",
-	                 a->id);
+	/* Another connection's instance of the same user (which `policy` shows
+	 * it): permission denied. Another user's: not found, as an unknown one. */
+	struct session *s1b = client(b, UID_A, "one-b");
+	static const struct {
+		const char *method, *more;
+	} setters[] = {
+	    {"set_proportion", ",\"proportion\":0.5"},
+	    {"set_auto", ""},
+	    {"set_group", ",\"group\":\"x\""},
+	};
+	for (size_t i = 0; i < sizeof(setters) / sizeof(setters[0]); i++) {
+		expect_error_fmt(b, s1b, PROTO_E_PERMISSION, NULL,
+		                 "{\"id\":\"e\",\"method\":\"%s\",\"params\":{\"instance\":"
+		                 "\"%016" PRIx64 "\"%s}}",
+		                 setters[i].method, a->id, setters[i].more);
+		expect_error_fmt(b, s2, PROTO_E_NOT_FOUND, NULL,
+		                 "{\"id\":\"e\",\"method\":\"%s\",\"params\":{\"instance\":"
+		                 "\"%016" PRIx64 "\"%s}}",
+		                 setters[i].method, a->id, setters[i].more);
+	}
 	expect_error_fmt(b, s2, PROTO_E_NOT_FOUND, NULL,
 	                 "{\"id\":\"e\",\"method\":\"set_proportion\",\"params\":{\"instance\":"
 	                 "\"00000000000000ff\",\"proportion\":0.5}}");
@@ -334,7 +341,7 @@ static void test_set_proportion(void **state)
 static void test_policy_query(void **state)
 {
 	struct broker *b = policy_broker(100 * MiB, POLICY_ACTIVE, 0);
-	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_B, "two");
+	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_A, "two");
 	struct broker_instance *a = reg_p(b, s1, 0, 0.5, "solver");
 	reg_p(b, s2, 0, 0, "solver");
 	reg_p(b, s2, 1, 0, NULL);
@@ -356,7 +363,7 @@ static void test_policy_query(void **state)
 	assert_int_equal(jnum(d0, "manual_instances"), 1);
 	assert_int_equal(jnum(d0, "auto_instances"), 1);
 	assert_int_equal(ju64(d0, "auto_cap"), 50 * MiB);
-	/* Every instance of every client, in registration order. */
+	/* Every instance of every client of this user, in registration order. */
 	const cJSON *insts = jarr(res, "instances", 3);
 	const cJSON *o = cJSON_GetArrayItem(insts, 0);
 	assert_int_equal(jid(o, "instance"), a->id);
@@ -369,6 +376,32 @@ static void test_policy_query(void **state)
 	o = cJSON_GetArrayItem(insts, 2);
 	assert_false(cJSON_IsTrue(jget(o, "grouped")));
 	assert_int_equal(ju64(o, "cap"), 100 * MiB);
+	assert_int_equal(jnum(jget(res, "others"), "instances"), 0);
+	assert_int_equal(ju64(jget(res, "others"), "used"), 0);
+	reply_done(&r);
+
+	/* Another user: its own instance in full (a group of the same name is
+	 * its own, with no one else in it), the others as totals only. */
+	struct session *s3 = client(b, UID_B, "three"), *admin = client(b, 0, "root");
+	struct broker_instance *c = reg_p(b, s3, 1, 0, "solver");
+	alloc_ok(b, s3, c, 1 * MiB, 0);
+	request(b, s3, &r, "{\"id\":\"p\",\"method\":\"policy\"}");
+	res = result_of(&r, "p");
+	o = cJSON_GetArrayItem(jarr(res, "instances", 1), 0);
+	assert_int_equal(jid(o, "instance"), c->id);
+	assert_int_equal(jnum(o, "uid"), UID_B);
+	assert_false(cJSON_IsTrue(jget(o, "grouped")));
+	assert_int_equal(jnum(jget(res, "others"), "instances"), 3);
+	assert_int_equal(ju64(jget(res, "others"), "used"), 10 * MiB);
+	d0 = cJSON_GetArrayItem(jarr(res, "devices", 2), 0);
+	assert_int_equal(ju64(d0, "used"), 10 * MiB);
+	assert_int_equal(jnum(d0, "manual_instances"), 1);
+	reply_done(&r);
+	/* An administrator sees everyone. */
+	request(b, admin, &r, "{\"id\":\"p\",\"method\":\"policy\"}");
+	res = result_of(&r, "p");
+	jarr(res, "instances", 4);
+	assert_int_equal(jnum(jget(res, "others"), "instances"), 0);
 	reply_done(&r);
 	broker_done(b);
 }
@@ -376,7 +409,8 @@ static void test_policy_query(void **state)
 static void test_groups(void **state)
 {
 	struct broker *b = policy_broker(100 * MiB, POLICY_ACTIVE, 0);
-	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_B, "two");
+	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_A, "two");
+	struct session *s3 = client(b, UID_B, "three");
 	struct broker_instance *a = reg_p(b, s1, 0, 0.2, NULL);
 	struct broker_instance *c = reg_p(b, s2, 0, 0.3, NULL);
 	struct reply r;
@@ -412,7 +446,41 @@ static void test_groups(void **state)
 	assert_int_equal(ju64(res, "used"), 48 * MiB);
 	assert_int_equal(ju64(res, "available"), 2 * MiB);
 	assert_non_null(strstr(cJSON_GetArrayItem(jarr(res, "warnings", 1), 0)->valuestring, "95"));
+	assert_int_equal(jnum(res, "uid"), UID_A);
 	reply_done(&r);
+	/* Groups are per user: another user's "g" is another group; this
+	 * user's is not found for it, by name or by naming the user. */
+	struct broker_instance *e = reg_p(b, s3, 0, 0.1, "g");
+	expect_error_fmt(b, s3, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"group_info\",\"params\":{\"group\":\"h\"}}");
+	expect_error_fmt(b, s3, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"group_info\",\"params\":{\"group\":\"g\","
+	                 "\"uid\":%d}}",
+	                 UID_A);
+	alloc_ok(b, s3, e, 1 * MiB, 0);
+	request(b, s3, &r, "{\"id\":\"i\",\"method\":\"group_info\",\"params\":{\"group\":\"g\"}}");
+	res = result_of(&r, "i");
+	char want[17];
+	snprintf(want, sizeof(want), "%016" PRIx64, e->id);
+	assert_string_equal(cJSON_GetArrayItem(jarr(res, "members", 1), 0)->valuestring, want);
+	assert_int_equal(ju64(res, "used"), 1 * MiB);
+	reply_done(&r);
+	request(b, s1, &r, "{\"id\":\"i\",\"method\":\"group_info\",\"params\":{\"group\":\"g\"}}");
+	jarr(result_of(&r, "i"), "members", 2);
+	assert_int_equal(ju64(result_of(&r, "i"), "used"), 48 * MiB);
+	reply_done(&r);
+	/* An administrator names the user (its own by default). */
+	struct session *admin = client(b, 0, "root");
+	expect_error_fmt(b, admin, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"group_info\",\"params\":{\"group\":\"g\"}}");
+	request(b, admin, &r,
+	        "{\"id\":\"i\",\"method\":\"group_info\",\"params\":{\"group\":\"g\",\"uid\":%d}}",
+	        UID_B);
+	jarr(result_of(&r, "i"), "members", 1);
+	reply_done(&r);
+	expect_error_fmt(b, admin, PROTO_E_PARAMS, "uid",
+	                 "{\"id\":\"e\",\"method\":\"group_info\",\"params\":{\"group\":\"g\","
+	                 "\"uid\":-1}}");
 	check(b);
 	broker_done(b);
 }

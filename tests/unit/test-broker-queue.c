@@ -73,12 +73,18 @@ static void test_queue_allocate(void **state)
 	const cJSON *shape;
 	(void)state;
 
+	/* Three connections of one user: stream groups are per user. */
 	for (int i = 0; i < 3; i++) {
-		s[i] = client(b, UID_A + (uid_t)i, "member");
+		s[i] = client(b, UID_A, "member");
 		in[i] = reg_p(b, s[i], 0, 0, "g");
 	}
 	struct broker_instance *outsider = reg_p(b, s[0], 1, 0, NULL);
+	/* Another user's "g" (on the other device, so that the caps above
+	 * stay): another group, whose queue the first one's never takes. */
+	struct session *stranger = client(b, UID_B, "stranger");
+	struct broker_instance *sg = reg_p(b, stranger, 1, 0, "g");
 	sent_clear();
+	queue_ok(b, stranger, sg, "[{\"label\":\"mine\",\"shape\":[64],\"elem_size\":8}]", 1);
 	/* 10000 runs of 8 KiB each and a small table: 82 MB a member, four
 	 * times what each member's cap (a third of 64 MiB) can hold. */
 	for (int i = 0; i < 3; i++)
@@ -98,8 +104,13 @@ static void test_queue_allocate(void **state)
 	                 "{\"id\":\"e\",\"method\":\"allocate_queue\",\"params\":{\"instance\":"
 	                 "\"%016" PRIx64 "\"}}",
 	                 outsider->id);
-	/* Another member's instance: not for a non-admin. */
+	/* Another member's instance: not for a non-admin. Another user's
+	 * instance: not there at all, as an unknown one. */
 	expect_error_fmt(b, s[1], PROTO_E_PERMISSION, NULL,
+	                 "{\"id\":\"e\",\"method\":\"allocate_queue\",\"params\":{\"instance\":"
+	                 "\"%016" PRIx64 "\"}}",
+	                 in[0]->id);
+	expect_error_fmt(b, stranger, PROTO_E_NOT_FOUND, NULL,
 	                 "{\"id\":\"e\",\"method\":\"allocate_queue\",\"params\":{\"instance\":"
 	                 "\"%016" PRIx64 "\"}}",
 	                 in[0]->id);
@@ -131,6 +142,18 @@ static void test_queue_allocate(void **state)
 		ready_id(s[i], "params", &shape);
 		assert_int_equal(cJSON_GetArrayItem(shape, 0)->valuedouble, 1024);
 	}
+	/* The other user's "g" was left alone. */
+	assert_int_equal(sent_to(stranger, "allocation_ready"), 0);
+	assert_int_equal(sg->queued_count, 1);
+	assert_int_equal(sg->used, 0);
+	request(b, stranger, &r,
+	        "{\"id\":\"s\",\"method\":\"allocate_queue\",\"params\":{\"instance\":\"%016" PRIx64
+	        "\"}}",
+	        sg->id);
+	assert_int_equal(jnum(result_of(&r, "s"), "members"), 1);
+	reply_done(&r);
+	assert_int_equal(sent_to(stranger, "allocation_ready"), 1);
+	assert_int_equal(sg->used, 512);
 	/* Claims: the first one in a slab carries its handle and descriptor. */
 	uint64_t state0 = ready_id(s[0], "state", NULL);
 	request(b, s[0], &r,

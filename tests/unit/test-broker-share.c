@@ -63,7 +63,7 @@ static void test_export_open_same_uid(void **state)
 
 	struct broker_grant g;
 	grant_poison(&g);
-	assert_int_equal(broker_open(b, s2, "weights", &g), 0);
+	assert_int_equal(broker_open(b, s2, UID_A, "weights", &g), 0);
 	assert_int_equal(g.id, a.id);
 	assert_int_equal(g.size, a.size);
 	assert_int_equal(g.offset, a.offset);
@@ -75,15 +75,15 @@ static void test_export_open_same_uid(void **state)
 	/* Twice through one session: as attach. */
 	struct broker_grant g2;
 	grant_poison(&g2);
-	assert_int_equal(broker_open(b, s2, "weights", &g2), -EEXIST);
+	assert_int_equal(broker_open(b, s2, UID_A, "weights", &g2), -EEXIST);
 	/* Unknown names and wrong uids look alike. */
-	assert_int_equal(broker_open(b, s2, "nope", &g2), -ENOENT);
+	assert_int_equal(broker_open(b, s2, UID_A, "nope", &g2), -ENOENT);
 
 	assert_int_equal(broker_detach(b, s2, a.id), 0);
 	assert_int_equal(broker_free(b, s1, a.id), 0);
 	/* Freed: the name went with it. */
 	assert_int_equal(b->export_count, 0);
-	assert_int_equal(broker_open(b, s2, "weights", &g2), -ENOENT);
+	assert_int_equal(broker_open(b, s2, UID_A, "weights", &g2), -ENOENT);
 	check(b);
 	broker_done(b);
 }
@@ -112,9 +112,11 @@ static void test_export_errors(void **state)
 	assert_int_equal(broker_export(b, s1, a.id, "x", UID_A), 0);
 	/* One name per allocation. */
 	assert_int_equal(broker_export(b, s1, a.id, "y", UID_A), -EALREADY);
-	/* The name is taken for that uid, and by this exporter. */
+	/* The name is taken in this user's namespace, by any of its
+	 * connections, whoever it is granted to. */
 	assert_int_equal(broker_export(b, s1, c.id, "x", UID_A), -EEXIST);
 	assert_int_equal(broker_export(b, s2, other.id, "x", UID_A), -EEXIST);
+	assert_int_equal(broker_export(b, s2, other.id, "x", UID_B), -EEXIST);
 	check(b);
 
 	/* Only the exporter withdraws its names. */
@@ -130,14 +132,17 @@ static void test_export_errors(void **state)
 	broker_done(b);
 }
 
-/* Names are per opening uid: two users may use the same one, and neither
- * sees the other's. A dedicated allocation may go to another uid. */
+/* Names live in the namespace of the user who exported them: a bare name
+ * (the caller's own uid as owner) finds only its own user's exports; another
+ * user's is opened by naming its exporter, and only by the user it was
+ * granted to. A dedicated allocation may go to another uid. */
 static void test_export_other_uid(void **state)
 {
 	struct broker *b = broker_new(64 * MiB, 0, 0);
 	struct session *sa = open_session(b, UID_A, 101);
 	struct session *sb = open_session(b, UID_B, 201);
 	struct session *sa2 = open_session(b, UID_A, 102);
+	struct session *sc = open_session(b, UID_B + 1, 301);
 	struct broker_instance *ia = reg(b, sa, 0);
 	struct broker_instance *ib = reg(b, sb, 0);
 	(void)state;
@@ -146,19 +151,31 @@ static void test_export_other_uid(void **state)
 	struct broker_grant big = alloc_ok(b, sa, ia, 4 * MiB, 0);
 	grant_fill(&big, 0xc3);
 	assert_int_equal(broker_export(b, sa, big.id, "result", UID_B), 0);
+	/* B granting its own "result" to A plants nothing among A's names. */
 	struct broker_grant mine = alloc_ok(b, sb, ib, 2 * MiB, 0);
-	assert_int_equal(broker_export(b, sb, mine.id, "result", UID_B), -EEXIST);
+	grant_fill(&mine, 0x3c);
 	assert_int_equal(broker_export(b, sb, mine.id, "result", UID_A), 0);
 
 	struct broker_grant g;
 	grant_poison(&g);
-	/* sa2 (uid A) opening "result" gets B's export to A, not A's to B. */
-	assert_int_equal(broker_open(b, sa2, "result", &g), 0);
-	assert_int_equal(g.id, mine.id);
+	/* A's bare "result" is A's own, granted to B or not. */
+	assert_int_equal(broker_open(b, sa2, UID_A, "result", &g), 0);
+	assert_int_equal(g.id, big.id);
+	/* B's, opened by A naming B. */
 	grant_poison(&g);
-	assert_int_equal(broker_open(b, sb, "result", &g), 0);
+	assert_int_equal(broker_open(b, sa2, UID_B, "result", &g), 0);
+	assert_int_equal(g.id, mine.id);
+	assert_true(grant_holds(&g, g.fd, 0x3c));
+	/* And A's, opened by B naming A. */
+	grant_poison(&g);
+	assert_int_equal(broker_open(b, sb, UID_A, "result", &g), 0);
 	assert_int_equal(g.id, big.id);
 	assert_true(grant_holds(&g, g.fd, 0xc3));
+	/* A third user, granted neither: exactly as a name that is not there. */
+	assert_int_equal(broker_open(b, sc, UID_A, "result", &g), -ENOENT);
+	assert_int_equal(broker_open(b, sc, UID_B, "result", &g), -ENOENT);
+	assert_int_equal(broker_open(b, sc, UID_A, "nope", &g), -ENOENT);
+	assert_int_equal(broker_open(b, sc, UID_B + 1, "result", &g), -ENOENT);
 	/* The opener's slab is the allocation's alone. */
 	assert_int_equal(big.size, big.slab_size);
 	/* A dedicated slab with room left is not: the pool puts a small
@@ -190,8 +207,8 @@ static void test_orphan_lifetime(void **state)
 	struct broker_grant g2, g3;
 	grant_poison(&g2);
 	grant_poison(&g3);
-	assert_int_equal(broker_open(b, s2, "frame", &g2), 0);
-	assert_int_equal(broker_open(b, s3, "frame", &g3), 0);
+	assert_int_equal(broker_open(b, s2, UID_A, "frame", &g2), 0);
+	assert_int_equal(broker_open(b, s3, UID_A, "frame", &g3), 0);
 	assert_int_equal(broker_device_free(b, 0), free0 - MiB);
 
 	assert_int_equal(broker_free(b, s1, a.id), 0);
@@ -218,7 +235,7 @@ static void test_orphan_lifetime(void **state)
 	/* Withdrawn for new openers; the bytes are intact for the old. */
 	struct broker_grant g;
 	grant_poison(&g);
-	assert_int_equal(broker_open(b, s1, "frame", &g), -ENOENT);
+	assert_int_equal(broker_open(b, s1, UID_A, "frame", &g), -ENOENT);
 	assert_int_equal(broker_attach(b, s1, a.id, &g), -ENOENT);
 	assert_true(grant_holds(&g2, g2.fd, 0x77));
 	/* A new allocation of the same size does not land on them. */
@@ -255,7 +272,7 @@ static void test_exporter_death(void **state)
 	assert_int_equal(broker_export(b, s1, c.id, "c", UID_A), 0);
 	struct broker_grant g;
 	grant_poison(&g);
-	assert_int_equal(broker_open(b, s2, "a", &g), 0);
+	assert_int_equal(broker_open(b, s2, UID_A, "a", &g), 0);
 
 	broker_session_close(b, s1);
 	check(b);
@@ -264,7 +281,7 @@ static void test_exporter_death(void **state)
 	assert_true(grant_holds(&g, g.fd, 0x11));
 	struct broker_grant g2;
 	grant_poison(&g2);
-	assert_int_equal(broker_open(b, s2, "c", &g2), -ENOENT);
+	assert_int_equal(broker_open(b, s2, UID_A, "c", &g2), -ENOENT);
 	assert_int_equal(broker_detach(b, s2, a.id), 0);
 	check(b);
 	assert_int_equal(b->orphan_count, 0);
@@ -286,7 +303,7 @@ static void test_orphans_released_by_reset(void **state)
 		assert_int_equal(broker_export(b, s1, a.id, "a", UID_A), 0);
 		struct broker_grant g;
 		grant_poison(&g);
-		assert_int_equal(broker_open(b, s2, "a", &g), 0);
+		assert_int_equal(broker_open(b, s2, UID_A, "a", &g), 0);
 		assert_int_equal(broker_free(b, s1, a.id), 0);
 		assert_int_equal(b->orphan_count, 1);
 		uint64_t allocs, attachments;
@@ -319,7 +336,7 @@ static void test_self_attached_orphan(void **state)
 	assert_int_equal(broker_export(b, s1, a.id, "a", UID_A), 0);
 	struct broker_grant g;
 	grant_poison(&g);
-	assert_int_equal(broker_open(b, s1, "a", &g), 0);
+	assert_int_equal(broker_open(b, s1, UID_A, "a", &g), 0);
 	assert_null(g.handle); /* the session holds the slab already */
 	broker_session_close(b, s1);
 	check(b);
@@ -388,6 +405,22 @@ static void test_share_requests(void **state)
 	                 "{\"id\":\"e\",\"method\":\"open\",\"params\":{\"name\":\"zz\"}}");
 	expect_error_fmt(b, s2, PROTO_E_PARAMS, "name",
 	                 "{\"id\":\"e\",\"method\":\"open\",\"params\":{\"name\":7}}");
+	/* The owner: a uid, whose names are its own. Another user, not granted
+	 * the name, is told what an unknown name gets. */
+	static const char *const bad_owner[] = {"-1", "4294967295", "\"1000\"", "1.5", "null"};
+	for (size_t i = 0; i < sizeof(bad_owner) / sizeof(bad_owner[0]); i++)
+		expect_error_fmt(b, s2, PROTO_E_PARAMS, "owner",
+		                 "{\"id\":\"e\",\"method\":\"open\",\"params\":{\"name\":\"n\","
+		                 "\"owner\":%s}}",
+		                 bad_owner[i]);
+	struct session *s3 = open_session(b, UID_B, 103);
+	hello(b, s3, "c");
+	expect_error_fmt(b, s3, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"open\",\"params\":{\"name\":\"n\","
+	                 "\"owner\":%d}}",
+	                 UID_A);
+	expect_error_fmt(b, s3, PROTO_E_NOT_FOUND, NULL,
+	                 "{\"id\":\"e\",\"method\":\"open\",\"params\":{\"name\":\"n\"}}");
 	expect_error_fmt(b, s2, PROTO_E_NOT_FOUND, NULL,
 	                 "{\"id\":\"e\",\"method\":\"unexport\",\"params\":{\"name\":\"n\"}}");
 	request(b, s1, &r, "{\"id\":\"u\",\"method\":\"unexport\",\"params\":{\"name\":\"n\"}}");

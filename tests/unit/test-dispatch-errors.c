@@ -382,7 +382,8 @@ static void test_dispatch_long_unknown_method(void **state)
 static void test_dispatch_clients_at_max_clients(void **state)
 {
 	struct broker *b = broker_new(64 * MiB, 0, 0);
-	struct session *s = open_session(b, UID_A, 1);
+	/* An administrator: the only one who is shown every user's clients. */
+	struct session *s = open_session(b, 0, 1);
 	const char *req = "{\"id\":\"c\",\"method\":\"clients\"}";
 	struct reply r;
 	char name[PROTO_MAX_NAME + 1];

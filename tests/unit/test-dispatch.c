@@ -241,8 +241,10 @@ static void test_dispatch_end_to_end(void **state)
 	assert_true(strlen(jstr(o, "uuid")) > 0);
 	reply_done(&r);
 
-	/* clients: this session, and a second one that said no hello yet */
-	struct session *quiet = open_session(b, UID_B, 77);
+	/* clients: this session, and a second one of the same user that said
+	 * no hello yet; another user's only in the totals of "others" */
+	struct session *quiet = open_session(b, UID_A, 77);
+	struct session *stranger = open_session(b, UID_B, 78);
 	request(b, s, &r, "{\"id\":\"12\",\"method\":\"clients\"}");
 	res = result_of(&r, "12");
 	o = cJSON_GetArrayItem(jarr(res, "clients", 2), 0);
@@ -258,8 +260,14 @@ static void test_dispatch_end_to_end(void **state)
 	o = cJSON_GetArrayItem(jget(res, "clients"), 1);
 	assert_int_equal(jid(o, "session"), quiet->id);
 	assert_int_equal(jnum(o, "allocations"), 0);
+	o = jget(res, "others");
+	assert_int_equal(jnum(o, "clients"), 1);
+	assert_int_equal(jnum(o, "instances"), 0);
+	assert_int_equal(jnum(o, "allocations"), 0);
+	assert_int_equal(ju64(o, "used"), 0);
 	reply_done(&r);
 	broker_session_close(b, quiet);
+	broker_session_close(b, stranger);
 
 	/* devices */
 	request(b, s, &r, "{\"id\":\"13\",\"method\":\"devices\"}");

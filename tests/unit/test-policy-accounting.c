@@ -220,23 +220,23 @@ static void test_groups(void **state)
 	add_ok(&p, 4, 0, 0, NULL);
 	assert_false(policy_is_grouped(&p, &inst[1]));
 
-	assert_int_equal(policy_group_info(&p, "solver", &gi), 0);
+	assert_int_equal(policy_group_info(&p, 0, "solver", &gi), 0);
 	assert_int_equal(gi.members, 2);
 	assert_int_equal(gi.available, 200 + 500);
 	assert_int_equal(gi.used, 0);
 	assert_int_equal(gi.warn, 0);
-	assert_int_equal(policy_group_info(&p, "nobody", &gi), -ENOENT);
-	assert_int_equal(policy_group_info(&p, NULL, &gi), -ENOENT);
+	assert_int_equal(policy_group_info(&p, 0, "nobody", &gi), -ENOENT);
+	assert_int_equal(policy_group_info(&p, 0, NULL, &gi), -ENOENT);
 
 	policy_charge(&p, &inst[0], 195);
 	policy_charge(&p, &inst[2], 480);
-	assert_int_equal(policy_group_info(&p, "solver", &gi), 0);
+	assert_int_equal(policy_group_info(&p, 0, "solver", &gi), 0);
 	assert_int_equal(gi.used, 675);
 	assert_int_equal(gi.available, 25);
 	assert_int_equal(gi.warn, POLICY_WARN_GROUP_FULL);
 	/* Passive: the devices' available capacity. */
 	assert_int_equal(policy_set_mode(&p, POLICY_PASSIVE), 0);
-	assert_int_equal(policy_group_info(&p, "solver", &gi), 0);
+	assert_int_equal(policy_group_info(&p, 0, "solver", &gi), 0);
 	assert_int_equal(gi.available, (1000 - 195) + (1000 - 480));
 	assert_int_equal(gi.warn, 0);
 	/* Active again: headroom is bounded by the device. */
@@ -245,18 +245,54 @@ static void test_groups(void **state)
 	policy_charge(&p, &inst[1], 300);
 	policy_charge(&p, &inst[3], 450); /* auto cap 250: over by 200 */
 	assert_int_equal(policy_device_available(&p, 0), 250);
-	assert_int_equal(policy_group_info(&p, "solver", &gi), 0);
+	assert_int_equal(policy_group_info(&p, 0, "solver", &gi), 0);
 	assert_int_equal(gi.available, 200 + 20);
 	/* Moving members. */
 	assert_int_equal(policy_set_group(&p, &inst[2], "other"), 0);
 	assert_false(policy_is_grouped(&p, &inst[0]));
 	assert_int_equal(policy_set_group(&p, &inst[1], "solver"), 0);
 	assert_true(policy_is_grouped(&p, &inst[0]));
-	assert_int_equal(policy_group_info(&p, "solver", &gi), 0);
+	assert_int_equal(policy_group_info(&p, 0, "solver", &gi), 0);
 	assert_int_equal(gi.members, 2);
 	/* Instances 0 and 1: headroom 200 + 0, but the device has 250 - 0. */
 	assert_int_equal(gi.available, 200);
 	assert_int_equal(gi.used, 300);
+	check(&p);
+	policy_finish(&p);
+}
+
+/* A group name lives in its space: the same name in two spaces is two
+ * groups, neither grouped with nor counted in the other. */
+static void test_group_spaces(void **state)
+{
+	struct policy p;
+	struct policy_group_info gi;
+	(void)state;
+	policy_new(&p, 1, 1000, POLICY_ACTIVE, 0);
+	add_ok(&p, 0, 0, 0.2, "solver");
+	add_ok(&p, 1, 0, 0.3, "solver");
+	policy_set_space(&inst[1], 7);
+	assert_false(policy_is_grouped(&p, &inst[0]));
+	assert_false(policy_is_grouped(&p, &inst[1]));
+	assert_true(policy_in_group(&inst[1], 7, "solver"));
+	assert_false(policy_in_group(&inst[1], 0, "solver"));
+	policy_charge(&p, &inst[1], 100);
+	assert_int_equal(policy_group_info(&p, 0, "solver", &gi), 0);
+	assert_int_equal(gi.members, 1);
+	assert_int_equal(gi.used, 0);
+	assert_int_equal(gi.available, 200);
+	assert_int_equal(policy_group_info(&p, 7, "solver", &gi), 0);
+	assert_int_equal(gi.members, 1);
+	assert_int_equal(gi.used, 100);
+	assert_int_equal(gi.available, 200);
+	assert_int_equal(policy_group_info(&p, 8, "solver", &gi), -ENOENT);
+	/* Back in one space: one group of two. */
+	add_ok(&p, 2, 0, 0, "solver");
+	policy_set_space(&inst[2], 7);
+	assert_true(policy_is_grouped(&p, &inst[1]));
+	assert_false(policy_is_grouped(&p, &inst[0]));
+	assert_int_equal(policy_group_info(&p, 7, "solver", &gi), 0);
+	assert_int_equal(gi.members, 2);
 	check(&p);
 	policy_finish(&p);
 }
@@ -335,10 +371,10 @@ static void test_orphans(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_change_queue), cmocka_unit_test(test_modes),
-	    cmocka_unit_test(test_admit),        cmocka_unit_test(test_limits),
-	    cmocka_unit_test(test_groups),       cmocka_unit_test(test_check_detects),
-	    cmocka_unit_test(test_orphans),
+	    cmocka_unit_test(test_change_queue),  cmocka_unit_test(test_modes),
+	    cmocka_unit_test(test_admit),         cmocka_unit_test(test_limits),
+	    cmocka_unit_test(test_groups),        cmocka_unit_test(test_group_spaces),
+	    cmocka_unit_test(test_check_detects), cmocka_unit_test(test_orphans),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
