@@ -1,7 +1,10 @@
 #!/bin/sh
 # Installs the Debian 12 packages gpubroker needs to build and test, when
-# any is missing. Sourced by quickstart.sh and test.sh.
-GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest python3-pip"
+# any is missing. Sourced by quickstart.sh and test.sh. Every module a
+# python test imports with pytest.importorskip is here as python3-MODULE
+# (test test-packages checks it), and under test.sh, which exports
+# GPB_TEST_PACKAGES=installed, such a test fails rather than skips.
+GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest python3-pip python3-numpy"
 # Only for the libFuzzer build of tools/fuzz.sh (clang 14 and its libFuzzer).
 GPB_FUZZ_PACKAGES="clang libclang-rt-14-dev"
 

@@ -52,6 +52,23 @@ void ctl_format_duration(uint64_t s, char *buf, size_t len)
 		snprintf(buf, len, "%" PRIu64 "s", s);
 }
 
+void ctl_format_limit(const cJSON *limit, const cJSON *fraction, const cJSON *capacity, char *buf,
+                      size_t len)
+{
+	char size[32];
+	uint64_t n;
+
+	if (cJSON_IsNumber(fraction) && cJSON_IsString(capacity) &&
+	    proto_parse_u64(capacity->valuestring, &n) == 0) {
+		ctl_format_size(n, size, sizeof(size));
+		snprintf(buf, len, "%.4g%% (%s)", fraction->valuedouble * 100, size);
+	} else if (cJSON_IsString(limit) && proto_parse_u64(limit->valuestring, &n) == 0) {
+		ctl_format_size(n, buf, len);
+	} else {
+		snprintf(buf, len, "-");
+	}
+}
+
 char *ctl_format_value(const cJSON *v, enum ctl_kind kind, enum ctl_format format)
 {
 	char buf[64];
@@ -293,4 +310,35 @@ void print_others(const cJSON *result, const char *count_key, enum ctl_format fo
 		}
 	}
 	printf(" (totals only: other users' details are for administrators)\n");
+}
+
+int print_rows_mapped(const cJSON *arr, const char *key, cJSON *(*map)(const cJSON *, const char *),
+                      const char *arg, const struct ctl_column *cols, size_t ncols,
+                      enum ctl_format format, bool header)
+{
+	cJSON *rows = cJSON_CreateObject(), *out;
+	const cJSON *it;
+	int rc;
+
+	if (!rows || !(out = cJSON_AddArrayToObject(rows, key))) {
+		cJSON_Delete(rows);
+		return ctl_oom();
+	}
+	if (!cJSON_IsArray(arr)) {
+		cJSON_Delete(rows);
+		return ctl_bad_reply(key);
+	}
+	cJSON_ArrayForEach(it, arr)
+	{
+		cJSON *row = map(it, arg);
+
+		if (!row || !cJSON_AddItemToArray(out, row)) {
+			cJSON_Delete(row);
+			cJSON_Delete(rows);
+			return ctl_oom();
+		}
+	}
+	rc = print_rows(rows, key, cols, ncols, format, header);
+	cJSON_Delete(rows);
+	return rc;
 }

@@ -53,6 +53,12 @@ void ctl_table_print(const struct ctl_table *t, FILE *out, bool header);
 void ctl_format_size(uint64_t bytes, char *buf, size_t len);
 /* "3d 4h 5m 6s", leading zero units omitted. */
 void ctl_format_duration(uint64_t seconds, char *buf, size_t len);
+/* A device's limit as the operator set it, from the `policy` and `status`
+ * members limit (u64 string or null), limit_fraction (number or null) and
+ * capacity (u64 string): "-" for none, "8.0 GiB", or "50% (8.0 GiB)" (a
+ * fraction, with the capacity it leaves). */
+void ctl_format_limit(const cJSON *limit, const cJSON *fraction, const cJSON *capacity, char *buf,
+                      size_t len);
 /* Formats one JSON value as a cell of @kind in @format; malloc'd or NULL. */
 char *ctl_format_value(const cJSON *v, enum ctl_kind kind, enum ctl_format format);
 
@@ -64,5 +70,11 @@ int print_rows(const cJSON *result, const char *key, const struct ctl_column *co
  * (`clients`, `policy`: what a caller who is not an administrator may not
  * see of other users), counted by @count_key; nothing when there are none. */
 void print_others(const cJSON *result, const char *count_key, enum ctl_format format);
+/* Prints the rows of @arr (an array of objects, the reply's member @key)
+ * each as @map(row, @arg) makes it (a copy that reads better, or NULL when
+ * out of memory), with @cols. Returns an exit code. */
+int print_rows_mapped(const cJSON *arr, const char *key, cJSON *(*map)(const cJSON *, const char *),
+                      const char *arg, const struct ctl_column *cols, size_t ncols,
+                      enum ctl_format format, bool header);
 
 #endif

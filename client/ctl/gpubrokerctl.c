@@ -86,12 +86,40 @@ static void usage(FILE *out)
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* A status device row for a table, its limit as ctl_format_limit writes it. */
+static cJSON *status_row(const cJSON *dev, const char *unused)
+{
+	cJSON *row = cJSON_Duplicate(dev, true);
+	char text[64];
+
+	if (!row)
+		return NULL;
+	ctl_format_limit(cJSON_GetObjectItemCaseSensitive(dev, PROTO_F_LIMIT),
+	                 cJSON_GetObjectItemCaseSensitive(dev, PROTO_F_LIMIT_FRACTION),
+	                 cJSON_GetObjectItemCaseSensitive(dev, PROTO_F_CAPACITY), text,
+	                 sizeof(text));
+	cJSON_DeleteItemFromObjectCaseSensitive(row, PROTO_F_LIMIT);
+	if (!cJSON_AddStringToObject(row, PROTO_F_LIMIT, text)) {
+		cJSON_Delete(row);
+		return NULL;
+	}
+	return row;
+}
+
 static int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},      {PROTO_F_NAME, "NAME", CTL_TEXT},
+	    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},       {PROTO_F_LIMIT, "LIMIT", CTL_NUM},
+	    {PROTO_F_RESERVED, "RESERVED", CTL_SIZE}, {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
+	};
+	/* CSV: exact figures, the limit's two members as the daemon sends them. */
+	static const struct ctl_column csv_cols[] = {
 	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM}, {PROTO_F_NAME, "NAME", CTL_TEXT},
 	    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},  {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
 	    {PROTO_F_USED, "USED", CTL_SIZE},    {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
+	    {PROTO_F_LIMIT, "LIMIT", CTL_SIZE},  {PROTO_F_LIMIT_FRACTION, "FRACTION", CTL_TEXT},
 	};
 	static const struct {
 		const char *key, *label;
@@ -100,6 +128,8 @@ static int print_status(const cJSON *result, const struct ctl_options *o, bool h
 	    {PROTO_F_SERVER_VERSION, "version"},
 	    {PROTO_F_PID, "pid"},
 	    {PROTO_F_UPTIME_S, "uptime"},
+	    {PROTO_F_MODE, "mode"},
+	    {PROTO_F_ALLOCATOR, "allocator"},
 	    {PROTO_F_CLIENTS, "clients"},
 	    {PROTO_F_INSTANCES, "instances"},
 	    {PROTO_F_ALLOCATIONS, "allocations"},
@@ -128,8 +158,12 @@ static int print_status(const cJSON *result, const struct ctl_options *o, bool h
 			free(text);
 		}
 		putchar('\n');
+		return print_rows_mapped(cJSON_GetObjectItemCaseSensitive(result, PROTO_F_DEVICES),
+		                         PROTO_F_DEVICES, status_row, NULL, cols, ARRAY_SIZE(cols),
+		                         o->format, header);
 	}
-	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);
+	return print_rows(result, PROTO_F_DEVICES, csv_cols, ARRAY_SIZE(csv_cols), o->format,
+	                  header);
 }
 
 static int print_devices(const cJSON *result, const struct ctl_options *o, bool header)
@@ -244,31 +278,8 @@ static const struct ctl_column instance_cols[] = {
 static int print_instance_rows(const cJSON *insts, const char *mode, const struct ctl_options *o,
                                bool header)
 {
-	cJSON *rows = cJSON_CreateObject(), *arr;
-	const cJSON *it;
-	int rc;
-
-	if (!rows || !(arr = cJSON_AddArrayToObject(rows, "rows"))) {
-		cJSON_Delete(rows);
-		return ctl_oom();
-	}
-	if (!cJSON_IsArray(insts)) {
-		cJSON_Delete(rows);
-		return ctl_bad_reply(PROTO_F_INSTANCES);
-	}
-	cJSON_ArrayForEach(it, insts)
-	{
-		cJSON *row = instance_row(it, mode);
-
-		if (!row || !cJSON_AddItemToArray(arr, row)) {
-			cJSON_Delete(row);
-			cJSON_Delete(rows);
-			return ctl_oom();
-		}
-	}
-	rc = print_rows(rows, "rows", instance_cols, ARRAY_SIZE(instance_cols), o->format, header);
-	cJSON_Delete(rows);
-	return rc;
+	return print_rows_mapped(insts, PROTO_F_INSTANCES, instance_row, mode, instance_cols,
+	                         ARRAY_SIZE(instance_cols), o->format, header);
 }
 
 static const char *result_mode(const cJSON *result)

@@ -96,6 +96,10 @@ int dispatch_invalidate_done(struct dispatch_ctx *ctx);
 /* A register/set_proportion/set_auto refusal by the policy, explained with
  * the device's figures: -32602 on "proportion". */
 int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double proportion);
+/* Adds device i's capacity, limit (u64, null when none) and limit_fraction
+ * (number, null when none) to o, as `policy` and `status` show them.
+ * 0 or -ENOMEM. */
+int dispatch_limit_json(const struct broker *b, cJSON *o, int i);
 /* Adds "warnings" (an array of strings, only when there is one) for the
  * auto pool of device, and logs them. 0 or -ENOMEM. */
 int dispatch_policy_warnings(struct dispatch_ctx *ctx, cJSON *result, int device);

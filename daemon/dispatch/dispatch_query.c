@@ -138,7 +138,9 @@ int dispatch_status(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	for (int i = 0; i < b->device_count; i++) {
 		struct pool_stats st;
-		if (!device_entry(b, devs, i, &st))
+		cJSON *o = device_entry(b, devs, i, &st);
+		/* The limit too: an operator looks here first. */
+		if (!o || dispatch_limit_json(b, o, i))
 			return -ENOMEM;
 		total += b->dev[i].info.total;
 		reserved += st.reserved;
@@ -150,6 +152,8 @@ int dispatch_status(struct dispatch_ctx *ctx)
 	    proto_add_u64(totals, PROTO_F_USED, used) ||
 	    !cJSON_AddStringToObject(r, PROTO_F_SERVER_VERSION, GPB_VERSION) ||
 	    !cJSON_AddStringToObject(r, PROTO_F_BACKEND, b->backend->ops->name) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(b->policy.cfg.mode)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(b->allocator)) ||
 	    proto_add_number(r, PROTO_F_PID, getpid()) ||
 	    proto_add_number(r, PROTO_F_UPTIME_S, (double)(time(NULL) - b->started)) ||
 	    proto_add_number(r, PROTO_F_CLIENTS, b->session_count) ||

@@ -94,19 +94,26 @@ static int instance_json(struct broker *b, cJSON *o, const struct broker_instanc
 	return 0;
 }
 
-static int device_json(struct broker *b, cJSON *o, int i)
+int dispatch_limit_json(const struct broker *b, cJSON *o, int i)
 {
 	const struct policy_device *dev = &b->policy.dev[i];
-	if (proto_add_number(o, PROTO_F_DEVICE, i) || proto_add_u64(o, PROTO_F_TOTAL, dev->total) ||
-	    proto_add_u64(o, PROTO_F_CAPACITY, dev->capacity))
+	if (proto_add_u64(o, PROTO_F_CAPACITY, dev->capacity))
 		return -ENOMEM;
 	if (dev->limit ? proto_add_u64(o, PROTO_F_LIMIT, dev->limit) != 0
 	               : !cJSON_AddNullToObject(o, PROTO_F_LIMIT))
 		return -ENOMEM;
 	if (!(dev->limit_fraction > 0
 	          ? cJSON_AddNumberToObject(o, PROTO_F_LIMIT_FRACTION, dev->limit_fraction)
-	          : cJSON_AddNullToObject(o, PROTO_F_LIMIT_FRACTION)) ||
-	    proto_add_u64(o, PROTO_F_USED, dev->used) ||
+	          : cJSON_AddNullToObject(o, PROTO_F_LIMIT_FRACTION)))
+		return -ENOMEM;
+	return 0;
+}
+
+static int device_json(struct broker *b, cJSON *o, int i)
+{
+	const struct policy_device *dev = &b->policy.dev[i];
+	if (proto_add_number(o, PROTO_F_DEVICE, i) || proto_add_u64(o, PROTO_F_TOTAL, dev->total) ||
+	    dispatch_limit_json(b, o, i) || proto_add_u64(o, PROTO_F_USED, dev->used) ||
 	    proto_add_u64(o, PROTO_F_AVAILABLE, policy_device_available(&b->policy, i)) ||
 	    proto_add_number(o, PROTO_F_MANUAL, dev->manual) ||
 	    proto_add_number(o, PROTO_F_AUTO, dev->manual < 1 ? 1 - dev->manual : 0) ||

@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -38,6 +40,66 @@ void th_write_file(const char *path, const char *text)
 	assert_non_null(f);
 	assert_true(fputs(text, f) >= 0);
 	assert_int_equal(fclose(f), 0);
+}
+
+/* Copies the file at from to to with mode; fails the test on error. */
+static void th_copy_file(const char *from, const char *to, mode_t mode)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	assert_true(in >= 0);
+	int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(out >= 0);
+	char buf[1 << 16];
+	ssize_t n;
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	assert_int_equal(n, 0);
+	/* fchmod, not open's mode: the umask would take bits off. */
+	assert_int_equal(fchmod(out, mode), 0);
+	assert_int_equal(close(out), 0);
+	close(in);
+}
+
+void th_copy_make(struct th_copy *c, const char *prog_env)
+{
+	const char *program = th_env(prog_env);
+	/* The library as this test loaded it: its name there is the soname
+	 * the program asks for (DT_NEEDED), its folder the build tree's. */
+	Dl_info info;
+	assert_true(dladdr((const void *)gpb_connect, &info) != 0 && info.dli_fname);
+	const char *lib_name = strrchr(info.dli_fname, '/');
+	const char *prog_name = strrchr(program, '/');
+	assert_non_null(lib_name);
+	assert_non_null(prog_name);
+	snprintf(c->dir, sizeof(c->dir), "/tmp/gpb-copy-XXXXXX");
+	assert_non_null(mkdtemp(c->dir));
+	char bin[96];
+	snprintf(bin, sizeof(bin), "%s/bin", c->dir);
+	snprintf(c->library, sizeof(c->library), "%s%s", c->dir, lib_name);
+	snprintf(c->program, sizeof(c->program), "%s%s", bin, prog_name);
+	assert_int_equal(chmod(c->dir, 0755), 0);
+	assert_int_equal(mkdir(bin, 0755), 0);
+	assert_int_equal(chmod(bin, 0755), 0);
+	th_copy_file(info.dli_fname, c->library, 0644);
+	th_copy_file(program, c->program, 0755);
+}
+
+void th_copy_exec(const struct th_copy *c, char *const argv[])
+{
+	/* The program's RUNPATH ($ORIGIN/.. for gpubrokerctl) finds the copy
+	 * too; the search path makes it so whatever the program's folder. */
+	setenv("LD_LIBRARY_PATH", c->dir, 1);
+	execv(c->program, argv);
+}
+
+void th_copy_remove(struct th_copy *c)
+{
+	char bin[96];
+	snprintf(bin, sizeof(bin), "%s/bin", c->dir);
+	assert_int_equal(unlink(c->program), 0);
+	assert_int_equal(unlink(c->library), 0);
+	assert_int_equal(rmdir(bin), 0);
+	assert_int_equal(rmdir(c->dir), 0);
 }
 
 bool th_file_has(const char *path, const char *text, int times)

@@ -153,6 +153,28 @@ unsigned th_rnd_below(unsigned n);
 
 const char *th_env(const char *name);
 
+/*
+ * A copy of a program for a child that runs it as another user. The build
+ * tree may sit where only root can reach it (a clone under /root, which is
+ * mode 0700), so the child cannot exec the program there, nor load the
+ * library beside it: th_copy_make copies the program that environment
+ * variable prog_env names (GPB_CTL...) and the libgpubroker this test
+ * loaded into a new folder under /tmp that every user may read (program
+ * in bin/, library above it, as in the build tree); th_copy_exec runs the
+ * copy with that library; th_copy_remove deletes the folder. Failures fail
+ * the test.
+ */
+struct th_copy {
+	char dir[64];
+	char program[192];
+	char library[192];
+};
+void th_copy_make(struct th_copy *c, const char *prog_env);
+/* In a child: execs the copy with argv (argv[0] its name), the copied
+ * library first on the search path; returns only on failure. */
+void th_copy_exec(const struct th_copy *c, char *const argv[]);
+void th_copy_remove(struct th_copy *c);
+
 /* Writes text to path (replacing it); fails the test on error. */
 void th_write_file(const char *path, const char *text);
 /* Whether the first 64 KiB of path hold text at least times times. */

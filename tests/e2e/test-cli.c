@@ -45,16 +45,23 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Runs gpubrokerctl --socket <daemon> args... */
-static int ctl(const char *a1, const char *a2, const char *a3, const char *a4)
+/* Runs gpubrokerctl --socket socket args... into out. */
+static int ctl_at(const char *socket, const char *a1, const char *a2, const char *a3,
+                  const char *a4)
 {
-	char *argv[10] = {(char *)th_env("GPB_CTL"), "--socket", daemon_.socket};
+	char *argv[10] = {(char *)th_env("GPB_CTL"), "--socket", (char *)socket};
 	int n = 3;
 	const char *args[] = {a1, a2, a3, a4};
 	for (int i = 0; i < 4 && args[i]; i++)
 		argv[n++] = (char *)args[i];
 	argv[n] = NULL;
 	return th_run(argv, NULL, out, sizeof(out));
+}
+
+/* Runs gpubrokerctl --socket <daemon> args... */
+static int ctl(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+	return ctl_at(daemon_.socket, a1, a2, a3, a4);
 }
 
 static void test_status_json(void **state)
@@ -77,6 +84,74 @@ static void test_status_table(void **state)
 	assert_non_null(strstr(out, "sim"));
 	assert_non_null(strstr(out, "1.0 GiB"));
 	assert_non_null(strstr(out, "3.0 MiB"));
+}
+
+/* A status device's member key as a string ("" for null), from out. */
+static const char *status_dev(cJSON *root, int device, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItem(
+	    cJSON_GetArrayItem(cJSON_GetObjectItem(root, "devices"), device), key);
+	assert_non_null(v);
+	static char text[64];
+	if (cJSON_IsNumber(v))
+		snprintf(text, sizeof(text), "%g", v->valuedouble);
+	else
+		snprintf(text, sizeof(text), "%s", cJSON_IsNull(v) ? "" : cJSON_GetStringValue(v));
+	return text;
+}
+
+/* status shows the policy mode, the allocator and each device's limit
+ * (bytes or a fraction) in its table, json and csv: what an operator looks
+ * at first. */
+static void test_status_policy(void **state)
+{
+	if (geteuid() != 0)
+		skip(); /* the setters are for administrators */
+	struct th_daemon d;
+	th_daemon_start(&d, NULL);
+	assert_int_equal(ctl_at(d.socket, "status", NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "\nmode         passive\n"));
+	assert_non_null(strstr(out, "\nallocator    pool\n"));
+	assert_non_null(strstr(out, "  LIMIT  RESERVED"));
+	assert_non_null(strstr(out, "1.0 GiB      -  "));
+
+	assert_int_equal(ctl_at(d.socket, "set-mode", "active", NULL, NULL), 0);
+	assert_int_equal(ctl_at(d.socket, "set-allocator", "direct", NULL, NULL), 0);
+	assert_int_equal(ctl_at(d.socket, "set-limit", "--device", "0", "512MiB"), 0);
+	assert_int_equal(ctl_at(d.socket, "set-limit", "--device", "1", "25%"), 0);
+
+	assert_int_equal(ctl_at(d.socket, "status", NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "\nmode         active\n"));
+	assert_non_null(strstr(out, "\nallocator    direct\n"));
+	assert_non_null(strstr(out, "  512.0 MiB  "));
+	assert_non_null(strstr(out, "  25% (256.0 MiB)  "));
+
+	assert_int_equal(ctl_at(d.socket, "--output", "json", "status", NULL), 0);
+	cJSON *root = cJSON_Parse(out);
+	assert_non_null(root);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(root, "mode")), "active");
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(root, "allocator")), "direct");
+	assert_string_equal(status_dev(root, 0, "limit"), "536870912");
+	assert_string_equal(status_dev(root, 0, "limit_fraction"), "");
+	assert_string_equal(status_dev(root, 0, "capacity"), "536870912");
+	assert_string_equal(status_dev(root, 1, "limit"), "");
+	assert_string_equal(status_dev(root, 1, "limit_fraction"), "0.25");
+	assert_string_equal(status_dev(root, 1, "capacity"), "268435456");
+	cJSON_Delete(root);
+
+	assert_int_equal(ctl_at(d.socket, "--output", "csv", "status", NULL), 0);
+	assert_non_null(
+	    strstr(out, "device,name,total,reserved,used,orphaned,limit,limit_fraction\n"));
+	assert_non_null(strstr(out, ",536870912,\n"));
+	assert_non_null(strstr(out, ",,0.25\n"));
+
+	/* No limit again: "-", and null in json. */
+	assert_int_equal(ctl_at(d.socket, "set-limit", "none", NULL, NULL), 0);
+	assert_int_equal(ctl_at(d.socket, "status", NULL, NULL, NULL), 0);
+	assert_null(strstr(out, "MiB)"));
+	assert_null(strstr(out, "512.0 MiB"));
+	assert_int_equal(ctl_at(d.socket, "set-allocator", "pool", NULL, NULL), 0);
+	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
 static void test_devices_csv(void **state)
@@ -390,11 +465,17 @@ static void test_help(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_status_json), cmocka_unit_test(test_status_table),
-	    cmocka_unit_test(test_devices_csv), cmocka_unit_test(test_clients_and_stats),
-	    cmocka_unit_test(test_exit_codes),  cmocka_unit_test(test_operator_commands),
-	    cmocka_unit_test(test_evict),       cmocka_unit_test(test_repeat),
-	    cmocka_unit_test(test_top),         cmocka_unit_test(test_help),
+	    cmocka_unit_test(test_status_json),
+	    cmocka_unit_test(test_status_table),
+	    cmocka_unit_test(test_status_policy),
+	    cmocka_unit_test(test_devices_csv),
+	    cmocka_unit_test(test_clients_and_stats),
+	    cmocka_unit_test(test_exit_codes),
+	    cmocka_unit_test(test_operator_commands),
+	    cmocka_unit_test(test_evict),
+	    cmocka_unit_test(test_repeat),
+	    cmocka_unit_test(test_top),
+	    cmocka_unit_test(test_help),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

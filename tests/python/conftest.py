@@ -193,6 +193,54 @@ def run_python(code, *args, env=None, **kw):
                           text=True, timeout=60, **kw)
 
 
+NOBODY = 65534
+
+
+def run_python_as_nobody(code, *args):
+    """Runs @code as user nobody (its uid and gid, no other group), like
+    run_python, from copies of the package and of libgpubroker in a folder
+    under /tmp that nobody may read: the tree itself may sit where only root
+    can reach it (a clone under /root, mode 0700). The copies go afterwards."""
+    top = tempfile.mkdtemp(prefix="gpb-py-nobody-")
+    try:
+        shutil.copytree(os.path.join(os.path.dirname(os.path.dirname(HERE)), "python", "gpubroker"),
+                        os.path.join(top, "gpubroker"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.in"))
+        lib = os.path.join(top, "libgpubroker.so.0")
+        shutil.copyfile(env_path("GPUBROKER_LIBRARY"), lib)
+        # Modes set, not copied: mkdtemp makes 0700, and a clone made under
+        # umask 077 has 0600 files.
+        for d, _, files in os.walk(top):
+            os.chmod(d, 0o755)
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o644)
+        env = dict(os.environ, PYTHONPATH=top, GPUBROKER_LIBRARY=lib)
+        return subprocess.run([sys.executable, "-c", code] + [str(a) for a in args], env=env,
+                              user=NOBODY, group=NOBODY, extra_groups=[], cwd=top,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under tools/test.sh, which installs every package the tests use
+    (tools/deps.sh) and says so with GPB_TEST_PACKAGES=installed, a test that
+    pytest.importorskip skips fails instead: the package it wants is missing
+    from tools/deps.sh. The gpu suite keeps its skips (numba and cupy are
+    for a GPU, which test.sh cannot install)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if (rep.skipped and call.excinfo is not None
+            and os.environ.get("GPB_TEST_PACKAGES") == "installed"
+            and call.excinfo.errisinstance(pytest.skip.Exception)
+            and str(call.excinfo.value).startswith("could not import")
+            and os.path.basename(os.path.dirname(str(item.fspath))) != "gpu"):
+        rep.outcome = "failed"
+        rep.longrepr = ("%s, although GPB_TEST_PACKAGES=installed says tools/deps.sh installed "
+                        "every package the tests use" % call.excinfo.value)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """With GPB_PYTEST_SKIP_EXIT set (the gpu suite), a run in which nothing
     passed and something was skipped exits 77, which meson counts as skipped."""

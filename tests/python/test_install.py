@@ -6,7 +6,6 @@ which file the process really mapped (/proc/self/maps), not only what the
 package says it tried."""
 
 import glob
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -76,8 +75,7 @@ def test_pip_install_offline_then_use_a_daemon(daemon, tmp_path):
     """`python3 -m pip install --no-build-isolation --no-index --target DIR
     ./python`, then the installed copy (not the source tree) talks to a
     daemon with $GPUBROKER_LIBRARY naming the build's library."""
-    if importlib.util.find_spec("pip") is None:
-        pytest.skip("pip is not installed for %s (Debian: python3-pip)" % sys.executable)
+    pytest.importorskip("pip")  # Debian: python3-pip
     # pip builds in the tree it is given (setuptools writes build/ and
     # *.egg-info there): give it a copy, so the checkout stays clean.
     src = tmp_path / "src"
