@@ -3,14 +3,9 @@
  *
  * A connection's memory is freed only from the close callbacks of both of
  * its handles (the dqlite rule: libuv owns a handle until its close callback
- * runs). Replies that carry a slab descriptor go out with uv_write2(), which
- * attaches SCM_RIGHTS to the first byte of that reply, so descriptors stay in
- * order with the frames that announce them.
+ * runs). What is written to clients is output.c.
  */
-#include "server.h"
-
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -18,64 +13,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "dispatch.h"
-#include "exitwatch.h"
 #include "log.h"
-#include "reload.h"
 #include "peer.h"
-#include "systemd.h"
+#include "reload.h"
+#include "server_internal.h"
 
 #define SERVER_DRAIN_MS 5000 /* how long shutdown waits for clients to read */
-/* A client paused for not reading its replies (write_high_water) is dropped
- * when it stays paused this long, or at once when the frames queued for it
- * while paused (events, answers to waits) pass this many high-water marks:
- * a client that never reads costs the daemon bounded memory and time. */
-#define SERVER_PAUSE_DROP_MS    10000
-#define SERVER_PAUSE_DROP_MARKS 4
 
-struct server {
-	uv_loop_t *loop;
-	struct broker *broker;
-	struct dispatch dispatch; /* the request layer over broker */
-	struct conf cfg;
-	server_reload_fn reload;
-	gid_t admin_gid; /* (gid_t)-1: no admin group on this machine */
-	uv_pipe_t listener;
-	uv_signal_t sigterm, sigint, sighup;
-	uv_timer_t drain;
-	uv_timer_t waits; /* the broker's deadline for waiting allocations */
-	bool in_send; /* conn_send called from inside a broker operation (an event): do not close
-	                 now */
-	struct systemd_watchdog watchdog;
-	struct exitwatch exits; /* processes of evicted sessions */
-	struct list conns;
-	unsigned conn_count;
-	bool listening, stopping, unlink_socket;
-	char readbuf[PROTO_MAX_FRAME];
-};
-
-struct conn {
-	uv_pipe_t pipe;
-	uv_timer_t hello_timer;
-	uv_timer_t pause_timer; /* runs while paused: drops a client that stays so */
-	uv_shutdown_t shutdown;
-	struct server *srv;
-	struct session *session;
-	struct proto_framer framer;
-	struct list link;
-	int open_handles;
-	bool closing, finishing, paused;
-	bool doomed;         /* a frame for it could not be queued: closes on the next loop turn */
-	size_t paused_bytes; /* bytes of frames queued since it was paused */
-};
-
-struct conn_write {
-	uv_write_t req;
-	char *frame;
-	uv_pipe_t *fd_pipe; /* wraps a dup of the descriptor being passed */
-};
-
-static void conn_process(struct conn *c);
 static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 
@@ -90,9 +34,7 @@ static void conn_on_handle_closed(uv_handle_t *h)
 		uv_close((uv_handle_t *)&srv->drain, NULL);
 }
 
-/* Ends a connection now: pending writes are cancelled, the session's
- * allocations and instances are reclaimed. Idempotent. */
-static void conn_close(struct conn *c, const char *why)
+void conn_close(struct conn *c, const char *why)
 {
 	if (c->closing)
 		return;
@@ -129,29 +71,6 @@ static void conn_finish(struct conn *c)
 		conn_close(c, "shutdown failed");
 }
 
-static void conn_on_write(uv_write_t *req, int status)
-{
-	struct conn_write *w = req->data;
-	struct conn *c = w->req.handle->data;
-	free(w->frame);
-	if (w->fd_pipe)
-		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
-	free(w);
-	if (status < 0) {
-		/* EPIPE/ECONNRESET: the client left before its reply. */
-		if (status != UV_ECANCELED)
-			conn_close(c, uv_strerror(status));
-		return;
-	}
-	size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
-	if (c->paused && !c->closing && !c->finishing &&
-	    queued <= c->srv->broker->limits.write_high_water / 2) {
-		c->paused = false;
-		uv_timer_stop(&c->pause_timer);
-		conn_process(c);
-	}
-}
-
 static void conn_on_doomed(uv_timer_t *t)
 {
 	conn_close(t->data, "could not queue a frame");
@@ -165,7 +84,7 @@ static void conn_on_doomed(uv_timer_t *t)
  * after the handshake (and before it the broker sends nothing that can be
  * doomed but the shutdown event, after which the connection ends anyway).
  */
-static void conn_doom(struct conn *c)
+void conn_doom(struct conn *c)
 {
 	if (c->doomed || c->closing)
 		return;
@@ -174,168 +93,7 @@ static void conn_doom(struct conn *c)
 	uv_timer_start(&c->hello_timer, conn_on_doomed, 0, 0);
 }
 
-static void conn_on_pause_timeout(uv_timer_t *t)
-{
-	struct conn *c = t->data;
-	log_warn("session %llu (pid %d uid %u): dropped: still not reading its replies after %d s",
-	         (unsigned long long)c->session->id, (int)c->session->pid,
-	         (unsigned)c->session->uid, SERVER_PAUSE_DROP_MS / 1000);
-	conn_close(c, "not reading its replies");
-}
-
-/* Stops reading from a client that is too far behind reading its replies
- * (conn_on_write resumes it), and starts the clock on dropping it. */
-static void conn_pause(struct conn *c)
-{
-	if (c->paused)
-		return;
-	log_debug("session %llu: paused: not reading its replies",
-	          (unsigned long long)c->session->id);
-	c->paused = true;
-	c->paused_bytes = 0;
-	uv_read_stop((uv_stream_t *)&c->pipe);
-	uv_timer_start(&c->pause_timer, conn_on_pause_timeout, SERVER_PAUSE_DROP_MS, 0);
-}
-
-/* After a frame of len bytes is queued: pauses a client over the high-water
- * mark; drops a paused one that has had too much queued meanwhile. */
-static void conn_check_queue(struct conn *c, size_t len)
-{
-	uint64_t mark = c->srv->broker->limits.write_high_water;
-	if (c->paused) {
-		c->paused_bytes += len;
-		if (c->paused_bytes <= SERVER_PAUSE_DROP_MARKS * mark)
-			return;
-		log_warn("session %llu (pid %d uid %u): dropped: not reading its replies, "
-		         "%zu bytes queued",
-		         (unsigned long long)c->session->id, (int)c->session->pid,
-		         (unsigned)c->session->uid,
-		         uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe));
-		if (c->srv->in_send)
-			conn_doom(c);
-		else
-			conn_close(c, "not reading its replies");
-	} else if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) > mark) {
-		conn_pause(c);
-	}
-}
-
-/*
- * uv_try_write for a frame that carries a descriptor: with nothing queued,
- * one sendmsg() puts the descriptor on the frame's first byte, as
- * uv_write2() would, without the duplicate descriptor uv_write2() needs (at
- * RLIMIT_NOFILE that dup fails and would cost the client its connection).
- * Returns the bytes written (the descriptor went with the first), 0 when
- * nothing was (queue it instead).
- */
-static size_t conn_try_write_fd(struct conn *c, const char *frame, size_t len, int fd)
-{
-	uv_os_fd_t sock;
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} cbuf;
-	if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) > 0 ||
-	    uv_fileno((uv_handle_t *)&c->pipe, &sock) < 0)
-		return 0;
-	memset(&cbuf, 0, sizeof(cbuf));
-	struct iovec iov = {.iov_base = (void *)frame, .iov_len = len};
-	struct msghdr msg = {.msg_iov = &iov,
-	                     .msg_iovlen = 1,
-	                     .msg_control = cbuf.buf,
-	                     .msg_controllen = sizeof(cbuf)};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	ssize_t n;
-	do
-		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	return n > 0 ? (size_t)n : 0;
-}
-
-/* Queues a frame (taking ownership) with an optional descriptor to pass.
- * On failure the connection is closed: a client told "fd": true must get
- * the descriptor or nothing. */
-static int conn_send(struct conn *c, char *frame, size_t len, int fd)
-{
-	struct conn_write *w = NULL;
-	uv_buf_t buf = uv_buf_init(frame, (unsigned)len);
-	int rc = -ENOMEM;
-	if (frame && fd >= 0) {
-		size_t n = conn_try_write_fd(c, frame, len, fd);
-		if (n == len) {
-			free(frame);
-			return 0;
-		}
-		if (n > 0) {
-			/* The descriptor is on its way: the rest goes as text. */
-			buf = uv_buf_init(frame + n, (unsigned)(len - n));
-			fd = -1;
-		}
-	} else if (frame) {
-		/* Nothing queued: write now. A write request would cost a loop
-		 * turn for its callback and an epoll_ctl on every reply. What
-		 * the socket does not take (or all of it) is queued below. */
-		int n = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
-		if (n == (int)len) {
-			free(frame);
-			return 0;
-		}
-		if (n > 0)
-			buf = uv_buf_init(frame + n, (unsigned)(len - (size_t)n));
-	}
-	w = calloc(1, sizeof(*w));
-	if (!w || !frame)
-		goto fail;
-	w->frame = frame;
-	w->req.data = w;
-	if (fd >= 0) {
-		int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-		if (dupfd < 0) {
-			rc = -errno;
-			goto fail;
-		}
-		w->fd_pipe = malloc(sizeof(*w->fd_pipe));
-		if (!w->fd_pipe || uv_pipe_init(c->srv->loop, w->fd_pipe, 0) < 0) {
-			close(dupfd);
-			free(w->fd_pipe);
-			w->fd_pipe = NULL;
-			goto fail;
-		}
-		rc = uv_pipe_open(w->fd_pipe, dupfd);
-		if (rc < 0) {
-			close(dupfd);
-			uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
-			w->fd_pipe = NULL;
-			goto fail;
-		}
-		rc = uv_write2(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, (uv_stream_t *)w->fd_pipe,
-		               conn_on_write);
-	} else {
-		rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, conn_on_write);
-	}
-	if (rc < 0)
-		goto fail;
-	conn_check_queue(c, len);
-	return 0;
-fail:
-	if (w && w->fd_pipe)
-		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
-	free(frame);
-	free(w);
-	if (c->srv->in_send)
-		conn_doom(c);
-	else
-		conn_close(c, "could not queue a reply");
-	return rc;
-}
-
-/* Answers every complete frame buffered, unless the client is too far
- * behind reading its replies. */
-static void conn_process(struct conn *c)
+void conn_process(struct conn *c)
 {
 	const struct broker_limits *limits = &c->srv->broker->limits;
 	while (!c->closing && !c->finishing && !c->doomed) {

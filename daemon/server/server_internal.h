@@ -1,0 +1,84 @@
+/*
+ * server_internal.h - what the files of the server share: the server and
+ * its connections (server.c), and what is written to them (output.c).
+ * Nothing outside daemon/server includes it.
+ */
+#ifndef GPB_SERVER_INTERNAL_H
+#define GPB_SERVER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "dispatch.h"
+#include "exitwatch.h"
+#include "server.h"
+#include "systemd.h"
+
+struct server {
+	uv_loop_t *loop;
+	struct broker *broker;
+	struct dispatch dispatch; /* the request layer over broker */
+	struct conf cfg;
+	server_reload_fn reload;
+	gid_t admin_gid; /* (gid_t)-1: no admin group on this machine */
+	uv_pipe_t listener;
+	uv_signal_t sigterm, sigint, sighup;
+	uv_timer_t drain;
+	uv_timer_t waits; /* the broker's deadline for waiting allocations */
+	bool in_send; /* conn_send called from inside a broker operation (an event): do not close
+	                 now */
+	struct systemd_watchdog watchdog;
+	struct exitwatch exits; /* processes of evicted sessions */
+	struct list conns;
+	unsigned conn_count;
+	bool listening, stopping, unlink_socket;
+	char readbuf[PROTO_MAX_FRAME];
+};
+
+struct conn {
+	uv_pipe_t pipe;
+	uv_timer_t hello_timer;
+	uv_timer_t pause_timer; /* runs while paused: drops a client that stays so */
+	uv_shutdown_t shutdown;
+	struct server *srv;
+	struct session *session;
+	struct proto_framer framer;
+	struct list link;
+	int open_handles;
+	bool closing, finishing, paused;
+	bool doomed;         /* a frame for it could not be queued: closes on the next loop turn */
+	size_t paused_bytes; /* bytes of frames queued since it was paused */
+};
+
+struct conn_write {
+	uv_write_t req;
+	char *frame;
+	uv_pipe_t *fd_pipe; /* wraps a dup of the descriptor being passed */
+};
+
+/* server.c */
+
+/* Ends a connection now: pending writes are cancelled, the session's
+ * allocations and instances are reclaimed. Idempotent. */
+void conn_close(struct conn *c, const char *why);
+/* Closes a connection on the next loop turn: for one the broker may be
+ * sending to from inside an operation. */
+void conn_doom(struct conn *c);
+/* Answers every complete frame buffered, unless the client is too far
+ * behind reading its replies; resumes reading. */
+void conn_process(struct conn *c);
+
+/* output.c */
+
+/*
+ * Queues a frame (taking ownership) with an optional descriptor to pass.
+ * On failure the connection is closed: a client told "fd": true must get
+ * the descriptor or nothing. 0 or -errno.
+ */
+int conn_send(struct conn *c, char *frame, size_t len, int fd);
+/* Stops reading from a client that is too far behind reading its replies
+ * (resumed when it catches up), and starts the clock on dropping it. */
+void conn_pause(struct conn *c);
+
+#endif
