@@ -311,6 +311,27 @@ static void metrics_requests(struct mbuf *m, const struct metrics *mt)
 	            (unsigned long long)mt->duration_count);
 }
 
+/* What the server counts about connections: the output it holds for them,
+ * and the ones it dropped, by why (every reason always present, 0
+ * included, so that a rate over it starts from a known value). */
+static void metrics_connections(struct mbuf *m, const struct metrics *mt)
+{
+	static const char *const drops[METRICS_DROPS] = {
+	    [METRICS_DROP_PAUSED] = "paused",
+	    [METRICS_DROP_CLIENT] = "max_output_per_client",
+	    [METRICS_DROP_TOTAL] = "max_output_total",
+	};
+	mbuf_header(m, "gpubroker_output_queued_bytes", "gauge",
+	            "Bytes of replies and events queued for clients that have not read them.");
+	mbuf_printf(m, "gpubroker_output_queued_bytes %llu\n",
+	            (unsigned long long)mt->output_bytes);
+	mbuf_header(m, "gpubroker_connections_dropped_total", "counter",
+	            "Connections closed for not reading their replies and events.");
+	for (int i = 0; i < METRICS_DROPS; i++)
+		mbuf_printf(m, "gpubroker_connections_dropped_total{reason=\"%s\"} %llu\n",
+		            drops[i], (unsigned long long)mt->dropped[i]);
+}
+
 int metrics_render(const struct metrics *mt, const struct broker *b, char **out, size_t *len)
 {
 	struct mbuf m = {0};
@@ -328,6 +349,7 @@ int metrics_render(const struct metrics *mt, const struct broker *b, char **out,
 	mbuf_header(&m, "gpubroker_connections_total", "counter", "Connections accepted.");
 	mbuf_printf(&m, "gpubroker_connections_total %llu\n",
 	            (unsigned long long)b->stats.connections_total);
+	metrics_connections(&m, mt);
 	metrics_waits(&m, b);
 	metrics_requests(&m, mt);
 	if (m.err) {

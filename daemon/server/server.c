@@ -39,6 +39,7 @@ void conn_close(struct conn *c, const char *why)
 	if (c->closing)
 		return;
 	c->closing = true;
+	output_release(c);
 	if (c->session) {
 		log_debug("session %llu (pid %d uid %u): closed: %s",
 		          (unsigned long long)c->session->id, (int)c->session->pid,
@@ -89,6 +90,7 @@ void conn_doom(struct conn *c)
 	if (c->doomed || c->closing)
 		return;
 	c->doomed = true;
+	output_release(c);
 	uv_read_stop((uv_stream_t *)&c->pipe);
 	uv_timer_start(&c->hello_timer, conn_on_doomed, 0, 0);
 }
@@ -194,6 +196,7 @@ static struct conn *conn_create(struct server *srv)
 	c->srv = srv;
 	proto_framer_init(&c->framer, PROTO_MAX_FRAME);
 	list_init(&c->link);
+	list_init(&c->writes);
 	/* ipc = 1 lets uv_write2 pass descriptors to the client. */
 	uv_pipe_init(srv->loop, &c->pipe, 1);
 	uv_timer_init(srv->loop, &c->hello_timer);

@@ -1,6 +1,7 @@
 /*
  * server_internal.h - what the files of the server share: the server and
- * its connections (server.c), and what is written to them (output.c).
+ * its connections (server.c), and what is written to them and its bounds
+ * (output.c).
  * Nothing outside daemon/server includes it.
  */
 #ifndef GPB_SERVER_INTERNAL_H
@@ -32,6 +33,7 @@ struct server {
 	struct exitwatch exits; /* processes of evicted sessions */
 	struct list conns;
 	unsigned conn_count;
+	size_t out_bytes; /* output held for every connection not yet closing (output.c) */
 	bool listening, stopping, unlink_socket;
 	char readbuf[PROTO_MAX_FRAME];
 };
@@ -45,14 +47,18 @@ struct conn {
 	struct session *session;
 	struct proto_framer framer;
 	struct list link;
+	struct list writes; /* struct conn_write queued, oldest first */
+	size_t out_bytes;   /* what those hold: their frames and requests */
 	int open_handles;
 	bool closing, finishing, paused;
-	bool doomed;         /* a frame for it could not be queued: closes on the next loop turn */
-	size_t paused_bytes; /* bytes of frames queued since it was paused */
+	bool doomed;       /* a frame for it could not be queued: closes on the next loop turn */
+	bool out_released; /* out_bytes no longer counts in the server's total */
 };
 
 struct conn_write {
 	uv_write_t req;
+	struct list link; /* in conn.writes */
+	size_t cost;      /* bytes it holds: the frame, this, the descriptor's pipe */
 	char *frame;
 	uv_pipe_t *fd_pipe; /* wraps a dup of the descriptor being passed */
 };
@@ -74,11 +80,15 @@ void conn_process(struct conn *c);
 /*
  * Queues a frame (taking ownership) with an optional descriptor to pass.
  * On failure the connection is closed: a client told "fd": true must get
- * the descriptor or nothing. 0 or -errno.
+ * the descriptor or nothing. May drop this or other connections that do
+ * not read (max_output_per_client, max_output_total). 0 or -errno.
  */
 int conn_send(struct conn *c, char *frame, size_t len, int fd);
 /* Stops reading from a client that is too far behind reading its replies
  * (resumed when it catches up), and starts the clock on dropping it. */
 void conn_pause(struct conn *c);
+/* Takes a closing connection's output out of the server's total: it is
+ * freed with the connection. Idempotent. */
+void output_release(struct conn *c);
 
 #endif

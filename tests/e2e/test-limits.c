@@ -137,51 +137,6 @@ static int error_code(const char *reply)
 	return p ? atoi(p + 7) : 0;
 }
 
-/* Writes status requests without reading a byte until the socket takes no
- * more for a while: the daemon has stopped reading (it paused the client).
- * Returns the requests written. */
-static long spam_until_blocked(int fd)
-{
-	static const char req[] = "{\"id\":\"s\",\"method\":\"status\"}\n";
-	char batch[64 * (sizeof(req) - 1)];
-	for (size_t i = 0; i < 64; i++)
-		memcpy(batch + i * (sizeof(req) - 1), req, sizeof(req) - 1);
-	long sent = 0;
-	int idle = 0;
-	long long deadline = now_ms() + 60000;
-	while (idle < 20 && now_ms() < deadline) {
-		ssize_t n = send(fd, batch, sizeof(batch), MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (n > 0) {
-			sent += n;
-			idle = 0;
-			continue;
-		}
-		assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
-		idle++;
-		usleep(50000);
-	}
-	assert_true(idle >= 20);
-	return sent / (long)(sizeof(req) - 1);
-}
-
-/* Reads until EOF (or a reset); false if the connection stays open. */
-static bool drained_to_eof(int fd, int timeout_ms)
-{
-	char buf[65536];
-	long long deadline = now_ms() + timeout_ms;
-	for (;;) {
-		int left = (int)(deadline - now_ms());
-		struct pollfd pfd = {.fd = fd, .events = POLLIN};
-		if (left <= 0 || poll(&pfd, 1, left) <= 0)
-			return false;
-		ssize_t n = recv(fd, buf, sizeof(buf), 0);
-		if (n == 0 || (n < 0 && errno == ECONNRESET))
-			return true;
-		if (n < 0 && errno != EINTR)
-			return false;
-	}
-}
-
 /* Case 22: a client that never reads while spamming is paused (the daemon
  * stops reading it once its unread replies pass write_high_water), costs
  * bounded memory meanwhile, and is dropped when it stays paused. */
@@ -193,7 +148,7 @@ static void test_never_reads(void **state)
 	int fd = th_connect(e.d.socket);
 	th_hello(fd);
 	long long t0 = now_ms();
-	long sent = spam_until_blocked(fd);
+	long sent = th_stall(&fd, 1, 1000);
 	printf("# %ld requests written before the daemon stopped reading\n", sent);
 	/* Paused: others are served, memory is bounded by the mark (and the
 	 * socket buffers), not by what the client sent. */
@@ -208,7 +163,8 @@ static void test_never_reads(void **state)
 	printf("# dropped %lld ms after it started spamming\n", waited);
 	assert_true(waited >= 9000);
 	assert_true(log_has(&e, "still not reading its replies after 10 s"));
-	assert_true(drained_to_eof(fd, 10000));
+	assert_true(th_metric(e.by, "gpubroker_connections_dropped_total{reason=\"paused\"}") == 1);
+	assert_true(th_drained_to_eof(fd, 10000));
 	th_close(fd);
 	env_check(&e);
 	env_no_leak(&e, 0);
@@ -217,11 +173,12 @@ static void test_never_reads(void **state)
 
 /* Case 22, hard cap: a paused client whose instance keeps receiving events
  * (cap_changed, as others register in active mode) is dropped as soon as
- * four high-water marks of frames queue up, without waiting for the timer. */
+ * what is queued for it passes max_output_per_client, without waiting for
+ * the timer. */
 static void test_never_reads_events(void **state)
 {
 	struct env e;
-	env_start(&e, "write_high_water = 4096\n", 0, NULL);
+	env_start(&e, "write_high_water = 4096\nmax_output_per_client = 16KiB\n", 0, NULL);
 	char *json = NULL;
 	assert_int_equal(gpb_request(e.by, "set_mode", "{\"mode\":\"active\"}", &json), 0);
 	gpb_string_free(json);
@@ -232,7 +189,7 @@ static void test_never_reads_events(void **state)
 	                    "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"deaf\"}}",
 	                    reply, sizeof(reply)) > 0);
 	assert_non_null(strstr(reply, "\"result\""));
-	spam_until_blocked(fd);
+	th_stall(&fd, 1, 1000);
 	long long t0 = now_ms();
 	int rounds = 0;
 	struct gpb_register_opts ro = {.name = "churn", .device = 0};
@@ -246,8 +203,11 @@ static void test_never_reads_events(void **state)
 	printf("# dropped after %d register/unregister rounds, %lld ms\n", rounds, took);
 	assert_true(only_bystander(&e));
 	assert_true(log_has(&e, "dropped: not reading its replies"));
+	assert_true(log_has(&e, "(max_output_per_client 16384)"));
 	assert_false(log_has(&e, "still not reading its replies after"));
-	assert_true(drained_to_eof(fd, 10000));
+	assert_true(th_metric(e.by, "gpubroker_connections_dropped_total{"
+	                            "reason=\"max_output_per_client\"}") == 1);
+	assert_true(th_drained_to_eof(fd, 10000));
 	th_close(fd);
 	env_check(&e);
 	env_no_leak(&e, 0);

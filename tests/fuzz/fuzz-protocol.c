@@ -430,6 +430,10 @@ static void fz_setup_conf(struct fz *f)
 	fz_conf.limits.max_instances = 4;
 	fz_conf.limits.max_allocations = 12;
 	fz_conf.limits.write_high_water = f->tiny_high_water ? 512 : 4096;
+	/* Small enough for an input to reach both drops of a client that does
+	 * not read: its own backlog, and the most of every client's. */
+	fz_conf.max_output_per_client = 4 * fz_conf.limits.write_high_water;
+	fz_conf.max_output_total = 24 * 1024;
 	if ((f->flags2 & FZ2_ONE_PER_UID) && !(f->flags & FZ_SAME_UID))
 		fz_conf.limits.max_clients = 1;
 	fz_conf.limits.mode = f->flags2 & FZ2_ACTIVE ? POLICY_ACTIVE : POLICY_PASSIVE;
