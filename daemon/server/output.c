@@ -100,6 +100,8 @@ static void conn_on_write(uv_write_t *req, int status)
 	    queued <= c->srv->broker->limits.write_high_water / 2) {
 		c->paused = false;
 		uv_timer_stop(&c->pause_timer);
+		/* What its backlog held is free: give it back soon. */
+		server_trim_soon(c->srv);
 		conn_process(c);
 	}
 }

@@ -6,6 +6,7 @@
  * runs). What is written to clients is output.c.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,6 +20,10 @@
 #include "server_internal.h"
 
 #define SERVER_DRAIN_MS 5000 /* how long shutdown waits for clients to read */
+/* Freed heap goes back to the system this long after a connection closes
+ * (at most this often): glibc keeps it otherwise, and a burst of clients
+ * that never read would leave the daemon's RSS at its peak. */
+#define SERVER_TRIM_MS 1000
 
 static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
@@ -32,6 +37,7 @@ static void conn_on_handle_closed(uv_handle_t *h)
 	free(c);
 	if (srv->stopping && list_empty(&srv->conns) && !uv_is_closing((uv_handle_t *)&srv->drain))
 		uv_close((uv_handle_t *)&srv->drain, NULL);
+	server_trim_soon(srv);
 }
 
 void conn_close(struct conn *c, const char *why)
@@ -335,6 +341,23 @@ static void server_arm_waits(void *ctx, uint64_t delay_ms)
 		uv_timer_start(&srv->waits, server_on_waits_timer, delay_ms, 0);
 }
 
+static void server_on_trim(uv_timer_t *t)
+{
+#ifdef __GLIBC__
+	/* Releases the free pages of every arena, not only the top of the
+	 * heap: what a burst of stalled clients freed lies anywhere. */
+	malloc_trim(0);
+#endif
+}
+
+void server_trim_soon(struct server *srv)
+{
+	/* Not before server_start (the fuzz harness never starts it), nor
+	 * while stopping (the timer is closed). */
+	if (srv->started && !srv->stopping && !uv_is_active((uv_handle_t *)&srv->trim))
+		uv_timer_start(&srv->trim, server_on_trim, SERVER_TRIM_MS, 0);
+}
+
 static void server_on_drain_timeout(uv_timer_t *t)
 {
 	struct server *srv = t->data;
@@ -363,6 +386,7 @@ static void server_stop(struct server *srv, const char *reason)
 	broker_waits_cancel(srv->broker, -ESHUTDOWN);
 	broker_set_timer(srv->broker, NULL, NULL);
 	uv_close((uv_handle_t *)&srv->waits, NULL);
+	uv_close((uv_handle_t *)&srv->trim, NULL);
 	if (srv->listening) {
 		uv_close((uv_handle_t *)&srv->listener, NULL);
 		if (srv->unlink_socket)
@@ -536,8 +560,10 @@ int server_start(struct server *srv)
 	uv_signal_init(srv->loop, &srv->sighup);
 	uv_timer_init(srv->loop, &srv->drain);
 	uv_timer_init(srv->loop, &srv->waits);
+	uv_timer_init(srv->loop, &srv->trim);
 	srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv->drain.data = srv;
-	srv->waits.data = srv;
+	srv->waits.data = srv->trim.data = srv;
+	srv->started = true;
 	broker_set_timer(srv->broker, server_arm_waits, srv);
 	uv_signal_start(&srv->sigterm, server_on_signal, SIGTERM);
 	uv_signal_start(&srv->sigint, server_on_signal, SIGINT);

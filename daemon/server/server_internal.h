@@ -27,6 +27,7 @@ struct server {
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t drain;
 	uv_timer_t waits; /* the broker's deadline for waiting allocations */
+	uv_timer_t trim;  /* gives freed heap back to the system once things calm down */
 	bool in_send; /* conn_send called from inside a broker operation (an event): do not close
 	                 now */
 	struct systemd_watchdog watchdog;
@@ -34,7 +35,7 @@ struct server {
 	struct list conns;
 	unsigned conn_count;
 	size_t out_bytes; /* output held for every connection not yet closing (output.c) */
-	bool listening, stopping, unlink_socket;
+	bool started, listening, stopping, unlink_socket;
 	char readbuf[PROTO_MAX_FRAME];
 };
 
@@ -74,6 +75,9 @@ void conn_doom(struct conn *c);
 /* Answers every complete frame buffered, unless the client is too far
  * behind reading its replies; resumes reading. */
 void conn_process(struct conn *c);
+/* Arms the timer that gives freed heap back to the system (malloc_trim),
+ * unless it is armed: after a connection goes, or drains its backlog. */
+void server_trim_soon(struct server *srv);
 
 /* output.c */
 
