@@ -25,6 +25,14 @@ enum metrics_drop {
 	METRICS_DROPS
 };
 
+/* Why the server refused a connection as it came in. */
+enum metrics_refusal {
+	METRICS_REFUSED_MAX_CLIENTS,
+	METRICS_REFUSED_PER_UID, /* max_clients_per_uid */
+	METRICS_REFUSED_FILES,   /* no descriptor left to accept it with */
+	METRICS_REFUSALS
+};
+
 struct metrics {
 	/* [op][outcome]; op PROTO_OP_COUNT counts frames that named no
 	 * known operation. */
@@ -35,6 +43,7 @@ struct metrics {
 	/* Kept by the server, which owns the connections: */
 	uint64_t output_bytes; /* replies and events queued for clients now */
 	uint64_t dropped[METRICS_DROPS];
+	uint64_t refused[METRICS_REFUSALS];
 };
 
 struct broker;

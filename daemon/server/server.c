@@ -3,15 +3,13 @@
  *
  * A connection's memory is freed only from the close callbacks of both of
  * its handles (the dqlite rule: libuv owns a handle until its close callback
- * runs). What is written to clients is output.c.
+ * runs). What is written to clients, and its bounds, is output.c; the
+ * listening socket listen.c.
  */
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -234,15 +232,25 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
 	          (unsigned long long)c->session->id, (int)peer->pid, (unsigned)peer->uid,
 	          (unsigned)peer->gid, peer->admin ? " (admin)" : "");
-	const char *limit = NULL;
-	if (srv->conn_count > srv->broker->limits.max_clients)
-		limit = "limit reached: too many clients";
-	else if (same_uid >= srv->cfg.max_clients_per_uid)
-		limit = "limit reached: too many clients of this user";
-	if (limit) {
-		struct dispatch_reply rep;
-		dispatch_error(PROTO_E_LIMIT, limit, &rep);
-		if (conn_send(c, rep.frame, rep.len, -1) == 0)
+	/* The first limit that refuses it, if any. */
+	unsigned max = srv->broker->limits.max_clients;
+	char message[160];
+	enum metrics_refusal why = METRICS_REFUSALS;
+	if (srv->conn_count > max) {
+		why = METRICS_REFUSED_MAX_CLIENTS;
+		snprintf(message, sizeof(message), "limit reached: too many clients");
+	} else if (same_uid >= srv->cfg.max_clients_per_uid) {
+		why = METRICS_REFUSED_PER_UID;
+		snprintf(message, sizeof(message), "limit reached: too many clients of this user");
+	}
+	if (why != METRICS_REFUSALS) {
+		bool per_uid = why == METRICS_REFUSED_PER_UID;
+		size_t len;
+		char *frame = listener_refusal(
+		    message, per_uid ? PROTO_V_LIMIT_PER_UID : PROTO_V_LIMIT_CLIENTS,
+		    per_uid ? srv->cfg.max_clients_per_uid : max, &len);
+		srv->dispatch.metrics.refused[why]++;
+		if (conn_send(c, frame, len, -1) == 0)
 			conn_finish(c);
 		return;
 	}
@@ -251,40 +259,9 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
 }
 
-static void server_on_connection(uv_stream_t *listener, int status)
-{
-	struct server *srv = listener->data;
-	if (status < 0) {
-		log_warn("accept: %s", uv_strerror(status));
-		return;
-	}
-	struct conn *c = conn_create(srv);
-	if (!c) {
-		log_error("accept: out of memory");
-		return;
-	}
-	int rc = uv_accept(listener, (uv_stream_t *)&c->pipe);
-	if (rc < 0) {
-		/* EMFILE and friends: the pending connection stays queued in
-		 * the kernel; nothing else to do but log. */
-		log_warn("accept: %s", uv_strerror(rc));
-		conn_close(c, "accept failed");
-		return;
-	}
-	struct peer peer;
-	uv_os_fd_t fd;
-	rc = uv_fileno((uv_handle_t *)&c->pipe, &fd);
-	if (rc == 0)
-		rc = peer_read(fd, srv->admin_gid, &peer);
-	if (rc < 0) {
-		log_warn("accept: no peer credentials: %s", strerror(-rc));
-		conn_close(c, "no peer credentials");
-		return;
-	}
-	conn_serve(c, &peer);
-}
-
-int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid, bool admin)
+/* Serves fd as a client with these credentials; on failure fd is still
+ * the caller's. */
+static int server_serve_fd(struct server *srv, int fd, const struct peer *peer)
 {
 	struct conn *c = conn_create(srv);
 	if (!c)
@@ -294,9 +271,29 @@ int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid
 		conn_close(c, "cannot open the descriptor");
 		return rc;
 	}
-	struct peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
-	conn_serve(c, &peer); /* no supplementary groups */
+	conn_serve(c, peer);
 	return 0;
+}
+
+/* listener_accept_fn: a client connected. */
+static void server_on_accept(void *ctx, int fd)
+{
+	struct server *srv = ctx;
+	struct peer peer;
+	int rc = peer_read(fd, srv->admin_gid, &peer);
+	if (rc == 0)
+		rc = server_serve_fd(srv, fd, &peer);
+	if (rc < 0) {
+		log_warn("accept: %s: %s", rc == -ENOMEM ? "no memory" : "no peer credentials",
+		         strerror(-rc));
+		close(fd);
+	}
+}
+
+int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid, bool admin)
+{
+	struct peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
+	return server_serve_fd(srv, fd, &peer); /* no supplementary groups */
 }
 
 /* dispatch_close_fn: an administrator's evict. */
@@ -386,12 +383,8 @@ static void server_stop(struct server *srv, const char *reason)
 	broker_waits_cancel(srv->broker, -ESHUTDOWN);
 	broker_set_timer(srv->broker, NULL, NULL);
 	uv_close((uv_handle_t *)&srv->waits, NULL);
+	listener_close(&srv->listener);
 	uv_close((uv_handle_t *)&srv->trim, NULL);
-	if (srv->listening) {
-		uv_close((uv_handle_t *)&srv->listener, NULL);
-		if (srv->unlink_socket)
-			unlink(srv->cfg.socket);
-	}
 	/* Every client hears why, gets the replies to what it sent, and is
 	 * closed once they are written (or when the drain timer runs out). */
 	struct list *pos, *tmp;
@@ -471,58 +464,6 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg
 	return 0;
 }
 
-/* Makes room for binding: refuses a path where a daemon answers or that is
- * not a socket, removes a stale socket. */
-static int server_socket_prepare(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct stat st;
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISSOCK(st.st_mode))
-		return -ENOTSOCK;
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	int err = errno;
-	close(fd);
-	if (rc == 0)
-		return -EADDRINUSE;
-	if (err != ECONNREFUSED)
-		return -err;
-	log_info("removing stale socket %s", path);
-	return unlink(path) < 0 ? -errno : 0;
-}
-
-/* Binds the configured path ourselves: mode under umask so the socket never
- * exists with wider access than asked, then the socket group if it exists. */
-static int server_bind(struct server *srv, const char *path)
-{
-	int rc = server_socket_prepare(path);
-	if (rc < 0)
-		return rc;
-	mode_t old = umask(0777 & ~srv->cfg.socket_mode);
-	rc = uv_pipe_bind(&srv->listener, path);
-	umask(old);
-	if (rc < 0)
-		return rc;
-	srv->unlink_socket = true;
-	gid_t gid = peer_group_gid(srv->cfg.socket_group);
-	if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0)
-		log_warn("%s: cannot give the socket to group %s: %s", path, srv->cfg.socket_group,
-		         strerror(errno));
-	else if (gid == (gid_t)-1 && (srv->cfg.set & (1ull << CONF_SOCKET_GROUP)))
-		log_warn("%s: no group %s: the socket keeps the daemon's group", path,
-		         srv->cfg.socket_group);
-	if (chmod(path, srv->cfg.socket_mode) < 0)
-		return -errno;
-	return 0;
-}
-
 static void server_status(void *ctx, char *buf, size_t size)
 {
 	struct server *srv = ctx;
@@ -533,26 +474,14 @@ static void server_status(void *ctx, char *buf, size_t size)
 
 int server_start(struct server *srv)
 {
-	const char *path = srv->cfg.socket;
-	uv_pipe_init(srv->loop, &srv->listener, 0);
-	srv->listener.data = srv;
-	srv->listening = true;
-	int fd = systemd_listen_fd(path), rc;
-	if (fd >= 0) {
-		/* Socket activation: systemd owns the socket file. */
-		rc = uv_pipe_open(&srv->listener, fd);
-		path = "the socket from systemd";
-	} else {
-		rc = fd == -ENOENT ? server_bind(srv, path) : fd;
-	}
+	const char *path;
+	int rc = listener_open(&srv->listener, srv->loop, &srv->cfg, &path);
 	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&srv->listener, 128, server_on_connection);
+		rc = listener_start(&srv->listener, server_on_accept, srv,
+		                    &srv->dispatch.metrics.refused[METRICS_REFUSED_FILES]);
 	if (rc < 0) {
 		/* The caller runs the loop once more to complete the close. */
-		uv_close((uv_handle_t *)&srv->listener, NULL);
-		if (srv->unlink_socket)
-			unlink(path);
-		srv->listening = false;
+		listener_close(&srv->listener);
 		return rc;
 	}
 	uv_signal_init(srv->loop, &srv->sigterm);
@@ -582,8 +511,6 @@ void server_destroy(struct server *srv)
 {
 	if (!srv)
 		return;
-	if (srv->listening && srv->unlink_socket && !srv->stopping)
-		unlink(srv->cfg.socket);
 	dispatch_finish(&srv->dispatch);
 	free(srv);
 }

@@ -1,8 +1,7 @@
 /*
  * server_internal.h - what the files of the server share: the server and
- * its connections (server.c), and what is written to them and its bounds
- * (output.c).
- * Nothing outside daemon/server includes it.
+ * its connections (server.c), their output (output.c), the listening socket
+ * (listen.c). Nothing outside daemon/server includes it.
  */
 #ifndef GPB_SERVER_INTERNAL_H
 #define GPB_SERVER_INTERNAL_H
@@ -13,6 +12,7 @@
 
 #include "dispatch.h"
 #include "exitwatch.h"
+#include "listen.h"
 #include "server.h"
 #include "systemd.h"
 
@@ -23,7 +23,7 @@ struct server {
 	struct conf cfg;
 	server_reload_fn reload;
 	gid_t admin_gid; /* (gid_t)-1: no admin group on this machine */
-	uv_pipe_t listener;
+	struct listener listener;
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t drain;
 	uv_timer_t waits; /* the broker's deadline for waiting allocations */
@@ -35,7 +35,7 @@ struct server {
 	struct list conns;
 	unsigned conn_count;
 	size_t out_bytes; /* output held for every connection not yet closing (output.c) */
-	bool started, listening, stopping, unlink_socket;
+	bool started, stopping;
 	char readbuf[PROTO_MAX_FRAME];
 };
 
