@@ -323,6 +323,7 @@ static void metrics_connections(struct mbuf *m, const struct metrics *mt)
 	};
 	static const char *const refusals[METRICS_REFUSALS] = {
 	    [METRICS_REFUSED_MAX_CLIENTS] = "max_clients",
+	    [METRICS_REFUSED_RESERVED] = "admin_reserved_connections",
 	    [METRICS_REFUSED_PER_UID] = "max_clients_per_uid",
 	    [METRICS_REFUSED_FILES] = "open_files",
 	};

@@ -232,13 +232,23 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
 	          (unsigned long long)c->session->id, (int)peer->pid, (unsigned)peer->uid,
 	          (unsigned)peer->gid, peer->admin ? " (admin)" : "");
-	/* The first limit that refuses it, if any. */
+	/* The first limit that refuses it, if any. The last
+	 * admin_reserved_connections of max_clients are kept for root and the
+	 * admin group, who would otherwise be locked out by the users they
+	 * have to deal with. */
 	unsigned max = srv->broker->limits.max_clients;
+	unsigned reserved = srv->cfg.admin_reserved_connections;
 	char message[160];
 	enum metrics_refusal why = METRICS_REFUSALS;
 	if (srv->conn_count > max) {
 		why = METRICS_REFUSED_MAX_CLIENTS;
 		snprintf(message, sizeof(message), "limit reached: too many clients");
+	} else if (!peer->admin && (uint64_t)srv->conn_count + reserved > max) {
+		why = METRICS_REFUSED_RESERVED;
+		snprintf(message, sizeof(message),
+		         "limit reached: too many clients (the last %u of %u connections are kept "
+		         "for administrators)",
+		         reserved, max);
 	} else if (same_uid >= srv->cfg.max_clients_per_uid) {
 		why = METRICS_REFUSED_PER_UID;
 		snprintf(message, sizeof(message), "limit reached: too many clients of this user");

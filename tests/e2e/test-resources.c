@@ -2,8 +2,8 @@
  * test-resources.c - what clients that do not read, and crowds of clients,
  * may cost the daemon (docs/reliability.md, "Resources"): the memory one
  * stalled client holds and the bound on all of them (the slowest reader
- * dropped first), and the heap given back to the system once they are
- * gone.
+ * dropped first), the heap given back to the system once they are gone,
+ * and the connections kept for administrators at max_clients.
  *
  * Each test starts its own daemon with a bystander (a library client
  * holding an allocation, connected throughout) and checks at the end that
@@ -265,6 +265,128 @@ static void test_rss_after_burst(void **state)
 	stop(&b);
 }
 
+/* ---- connections kept for administrators (item 6) ---------------------- */
+
+#define NOBODY 65534
+
+/* A child's raw connection, hello done; -1 when refused (*refused says
+ * how: the error line), -2 on any other failure. */
+static int child_connect(const char *path, char *refused, size_t size)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -2;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -2;
+	/* A refused connection may be closed before the hello is sent (its
+	 * send then fails): what it was told is still there to read. */
+	static const char hello[] =
+	    "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1]}}\n";
+	th_send(fd, hello, sizeof(hello) - 1);
+	char reply[4096];
+	int n = th_read_line(fd, reply, sizeof(reply), 5000);
+	if (n > 0 && strstr(reply, "\"result\""))
+		return fd;
+	th_close(fd);
+	if (n <= 0)
+		return -2;
+	size_t len = strlen(reply) < size ? strlen(reply) : size - 1;
+	memcpy(refused, reply, len);
+	refused[len] = '\0';
+	return -1;
+}
+
+/* As nobody: connects until refused, reports how many got in and the
+ * refusal on out, holds them until in says so. */
+static int nobody_fill(const char *path, int out, int in)
+{
+	int fds[64], n = 0, fd;
+	char refused[512] = "";
+	while (n < 64 && (fd = child_connect(path, refused, sizeof(refused))) >= 0)
+		fds[n++] = fd;
+	if (fd == -2)
+		return 10 + (n < 10 ? n : 10); /* says at which connection */
+	if (write(out, &n, sizeof(n)) != sizeof(n) ||
+	    write(out, refused, sizeof(refused)) != sizeof(refused))
+		return 30;
+	char go;
+	if (read(in, &go, 1) != 1)
+		return 31;
+	for (int i = 0; i < n; i++)
+		th_close(fds[i]);
+	return 0;
+}
+
+/*
+ * Item 6: with max_clients connected, root and the admin group were refused
+ * too. The last admin_reserved_connections (3 by default) of max_clients
+ * are theirs: another user is refused once max_clients - 3 are connected,
+ * root gets the 3, and only then is refused as well.
+ */
+static void test_admin_reserve(void **state)
+{
+	enum { MAX = 8, RESERVED = 3 };
+	if (geteuid() != 0) {
+		printf("# not root: cannot run a client as another user\n");
+		skip();
+	}
+	struct th_bystander b;
+	start(&b, "socket_mode = 0666\nmax_clients = 8\n", false);
+	assert_int_equal(chmod(b.daemon.dir, 0755), 0);
+	int up[2], down[2];
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(up[0]);
+		close(down[1]);
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+			th_child_exit(99);
+		th_child_exit(nobody_fill(b.daemon.socket, up[1], down[0]));
+	}
+	close(up[1]);
+	close(down[0]);
+	int got = -1;
+	char refused[512] = "";
+	if (read(up[0], &got, sizeof(got)) != sizeof(got) ||
+	    read(up[0], refused, sizeof(refused)) != sizeof(refused)) {
+		int st = 0;
+		waitpid(pid, &st, 0);
+		fail_msg("the client as nobody failed: exit status %d", WEXITSTATUS(st));
+	}
+	printf("# max_clients %d: the bystander and %d connections of nobody, then: %s\n", MAX, got,
+	       refused);
+	assert_int_equal(got, MAX - RESERVED - 1);
+	assert_int_equal(th_error_code(refused), -32006);
+	assert_non_null(strstr(refused, "the last 3 of 8 connections are kept for administrators"));
+	assert_non_null(strstr(refused, "\"data\":{\"limit\":\"max_clients\",\"value\":8}"));
+	/* Root takes the reserve, then is refused like anyone. */
+	int fds[RESERVED];
+	connect_all(&b.daemon, fds, RESERVED);
+	char why[512] = "";
+	assert_int_equal(child_connect(b.daemon.socket, why, sizeof(why)), -1);
+	assert_int_equal(th_error_code(why), -32006);
+	assert_non_null(strstr(why, "\"message\":\"limit reached: too many clients\""));
+	assert_int_equal(th_status_field(b.client, "clients"), MAX);
+	assert_true(th_metric(b.client, "gpubroker_connections_refused_total{"
+	                                "reason=\"admin_reserved_connections\"}") == 1);
+	assert_true(th_metric(b.client, "gpubroker_connections_refused_total{"
+	                                "reason=\"max_clients\"}") == 1);
+	assert_int_equal(write(down[1], "x", 1), 1);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(up[0]);
+	close(down[1]);
+	close_all(fds, RESERVED);
+	th_assert_unaffected(&b);
+	th_assert_no_leak(&b);
+	stop(&b);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -272,6 +394,7 @@ int main(void)
 	    cmocka_unit_test(test_stalled_cost),
 	    cmocka_unit_test(test_output_total),
 	    cmocka_unit_test(test_rss_after_burst),
+	    cmocka_unit_test(test_admin_reserve),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
