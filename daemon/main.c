@@ -61,7 +61,9 @@ static void usage(FILE *out)
 	    "  -h, --help                 show this help\n"
 	    "  -V, --version              show the version\n\n"
 	    "Every option also exists as a key of the configuration file; see\n"
-	    "gpubroker.conf(5). SIGHUP or `gpubrokerctl reload` re-reads the file.\n",
+	    "gpubroker.conf(5), which has more (the admin group and the connections\n"
+	    "kept for it, the bounds on output queued for clients that do not read).\n"
+	    "SIGHUP or `gpubrokerctl reload` re-reads the file.\n",
 	    CONF_DEFAULT_PATH, GPB_DEFAULT_SOCKET);
 }
 

@@ -171,10 +171,11 @@ const char *const proto_fields[] = {
 const unsigned proto_field_count = sizeof(proto_fields) / sizeof(proto_fields[0]);
 
 const char *const proto_values[] = {
-    PROTO_V_MEM_DEVICE,    PROTO_V_MEM_PINNED,       PROTO_V_MEM_MAPPED,   PROTO_V_MEM_MANAGED,
-    PROTO_V_MODE_ACTIVE,   PROTO_V_MODE_PASSIVE,     PROTO_V_ALLOC_POOL,   PROTO_V_ALLOC_DIRECT,
-    PROTO_V_ALLOC_ASYNC,   PROTO_V_BACKEND_SIM,      PROTO_V_BACKEND_CUDA, PROTO_V_SERVER,
-    PROTO_V_GROUP_DEFAULT, PROTO_V_LIMIT_MAX_QUEUED,
+    PROTO_V_MEM_DEVICE,    PROTO_V_MEM_PINNED,       PROTO_V_MEM_MAPPED,    PROTO_V_MEM_MANAGED,
+    PROTO_V_MODE_ACTIVE,   PROTO_V_MODE_PASSIVE,     PROTO_V_ALLOC_POOL,    PROTO_V_ALLOC_DIRECT,
+    PROTO_V_ALLOC_ASYNC,   PROTO_V_BACKEND_SIM,      PROTO_V_BACKEND_CUDA,  PROTO_V_SERVER,
+    PROTO_V_GROUP_DEFAULT, PROTO_V_LIMIT_MAX_QUEUED, PROTO_V_LIMIT_CLIENTS, PROTO_V_LIMIT_PER_UID,
+    PROTO_V_LIMIT_FILES,
 };
 const unsigned proto_value_count = sizeof(proto_values) / sizeof(proto_values[0]);
 

@@ -457,7 +457,10 @@ extern const unsigned proto_event_count;
 #define PROTO_V_BACKEND_CUDA     "cuda"
 #define PROTO_V_SERVER           "gpubrokerd" /* hello "server" */
 #define PROTO_V_GROUP_DEFAULT    "default"    /* the group of an instance that names none */
-#define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit"; the others are hello's limits */
+#define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit", as are hello's limits and: */
+#define PROTO_V_LIMIT_CLIENTS    "max_clients"
+#define PROTO_V_LIMIT_PER_UID    "max_clients_per_uid"
+#define PROTO_V_LIMIT_FILES      "open_files" /* the daemon's RLIMIT_NOFILE (connections refused) */
 
 /* A value (or name) in JSON quotes, for messages that list the accepted
  * values and for encoders that write JSON text: "\"" v "\"". */

@@ -26,7 +26,7 @@ void broker_limits_default(struct broker_limits *limits)
 	limits->slab_size = POOL_DEFAULT_SLAB;
 	limits->max_instances = 64;
 	limits->max_allocations = 65536;
-	limits->write_high_water = 4u << 20;
+	limits->write_high_water = 256u << 10;
 	limits->hello_timeout_ms = 10000;
 	limits->max_clients = 1024;
 	limits->max_inflight = 64;

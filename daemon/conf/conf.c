@@ -73,6 +73,12 @@ static const struct conf_keydef conf_keys[CONF_KEY_COUNT] = {
                                FIELD(limits.write_high_water)},
     [CONF_MAX_HOST_MEMORY] = {"max_host_memory", TYPE_SIZE, false, 4096, 1ull << 50,
                               FIELD(limits.max_host_memory)},
+    [CONF_ADMIN_RESERVED_CONNECTIONS] = {"admin_reserved_connections", TYPE_UINT, false, 0,
+                                         1u << 20, FIELD(admin_reserved_connections)},
+    [CONF_MAX_OUTPUT_PER_CLIENT] = {"max_output_per_client", TYPE_SIZE, false, 4096, 1ull << 32,
+                                    FIELD(max_output_per_client)},
+    [CONF_MAX_OUTPUT_TOTAL] = {"max_output_total", TYPE_SIZE, false, 4096, 1ull << 40,
+                               FIELD(max_output_total)},
 };
 
 void conf_defaults(struct conf *cfg)
@@ -87,6 +93,15 @@ void conf_defaults(struct conf *cfg)
 	cfg->sim_memory = 16ull << 30;
 	cfg->log_level = LOG_LEVEL_INFO;
 	cfg->max_clients_per_uid = 256;
+	/* Enough for an operator's gpubrokerctl and a monitoring scrape when
+	 * users have taken every other connection. */
+	cfg->admin_reserved_connections = 3;
+	/* A client is paused at write_high_water (256 KiB) and never sends
+	 * more than one request's reply past it; what else queues up for it
+	 * is events. 256 stalled clients of one user cost 256 MiB at most,
+	 * and every client together 64 MiB (docs/reliability.md). */
+	cfg->max_output_per_client = 1u << 20;
+	cfg->max_output_total = 64u << 20;
 	snprintf(cfg->limit, sizeof(cfg->limit), "none");
 	snprintf(cfg->allocator, sizeof(cfg->allocator), "pool");
 	broker_limits_default(&cfg->limits);

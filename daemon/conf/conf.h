@@ -42,6 +42,13 @@ struct conf {
 	uint64_t sim_memory;
 	int log_level; /* enum log_level */
 	unsigned max_clients_per_uid;
+	/* Of max_clients, connections only root and the admin group may take. */
+	unsigned admin_reserved_connections;
+	/* Bytes of replies and events the daemon queues for clients that do not
+	 * read them: for one connection (past it, it is dropped) and for all
+	 * together (past it, the connection with the most is dropped first). */
+	uint64_t max_output_per_client;
+	uint64_t max_output_total;
 	char limit[32];    /* none, bytes ("12GiB") or a percentage ("90%") */
 	char allocator[8]; /* pool, direct or async */
 	struct broker_limits limits;
@@ -72,6 +79,9 @@ enum conf_key {
 	CONF_MIN_AUTO_SHARE,
 	CONF_MAX_INFLIGHT,
 	CONF_MAX_HOST_MEMORY,
+	CONF_ADMIN_RESERVED_CONNECTIONS,
+	CONF_MAX_OUTPUT_PER_CLIENT,
+	CONF_MAX_OUTPUT_TOTAL,
 	CONF_KEY_COUNT
 };
 

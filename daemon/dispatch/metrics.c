@@ -321,6 +321,38 @@ static void metrics_requests(struct mbuf *m, const struct metrics *mt)
 	            (unsigned long long)mt->duration_count);
 }
 
+/* What the server counts about connections: the output it holds for them,
+ * and the ones it dropped or refused, by why (every reason always present,
+ * 0 included, so that a rate over it starts from a known value). */
+static void metrics_connections(struct mbuf *m, const struct metrics *mt)
+{
+	static const char *const drops[METRICS_DROPS] = {
+	    [METRICS_DROP_PAUSED] = "paused",
+	    [METRICS_DROP_CLIENT] = "max_output_per_client",
+	    [METRICS_DROP_TOTAL] = "max_output_total",
+	};
+	static const char *const refusals[METRICS_REFUSALS] = {
+	    [METRICS_REFUSED_MAX_CLIENTS] = "max_clients",
+	    [METRICS_REFUSED_RESERVED] = "admin_reserved_connections",
+	    [METRICS_REFUSED_PER_UID] = "max_clients_per_uid",
+	    [METRICS_REFUSED_FILES] = "open_files",
+	};
+	mbuf_header(m, "gpubroker_output_queued_bytes", "gauge",
+	            "Bytes of replies and events queued for clients that have not read them.");
+	mbuf_printf(m, "gpubroker_output_queued_bytes %llu\n",
+	            (unsigned long long)mt->output_bytes);
+	mbuf_header(m, "gpubroker_connections_dropped_total", "counter",
+	            "Connections closed for not reading their replies and events.");
+	for (int i = 0; i < METRICS_DROPS; i++)
+		mbuf_printf(m, "gpubroker_connections_dropped_total{reason=\"%s\"} %llu\n",
+		            drops[i], (unsigned long long)mt->dropped[i]);
+	mbuf_header(m, "gpubroker_connections_refused_total", "counter",
+	            "Connections refused with a limit_reached error as they came in.");
+	for (int i = 0; i < METRICS_REFUSALS; i++)
+		mbuf_printf(m, "gpubroker_connections_refused_total{reason=\"%s\"} %llu\n",
+		            refusals[i], (unsigned long long)mt->refused[i]);
+}
+
 int metrics_render(const struct metrics *mt, const struct broker *b, const struct session *viewer,
                    char **out, size_t *len)
 {
@@ -339,6 +371,7 @@ int metrics_render(const struct metrics *mt, const struct broker *b, const struc
 	mbuf_header(&m, "gpubroker_connections_total", "counter", "Connections accepted.");
 	mbuf_printf(&m, "gpubroker_connections_total %llu\n",
 	            (unsigned long long)b->stats.connections_total);
+	metrics_connections(&m, mt);
 	metrics_waits(&m, b);
 	metrics_requests(&m, mt);
 	if (m.err) {

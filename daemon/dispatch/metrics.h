@@ -17,6 +17,23 @@
 /* Request duration histogram upper bounds, in seconds. */
 #define METRICS_BUCKETS 10
 
+/* Why the server dropped a connection that was not reading its output. */
+enum metrics_drop {
+	METRICS_DROP_PAUSED, /* paused (write_high_water) and still not reading after 10 s */
+	METRICS_DROP_CLIENT, /* its unread output passed max_output_per_client */
+	METRICS_DROP_TOTAL,  /* the most unread output when all clients' passed max_output_total */
+	METRICS_DROPS
+};
+
+/* Why the server refused a connection as it came in. */
+enum metrics_refusal {
+	METRICS_REFUSED_MAX_CLIENTS,
+	METRICS_REFUSED_RESERVED, /* within admin_reserved_connections, not an admin */
+	METRICS_REFUSED_PER_UID,  /* max_clients_per_uid */
+	METRICS_REFUSED_FILES,    /* no descriptor left to accept it with */
+	METRICS_REFUSALS
+};
+
 struct metrics {
 	/* [op][outcome]; op PROTO_OP_COUNT counts frames that named no
 	 * known operation. */
@@ -24,6 +41,10 @@ struct metrics {
 	uint64_t duration_buckets[METRICS_BUCKETS]; /* cumulative only when rendered */
 	uint64_t duration_count;
 	double duration_sum;
+	/* Kept by the server, which owns the connections: */
+	uint64_t output_bytes; /* replies and events queued for clients now */
+	uint64_t dropped[METRICS_DROPS];
+	uint64_t refused[METRICS_REFUSALS];
 };
 
 struct broker;

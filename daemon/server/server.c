@@ -3,79 +3,35 @@
  *
  * A connection's memory is freed only from the close callbacks of both of
  * its handles (the dqlite rule: libuv owns a handle until its close callback
- * runs). Replies that carry a slab descriptor go out with uv_write2(), which
- * attaches SCM_RIGHTS to the first byte of that reply, so descriptors stay in
- * order with the frames that announce them.
+ * runs). What is written to clients, and its bounds, is output.c; the
+ * listening socket listen.c.
  */
-#include "server.h"
-
 #include <errno.h>
-#include <fcntl.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include "dispatch.h"
-#include "exitwatch.h"
 #include "log.h"
-#include "reload.h"
 #include "peer.h"
-#include "systemd.h"
+#include "reload.h"
+#include "server_internal.h"
 
-#define SERVER_DRAIN_MS 5000 /* how long shutdown waits for clients to read */
-/* A client paused for not reading its replies (write_high_water) is dropped
- * when it stays paused this long, or at once when the frames queued for it
- * while paused (events, answers to waits) pass this many high-water marks:
- * a client that never reads costs the daemon bounded memory and time. */
-#define SERVER_PAUSE_DROP_MS    10000
-#define SERVER_PAUSE_DROP_MARKS 4
+/*
+ * The whole exit, SIGTERM to the end of the process, takes at most
+ * SERVER_EXIT_MS (the promise of docs/reliability.md). Clients get all of
+ * it but SERVER_EXIT_TEARDOWN_MS to read what is queued for them; the rest
+ * is for closing those that did not, freeing what they held and the
+ * process's own exit (tens of ms measured with a client that never reads;
+ * the margin is for a loaded machine).
+ */
+#define SERVER_EXIT_MS          5000
+#define SERVER_EXIT_TEARDOWN_MS 500
+/* Freed heap goes back to the system this long after a connection closes
+ * (at most this often): glibc keeps it otherwise, and a burst of clients
+ * that never read would leave the daemon's RSS at its peak. */
+#define SERVER_TRIM_MS 1000
 
-struct server {
-	uv_loop_t *loop;
-	struct broker *broker;
-	struct dispatch dispatch; /* the request layer over broker */
-	struct conf cfg;
-	server_reload_fn reload;
-	gid_t admin_gid; /* (gid_t)-1: no admin group on this machine */
-	uv_pipe_t listener;
-	uv_signal_t sigterm, sigint, sighup;
-	uv_timer_t drain;
-	uv_timer_t waits; /* the broker's deadline for waiting allocations */
-	bool in_send; /* conn_send called from inside a broker operation (an event): do not close
-	                 now */
-	struct systemd_watchdog watchdog;
-	struct exitwatch exits; /* processes of evicted sessions */
-	struct list conns;
-	unsigned conn_count;
-	bool listening, stopping, unlink_socket;
-	char readbuf[PROTO_MAX_FRAME];
-};
-
-struct conn {
-	uv_pipe_t pipe;
-	uv_timer_t hello_timer;
-	uv_timer_t pause_timer; /* runs while paused: drops a client that stays so */
-	uv_shutdown_t shutdown;
-	struct server *srv;
-	struct session *session;
-	struct proto_framer framer;
-	struct list link;
-	int open_handles;
-	bool closing, finishing, paused;
-	bool doomed;         /* a frame for it could not be queued: closes on the next loop turn */
-	size_t paused_bytes; /* bytes of frames queued since it was paused */
-};
-
-struct conn_write {
-	uv_write_t req;
-	char *frame;
-	uv_pipe_t *fd_pipe; /* wraps a dup of the descriptor being passed */
-};
-
-static void conn_process(struct conn *c);
 static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 
@@ -88,15 +44,15 @@ static void conn_on_handle_closed(uv_handle_t *h)
 	free(c);
 	if (srv->stopping && list_empty(&srv->conns) && !uv_is_closing((uv_handle_t *)&srv->drain))
 		uv_close((uv_handle_t *)&srv->drain, NULL);
+	server_trim_soon(srv);
 }
 
-/* Ends a connection now: pending writes are cancelled, the session's
- * allocations and instances are reclaimed. Idempotent. */
-static void conn_close(struct conn *c, const char *why)
+void conn_close(struct conn *c, const char *why)
 {
 	if (c->closing)
 		return;
 	c->closing = true;
+	output_release(c);
 	if (c->session) {
 		log_debug("session %llu (pid %d uid %u): closed: %s",
 		          (unsigned long long)c->session->id, (int)c->session->pid,
@@ -129,29 +85,6 @@ static void conn_finish(struct conn *c)
 		conn_close(c, "shutdown failed");
 }
 
-static void conn_on_write(uv_write_t *req, int status)
-{
-	struct conn_write *w = req->data;
-	struct conn *c = w->req.handle->data;
-	free(w->frame);
-	if (w->fd_pipe)
-		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
-	free(w);
-	if (status < 0) {
-		/* EPIPE/ECONNRESET: the client left before its reply. */
-		if (status != UV_ECANCELED)
-			conn_close(c, uv_strerror(status));
-		return;
-	}
-	size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
-	if (c->paused && !c->closing && !c->finishing &&
-	    queued <= c->srv->broker->limits.write_high_water / 2) {
-		c->paused = false;
-		uv_timer_stop(&c->pause_timer);
-		conn_process(c);
-	}
-}
-
 static void conn_on_doomed(uv_timer_t *t)
 {
 	conn_close(t->data, "could not queue a frame");
@@ -165,177 +98,17 @@ static void conn_on_doomed(uv_timer_t *t)
  * after the handshake (and before it the broker sends nothing that can be
  * doomed but the shutdown event, after which the connection ends anyway).
  */
-static void conn_doom(struct conn *c)
+void conn_doom(struct conn *c)
 {
 	if (c->doomed || c->closing)
 		return;
 	c->doomed = true;
+	output_release(c);
 	uv_read_stop((uv_stream_t *)&c->pipe);
 	uv_timer_start(&c->hello_timer, conn_on_doomed, 0, 0);
 }
 
-static void conn_on_pause_timeout(uv_timer_t *t)
-{
-	struct conn *c = t->data;
-	log_warn("session %llu (pid %d uid %u): dropped: still not reading its replies after %d s",
-	         (unsigned long long)c->session->id, (int)c->session->pid,
-	         (unsigned)c->session->uid, SERVER_PAUSE_DROP_MS / 1000);
-	conn_close(c, "not reading its replies");
-}
-
-/* Stops reading from a client that is too far behind reading its replies
- * (conn_on_write resumes it), and starts the clock on dropping it. */
-static void conn_pause(struct conn *c)
-{
-	if (c->paused)
-		return;
-	log_debug("session %llu: paused: not reading its replies",
-	          (unsigned long long)c->session->id);
-	c->paused = true;
-	c->paused_bytes = 0;
-	uv_read_stop((uv_stream_t *)&c->pipe);
-	uv_timer_start(&c->pause_timer, conn_on_pause_timeout, SERVER_PAUSE_DROP_MS, 0);
-}
-
-/* After a frame of len bytes is queued: pauses a client over the high-water
- * mark; drops a paused one that has had too much queued meanwhile. */
-static void conn_check_queue(struct conn *c, size_t len)
-{
-	uint64_t mark = c->srv->broker->limits.write_high_water;
-	if (c->paused) {
-		c->paused_bytes += len;
-		if (c->paused_bytes <= SERVER_PAUSE_DROP_MARKS * mark)
-			return;
-		log_warn("session %llu (pid %d uid %u): dropped: not reading its replies, "
-		         "%zu bytes queued",
-		         (unsigned long long)c->session->id, (int)c->session->pid,
-		         (unsigned)c->session->uid,
-		         uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe));
-		if (c->srv->in_send)
-			conn_doom(c);
-		else
-			conn_close(c, "not reading its replies");
-	} else if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) > mark) {
-		conn_pause(c);
-	}
-}
-
-/*
- * uv_try_write for a frame that carries a descriptor: with nothing queued,
- * one sendmsg() puts the descriptor on the frame's first byte, as
- * uv_write2() would, without the duplicate descriptor uv_write2() needs (at
- * RLIMIT_NOFILE that dup fails and would cost the client its connection).
- * Returns the bytes written (the descriptor went with the first), 0 when
- * nothing was (queue it instead).
- */
-static size_t conn_try_write_fd(struct conn *c, const char *frame, size_t len, int fd)
-{
-	uv_os_fd_t sock;
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} cbuf;
-	if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) > 0 ||
-	    uv_fileno((uv_handle_t *)&c->pipe, &sock) < 0)
-		return 0;
-	memset(&cbuf, 0, sizeof(cbuf));
-	struct iovec iov = {.iov_base = (void *)frame, .iov_len = len};
-	struct msghdr msg = {.msg_iov = &iov,
-	                     .msg_iovlen = 1,
-	                     .msg_control = cbuf.buf,
-	                     .msg_controllen = sizeof(cbuf)};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	ssize_t n;
-	do
-		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	return n > 0 ? (size_t)n : 0;
-}
-
-/* Queues a frame (taking ownership) with an optional descriptor to pass.
- * On failure the connection is closed: a client told "fd": true must get
- * the descriptor or nothing. */
-static int conn_send(struct conn *c, char *frame, size_t len, int fd)
-{
-	struct conn_write *w = NULL;
-	uv_buf_t buf = uv_buf_init(frame, (unsigned)len);
-	int rc = -ENOMEM;
-	if (frame && fd >= 0) {
-		size_t n = conn_try_write_fd(c, frame, len, fd);
-		if (n == len) {
-			free(frame);
-			return 0;
-		}
-		if (n > 0) {
-			/* The descriptor is on its way: the rest goes as text. */
-			buf = uv_buf_init(frame + n, (unsigned)(len - n));
-			fd = -1;
-		}
-	} else if (frame) {
-		/* Nothing queued: write now. A write request would cost a loop
-		 * turn for its callback and an epoll_ctl on every reply. What
-		 * the socket does not take (or all of it) is queued below. */
-		int n = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
-		if (n == (int)len) {
-			free(frame);
-			return 0;
-		}
-		if (n > 0)
-			buf = uv_buf_init(frame + n, (unsigned)(len - (size_t)n));
-	}
-	w = calloc(1, sizeof(*w));
-	if (!w || !frame)
-		goto fail;
-	w->frame = frame;
-	w->req.data = w;
-	if (fd >= 0) {
-		int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-		if (dupfd < 0) {
-			rc = -errno;
-			goto fail;
-		}
-		w->fd_pipe = malloc(sizeof(*w->fd_pipe));
-		if (!w->fd_pipe || uv_pipe_init(c->srv->loop, w->fd_pipe, 0) < 0) {
-			close(dupfd);
-			free(w->fd_pipe);
-			w->fd_pipe = NULL;
-			goto fail;
-		}
-		rc = uv_pipe_open(w->fd_pipe, dupfd);
-		if (rc < 0) {
-			close(dupfd);
-			uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
-			w->fd_pipe = NULL;
-			goto fail;
-		}
-		rc = uv_write2(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, (uv_stream_t *)w->fd_pipe,
-		               conn_on_write);
-	} else {
-		rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, conn_on_write);
-	}
-	if (rc < 0)
-		goto fail;
-	conn_check_queue(c, len);
-	return 0;
-fail:
-	if (w && w->fd_pipe)
-		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
-	free(frame);
-	free(w);
-	if (c->srv->in_send)
-		conn_doom(c);
-	else
-		conn_close(c, "could not queue a reply");
-	return rc;
-}
-
-/* Answers every complete frame buffered, unless the client is too far
- * behind reading its replies. */
-static void conn_process(struct conn *c)
+void conn_process(struct conn *c)
 {
 	const struct broker_limits *limits = &c->srv->broker->limits;
 	while (!c->closing && !c->finishing && !c->doomed) {
@@ -436,6 +209,7 @@ static struct conn *conn_create(struct server *srv)
 	c->srv = srv;
 	proto_framer_init(&c->framer, PROTO_MAX_FRAME);
 	list_init(&c->link);
+	list_init(&c->writes);
 	/* ipc = 1 lets uv_write2 pass descriptors to the client. */
 	uv_pipe_init(srv->loop, &c->pipe, 1);
 	uv_timer_init(srv->loop, &c->hello_timer);
@@ -467,15 +241,35 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
 	          (unsigned long long)c->session->id, (int)peer->pid, (unsigned)peer->uid,
 	          (unsigned)peer->gid, peer->admin ? " (admin)" : "");
-	const char *limit = NULL;
-	if (srv->conn_count > srv->broker->limits.max_clients)
-		limit = "limit reached: too many clients";
-	else if (same_uid >= srv->cfg.max_clients_per_uid)
-		limit = "limit reached: too many clients of this user";
-	if (limit) {
-		struct dispatch_reply rep;
-		dispatch_error(PROTO_E_LIMIT, limit, &rep);
-		if (conn_send(c, rep.frame, rep.len, -1) == 0)
+	/* The first limit that refuses it, if any. The last
+	 * admin_reserved_connections of max_clients are kept for root and the
+	 * admin group, who would otherwise be locked out by the users they
+	 * have to deal with. */
+	unsigned max = srv->broker->limits.max_clients;
+	unsigned reserved = srv->cfg.admin_reserved_connections;
+	char message[160];
+	enum metrics_refusal why = METRICS_REFUSALS;
+	if (srv->conn_count > max) {
+		why = METRICS_REFUSED_MAX_CLIENTS;
+		snprintf(message, sizeof(message), "limit reached: too many clients");
+	} else if (!peer->admin && (uint64_t)srv->conn_count + reserved > max) {
+		why = METRICS_REFUSED_RESERVED;
+		snprintf(message, sizeof(message),
+		         "limit reached: too many clients (the last %u of %u connections are kept "
+		         "for administrators)",
+		         reserved, max);
+	} else if (same_uid >= srv->cfg.max_clients_per_uid) {
+		why = METRICS_REFUSED_PER_UID;
+		snprintf(message, sizeof(message), "limit reached: too many clients of this user");
+	}
+	if (why != METRICS_REFUSALS) {
+		bool per_uid = why == METRICS_REFUSED_PER_UID;
+		size_t len;
+		char *frame = listener_refusal(
+		    message, per_uid ? PROTO_V_LIMIT_PER_UID : PROTO_V_LIMIT_CLIENTS,
+		    per_uid ? srv->cfg.max_clients_per_uid : max, &len);
+		srv->dispatch.metrics.refused[why]++;
+		if (conn_send(c, frame, len, -1) == 0)
 			conn_finish(c);
 		return;
 	}
@@ -484,40 +278,9 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
 }
 
-static void server_on_connection(uv_stream_t *listener, int status)
-{
-	struct server *srv = listener->data;
-	if (status < 0) {
-		log_warn("accept: %s", uv_strerror(status));
-		return;
-	}
-	struct conn *c = conn_create(srv);
-	if (!c) {
-		log_error("accept: out of memory");
-		return;
-	}
-	int rc = uv_accept(listener, (uv_stream_t *)&c->pipe);
-	if (rc < 0) {
-		/* EMFILE and friends: the pending connection stays queued in
-		 * the kernel; nothing else to do but log. */
-		log_warn("accept: %s", uv_strerror(rc));
-		conn_close(c, "accept failed");
-		return;
-	}
-	struct peer peer;
-	uv_os_fd_t fd;
-	rc = uv_fileno((uv_handle_t *)&c->pipe, &fd);
-	if (rc == 0)
-		rc = peer_read(fd, srv->admin_gid, &peer);
-	if (rc < 0) {
-		log_warn("accept: no peer credentials: %s", strerror(-rc));
-		conn_close(c, "no peer credentials");
-		return;
-	}
-	conn_serve(c, &peer);
-}
-
-int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid, bool admin)
+/* Serves fd as a client with these credentials; on failure fd is still
+ * the caller's. */
+static int server_serve_fd(struct server *srv, int fd, const struct peer *peer)
 {
 	struct conn *c = conn_create(srv);
 	if (!c)
@@ -527,9 +290,29 @@ int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid
 		conn_close(c, "cannot open the descriptor");
 		return rc;
 	}
-	struct peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
-	conn_serve(c, &peer); /* no supplementary groups */
+	conn_serve(c, peer);
 	return 0;
+}
+
+/* listener_accept_fn: a client connected. */
+static void server_on_accept(void *ctx, int fd)
+{
+	struct server *srv = ctx;
+	struct peer peer;
+	int rc = peer_read(fd, srv->admin_gid, &peer);
+	if (rc == 0)
+		rc = server_serve_fd(srv, fd, &peer);
+	if (rc < 0) {
+		log_warn("accept: %s: %s", rc == -ENOMEM ? "no memory" : "no peer credentials",
+		         strerror(-rc));
+		close(fd);
+	}
+}
+
+int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid, bool admin)
+{
+	struct peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
+	return server_serve_fd(srv, fd, &peer); /* no supplementary groups */
 }
 
 /* dispatch_close_fn: an administrator's evict. */
@@ -574,6 +357,23 @@ static void server_arm_waits(void *ctx, uint64_t delay_ms)
 		uv_timer_start(&srv->waits, server_on_waits_timer, delay_ms, 0);
 }
 
+static void server_on_trim(uv_timer_t *t)
+{
+#ifdef __GLIBC__
+	/* Releases the free pages of every arena, not only the top of the
+	 * heap: what a burst of stalled clients freed lies anywhere. */
+	malloc_trim(0);
+#endif
+}
+
+void server_trim_soon(struct server *srv)
+{
+	/* Not before server_start (the fuzz harness never starts it), nor
+	 * while stopping (the timer is closed). */
+	if (srv->started && !srv->stopping && !uv_is_active((uv_handle_t *)&srv->trim))
+		uv_timer_start(&srv->trim, server_on_trim, SERVER_TRIM_MS, 0);
+}
+
 static void server_on_drain_timeout(uv_timer_t *t)
 {
 	struct server *srv = t->data;
@@ -602,11 +402,8 @@ static void server_stop(struct server *srv, const char *reason)
 	broker_waits_cancel(srv->broker, -ESHUTDOWN);
 	broker_set_timer(srv->broker, NULL, NULL);
 	uv_close((uv_handle_t *)&srv->waits, NULL);
-	if (srv->listening) {
-		uv_close((uv_handle_t *)&srv->listener, NULL);
-		if (srv->unlink_socket)
-			unlink(srv->cfg.socket);
-	}
+	listener_close(&srv->listener);
+	uv_close((uv_handle_t *)&srv->trim, NULL);
 	/* Every client hears why, gets the replies to what it sent, and is
 	 * closed once they are written (or when the drain timer runs out). */
 	struct list *pos, *tmp;
@@ -620,10 +417,14 @@ static void server_stop(struct server *srv, const char *reason)
 		dispatch_send_event(&srv->dispatch, c->session, PROTO_EV_SHUTDOWN, data);
 		conn_finish(c);
 	}
+	/* A timer is due relative to the loop's time, which was taken when
+	 * the loop woke for the signal: the time spent since (the events
+	 * above, other callbacks of this turn) counts against the deadline. */
 	if (list_empty(&srv->conns))
 		uv_close((uv_handle_t *)&srv->drain, NULL);
 	else
-		uv_timer_start(&srv->drain, server_on_drain_timeout, SERVER_DRAIN_MS, 0);
+		uv_timer_start(&srv->drain, server_on_drain_timeout,
+		               SERVER_EXIT_MS - SERVER_EXIT_TEARDOWN_MS, 0);
 }
 
 /*
@@ -686,58 +487,6 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg
 	return 0;
 }
 
-/* Makes room for binding: refuses a path where a daemon answers or that is
- * not a socket, removes a stale socket. */
-static int server_socket_prepare(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct stat st;
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISSOCK(st.st_mode))
-		return -ENOTSOCK;
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	int err = errno;
-	close(fd);
-	if (rc == 0)
-		return -EADDRINUSE;
-	if (err != ECONNREFUSED)
-		return -err;
-	log_info("removing stale socket %s", path);
-	return unlink(path) < 0 ? -errno : 0;
-}
-
-/* Binds the configured path ourselves: mode under umask so the socket never
- * exists with wider access than asked, then the socket group if it exists. */
-static int server_bind(struct server *srv, const char *path)
-{
-	int rc = server_socket_prepare(path);
-	if (rc < 0)
-		return rc;
-	mode_t old = umask(0777 & ~srv->cfg.socket_mode);
-	rc = uv_pipe_bind(&srv->listener, path);
-	umask(old);
-	if (rc < 0)
-		return rc;
-	srv->unlink_socket = true;
-	gid_t gid = peer_group_gid(srv->cfg.socket_group);
-	if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0)
-		log_warn("%s: cannot give the socket to group %s: %s", path, srv->cfg.socket_group,
-		         strerror(errno));
-	else if (gid == (gid_t)-1 && (srv->cfg.set & (1ull << CONF_SOCKET_GROUP)))
-		log_warn("%s: no group %s: the socket keeps the daemon's group", path,
-		         srv->cfg.socket_group);
-	if (chmod(path, srv->cfg.socket_mode) < 0)
-		return -errno;
-	return 0;
-}
-
 static void server_status(void *ctx, char *buf, size_t size)
 {
 	struct server *srv = ctx;
@@ -748,26 +497,14 @@ static void server_status(void *ctx, char *buf, size_t size)
 
 int server_start(struct server *srv)
 {
-	const char *path = srv->cfg.socket;
-	uv_pipe_init(srv->loop, &srv->listener, 0);
-	srv->listener.data = srv;
-	srv->listening = true;
-	int fd = systemd_listen_fd(path), rc;
-	if (fd >= 0) {
-		/* Socket activation: systemd owns the socket file. */
-		rc = uv_pipe_open(&srv->listener, fd);
-		path = "the socket from systemd";
-	} else {
-		rc = fd == -ENOENT ? server_bind(srv, path) : fd;
-	}
+	const char *path;
+	int rc = listener_open(&srv->listener, srv->loop, &srv->cfg, &path);
 	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&srv->listener, 128, server_on_connection);
+		rc = listener_start(&srv->listener, server_on_accept, srv,
+		                    &srv->dispatch.metrics.refused[METRICS_REFUSED_FILES]);
 	if (rc < 0) {
 		/* The caller runs the loop once more to complete the close. */
-		uv_close((uv_handle_t *)&srv->listener, NULL);
-		if (srv->unlink_socket)
-			unlink(path);
-		srv->listening = false;
+		listener_close(&srv->listener);
 		return rc;
 	}
 	uv_signal_init(srv->loop, &srv->sigterm);
@@ -775,8 +512,10 @@ int server_start(struct server *srv)
 	uv_signal_init(srv->loop, &srv->sighup);
 	uv_timer_init(srv->loop, &srv->drain);
 	uv_timer_init(srv->loop, &srv->waits);
+	uv_timer_init(srv->loop, &srv->trim);
 	srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv->drain.data = srv;
-	srv->waits.data = srv;
+	srv->waits.data = srv->trim.data = srv;
+	srv->started = true;
 	broker_set_timer(srv->broker, server_arm_waits, srv);
 	uv_signal_start(&srv->sigterm, server_on_signal, SIGTERM);
 	uv_signal_start(&srv->sigint, server_on_signal, SIGINT);
@@ -795,8 +534,6 @@ void server_destroy(struct server *srv)
 {
 	if (!srv)
 		return;
-	if (srv->listening && srv->unlink_socket && !srv->stopping)
-		unlink(srv->cfg.socket);
 	dispatch_finish(&srv->dispatch);
 	free(srv);
 }

@@ -454,6 +454,23 @@ int th_read_line(int fd, char *buf, size_t cap, int timeout_ms)
 	}
 }
 
+bool th_drained_to_eof(int fd, int timeout_ms)
+{
+	char buf[65536];
+	long long deadline = th_now_ms() + timeout_ms;
+	for (;;) {
+		int left = (int)(deadline - th_now_ms());
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		if (left <= 0 || poll(&pfd, 1, left) <= 0)
+			return false;
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			return true;
+		if (n < 0 && errno != EINTR)
+			return false;
+	}
+}
+
 void th_close(int fd)
 {
 	if (fd >= 0 && fd < TH_MAX_FD) {
@@ -462,6 +479,36 @@ void th_close(int fd)
 		th_pending[fd].len = 0;
 	}
 	close(fd);
+}
+
+long th_stall(const int *fds, int n, int idle_ms)
+{
+	static const char req[] = "{\"id\":\"s\",\"method\":\"status\"}\n";
+	char batch[64 * (sizeof(req) - 1)];
+	for (size_t i = 0; i < 64; i++)
+		memcpy(batch + i * (sizeof(req) - 1), req, sizeof(req) - 1);
+	long sent = 0;
+	long long idle_since = th_now_ms(), deadline = idle_since + 60000;
+	while (th_now_ms() - idle_since < idle_ms) {
+		assert_true(th_now_ms() < deadline);
+		bool progress = false;
+		for (int i = 0; i < n; i++) {
+			ssize_t k = send(fds[i], batch, sizeof(batch), MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (k > 0) {
+				sent += k;
+				progress = true;
+				continue;
+			}
+			/* Full, or closed by the daemon (a client it dropped). */
+			assert_true(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+			                      errno == EPIPE || errno == ECONNRESET));
+		}
+		if (progress)
+			idle_since = th_now_ms();
+		else
+			th_sleep_ms(10);
+	}
+	return sent / (long)(sizeof(req) - 1);
 }
 
 int th_call(int fd, const char *line, char *reply, size_t cap)
@@ -505,14 +552,23 @@ static uint64_t th_json_u64(const cJSON *v)
 	return 0;
 }
 
-uint64_t th_status_field(gpb_client *c, const char *key)
+/* The result of a request without parameters, parsed; fails the test on
+ * an error. */
+static cJSON *th_request_json(gpb_client *c, const char *method)
 {
 	char *json = NULL;
-	int rc = gpb_request(c, "status", NULL, &json);
+	int rc = gpb_request(c, method, NULL, &json);
 	if (rc < 0)
-		fail_msg("status: %s: %s", gpb_strerror(rc), gpb_last_error());
+		fail_msg("%s: %s: %s", method, gpb_strerror(rc), gpb_last_error());
 	cJSON *root = cJSON_Parse(json);
 	assert_non_null(root);
+	gpb_string_free(json);
+	return root;
+}
+
+uint64_t th_status_field(gpb_client *c, const char *key)
+{
+	cJSON *root = th_request_json(c, "status");
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
 	if (!v)
 		v = cJSON_GetObjectItemCaseSensitive(
@@ -520,7 +576,6 @@ uint64_t th_status_field(gpb_client *c, const char *key)
 	assert_non_null(v);
 	uint64_t x = th_json_u64(v);
 	cJSON_Delete(root);
-	gpb_string_free(json);
 	return x;
 }
 
@@ -574,12 +629,7 @@ int th_run(char *const argv[], char *const env[], char *out, size_t cap)
 
 uint64_t th_selfcheck(gpb_client *c, struct th_selfcheck *out)
 {
-	char *json = NULL;
-	int rc = gpb_request(c, "selfcheck", NULL, &json);
-	if (rc < 0)
-		fail_msg("selfcheck: %s: %s", gpb_strerror(rc), gpb_last_error());
-	cJSON *root = cJSON_Parse(json);
-	assert_non_null(root);
+	cJSON *root = th_request_json(c, "selfcheck");
 	assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "ok")));
 	uint64_t n = th_json_u64(cJSON_GetObjectItemCaseSensitive(root, "allocations"));
 	if (out) {
@@ -594,8 +644,24 @@ uint64_t th_selfcheck(gpb_client *c, struct th_selfcheck *out)
 		out->heap_bytes = cJSON_IsNumber(heap) ? (long long)heap->valuedouble : -1;
 	}
 	cJSON_Delete(root);
-	gpb_string_free(json);
 	return n;
+}
+
+double th_metric(gpb_client *c, const char *series)
+{
+	cJSON *root = th_request_json(c, "metrics");
+	const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
+	assert_true(cJSON_IsString(text));
+	double v = -1;
+	size_t n = strlen(series);
+	for (const char *p = text->valuestring; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p) {
+		if (strncmp(p, series, n) == 0 && p[n] == ' ') {
+			v = strtod(p + n + 1, NULL);
+			break;
+		}
+	}
+	cJSON_Delete(root);
+	return v;
 }
 
 bool th_only_one_client(void *client)
@@ -616,7 +682,13 @@ bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms)
 
 void th_bystander_start(struct th_bystander *b, const char *const *extra)
 {
-	th_daemon_start(&b->daemon, extra);
+	struct th_daemon_opts o = {.extra = extra};
+	th_bystander_start_opts(b, &o);
+}
+
+void th_bystander_start_opts(struct th_bystander *b, const struct th_daemon_opts *o)
+{
+	th_daemon_start_opts(&b->daemon, o);
 	b->client = th_client(&b->daemon, "bystander");
 	struct gpb_register_opts opts = {.name = "bystander"};
 	assert_int_equal(gpb_register(b->client, &opts, &b->inst), 0);

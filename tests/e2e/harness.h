@@ -65,8 +65,19 @@ int th_read_line(int fd, char *buf, size_t cap, int timeout_ms);
 int th_call(int fd, const char *line, char *reply, size_t cap);
 /* Raw hello; fails the test unless it succeeds. */
 void th_hello(int fd);
+/* Reads and discards until EOF (or a reset); false if the connection is
+ * still open after timeout_ms. */
+bool th_drained_to_eof(int fd, int timeout_ms);
 /* Forgets buffered bytes of fd and closes it. */
 void th_close(int fd);
+
+/*
+ * Writes `status` requests on each of n raw connections (past their hello)
+ * without reading a byte, until the daemon has stopped reading every one:
+ * no socket took a byte for idle_ms (the daemon paused them, or closed
+ * them). Returns the requests written; fails the test after 60 s.
+ */
+long th_stall(const int *fds, int n, int idle_ms);
 
 /* Connects through the library, failing the test on error. */
 gpb_client *th_client(const struct th_daemon *d, const char *name);
@@ -97,6 +108,11 @@ struct th_selfcheck {
  * Returns its "allocations" count. */
 uint64_t th_selfcheck(gpb_client *c, struct th_selfcheck *out);
 
+/* The value of one series of the `metrics` request's text (the whole series
+ * name, labels included: "gpubroker_connections_refused_total{reason=\"x\"}"),
+ * or -1 when there is no such series. */
+double th_metric(gpb_client *c, const char *series);
+
 /* Polls cond(arg) every 10 ms for up to timeout_ms; returns its last value. */
 bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms);
 /* A th_wait_for condition: whether `status` through client (a gpb_client *)
@@ -118,6 +134,8 @@ struct th_bystander {
 };
 /* Starts the daemon (extra as for th_daemon_start) and the bystander. */
 void th_bystander_start(struct th_bystander *b, const char *const *extra);
+/* The same, the daemon started as th_daemon_start_opts does. */
+void th_bystander_start_opts(struct th_bystander *b, const struct th_daemon_opts *o);
 /* Disconnects the bystander and stops the daemon; th_daemon_stop's value. */
 int th_bystander_stop(struct th_bystander *b);
 /* The daemon serves, the bystander's allocation and connection are intact:

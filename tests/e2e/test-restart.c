@@ -3,7 +3,8 @@
  * 27 of docs/reliability.md): killed with SIGKILL while clients allocate
  * and free, then restarted on the same (stale) socket path; and stopped
  * with SIGTERM while requests are in flight, waiting allocations among
- * them.
+ * them; and stopped with SIGTERM with a client that never reads, which must
+ * not keep the exit past its 5 s.
  *
  * Each client is a forked process using the real library; it reports what
  * it saw over a pipe, one byte a stage, so the test can tell that every one
@@ -276,12 +277,54 @@ static void test_sigterm_in_flight(void **state)
 	th_daemon_stop(&d);
 }
 
+/* ---- SIGTERM with a client that never reads ---------------------------- */
+
+/*
+ * A client that never reads holds its queued replies, and the shutdown
+ * event, until the drain deadline: the exit, SIGTERM to the process's end,
+ * still takes at most 5 s (it took 5.01 to 5.06 s when the deadline was
+ * the 5 s itself, and the closing and freeing came after it). The client
+ * gets most of that time to read. Several runs: the margin is what is
+ * tested.
+ */
+static void test_sigterm_never_reads(void **state)
+{
+	enum { RUNS = 4 };
+	long long worst = 0;
+	for (int run = 0; run < RUNS; run++) {
+		struct th_daemon d;
+		th_daemon_start(&d, quiet);
+		int fd = th_connect(d.socket);
+		th_hello(fd);
+		th_stall(&fd, 1, th_valgrind() ? 3000 : 300);
+		long long t0 = th_now_ms();
+		assert_int_equal(kill(d.pid, SIGTERM), 0);
+		int st;
+		assert_int_equal(waitpid(d.pid, &st, 0), d.pid);
+		long long took = th_now_ms() - t0;
+		d.pid = 0;
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+		printf("# run %d: SIGTERM with a client that never reads: exit 0 after %lld ms\n",
+		       run, took);
+		worst = took > worst ? took : worst;
+		/* It waited for the client, and not past the promise. */
+		assert_true(took >= 4000);
+		if (!th_valgrind())
+			assert_true(took < 5000);
+		th_close(fd);
+		th_daemon_stop(&d);
+	}
+	printf("# the slowest of %d exits: %lld ms\n", RUNS, worst);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_daemon_sigkill_restart),
 	    cmocka_unit_test(test_sigterm_in_flight),
+	    cmocka_unit_test(test_sigterm_never_reads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

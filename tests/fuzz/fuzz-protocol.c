@@ -79,7 +79,8 @@ enum {
 enum {
 	FZ2_ACTIVE = 1u << 0,       /* the policy starts in active mode */
 	FZ2_ONE_PER_UID = 1u << 1,  /* B refused: max_clients_per_uid 1 (same uid), else
-	                               max_clients 1 */
+	                               max_clients 2 with 1 kept for admins (B gets
+	                               in only as an admin) */
 	FZ2_RELOAD_FAILS = 1u << 2, /* the `reload` request finds a bad file */
 	FZ2_FLOOD = 1u << 3,        /* A's stream ends in 70000 bytes without a newline */
 	FZ2_BIG_SHARE = 1u << 4,    /* min_auto_share 0.3: the auto pool fills up */
@@ -430,8 +431,15 @@ static void fz_setup_conf(struct fz *f)
 	fz_conf.limits.max_instances = 4;
 	fz_conf.limits.max_allocations = 12;
 	fz_conf.limits.write_high_water = f->tiny_high_water ? 512 : 4096;
-	if ((f->flags2 & FZ2_ONE_PER_UID) && !(f->flags & FZ_SAME_UID))
-		fz_conf.limits.max_clients = 1;
+	/* Small enough for an input to reach both drops of a client that does
+	 * not read: its own backlog, and the most of every client's. */
+	fz_conf.max_output_per_client = 4 * fz_conf.limits.write_high_water;
+	fz_conf.max_output_total = 24 * 1024;
+	fz_conf.admin_reserved_connections = 0;
+	if ((f->flags2 & FZ2_ONE_PER_UID) && !(f->flags & FZ_SAME_UID)) {
+		fz_conf.limits.max_clients = 2;
+		fz_conf.admin_reserved_connections = 1;
+	}
 	fz_conf.limits.mode = f->flags2 & FZ2_ACTIVE ? POLICY_ACTIVE : POLICY_PASSIVE;
 	fz_conf.limits.min_auto_share = f->flags2 & FZ2_BIG_SHARE ? 0.3 : POLICY_MIN_AUTO_SHARE;
 	const char *level = getenv("GPB_FUZZ_LOG");

@@ -226,7 +226,8 @@ int main(int argc, char **argv)
 	check_man(argv[2]);
 	if (failures) {
 		printf("%d problem(s): update the example configuration (systemd/gpubroker.conf) "
-		       "and gpubroker.conf(5) (man/gpubroker.conf.5.scd) to match daemon/conf/conf.c\n",
+		       "and gpubroker.conf(5) (man/gpubroker.conf.5.scd) to match "
+		       "daemon/conf/conf.c\n",
 		       failures);
 		return 1;
 	}

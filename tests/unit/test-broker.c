@@ -332,8 +332,7 @@ static void test_holds(void **state)
 	broker_session_close(b, s2);
 	broker_session_close(b, s3);
 	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &s1->allocs)
-	{
+	list_for_each_safe(pos, tmp, &s1->allocs) {
 		struct broker_alloc *al = list_entry(pos, struct broker_alloc, link);
 		assert_int_equal(broker_free(b, s1, al->id), 0);
 	}

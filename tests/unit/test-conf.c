@@ -35,6 +35,10 @@ static void test_defaults(void **state)
 	assert_int_equal(cfg.sim_memory, 16ull << 30);
 	assert_int_equal(cfg.limits.slab_size, 64u << 20);
 	assert_int_equal(cfg.limits.max_clients, 1024);
+	assert_int_equal(cfg.admin_reserved_connections, 3);
+	assert_int_equal(cfg.limits.write_high_water, 256u << 10);
+	assert_int_equal(cfg.max_output_per_client, 1u << 20);
+	assert_int_equal(cfg.max_output_total, 64u << 20);
 	assert_int_equal(cfg.set, 0);
 }
 
@@ -63,7 +67,10 @@ static void test_every_key(void **state)
 	                   "allocator = direct\n"
 	                   "min_auto_share = 0.25\n"
 	                   "max_inflight = 3\n"
-	                   "max_host_memory = 64MiB\n";
+	                   "max_host_memory = 64MiB\n"
+	                   "admin_reserved_connections = 0\n"
+	                   "max_output_per_client = 8MiB\n"
+	                   "max_output_total = 1GiB\n";
 	struct conf cfg;
 	struct conf_error err;
 	assert_int_equal(parse(text, &cfg, &err), 0);
@@ -88,6 +95,9 @@ static void test_every_key(void **state)
 	assert_true(cfg.limits.min_auto_share == 0.25);
 	assert_int_equal(cfg.limits.max_inflight, 3);
 	assert_int_equal(cfg.limits.max_host_memory, 64ull << 20);
+	assert_int_equal(cfg.admin_reserved_connections, 0);
+	assert_int_equal(cfg.max_output_per_client, 8u << 20);
+	assert_int_equal(cfg.max_output_total, 1ull << 30);
 	assert_int_equal(cfg.set, (1ull << CONF_KEY_COUNT) - 1);
 	for (int k = 0; k < CONF_KEY_COUNT; k++)
 		assert_non_null(strstr(text, conf_key_name(k)));
@@ -128,6 +138,9 @@ static void test_bad_lines(void **state)
 	    {"limit = 150%\n", 1, "limit", "percentage"},
 	    {"limit = lots\n", 1, "limit", "percentage"},
 	    {"allocator = async2\n", 1, "allocator", "pool, direct or async"},
+	    {"admin_reserved_connections = -1\n", 1, "admin_reserved_connections", "integer"},
+	    {"max_output_per_client = 1KiB\n", 1, "max_output_per_client", "size from 4096"},
+	    {"max_output_total = 2TiB\n", 1, "max_output_total", "size from 4096"},
 	    {"min_auto_share = 0\n", 1, "min_auto_share", "(0, 1]"},
 	    {"min_auto_share = 1.5\n", 1, "min_auto_share", "(0, 1]"},
 	};

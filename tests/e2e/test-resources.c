@@ -1,0 +1,400 @@
+/*
+ * test-resources.c - what clients that do not read, and crowds of clients,
+ * may cost the daemon (docs/reliability.md, "Resources"): the memory one
+ * stalled client holds and the bound on all of them (the slowest reader
+ * dropped first), the heap given back to the system once they are gone,
+ * and the connections kept for administrators at max_clients.
+ *
+ * Each test starts its own daemon with a bystander (a library client
+ * holding an allocation, connected throughout) and checks at the end that
+ * the bystander is intact, nothing leaked and the daemon exits 0.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define KIB 1024
+#define MIB (1024 * 1024)
+
+static char conf_path[64], log_path[64];
+
+/* Starts a daemon with conf_text as its configuration file, its log in
+ * log_path, and a bystander. */
+static void start(struct th_bystander *b, const char *conf_text, bool exact_heap)
+{
+	snprintf(conf_path, sizeof(conf_path), "/tmp/gpb-test-res-%d.conf", (int)getpid());
+	snprintf(log_path, sizeof(log_path), "/tmp/gpb-test-res-%d.log", (int)getpid());
+	th_write_file(conf_path, conf_text);
+	unlink(log_path);
+	const char *extra[] = {"--config", conf_path, NULL};
+	struct th_daemon_opts o = {.extra = extra, .log_path = log_path, .exact_heap = exact_heap};
+	th_bystander_start_opts(b, &o);
+}
+
+static void stop(struct th_bystander *b)
+{
+	assert_int_equal(th_bystander_stop(b), 0);
+	unlink(conf_path);
+	unlink(log_path);
+}
+
+/* How long a stalled socket must stay idle before it counts as stalled:
+ * under valgrind the daemon takes its time to read. */
+static int idle_ms(void)
+{
+	return th_valgrind() ? 3000 : 300;
+}
+
+/* Connects n raw clients (hello done). */
+static void connect_all(const struct th_daemon *d, int *fds, int n)
+{
+	for (int i = 0; i < n; i++) {
+		fds[i] = th_connect(d->socket);
+		th_hello(fds[i]);
+	}
+}
+
+static void close_all(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		th_close(fds[i]);
+}
+
+static double queued_bytes(gpb_client *c)
+{
+	return th_metric(c, "gpubroker_output_queued_bytes");
+}
+
+static bool nothing_queued(void *c)
+{
+	return queued_bytes(c) == 0 && th_only_one_client(c);
+}
+
+/*
+ * Item 3: what a client that writes requests and never reads a reply costs
+ * the daemon, with the defaults: its replies queue up to write_high_water
+ * (256 KiB) and it is paused. Before the bound, a client cost the daemon
+ * 4 to 6 MiB (its queue grew to 4 MiB of small frames, each with its write
+ * request), and a user's 256 connections about 1.5 GiB.
+ *
+ * GPB_STALLED_CLIENTS clients (default 32; at most 255, which with the
+ * bystander is every connection one user may hold): past about 180 of them,
+ * what is queued for them all passes max_output_total (64 MiB) and the
+ * ones with the most are dropped.
+ */
+static void test_stalled_cost(void **state)
+{
+	enum { MAX = 255 };
+	const char *env = getenv("GPB_STALLED_CLIENTS");
+	int n = env ? atoi(env) : 32;
+	assert_true(n >= 1 && n <= MAX);
+	struct th_bystander b;
+	start(&b, "", true);
+	struct th_selfcheck s0, s1;
+	th_selfcheck(b.client, &s0);
+	long rss0 = th_daemon_rss_kib(&b.daemon);
+	static int fds[MAX];
+	connect_all(&b.daemon, fds, n);
+	long sent = th_stall(fds, n, idle_ms());
+	th_selfcheck(b.client, &s1);
+	long rss1 = th_daemon_rss_kib(&b.daemon);
+	double queued = queued_bytes(b.client);
+	double dropped =
+	    th_metric(b.client, "gpubroker_connections_dropped_total{reason=\"max_output_total\"}");
+	long long heap = (s1.heap_bytes - s0.heap_bytes) / n;
+	printf("# %d clients stalled after %ld requests: heap +%lld KiB per client, queued "
+	       "%.0f KiB per client; RSS %ld -> %ld KiB (+%ld KiB per client); %.0f dropped for "
+	       "max_output_total\n",
+	       n, sent, heap / KIB, queued / n / KIB, rss0, rss1, (rss1 - rss0) / n, dropped);
+	if (s0.heap_bytes >= 0)
+		assert_true(heap < 640 * KIB);
+	/* Paused at write_high_water: what is queued is its frames and their
+	 * write requests, under max_output_per_client (1 MiB); all of them
+	 * under max_output_total. */
+	assert_true(queued > 256.0 * KIB * (n - dropped));
+	assert_true(queued < 512.0 * KIB * (n - dropped));
+	assert_true(queued <= 64.0 * MIB);
+	th_assert_unaffected(&b);
+	close_all(fds, n);
+	assert_true(th_wait_for(nothing_queued, b.client, 10000));
+	th_assert_no_leak(&b);
+	stop(&b);
+}
+
+/* The "session" of a raw hello's result. */
+static unsigned long long hello_session(int fd)
+{
+	char reply[4096];
+	assert_true(th_call(fd, "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1]}}",
+	                    reply, sizeof(reply)) > 0);
+	const char *p = strstr(reply, "\"session\":\"");
+	assert_non_null(p);
+	return strtoull(p + 11, NULL, 16);
+}
+
+/*
+ * Item 3: the bound on every client's output together. Eight stalled
+ * clients hold a little each; a ninth, paused too, keeps receiving events
+ * (cap_changed, as the bystander registers and unregisters in active
+ * mode) until the total passes max_output_total: that one, the slowest
+ * reader, is dropped, logged by session and counted; the eight stay.
+ */
+static void test_output_total(void **state)
+{
+	enum { N = 8, TOTAL = 512 * KIB };
+	struct th_bystander b;
+	start(&b,
+	      "write_high_water = 16KiB\nmax_output_per_client = 4MiB\n"
+	      "max_output_total = 512KiB\nmode = active\n",
+	      false);
+	int fds[N + 1];
+	connect_all(&b.daemon, fds, N);
+	th_stall(fds, N, idle_ms());
+	double each = queued_bytes(b.client) / N;
+	int slow = fds[N] = th_connect(b.daemon.socket);
+	unsigned long long session = hello_session(slow);
+	th_raw_register(slow, "slow", (char[17]){0});
+	th_stall(&slow, 1, idle_ms());
+	struct gpb_register_opts ro = {.name = "churn", .device = 0};
+	int rounds = 0;
+	while (th_status_field(b.client, "clients") == N + 2 && rounds < 10000) {
+		uint64_t inst;
+		assert_int_equal(gpb_register(b.client, &ro, &inst), 0);
+		assert_int_equal(gpb_unregister(b.client, inst), 0);
+		rounds++;
+	}
+	double left = queued_bytes(b.client);
+	printf("# %d stalled clients queued %.0f KiB each; the one fed events dropped after %d "
+	       "rounds; %.0f KiB left queued (max_output_total %d KiB)\n",
+	       N, each / KIB, rounds, left / KIB, TOTAL / KIB);
+	assert_int_equal(th_status_field(b.client, "clients"), N + 1);
+	assert_true(left <= TOTAL);
+	char line[160];
+	snprintf(line, sizeof(line),
+	         "session %llu (pid %d uid %u): dropped: not reading its replies", session,
+	         (int)getpid(), (unsigned)getuid());
+	assert_true(th_file_has(log_path, line, 1));
+	assert_true(th_file_has(log_path, "the most of any client", 1));
+	assert_true(th_metric(b.client,
+	                      "gpubroker_connections_dropped_total{reason=\"max_output_total\"}") ==
+	            1);
+	assert_true(th_drained_to_eof(slow, 10000));
+	/* The others are still connected: their queues are where they were. */
+	assert_true(queued_bytes(b.client) == left);
+	th_assert_unaffected(&b);
+	close_all(fds, N + 1);
+	assert_true(th_wait_for(nothing_queued, b.client, 10000));
+	th_assert_no_leak(&b);
+	stop(&b);
+}
+
+static const struct th_daemon *rss_daemon;
+
+/* The bystander and the late client of test_rss_after_burst. */
+static bool two_clients(void *c)
+{
+	return th_status_field(c, "clients") == 2;
+}
+
+/* P7 (bench/README.md): the daemon's idle RSS is at most 10 MiB. */
+static bool rss_idle(void *arg)
+{
+	return th_daemon_rss_kib(rss_daemon) <= 10 * KIB;
+}
+
+/*
+ * Item 4: a burst of stalled clients raises the daemon's RSS by tens of
+ * MiB; once they are gone, the freed heap goes back to the system and the
+ * RSS is back within P7's 10 MiB (glibc keeps freed memory otherwise: the
+ * RSS stayed at its peak).
+ */
+static void test_rss_after_burst(void **state)
+{
+	enum { N = 96 };
+	if (th_valgrind()) {
+		printf("# under valgrind the RSS says nothing\n");
+		skip();
+	}
+	struct th_bystander b;
+	start(&b, "", false);
+	long rss0 = th_daemon_rss_kib(&b.daemon);
+	static int fds[N];
+	connect_all(&b.daemon, fds, N);
+	th_stall(fds, N, idle_ms());
+	long peak = th_daemon_rss_kib(&b.daemon);
+	/* A client that comes meanwhile and stays: what the daemon holds for
+	 * it lies above what the burst freed, so freeing cannot just shrink
+	 * the heap from its top. */
+	gpb_client *late = th_client(&b.daemon, "late");
+	struct gpb_register_opts ro = {.name = "late", .device = 1};
+	uint64_t inst;
+	struct gpb_allocation a;
+	assert_int_equal(gpb_register(late, &ro, &inst), 0);
+	assert_int_equal(gpb_alloc(late, inst, 4096, 0, &a), 0);
+	close_all(fds, N);
+	assert_true(th_wait_for(two_clients, b.client, 10000));
+	long long t0 = th_now_ms();
+	rss_daemon = &b.daemon;
+	bool back = th_wait_for(rss_idle, NULL, 5000);
+	long rss = th_daemon_rss_kib(&b.daemon);
+	printf("# RSS %ld KiB before %d stalled clients, %ld KiB with them, %ld KiB %lld ms "
+	       "after they left\n",
+	       rss0, N, peak, rss, th_now_ms() - t0);
+	assert_true(peak - rss0 > 16 * KIB);
+	assert_true(back);
+	gpb_disconnect(late);
+	th_assert_unaffected(&b);
+	th_assert_no_leak(&b);
+	stop(&b);
+}
+
+/* ---- connections kept for administrators (item 6) ---------------------- */
+
+#define NOBODY 65534
+
+/* A child's raw connection, hello done; -1 when refused (*refused says
+ * how: the error line), -2 on any other failure. */
+static int child_connect(const char *path, char *refused, size_t size)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -2;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -2;
+	/* A refused connection may be closed before the hello is sent (its
+	 * send then fails): what it was told is still there to read. */
+	static const char hello[] =
+	    "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1]}}\n";
+	th_send(fd, hello, sizeof(hello) - 1);
+	char reply[4096];
+	int n = th_read_line(fd, reply, sizeof(reply), 5000);
+	if (n > 0 && strstr(reply, "\"result\""))
+		return fd;
+	th_close(fd);
+	if (n <= 0)
+		return -2;
+	size_t len = strlen(reply) < size ? strlen(reply) : size - 1;
+	memcpy(refused, reply, len);
+	refused[len] = '\0';
+	return -1;
+}
+
+/* As nobody: connects until refused, reports how many got in and the
+ * refusal on out, holds them until in says so. */
+static int nobody_fill(const char *path, int out, int in)
+{
+	int fds[64], n = 0, fd;
+	char refused[512] = "";
+	while (n < 64 && (fd = child_connect(path, refused, sizeof(refused))) >= 0)
+		fds[n++] = fd;
+	if (fd == -2)
+		return 10 + (n < 10 ? n : 10); /* says at which connection */
+	if (write(out, &n, sizeof(n)) != sizeof(n) ||
+	    write(out, refused, sizeof(refused)) != sizeof(refused))
+		return 30;
+	char go;
+	if (read(in, &go, 1) != 1)
+		return 31;
+	for (int i = 0; i < n; i++)
+		th_close(fds[i]);
+	return 0;
+}
+
+/*
+ * Item 6: with max_clients connected, root and the admin group were refused
+ * too. The last admin_reserved_connections (3 by default) of max_clients
+ * are theirs: another user is refused once max_clients - 3 are connected,
+ * root gets the 3, and only then is refused as well.
+ */
+static void test_admin_reserve(void **state)
+{
+	enum { MAX = 8, RESERVED = 3 };
+	if (geteuid() != 0) {
+		printf("# not root: cannot run a client as another user\n");
+		skip();
+	}
+	struct th_bystander b;
+	start(&b, "socket_mode = 0666\nmax_clients = 8\n", false);
+	assert_int_equal(chmod(b.daemon.dir, 0755), 0);
+	int up[2], down[2];
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(up[0]);
+		close(down[1]);
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+			th_child_exit(99);
+		th_child_exit(nobody_fill(b.daemon.socket, up[1], down[0]));
+	}
+	close(up[1]);
+	close(down[0]);
+	int got = -1;
+	char refused[512] = "";
+	if (read(up[0], &got, sizeof(got)) != sizeof(got) ||
+	    read(up[0], refused, sizeof(refused)) != sizeof(refused)) {
+		int st = 0;
+		waitpid(pid, &st, 0);
+		fail_msg("the client as nobody failed: exit status %d", WEXITSTATUS(st));
+	}
+	printf("# max_clients %d: the bystander and %d connections of nobody, then: %s\n", MAX, got,
+	       refused);
+	assert_int_equal(got, MAX - RESERVED - 1);
+	assert_int_equal(th_error_code(refused), -32006);
+	assert_non_null(strstr(refused, "the last 3 of 8 connections are kept for administrators"));
+	assert_non_null(strstr(refused, "\"data\":{\"limit\":\"max_clients\",\"value\":8}"));
+	/* Root takes the reserve, then is refused like anyone. */
+	int fds[RESERVED];
+	connect_all(&b.daemon, fds, RESERVED);
+	char why[512] = "";
+	assert_int_equal(child_connect(b.daemon.socket, why, sizeof(why)), -1);
+	assert_int_equal(th_error_code(why), -32006);
+	assert_non_null(strstr(why, "\"message\":\"limit reached: too many clients\""));
+	assert_int_equal(th_status_field(b.client, "clients"), MAX);
+	assert_true(th_metric(b.client, "gpubroker_connections_refused_total{"
+	                                "reason=\"admin_reserved_connections\"}") == 1);
+	assert_true(th_metric(b.client, "gpubroker_connections_refused_total{"
+	                                "reason=\"max_clients\"}") == 1);
+	assert_int_equal(write(down[1], "x", 1), 1);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(up[0]);
+	close(down[1]);
+	close_all(fds, RESERVED);
+	th_assert_unaffected(&b);
+	th_assert_no_leak(&b);
+	stop(&b);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_stalled_cost),
+	    cmocka_unit_test(test_output_total),
+	    cmocka_unit_test(test_rss_after_burst),
+	    cmocka_unit_test(test_admin_reserve),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
