@@ -158,6 +158,24 @@ bool th_valgrind(void)
 	return getenv("GPB_VALGRIND") != NULL;
 }
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TH_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TH_ASAN 1
+#endif
+
+bool th_asan(void)
+{
+#ifdef TH_ASAN
+	return true;
+#else
+	return false;
+#endif
+}
+
 void th_sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

@@ -207,6 +207,14 @@ bool th_file_has(const char *path, const char *text, int times);
 bool th_valgrind(void);
 
 /*
+ * True when the tests (and so the daemons, built with the same flags) are
+ * built with AddressSanitizer: its allocator keeps freed memory in
+ * quarantine and ignores malloc_trim, and glibc's mallinfo2 no longer sees
+ * the heap, so RSS and heap figures say nothing there either.
+ */
+bool th_asan(void);
+
+/*
  * cmocka 1.1.5 prints a failing group setup or teardown but leaves it out of
  * its exit status, and these tests check in their group teardown that the
  * daemon exits 0 when stopped: how a crash at shutdown, a leaked JSON node
