@@ -22,10 +22,18 @@ for arg in "$@"; do
 	name=${arg%%=*}
 	lib=${arg#*=}
 	rank=$((rank + 1))
+	# nm to a file first: in a pipeline its failure would go unseen.
+	nm -g --defined-only "$lib" >"$tmp/nm-defs"
+	nm -u "$lib" >"$tmp/nm-uses"
+	# A library that defines nothing is a wrong path or an empty build: it
+	# would make every check vacuous.
+	if ! awk 'NF == 3 { found = 1 } END { exit !found }' "$tmp/nm-defs"; then
+		echo "check-calls: $name ($lib) defines no symbol" >&2
+		exit 1
+	fi
 	# "RANK NAME SYMBOL" for every function or object a module defines.
-	nm -g --defined-only "$lib" | awk -v r="$rank" -v n="$name" 'NF == 3 { print r, n, $3 }' \
-		>>"$tmp/defs"
-	nm -u "$lib" | awk -v r="$rank" -v n="$name" '{ print r, n, $NF }' | sort -u >>"$tmp/uses"
+	awk -v r="$rank" -v n="$name" 'NF == 3 { print r, n, $3 }' "$tmp/nm-defs" >>"$tmp/defs"
+	awk -v r="$rank" -v n="$name" '{ print r, n, $NF }' "$tmp/nm-uses" | sort -u >>"$tmp/uses"
 done
 
 # Join each use with its definition and keep those that point up.
