@@ -450,9 +450,10 @@ GPB_EXPORT int gpb_open_shared_from(gpb_client *c, int64_t owner, const char *na
 	if (rc < 0)
 		return rc;
 	if (!out || !name_valid(name) || owner > (int64_t)UINT32_MAX - 1) {
-		rc = error_set(GPB_E_INVALID,
-		               "gpb_open_shared: needs a name of 1-%d bytes, out, and a uid or -1",
-		               PROTO_MAX_NAME);
+		rc = error_set(
+		    GPB_E_INVALID,
+		    "gpb_open_shared_from: needs a name of 1-%d bytes, out, and a uid or -1",
+		    PROTO_MAX_NAME);
 		goto out;
 	}
 	params = name_params(name);

@@ -12,9 +12,13 @@
 #include <cjson/cJSON.h>
 
 static long jsonmem_live;
+static long jsonmem_fail_in = -1; /* allocations before the one that fails; < 0: none */
 
 static void *jsonmem_malloc(size_t size)
 {
+	if (__atomic_load_n(&jsonmem_fail_in, __ATOMIC_RELAXED) >= 0 &&
+	    __atomic_sub_fetch(&jsonmem_fail_in, 1, __ATOMIC_RELAXED) == -1)
+		return NULL;
 	void *p = malloc(size);
 	if (p)
 		__atomic_add_fetch(&jsonmem_live, 1, __ATOMIC_RELAXED);
@@ -33,6 +37,11 @@ void jsonmem_install(void)
 {
 	cJSON_Hooks hooks = {.malloc_fn = jsonmem_malloc, .free_fn = jsonmem_free};
 	cJSON_InitHooks(&hooks);
+}
+
+void jsonmem_fail_once(long n)
+{
+	__atomic_store_n(&jsonmem_fail_in, n, __ATOMIC_RELAXED);
 }
 
 long jsonmem_outstanding(void)

@@ -17,5 +17,9 @@ void jsonmem_install(void);
 /* Blocks cJSON allocated and has not freed since jsonmem_install(); not 0
  * means a leaked node (> 0) or a mismatched free (either sign). */
 long jsonmem_outstanding(void);
+/* For tests of the out-of-memory paths: after n more cJSON allocations the
+ * next one fails, once (a transient shortage, which the code must survive
+ * as well as a lasting one); n < 0 (the start) cancels it. */
+void jsonmem_fail_once(long n);
 
 #endif

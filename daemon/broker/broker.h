@@ -344,8 +344,6 @@ int broker_open(struct broker *b, struct session *s, uid_t owner, const char *na
 
 /* Installs the receiver of events (replacing any). */
 void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx);
-/* Hands an event to the receiver, if any. */
-void broker_emit(struct broker *b, const struct broker_event *ev);
 
 /* Bytes the broker may still hand out on a device: its capacity (memory
  * bounded by the policy's limit) minus live allocations. */
@@ -383,8 +381,8 @@ int broker_host_claim(struct broker *b, struct session *s, uint64_t id, struct b
 void broker_queue_clear(struct broker_instance *inst);
 /*
  * Releases every allocation and attachment of every session and every
- * queued request, and sends each session that said hello the `invalidate`
- * event (its library drops its mappings). *allocs and *attachments count
+ * queued request, and emits BROKER_EVENT_INVALIDATE for each session that
+ * said hello (its library drops its mappings). *allocs and *attachments count
  * what was released.
  *
  * The slabs a session held stay pinned, "parting", until its client says

@@ -47,4 +47,7 @@ const struct pool_slab_ops *broker_slab_ops(enum broker_allocator kind);
 void broker_pool_config(const struct broker *b, enum broker_allocator kind,
                         struct pool_config *cfg);
 
+/* Hands an event to the receiver that dispatch installed, if any. */
+void broker_emit(struct broker *b, const struct broker_event *ev);
+
 #endif

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "broker.h"
+#include "broker_internal.h"
 
 uint64_t broker_now_ms(void)
 {

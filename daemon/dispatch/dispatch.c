@@ -225,6 +225,16 @@ int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id)
 	return rc < 0 ? dispatch_param_error(ctx, rc, key, "16 lowercase hex digits") : 0;
 }
 
+int dispatch_get_uid(struct dispatch_ctx *ctx, const char *key, uid_t *uid)
+{
+	int64_t v = ctx->s->uid;
+	int rc = proto_get_int(ctx->params, key, 0, UINT32_MAX - 1, &v);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, key, "a uid (0 to 4294967294)");
+	*uid = (uid_t)v;
+	return 0;
+}
+
 static int on_unregister(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
@@ -234,6 +244,14 @@ static int on_unregister(struct dispatch_ctx *ctx)
 	if (rc < 0)
 		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
+}
+
+int dispatch_attach_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
+{
+	int rc = dispatch_grant_result(ctx, g);
+	if (rc < 0)
+		broker_detach(ctx->b, ctx->s, g->id); /* the client cannot be told of it */
+	return rc;
 }
 
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
@@ -465,7 +483,25 @@ static int on_alloc(struct dispatch_ctx *ctx)
 			rc = wrc == -ENOMEM ? -EAGAIN : wrc;
 		}
 	}
-	return rc == 0 ? dispatch_grant_result(ctx, &g) : alloc_error(ctx, rc, instance, size, 0);
+	if (rc < 0)
+		return alloc_error(ctx, rc, instance, size, 0);
+	rc = dispatch_grant_result(ctx, &g);
+	if (rc < 0)
+		broker_free(ctx->b, ctx->s, g.id); /* the client cannot be told of it */
+	return rc;
+}
+
+/* The error's data becomes {key: value} alone (what a handler put there
+ * goes): which field was wrong, or which method is unknown. Out of memory
+ * the error goes without data. */
+static void dispatch_error_data(struct dispatch_ctx *ctx, const char *key, const char *value)
+{
+	cJSON_Delete(ctx->data);
+	ctx->data = cJSON_CreateObject();
+	if (ctx->data && !cJSON_AddStringToObject(ctx->data, key, value)) {
+		cJSON_Delete(ctx->data);
+		ctx->data = NULL;
+	}
 }
 
 void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
@@ -496,12 +532,8 @@ void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
 			proto_error_set(&ctx.err, PROTO_E_INTERNAL,
 			                "internal error: out of memory");
 	}
-	if (ctx.err.field[0]) {
-		cJSON_Delete(ctx.data);
-		ctx.data = cJSON_CreateObject();
-		if (ctx.data)
-			cJSON_AddStringToObject(ctx.data, PROTO_F_FIELD, ctx.err.field);
-	}
+	if (ctx.err.field[0])
+		dispatch_error_data(&ctx, PROTO_F_FIELD, ctx.err.field);
 	frame = proto_encode_error(w->id, ctx.err.code, ctx.err.message, ctx.data, &len);
 	dispatch_send(d, w->s, frame, len, -1);
 }
@@ -529,7 +561,7 @@ static int on_attach(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, "allocation");
-	return dispatch_grant_result(ctx, &g);
+	return dispatch_attach_result(ctx, &g);
 }
 
 static int on_detach(struct dispatch_ctx *ctx)
@@ -737,18 +769,11 @@ void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, si
 		cJSON_Delete(ctx.data);
 	} else {
 		cJSON_Delete(ctx.result);
-		if (ctx.err.field[0]) {
-			cJSON_Delete(ctx.data);
-			ctx.data = cJSON_CreateObject();
-			if (ctx.data)
-				cJSON_AddStringToObject(ctx.data, PROTO_F_FIELD, ctx.err.field);
-		} else if (ctx.err.code == PROTO_E_METHOD && req.method &&
-		           strlen(req.method) <= PROTO_MAX_NAME) {
-			cJSON_Delete(ctx.data);
-			ctx.data = cJSON_CreateObject();
-			if (ctx.data)
-				cJSON_AddStringToObject(ctx.data, PROTO_F_METHOD, req.method);
-		}
+		if (ctx.err.field[0])
+			dispatch_error_data(&ctx, PROTO_F_FIELD, ctx.err.field);
+		else if (ctx.err.code == PROTO_E_METHOD && req.method &&
+		         strlen(req.method) <= PROTO_MAX_NAME)
+			dispatch_error_data(&ctx, PROTO_F_METHOD, req.method);
 		log_debug("session %llu: %s: %s", (unsigned long long)s->id,
 		          req.method ? req.method : "?", ctx.err.message);
 		out->frame =

@@ -73,8 +73,6 @@ void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, si
  * too many clients). */
 void dispatch_error(int code, const char *message, struct dispatch_reply *out);
 
-/* Sends a frame to a session through the sender (frees it when none). */
-void dispatch_send(struct dispatch *d, struct session *s, char *frame, size_t len, int fd);
 /* Encodes and sends an event; data is consumed (NULL: no data). */
 void dispatch_send_event(struct dispatch *d, struct session *s, const char *name, cJSON *data);
 

@@ -21,16 +21,13 @@ void dispatch_send_event(struct dispatch *d, struct session *s, const char *name
 	size_t len;
 	char *frame = proto_encode_event(name, data, &len);
 	if (!frame)
-		log_warn("session %llu: event %s dropped: out of memory", (unsigned long long)s->id,
-		         name);
+		dispatch_event_dropped(s, name);
 	dispatch_send(d, s, frame, len, -1);
 }
 
-/* The client misses one update when host memory runs out; its next
- * mem_info (or an invalidate's next epoch) puts it right. */
-static void dispatch_event_dropped(const struct session *s, const char *name)
+void dispatch_event_dropped(const struct session *s, const char *name)
 {
-	log_warn("session %llu: %s dropped: out of memory", (unsigned long long)s->id, name);
+	log_warn("session %llu: event %s dropped: out of memory", (unsigned long long)s->id, name);
 }
 
 static void dispatch_cap_changed(struct dispatch *d, const struct broker_event *ev)

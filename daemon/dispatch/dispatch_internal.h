@@ -34,6 +34,11 @@ typedef int (*dispatch_fn)(struct dispatch_ctx *ctx);
 void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
                         const struct broker_grant *g);
 
+/* Sends a frame to a session through the sender (frees it when none). */
+void dispatch_send(struct dispatch *d, struct session *s, char *frame, size_t len, int fd);
+/* Logs that an event for s was lost to host memory running out. */
+void dispatch_event_dropped(const struct session *s, const char *name);
+
 /* Creates ctx->result. */
 cJSON *dispatch_result(struct dispatch_ctx *ctx);
 /* Records a parameter problem and returns -EINVAL. */
@@ -45,7 +50,7 @@ int dispatch_status(struct dispatch_ctx *ctx);
 int dispatch_clients(struct dispatch_ctx *ctx);
 int dispatch_devices(struct dispatch_ctx *ctx);
 
-/* dispatch_policy.c */
+/* dispatch_vram.c */
 int dispatch_policy(struct dispatch_ctx *ctx);
 int dispatch_set_proportion(struct dispatch_ctx *ctx);
 int dispatch_set_auto(struct dispatch_ctx *ctx);
@@ -67,6 +72,10 @@ int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *s
                         struct policy_group_info *gi);
 /* The result of an alloc: the grant (and the descriptor to pass). */
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
+/* The same for an attachment (attach, open); when the reply cannot be
+ * built the attachment is let go again, so the client never holds what it
+ * was not told of. */
+int dispatch_attach_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
 /* The reply to a host alloc or claim of h: id, type, size and its descriptor. */
 int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h);
 
@@ -76,6 +85,9 @@ int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h);
 int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device);
 /* An id64 parameter, or -EINVAL with ctx->err set. */
 int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id);
+/* A uid parameter, the caller's own uid when absent; or -EINVAL with
+ * ctx->err set. */
+int dispatch_get_uid(struct dispatch_ctx *ctx, const char *key, uid_t *uid);
 /* Sets ctx->err for a broker error about what ("allocation", ...); returns rc. */
 int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what);
 

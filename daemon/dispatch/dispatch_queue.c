@@ -512,8 +512,7 @@ static void send_ready(struct dispatch *d, const struct batch *bt, struct broker
 oom:
 	/* The allocations stay (charged, unclaimed) until freed by label or
 	 * the client leaves; the caller's reply still reports the batch. */
-	log_warn("session %llu: allocation_ready dropped: out of memory",
-	         (unsigned long long)inst->owner->id);
+	dispatch_event_dropped(inst->owner, PROTO_EV_ALLOCATION_READY);
 	cJSON_Delete(data);
 }
 

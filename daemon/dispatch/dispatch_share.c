@@ -18,16 +18,15 @@ int dispatch_export(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
 	const char *name;
-	int64_t uid = ctx->s->uid;
+	uid_t uid;
 	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
 	if (rc == 0)
 		rc = get_name(ctx, &name);
+	if (rc == 0)
+		rc = dispatch_get_uid(ctx, PROTO_F_UID, &uid);
 	if (rc < 0)
 		return rc;
-	rc = proto_get_int(ctx->params, PROTO_F_UID, 0, UINT32_MAX - 1, &uid);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_UID, "a uid (0 to 4294967294)");
-	rc = broker_export(ctx->b, ctx->s, id, name, (uid_t)uid);
+	rc = broker_export(ctx->b, ctx->s, id, name, uid);
 	switch (rc) {
 	case 0:
 		break;
@@ -77,18 +76,17 @@ int dispatch_open(struct dispatch_ctx *ctx)
 {
 	const char *name;
 	struct broker_grant g;
-	int64_t owner = ctx->s->uid;
+	uid_t owner;
 	int rc = get_name(ctx, &name);
+	/* Whose namespace: without "owner" the caller's own, never another's. */
+	if (rc == 0)
+		rc = dispatch_get_uid(ctx, PROTO_F_OWNER, &owner);
 	if (rc < 0)
 		return rc;
-	/* Whose namespace: without "owner" the caller's own, never another's. */
-	rc = proto_get_int(ctx->params, PROTO_F_OWNER, 0, UINT32_MAX - 1, &owner);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_OWNER, "a uid (0 to 4294967294)");
-	rc = broker_open(ctx->b, ctx->s, (uid_t)owner, name, &g);
+	rc = broker_open(ctx->b, ctx->s, owner, name, &g);
 	if (rc == -EAGAIN)
 		return -ENOMEM;
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, "export");
-	return dispatch_grant_result(ctx, &g);
+	return dispatch_attach_result(ctx, &g);
 }

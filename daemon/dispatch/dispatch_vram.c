@@ -261,12 +261,12 @@ int dispatch_set_group(struct dispatch_ctx *ctx)
 int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
                         struct policy_group_info *gi)
 {
-	int64_t uid = ctx->s->uid;
-	int rc = proto_get_int(ctx->params, PROTO_F_UID, 0, UINT32_MAX - 1, &uid);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_UID, "a uid (0 to 4294967294)");
+	uid_t uid;
+	int rc = dispatch_get_uid(ctx, PROTO_F_UID, &uid);
+	if (rc < 0)
+		return rc;
 	/* Another user's group, for a caller who may not see it, is not there. */
-	if (!broker_sees(ctx->s, (uid_t)uid) ||
+	if (!broker_sees(ctx->s, uid) ||
 	    policy_group_info(&ctx->b->policy, (uint64_t)uid, group, gi) < 0) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
 		return -ENOENT;

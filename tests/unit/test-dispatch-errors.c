@@ -28,6 +28,7 @@
 #include "broker.h"
 #include "config.h"
 #include "dispatch.h"
+#include "jsonmem.h"
 #include "log.h"
 #include "pool.h"
 #include "proto.h"
@@ -470,6 +471,85 @@ static void test_backend_fd_exhaustion(void **state)
 	broker_done(b);
 }
 
+/*
+ * Runs frame with cJSON's (n+1)th allocation failing; returns the
+ * reply's code (0 for a result), or 1 when no reply could be encoded at all
+ * (the server then closes the connection, which reclaims everything).
+ */
+static int oom_request(struct broker *b, struct session *s, long n, const char *frame)
+{
+	struct dispatch_reply dr = {.frame = NULL, .len = 0, .fd = -7};
+	struct proto_reply r;
+	jsonmem_fail_once(n);
+	dispatch_frame(broker_dispatch(b), s, frame, strlen(frame), &dr);
+	jsonmem_fail_once(-1);
+	if (!dr.frame)
+		return 1;
+	assert_int_equal(proto_reply_parse(dr.frame, dr.len - 1, &r), 0);
+	int code = r.code;
+	cJSON_Delete(r.root);
+	free(dr.frame);
+	return code;
+}
+
+/*
+ * An alloc or attach whose reply cannot be built for a moment's lack of
+ * host memory is answered with an error and leaves nothing behind: no allocation or
+ * attachment the client was never told of, no slab held without its
+ * handle having been sent. Every point at which cJSON can fail is tried,
+ * until the request succeeds.
+ */
+static void test_dispatch_grant_out_of_memory(void **state)
+{
+	char frame[256];
+	bool alloc_done = false, attach_done = false;
+	(void)state;
+	for (long n = 0; n < 1000 && !(alloc_done && attach_done); n++) {
+		struct broker *b = broker_new(64 * MiB, 0, 0);
+		struct session *s = open_session(b, UID_A, 1);
+		struct session *t = open_session(b, UID_A, 2);
+		struct reply r;
+		hello(b, s, "owner");
+		hello(b, t, "attacher");
+		request(b, s, &r,
+		        "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"x\"}}");
+		uint64_t inst = jid(result_of(&r, "r"), "instance");
+		reply_done(&r);
+		snprintf(frame, sizeof(frame),
+		         "{\"id\":\"a\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
+		         "\",\"size\":\"4096\"}}",
+		         inst);
+		int code = oom_request(b, s, n, frame);
+		/* 1: no reply at all, so the server would close the connection
+		 * (broker_done does the same). */
+		if (code < 0) {
+			assert_int_equal(s->alloc_count, 0);
+			assert_int_equal(s->held.count, 0);
+		}
+		alloc_done |= code == 0;
+		check(b);
+		if (!attach_done && code != 1) {
+			request(b, s, &r, "%s", frame);
+			uint64_t id = jid(result_of(&r, "a"), "id");
+			reply_done(&r);
+			snprintf(
+			    frame, sizeof(frame),
+			    "{\"id\":\"t\",\"method\":\"attach\",\"params\":{\"id\":\"%016" PRIx64
+			    "\"}}",
+			    id);
+			code = oom_request(b, t, n, frame);
+			if (code < 0) {
+				assert_int_equal(t->attached.count, 0);
+				assert_int_equal(t->held.count, 0);
+			}
+			attach_done |= code == 0;
+			check(b);
+		}
+		broker_done(b);
+	}
+	assert_true(alloc_done && attach_done);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -480,6 +560,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_dispatch_long_unknown_method, teardown),
 	    cmocka_unit_test_teardown(test_dispatch_clients_at_max_clients, teardown),
 	    cmocka_unit_test_teardown(test_backend_fd_exhaustion, teardown),
+	    cmocka_unit_test_teardown(test_dispatch_grant_out_of_memory, teardown),
 	};
 
 	/* The fd-exhaustion test makes the sim backend warn, as it should. */
