@@ -121,6 +121,9 @@ int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *ini
 			memset((char *)api + cuda_api_pool_syms[i].offset, 0,
 			       sizeof(void (*)(void)));
 	}
+	/* Optional: only the MIG test uses it. */
+	void *v1 = dlsym(lib, "cuDeviceGetUuid");
+	memcpy(&api->DeviceGetUuidV1, &v1, sizeof(v1));
 	api->lib = lib;
 	CUresult rc = api->Init(0);
 	if (init_rc)
@@ -169,4 +172,22 @@ void cuda_uuid_format(const CUuuid *uuid, char out[CUDA_UUID_LEN])
 	         "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
 	         b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
 	         b[14], b[15]);
+}
+
+CUresult cuda_api_device_uuid(const struct cuda_api *api, CUdevice dev, char out[CUDA_UUID_LEN])
+{
+	CUuuid uuid, parent;
+	char name[256];
+	CUresult rc = api->DeviceGetUuid(&uuid, dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	cuda_uuid_format(&uuid, out);
+	bool mig = api->DeviceGetUuidV1 && api->DeviceGetUuidV1(&parent, dev) == CUDA_SUCCESS &&
+	           memcmp(parent.bytes, uuid.bytes, sizeof(uuid.bytes)) != 0;
+	/* "NVIDIA A100-SXM4-40GB MIG 1g.5gb" */
+	if (!mig && api->DeviceGetName(name, (int)sizeof(name), dev) == CUDA_SUCCESS)
+		mig = strstr(name, " MIG ") != NULL;
+	if (mig)
+		memcpy(out, "MIG-", 4);
+	return CUDA_SUCCESS;
 }

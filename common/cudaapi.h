@@ -68,6 +68,11 @@ struct cuda_api {
 	PFN_cuMemPoolImportFromShareableHandle_v11020 MemPoolImportFromShareableHandle;
 	PFN_cuMemPoolExportPointer_v11020 MemPoolExportPointer;
 	PFN_cuMemPoolImportPointer_v11020 MemPoolImportPointer;
+
+	/* cuDeviceGetUuid before CUDA 11.4, which answers a MIG instance's
+	 * parent GPU (the _v2 above answers the instance): how a MIG instance
+	 * is told apart. Optional: NULL when the driver lacks it. */
+	PFN_cuDeviceGetUuid_v9020 DeviceGetUuidV1;
 };
 
 /*
@@ -92,5 +97,12 @@ const char *cuda_api_error_string(const struct cuda_api *api, CUresult rc);
 #define CUDA_UUID_LEN 41 /* "GPU-" + 36 + NUL */
 /* nvidia-smi's form: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lowercase). */
 void cuda_uuid_format(const CUuuid *uuid, char out[CUDA_UUID_LEN]);
+/*
+ * The UUID of dev as nvidia-smi and CUDA_VISIBLE_DEVICES spell it: "MIG-..."
+ * for a MIG instance (its UUID differs from its parent GPU's, or its name
+ * says "MIG"), else "GPU-...". The daemon and the library both name devices
+ * by it, so they agree. CUDA_SUCCESS or the failing call's result.
+ */
+CUresult cuda_api_device_uuid(const struct cuda_api *api, CUdevice dev, char out[CUDA_UUID_LEN]);
 
 #endif

@@ -59,6 +59,21 @@ static int cuda_error(CUresult rc, const char *what)
 	                 desc, *desc ? ")" : "");
 }
 
+/* A legacy handle that does not open: the driver's word, and the two
+ * limits of legacy IPC that a broker's clients run into (docs/cuda.md). */
+static int cuda_ipc_error(CUresult rc)
+{
+	char name[64];
+	const char *desc = cuda_api_error_string(&cuda, rc);
+	return error_set(GPB_E_BACKEND,
+	                 "cuIpcOpenMemHandle failed: %s%s%s%s; legacy CUDA IPC handles open "
+	                 "only in a process of the daemon's user (the driver's share policy) "
+	                 "and in the daemon's PID namespace: a client of another user or in a "
+	                 "container needs the daemon's file-descriptor (VMM) transport",
+	                 cuda_api_error_name(&cuda, rc, name, sizeof(name)), *desc ? " (" : "",
+	                 desc, *desc ? ")" : "");
+}
+
 /* A memory pool imported from the daemon, shared by the mappings from it. */
 struct cuda_pool {
 	struct cuda_pool *next;
@@ -146,7 +161,7 @@ static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd, bo
 		CUipcMemHandle h;
 		memcpy(&h, handle, sizeof(h));
 		rc = cuda.IpcOpenMemHandle(&m->ptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-		return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, "cuIpcOpenMemHandle");
+		return rc == CUDA_SUCCESS ? 0 : cuda_ipc_error(rc);
 	}
 	if (!cuda.has_pools)
 		return error_set(GPB_E_BACKEND,
@@ -194,13 +209,11 @@ static int cuda_find_device(const struct slab_target *where, CUdevice *out)
 		return cuda_error(rc, "cuDeviceGetCount");
 	for (int i = 0; i < n; i++) {
 		char text[CUDA_UUID_LEN];
-		CUuuid uuid;
 		CUdevice dev;
 
 		if (cuda.DeviceGet(&dev, i) != CUDA_SUCCESS ||
-		    cuda.DeviceGetUuid(&uuid, dev) != CUDA_SUCCESS)
+		    cuda_api_device_uuid(&cuda, dev, text) != CUDA_SUCCESS)
 			continue;
-		cuda_uuid_format(&uuid, text);
 		if (strcmp(text, where->device_uuid) == 0) {
 			*out = dev;
 			return 0;
@@ -293,16 +306,22 @@ static int cuda_open_here(struct cuda_mapping *m, void *arg)
 	err = cuda_import(m, a->handle, a->fd, a->pool);
 	if (err < 0)
 		return err;
-	/* The handle names a whole allocation: it must cover the slab the
-	 * daemon describes, or offsets would run past it. */
+	/* The handle maps a whole driver allocation: a block the driver
+	 * packed small allocations into, or a pool's segment, which may start
+	 * before the slab and hold more. It must contain the slab the daemon
+	 * describes, or offsets would run past what is mapped. */
 	rc = cuda.MemGetAddressRange(&range_base, &range_size, m->ptr);
-	if (rc == CUDA_SUCCESS && range_base == m->ptr && range_size >= a->size)
+	if (rc == CUDA_SUCCESS && range_base <= m->ptr && m->ptr - range_base <= range_size &&
+	    a->size <= range_size - (m->ptr - range_base))
 		return 0;
 	cuda_unimport(m, NULL);
 	return rc != CUDA_SUCCESS
 	           ? cuda_error(rc, "cuMemGetAddressRange")
-	           : error_set(GPB_E_PROTOCOL, "slab handle opens %zu bytes, the daemon says %llu",
-	                       range_size, (unsigned long long)a->size);
+	           : error_set(GPB_E_BACKEND,
+	                       "the driver mapped %zu bytes at 0x%llx for a slab of %llu bytes "
+	                       "at 0x%llx: it does not hold the slab",
+	                       range_size, (unsigned long long)range_base,
+	                       (unsigned long long)a->size, (unsigned long long)m->ptr);
 }
 
 static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,

@@ -143,6 +143,9 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 		for (int i = 0; i < b->device_count; i++)
 			totals[i] = b->dev[i].info.total;
 		rc = policy_init(&b->policy, &pc, b->device_count, totals);
+		for (int i = 0; rc == 0 && i < b->device_count; i++)
+			rc = policy_set_reserve(&b->policy, i,
+			                        b->dev[i].info.in_use + b->dev[i].info.reserve);
 	}
 	if (rc < 0) {
 		broker_destroy(b);

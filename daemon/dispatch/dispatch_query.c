@@ -112,7 +112,8 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-/* name, uuid, total, reserved, used of one device. */
+/* name, uuid, total, what was kept out of the capacity (in use at start,
+ * reserve), reserved, used of one device. */
 static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stats *st)
 {
 	const struct backend_device_info *info = &b->dev[i].info;
@@ -122,6 +123,8 @@ static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stat
 	    !cJSON_AddStringToObject(o, PROTO_F_NAME, info->name) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_UUID, info->uuid) ||
 	    proto_add_u64(o, PROTO_F_TOTAL, info->total) ||
+	    proto_add_u64(o, PROTO_F_IN_USE_AT_START, info->in_use) ||
+	    proto_add_u64(o, PROTO_F_RESERVE, info->reserve) ||
 	    proto_add_u64(o, PROTO_F_RESERVED, st->reserved) ||
 	    proto_add_u64(o, PROTO_F_USED, st->used) ||
 	    proto_add_u64(o, PROTO_F_ORPHANED, b->policy.dev[i].orphaned))

@@ -72,6 +72,9 @@ struct fake_record {
 	uint64_t size;
 	uint64_t serial;
 	int32_t importers[FAKE_MAX_IMPORTER]; /* pids that have it open (IPC) */
+	int32_t context; /* 1: the memory of owner's context on device (no file) */
+	uint32_t uid;    /* owner's effective uid */
+	uint64_t pidns;  /* owner's PID namespace */
 };
 
 struct fake_shared {
@@ -158,7 +161,8 @@ static void fake_reap(void)
 		if (!fake_pid_alive(r->owner)) {
 			char path[300];
 			fake_mem_path(r->serial, path, sizeof(path));
-			unlink(path);
+			if (!r->context)
+				unlink(path);
 			memset(r, 0, sizeof(*r));
 		}
 	}
@@ -167,7 +171,8 @@ static void fake_reap(void)
 static struct fake_record *fake_record_find(uint64_t serial)
 {
 	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
-		if (fake_shared->rec[i].owner && fake_shared->rec[i].serial == serial)
+		if (fake_shared->rec[i].owner && !fake_shared->rec[i].context &&
+		    fake_shared->rec[i].serial == serial)
 			return &fake_shared->rec[i];
 	}
 	return NULL;
@@ -196,6 +201,12 @@ int fake_open_state(void)
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
+	/* Processes of other users share a state directory their test opened
+	 * to them: the fake, not file modes, decides who may open what. */
+	if (fchmod(fd, 0666) < 0) {
+		close(fd);
+		return -1;
+	}
 	/* Growing a file of zeros is idempotent: any process may do it. */
 	if (ftruncate(fd, sizeof(struct fake_shared)) < 0) {
 		close(fd);
@@ -230,6 +241,13 @@ struct fake_mem *fake_mem_find(uintptr_t p, uint64_t n)
 			return m;
 	}
 	return NULL;
+}
+
+/* Walks this process's mappings: the first (m NULL) or the one after m. Lock
+ * held. */
+struct fake_mem *fake_mem_next(struct fake_mem *m)
+{
+	return m ? m->next : fake_mems;
 }
 
 static void fake_mem_unlink(struct fake_mem *m)
@@ -280,7 +298,7 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 	fake_mem_path(serial, path, sizeof(path));
 	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	void *p = MAP_FAILED;
-	if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+	if (fd >= 0 && fchmod(fd, 0666) == 0 && ftruncate(fd, (off_t)size) == 0)
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (fd >= 0)
 		close(fd);
@@ -290,7 +308,12 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 		free(m);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	*r = (struct fake_record){.owner = getpid(), .device = dev, .size = size, .serial = serial};
+	*r = (struct fake_record){.owner = getpid(),
+	                          .device = dev,
+	                          .size = size,
+	                          .serial = serial,
+	                          .uid = (uint32_t)geteuid(),
+	                          .pidns = fake_pidns()};
 	fake_unlock_state();
 	/* Real device memory comes with whatever was there before. */
 	if (!fake_clean)
@@ -308,11 +331,68 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 	return CUDA_SUCCESS;
 }
 
+/* As the driver: an allocation under 2 MiB shares a block with others. */
 FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
 {
 	NEED_CONTEXT();
 	INJECT("cuMemAlloc");
+	if (size > 0 && size < FAKE_BLOCK)
+		return fake_sub_alloc(fake_current()->device, size, 0, dptr);
 	return fake_mem_alloc(fake_current()->device, size, 0, dptr);
+}
+
+/* The owner's uid and PID namespace of allocation serial. */
+bool fake_mem_owner(uint64_t serial, uint32_t *uid, uint64_t *pidns)
+{
+	fake_lock_state();
+	struct fake_record *r = fake_record_find(serial);
+	if (r) {
+		*uid = r->uid;
+		*pidns = r->pidns;
+	}
+	fake_unlock_state();
+	return r != NULL;
+}
+
+/* A context's memory is a record without a file: cuMemGetInfo counts it. An
+ * exclusive-process device (mode) refuses a second process's context. */
+CUresult fake_ctx_charge(int dev, bool open, uint64_t bytes, int mode)
+{
+	CUresult rc = CUDA_SUCCESS;
+	pid_t me = getpid();
+	fake_lock_state();
+	fake_reap();
+	struct fake_record *mine = NULL, *free_rec = NULL;
+	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
+		struct fake_record *r = &fake_shared->rec[i];
+		if (!r->owner) {
+			if (!free_rec)
+				free_rec = r;
+			continue;
+		}
+		if (!r->context || r->device != dev)
+			continue;
+		if (r->owner == me)
+			mine = r;
+		else if (open && mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS)
+			rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	}
+	if (!open) {
+		if (mine)
+			memset(mine, 0, sizeof(*mine));
+	} else if (rc == CUDA_SUCCESS && !mine) {
+		if (!free_rec || fake_used(dev) + bytes > fake_memory)
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			*free_rec = (struct fake_record){.owner = me,
+			                                 .device = dev,
+			                                 .size = bytes,
+			                                 .context = 1,
+			                                 .uid = (uint32_t)geteuid(),
+			                                 .pidns = fake_pidns()};
+	}
+	fake_unlock_state();
+	return rc;
 }
 
 static CUresult fake_unimport(CUdeviceptr dptr);
@@ -350,9 +430,12 @@ static void fake_mem_release(struct fake_mem *m)
 FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 {
 	NEED_CONTEXT();
+	CUresult sub_rc;
+	if (fake_sub_free(dptr, &sub_rc))
+		return sub_rc;
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || m->base != (uintptr_t)dptr || (m->imported && !m->pool)) {
+	if (!m || (m->imported ? !m->pool : m->base != (uintptr_t)dptr || m->packed)) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -364,6 +447,14 @@ FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 	pthread_mutex_unlock(&fake_lock);
 	fake_mem_release(m);
 	return CUDA_SUCCESS;
+}
+
+void fake_mem_drop(struct fake_mem *m)
+{
+	pthread_mutex_lock(&fake_lock);
+	fake_mem_unlink(m);
+	pthread_mutex_unlock(&fake_lock);
+	fake_mem_release(m);
 }
 
 FAKE_EXPORT CUresult cuMemsetD8(CUdeviceptr dptr, unsigned char value, size_t n)
@@ -383,15 +474,25 @@ FAKE_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUd
 {
 	NEED_CONTEXT();
 	pthread_mutex_lock(&fake_lock);
-	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (m) {
+	/* The owner sees its own allocation; an importer the whole block
+	 * (or pool segment) the handle mapped. */
+	uintptr_t base = 0;
+	uint64_t size = 0;
+	struct fake_mem *m = NULL;
+	bool found = fake_sub_range((uintptr_t)dptr, &base, &size, &m) == 0;
+	if (!found && (m = fake_mem_find((uintptr_t)dptr, 1))) {
+		base = m->base;
+		size = m->size;
+		found = true;
+	}
+	if (found) {
 		if (pbase)
-			*pbase = (CUdeviceptr)m->base;
+			*pbase = (CUdeviceptr)base;
 		if (psize)
-			*psize = (size_t)m->size;
+			*psize = (size_t)size;
 	}
 	pthread_mutex_unlock(&fake_lock);
-	return m ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+	return found ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
@@ -399,14 +500,23 @@ FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	NEED_CONTEXT();
 	INJECT("cuIpcGetMemHandle");
 	pthread_mutex_lock(&fake_lock);
-	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
+	/* A small allocation's handle maps its whole block: "the entire
+	 * underlying memory block" of the programming guide. */
+	uintptr_t base = 0;
+	uint64_t size = 0;
+	struct fake_mem *m = NULL;
+	bool sub = fake_sub_range((uintptr_t)dptr, &base, &size, &m) == 0;
+	if (!sub)
+		m = fake_mem_find((uintptr_t)dptr, 1);
 	struct fake_handle h = {.magic = FAKE_MAGIC};
-	bool ok = m && !m->imported && m->base == (uintptr_t)dptr;
+	bool ok = m && !m->imported && !m->pool &&
+	          (sub ? base == (uintptr_t)dptr : m->base == (uintptr_t)dptr && !m->packed);
 	if (ok) {
 		h.serial = m->serial;
 		h.size = m->size;
 		h.device = m->device;
 		h.owner = getpid();
+		h.offset = (uintptr_t)dptr - m->base;
 	}
 	pthread_mutex_unlock(&fake_lock);
 	if (!ok)
@@ -428,6 +538,13 @@ FAKE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handl
 	/* As CUDA: a process cannot open its own allocation's handle. */
 	if (h.owner == getpid())
 		return CUDA_ERROR_INVALID_CONTEXT;
+	uint32_t uid;
+	uint64_t pidns;
+	if (!fake_mem_owner(h.serial, &uid, &pidns))
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult rc = fake_ipc_allowed(uid, pidns);
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	return fake_import(&h, 0, pdptr);
 }
 
@@ -441,7 +558,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 		if (m->imported && m->serial == h.serial) {
 			/* Opened already: the driver counts references. */
 			m->opens++;
-			*pdptr = (CUdeviceptr)m->base;
+			*pdptr = (CUdeviceptr)(m->base + h.offset);
 			pthread_mutex_unlock(&fake_lock);
 			return CUDA_SUCCESS;
 		}
@@ -459,7 +576,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	}
 	char path[300];
 	fake_mem_path(h.serial, path, sizeof(path));
-	int fd = r && slot >= 0 ? open(path, O_RDWR | O_CLOEXEC) : -1;
+	int fd = r && slot >= 0 && h.offset < h.size ? open(path, O_RDWR | O_CLOEXEC) : -1;
 	void *p = MAP_FAILED;
 	if (fd >= 0) {
 		p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -483,7 +600,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	m->next = fake_mems;
 	fake_mems = m;
 	pthread_mutex_unlock(&fake_lock);
-	*pdptr = (CUdeviceptr)m->base;
+	*pdptr = (CUdeviceptr)(m->base + h.offset);
 	return CUDA_SUCCESS;
 }
 
@@ -498,7 +615,7 @@ static CUresult fake_unimport(CUdeviceptr dptr)
 {
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || !m->imported || m->base != (uintptr_t)dptr) {
+	if (!m || !m->imported) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}

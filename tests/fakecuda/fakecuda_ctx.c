@@ -54,6 +54,9 @@ static const struct {
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
      "an illegal memory access was encountered"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE",
+     "CUDA-capable device(s) is/are busy or unavailable"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -155,6 +158,7 @@ FAKE_EXPORT CUresult cuInit(unsigned int flags)
 			fake_memory = strtoull(v, NULL, 10);
 		fake_clean = (v = getenv("FAKECUDA_CLEAN")) && strcmp(v, "1") == 0;
 		fake_no_pools = (v = getenv("FAKECUDA_NO_POOLS")) && strcmp(v, "1") == 0;
+		fake_strict_settings();
 		for (int i = 0; i < FAKE_MAX_DEVICES; i++)
 			fake_primary[i] = (struct fake_ctx){.magic = CTX_MAGIC, .device = i};
 		if (fake_open_state() < 0) {
@@ -196,7 +200,8 @@ FAKE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	snprintf(name, (size_t)len, "gpubroker fake CUDA device %d", dev);
+	snprintf(name, (size_t)len, "gpubroker fake CUDA device %d%s", dev,
+	         fake_mig ? " MIG 1g.10gb" : "");
 	return CUDA_SUCCESS;
 }
 
@@ -209,6 +214,8 @@ FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 	                                       0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
 	memcpy(uuid->bytes, base, 16);
 	uuid->bytes[15] = (char)dev;
+	if (fake_mig) /* the instance's own UUID (cuDeviceGetUuid: the GPU's) */
+		uuid->bytes[0] = (char)0x3d;
 	return CUDA_SUCCESS;
 }
 
@@ -225,7 +232,7 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, C
 		*value = 0;
 		break;
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
-		*value = CU_COMPUTEMODE_DEFAULT;
+		*value = fake_compute_mode(dev);
 		break;
 	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
 		*value = !fake_no_pools;
@@ -246,9 +253,15 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	INJECT("cuDevicePrimaryCtxRetain");
 	if (dev < 0 || dev >= fake_devices)
 		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&fake_lock);
-	fake_primary[dev].retains++;
+	if (fake_primary[dev].retains == 0)
+		rc = fake_ctx_opened(dev);
+	if (rc == CUDA_SUCCESS)
+		fake_primary[dev].retains++;
 	pthread_mutex_unlock(&fake_lock);
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	*pctx = (CUcontext)(void *)&fake_primary[dev];
 	return CUDA_SUCCESS;
 }
@@ -262,8 +275,8 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 	pthread_mutex_lock(&fake_lock);
 	if (fake_primary[dev].retains == 0)
 		rc = CUDA_ERROR_INVALID_CONTEXT;
-	else
-		fake_primary[dev].retains--;
+	else if (--fake_primary[dev].retains == 0)
+		fake_ctx_closed(dev);
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
 }

@@ -38,6 +38,11 @@ struct fake_mem {
 	bool imported;
 	unsigned opens; /* imported: cuIpcOpenMemHandle calls not closed yet */
 	uint64_t pool;  /* the memory pool's id it came from; 0 = none */
+	/* A block shared by several allocations (fakecuda_strict.c): a 2 MiB
+	 * block of small cuMemAlloc allocations, or a pool's segment. */
+	bool packed;
+	uint64_t bump; /* packed, own: bytes handed out from the start */
+	unsigned live; /* packed, own: allocations in it not freed yet */
 };
 
 /* What an IPC handle (and a pool pointer's export data) holds. */
@@ -47,6 +52,7 @@ struct fake_handle {
 	uint64_t size;
 	int32_t device;
 	int32_t owner;
+	uint64_t offset; /* of the allocation in the block the handle maps */
 };
 
 /* Guards this process's lists (memory, host registrations, injected
@@ -59,6 +65,37 @@ extern int fake_devices;
 extern uint64_t fake_memory;
 extern bool fake_clean;
 extern bool fake_no_pools;
+
+/* ---- fakecuda_strict.c: what makes the fake refuse what a driver refuses ---- */
+
+#define FAKE_BLOCK (2u << 20) /* cuMemAlloc packs smaller allocations into blocks this big */
+
+/* Reads FAKECUDA_IPC_POLICY, FAKECUDA_COMPUTE_MODE, FAKECUDA_CONTEXT_OVERHEAD,
+ * FAKECUDA_MIG (cuInit, fake_lock held). */
+void fake_strict_settings(void);
+/* FAKECUDA_MIG=1: the devices are MIG instances. */
+extern bool fake_mig;
+/* The compute mode of dev (FAKECUDA_COMPUTE_MODE). */
+int fake_compute_mode(int dev);
+/* The first retain of dev's primary context in this process (the context's
+ * memory is charged to the device; the compute mode may refuse it), and the
+ * last release. */
+CUresult fake_ctx_opened(int dev);
+void fake_ctx_closed(int dev);
+/* An allocation carved from a shared block: cuMemAlloc under FAKE_BLOCK
+ * (pool 0), or any allocation of memory pool `pool` (its segments). */
+CUresult fake_sub_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr);
+/* Frees the carved allocation at p, the block with the last one: true when p
+ * was one (*rc set), false when it is none. */
+bool fake_sub_free(CUdeviceptr p, CUresult *rc);
+/* The carved allocation of this process that holds p: 0 and its range, or -1.
+ * Lock held. */
+int fake_sub_range(uintptr_t p, uintptr_t *base, uint64_t *size, struct fake_mem **block);
+/* Whether this process may open a legacy handle of the allocation whose owner
+ * had uid and PID namespace pidns: CUDA_SUCCESS or the refusal. */
+CUresult fake_ipc_allowed(uint32_t uid, uint64_t pidns);
+/* This process's PID namespace (the inode of /proc/self/ns/pid). */
+uint64_t fake_pidns(void);
 
 /* ---- fakecuda_ctx.c -------------------------------------------------------- */
 
@@ -102,6 +139,20 @@ struct fake_mem *fake_mem_find(uintptr_t p, uint64_t n);
 /* Device memory on dev (of memory pool `pool`, or 0): cuMemAlloc's core. */
 CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr);
 
+/* Walks this process's mappings: the first (m NULL) or the one after m. Lock
+ * held. */
+struct fake_mem *fake_mem_next(struct fake_mem *m);
+
+/* Frees this process's own allocation m (still linked). */
+void fake_mem_drop(struct fake_mem *m);
+
+/* The owner's uid and PID namespace of allocation serial; false when gone. */
+bool fake_mem_owner(uint64_t serial, uint32_t *uid, uint64_t *pidns);
+
+/* Charges (open) or uncharges this process's context on dev: bytes of its
+ * memory; an exclusive-process mode refuses a second process. */
+CUresult fake_ctx_charge(int dev, bool open, uint64_t bytes, int mode);
+
 /* Maps another process's allocation h (of pool `pool`, or 0): the core of
  * cuIpcOpenMemHandle and cuMemPoolImportPointer. */
 CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *pdptr);
@@ -111,5 +162,6 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 FAKE_EXPORT uint64_t fakecuda_violations(void);
 FAKE_EXPORT unsigned fakecuda_open_mappings(void);
 FAKE_EXPORT unsigned fakecuda_host_registrations(void);
+FAKE_EXPORT unsigned fakecuda_imported_pools(uint64_t *ids, unsigned max);
 
 #endif
