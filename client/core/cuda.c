@@ -66,10 +66,8 @@ static int cuda_ipc_error(CUresult rc)
 	char name[64];
 	const char *desc = cuda_api_error_string(&cuda, rc);
 	return error_set(GPB_E_BACKEND,
-	                 "cuIpcOpenMemHandle failed: %s%s%s%s; legacy CUDA IPC handles open "
-	                 "only in a process of the daemon's user (the driver's share policy) "
-	                 "and in the daemon's PID namespace: a client of another user or in a "
-	                 "container needs the daemon's file-descriptor (VMM) transport",
+	                 "cuIpcOpenMemHandle failed: %s%s%s%s; legacy CUDA IPC opens only in "
+	                 "processes of the daemon's user and PID namespace (docs/cuda.md)",
 	                 cuda_api_error_name(&cuda, rc, name, sizeof(name)), *desc ? " (" : "",
 	                 desc, *desc ? ")" : "");
 }

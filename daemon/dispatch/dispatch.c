@@ -143,15 +143,19 @@ static int on_hello(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-/* True when a device's UUID is text: "GPU-xxxxxxxx-..." as nvidia-smi
- * prints it, in either case, with or without the "GPU-" prefix. */
+/* The UUID without nvidia-smi's "GPU-" or "MIG-" (a MIG instance). */
+static const char *uuid_bare(const char *s)
+{
+	return strncasecmp(s, "GPU-", 4) == 0 || strncasecmp(s, "MIG-", 4) == 0 ? s + 4 : s;
+}
+
+/* True when a device's UUID is text: "GPU-xxxxxxxx-..." (or "MIG-..." for a
+ * MIG instance) as nvidia-smi prints it, in either case, with or without
+ * the prefix. */
 static bool uuid_matches(const char *uuid, const char *text)
 {
-	if (strncasecmp(text, "GPU-", 4) == 0)
-		text += 4;
-	if (strncasecmp(uuid, "GPU-", 4) == 0)
-		uuid += 4;
-	return *text && strcasecmp(uuid, text) == 0;
+	text = uuid_bare(text);
+	return *text && strcasecmp(uuid_bare(uuid), text) == 0;
 }
 
 int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
