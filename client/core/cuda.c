@@ -21,21 +21,23 @@
  * process (the slab cache in slab.c), as CUDA requires: a second open in
  * the same context fails.
  *
- * Pool slabs (allocator "async", "pool": true in the reply): the daemon's
- * memory pool of the device comes as a descriptor with each slab handle;
- * the process imports it once per device (cuMemPoolImportFromShareableHandle)
- * and keeps it while any mapping from it lives, the descriptors of later
- * slabs being closed unused. Each slab is cuMemPoolImportPointer of the
+ * Pool slabs (allocator "async", "pool": true in the reply): the memory pool
+ * of the slab's user on the device comes as a descriptor with each slab
+ * handle; the process imports each pool once (cuMemPoolImportFromShareableHandle;
+ * pools told apart by the file the descriptor names) and keeps it while any
+ * mapping from it lives, the descriptors of later slabs being closed unused. Each slab is cuMemPoolImportPointer of the
  * pool and its export data, released with cuMemFree, which is how an
  * importer lets go of a pool pointer.
  */
 #include "error.h"
 #include "slab.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cudaapi.h"
 
@@ -72,10 +74,15 @@ static int cuda_ipc_error(CUresult rc)
 	                 desc, *desc ? ")" : "");
 }
 
-/* A memory pool imported from the daemon, shared by the mappings from it. */
+/* A memory pool imported from the daemon, shared by the mappings from it.
+ * The daemon keeps one pool per user and device and sends the same
+ * descriptor of it with each slab: the file it names tells pools apart (a
+ * process may hold slabs of two users' pools, one opened by name). */
 struct cuda_pool {
 	struct cuda_pool *next;
 	CUdevice dev;
+	dev_t file_dev;
+	ino_t file_ino;
 	CUmemoryPool pool;
 	unsigned long maps;
 };
@@ -91,16 +98,23 @@ struct cuda_mapping {
 	struct cuda_pool *pool; /* a pool pointer's: its pool; else NULL */
 };
 
-/* A reference to the device's imported pool, imported from fd when the
- * process has none (a context of the device current): 0 or GPB_E_*. */
+/* A reference to the pool fd names on the device, imported from fd when
+ * the process has not imported it (a context of the device current): 0 or
+ * GPB_E_*. */
 static int cuda_pool_get(CUdevice dev, int fd, struct cuda_pool **out)
 {
 	struct cuda_pool *p;
+	struct stat st = {0};
 	int err = 0;
 
+	if (fd >= 0 && fstat(fd, &st) < 0)
+		return error_set_errno(GPB_E_SYSTEM, errno, "pool descriptor");
 	pthread_mutex_lock(&cuda_pool_lock);
-	for (p = cuda_pools; p && p->dev != dev; p = p->next)
-		;
+	for (p = cuda_pools; p; p = p->next) {
+		if (p->dev == dev &&
+		    (fd < 0 || (p->file_dev == st.st_dev && p->file_ino == st.st_ino)))
+			break;
+	}
 	if (p) {
 		p->maps++;
 		*out = p;
@@ -123,6 +137,8 @@ static int cuda_pool_get(CUdevice dev, int fd, struct cuda_pool **out)
 		goto out;
 	}
 	p->dev = dev;
+	p->file_dev = st.st_dev;
+	p->file_ino = st.st_ino;
 	p->maps = 1;
 	p->next = cuda_pools;
 	cuda_pools = p;

@@ -46,6 +46,13 @@
  *                     devices, contexts
  *   fakecuda_host.c   registered host memory and the copies
  *   fakecuda_pool.c   stream-ordered memory pools and streams
+ *   fakecuda_strict.c what makes it refuse what a driver refuses: small
+ *                     allocations packed into shared 2 MiB blocks, pool
+ *                     segments, the IPC share policy (FAKECUDA_IPC_POLICY),
+ *                     PID namespaces (FAKECUDA_PIDNS), compute modes
+ *                     (FAKECUDA_COMPUTE_MODE), the context overhead
+ *                     (FAKECUDA_CONTEXT_OVERHEAD), MIG (FAKECUDA_MIG); see
+ *                     the comment at its top
  */
 #include "fakecuda_internal.h"
 

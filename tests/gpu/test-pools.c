@@ -12,7 +12,9 @@
  * client of uid 0 writes a marker into its slab; a client of another uid
  * allocates its own: it imports another pool than the first client did
  * (the fake tells which), and nothing its mapping reaches holds the first
- * client's marker. Not root: that part is skipped, and said so.
+ * client's marker; it also opens by name a slab uid 0 shared with it, from
+ * uid 0's pool: two pools of one device in one process. Not root: that part
+ * is skipped, and said so.
  *
  * Whether a pool gives memory back to the driver: cuMemGetInfo's free bytes
  * before an 8 MiB async slab, with it, and after it was freed are printed;
@@ -49,6 +51,12 @@ static int other(const char *socket)
 	CHECK(!gl_range_holds_marker(a.ptr, 21, &range));
 	uint64_t ids[8] = {0};
 	unsigned n = imported_pools(ids, 8);
+	/* A slab uid 0 shared with this user comes from uid 0's pool: a
+	 * second pool of the device in this process. */
+	struct gpb_allocation s;
+	GPB(gpb_open_shared_from(c, 0, "pools-shared", &s));
+	CHECK(gl_range_holds_marker(s.ptr, 22, &range));
+	GPB(gpb_detach(c, s.id));
 	printf("pool %llu of %u\n", (unsigned long long)ids[0], n);
 	GPB(gpb_free(c, a.id));
 	gpb_disconnect(c);
@@ -97,6 +105,10 @@ int main(int argc, char **argv)
 
 	/* Finding 4: another uid's slabs come from another pool. */
 	if (gl_can_switch_uid()) {
+		struct gpb_allocation s;
+		GPB(gpb_alloc(c, inst, 2u << 20, 0, &s));
+		gl_write_marker(s.ptr, 22);
+		GPB(gpb_export(c, s.id, "pools-shared", GL_OTHER_UID));
 		int out;
 		char line[128];
 		char *args[] = {"other", d.socket, NULL};
@@ -104,6 +116,7 @@ int main(int argc, char **argv)
 		CHECK(gt_read_line(out, line, sizeof(line)));
 		CHECK(gt_wait(pid) == 0);
 		close(out);
+		GPB(gpb_free(c, s.id));
 		uint64_t mine[8] = {0};
 		unsigned n = imported_pools(mine, 8);
 		printf("uid 0 imported pool %llu, uid %u: %s\n", (unsigned long long)mine[0],
