@@ -640,11 +640,19 @@ const char *gpb_version(void);
  *
  * With the cuda backend gpb_allocation.ptr is a device pointer (a CUdeviceptr
  * cast to void *) in this process: the library opens each slab's IPC handle
- * once per process (cuIpcOpenMemHandle, in the calling thread's current
- * context when it is on the allocation's device, else in the device's
- * primary context) and closes it when the process's last allocation or
- * attachment in the slab is freed, on gpb_disconnect(), or on an
- * "invalidate" event. The library loads libcuda.so.1 at run time; it never
+ * once per process (cuIpcOpenMemHandle) and closes it when the process's last
+ * allocation or attachment in the slab is freed, on gpb_disconnect(), or on
+ * an "invalidate" event. Every mapping of a device is made in the process's
+ * one context of that device: the context current on the calling thread at
+ * the process's first mapping there (an application's own context is
+ * honoured), else the device's primary context, which the library retains
+ * until its last mapping there is closed. Kernels must use that context.
+ * When that context is reset (cuDevicePrimaryCtxReset, as Numba's
+ * Device.reset or cudaDeviceReset do) or destroyed (cuCtxDestroy), its
+ * mappings go with it: the library notices at its next use of them, its
+ * copy helpers answer GPB_E_CONTEXT_RESET for their pointers, gpb_free()
+ * of them works (there is nothing left to close), and new allocations,
+ * in the same slabs too, are mapped in the context current then. The library loads libcuda.so.1 at run time; it never
  * links it. With the simulated backend ptr is host memory.
  */
 
@@ -656,7 +664,9 @@ const char *gpb_version(void);
  * the allocation was opened in; synchronise @stream before reusing @src or
  * relying on @dst. sim backend: a memcpy, complete on return.
  * Errors: GPB_E_INVALID (NULL pointer, or a range not in gpubroker memory
- * mapped by this process), GPB_E_BACKEND (the driver failed:
+ * mapped by this process), GPB_E_CONTEXT_RESET (mapped in a CUDA context
+ * that has been reset or destroyed since: the memory is gone from this
+ * process; free the allocation), GPB_E_BACKEND (the driver failed:
  * gpb_last_error() names the CUresult).
  */
 int gpb_copy_to_device(void *dst, const void *src, size_t size, void *stream);
