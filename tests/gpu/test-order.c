@@ -14,6 +14,8 @@
  * - gpb_free of a dedicated slab, which closes the mapping and lets the
  *   daemon free the memory: no close with work queued (the fake counts one
  *   as a violation).
+ * - gpb_free of pinned host memory a queued copy reads: it is unmapped only
+ *   after the copy ran.
  * - gpb_free_async: returns at once; the allocation stays (the daemon
  *   still counts it, the slab stays mapped, gpb_free of it is
  *   GPB_E_NOT_FOUND) while the stream is shut, however many calls are made;
@@ -104,6 +106,22 @@ static void sync_frees(gpb_client *c, uint64_t inst, CUstream s)
 	CHECK(cu.StreamQuery(s) == CUDA_SUCCESS);
 	pthread_join(t, NULL);
 	CHECK(gt_fake_violations() == 0);
+
+	/* Pinned host memory with a copy from it queued: not unmapped under
+	 * the copy (the fake would read unmapped memory: a crash). */
+	struct gpb_allocation host;
+	GPB(gpb_alloc_host(c, inst, SIZE, GPB_HOST_PINNED, &host));
+	memset(host.ptr, 0x77, SIZE);
+	atomic_store(&gate, 0);
+	CU(cu.LaunchHostFunc(s, hold_stream, NULL));
+	CU(cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)keep.ptr, host.ptr, SIZE, s));
+	CHECK(pthread_create(&t, NULL, open_gate_later, NULL) == 0);
+	GPB(gpb_free(c, host.id));
+	CHECK(cu.StreamQuery(s) == CUDA_SUCCESS);
+	pthread_join(t, NULL);
+	CU(cu.MemcpyDtoH(back, (CUdeviceptr)(uintptr_t)keep.ptr, SIZE));
+	CHECK(back[0] == 0x77 && back[SIZE - 1] == 0x77);
+
 	GPB(gpb_free(c, keep.id));
 	free(buf);
 	free(back);
