@@ -31,6 +31,9 @@ bool fake_clean;
 bool fake_no_pools;
 
 static struct fake_ctx fake_primary[FAKE_MAX_DEVICES];
+/* Every context cuCtxCreate made, destroyed ones too: kept (never freed) so
+ * that a stale handle is refused, and listed so that they are not leaks. */
+static struct fake_ctx *fake_made;
 static struct fake_fail fake_fails[8];
 static unsigned fake_fail_count;
 
@@ -344,8 +347,12 @@ FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevic
 	if (!c)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&fake_lock);
-	*c = (struct fake_ctx){
-	    .magic = CTX_MAGIC, .device = dev, .active = true, .id = ++fake_ctx_ids};
+	*c = (struct fake_ctx){.magic = CTX_MAGIC,
+	                       .device = dev,
+	                       .active = true,
+	                       .id = ++fake_ctx_ids,
+	                       .next_made = fake_made};
+	fake_made = c;
 	pthread_mutex_unlock(&fake_lock);
 	fake_stack[fake_depth++] = c;
 	*pctx = (CUcontext)(void *)c;

@@ -32,7 +32,8 @@ struct fake_ctx {
 	 * the retain that finds it inactive and destroyed by its reset or its
 	 * release to zero, which destroy everything made in it. */
 	bool active;
-	uint64_t id; /* cuCtxGetId: new each time the context is created */
+	uint64_t id;                /* cuCtxGetId: new each time the context is created */
+	struct fake_ctx *next_made; /* cuCtxCreate's, all of them (fakecuda_ctx.c) */
 };
 
 struct fake_mem {
