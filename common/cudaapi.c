@@ -73,6 +73,27 @@ static const struct cuda_api_sym cuda_api_pool_syms[] = {
     SYM(MemPoolExportPointer, "cuMemPoolExportPointer", NULL),
     SYM(MemPoolImportPointer, "cuMemPoolImportPointer", NULL),
 };
+
+/* Each optional on its own (legacy-default-stream names, as above). */
+static const struct cuda_api_sym cuda_api_optional_syms[] = {
+    SYM(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", NULL),
+    SYM(CtxGetId, "cuCtxGetId", NULL),
+    SYM(EventCreate, "cuEventCreate", NULL),
+    SYM(EventRecord, "cuEventRecord", NULL),
+    SYM(EventQuery, "cuEventQuery", NULL),
+    SYM(EventSynchronize, "cuEventSynchronize", NULL),
+    SYM(EventDestroy, "cuEventDestroy_v2", NULL),
+    SYM(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset"),
+    SYM(CtxCreate, "cuCtxCreate_v2", NULL),
+    SYM(CtxDestroy, "cuCtxDestroy_v2", NULL),
+    SYM(StreamQuery, "cuStreamQuery", NULL),
+    SYM(MemsetD8Async, "cuMemsetD8Async", NULL),
+    SYM(LaunchHostFunc, "cuLaunchHostFunc", NULL),
+    SYM(PointerGetAttribute, "cuPointerGetAttribute", NULL),
+    /* cuDeviceGetUuid before CUDA 11.4 answers a MIG instance's parent GPU:
+     * only the MIG test uses it. */
+    SYM(DeviceGetUuidV1, "cuDeviceGetUuid", NULL),
+};
 #undef SYM
 
 /* Resolves syms[0..n) into api; the name of the first missing one, or NULL. */
@@ -121,9 +142,9 @@ int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *ini
 			memset((char *)api + cuda_api_pool_syms[i].offset, 0,
 			       sizeof(void (*)(void)));
 	}
-	/* Optional: only the MIG test uses it. */
-	void *v1 = dlsym(lib, "cuDeviceGetUuid");
-	memcpy(&api->DeviceGetUuidV1, &v1, sizeof(v1));
+	const size_t nopt = sizeof(cuda_api_optional_syms) / sizeof(cuda_api_optional_syms[0]);
+	for (size_t i = 0; i < nopt; i++)
+		cuda_api_resolve(lib, &cuda_api_optional_syms[i], 1, api);
 	api->lib = lib;
 	CUresult rc = api->Init(0);
 	if (init_rc)

@@ -73,11 +73,30 @@ struct cuda_api {
 	 * parent GPU (the _v2 above answers the instance): how a MIG instance
 	 * is told apart. Optional: NULL when the driver lacks it. */
 	PFN_cuDeviceGetUuid_v9020 DeviceGetUuidV1;
+	/* Context life, events and stream work: each looked up on its own and
+	 * NULL when the driver lacks it (cuCtxGetId is CUDA 12.0). The
+	 * library's context checks and ordered frees use the first group; the
+	 * rest serve the gpu tests. */
+	PFN_cuDevicePrimaryCtxGetState_v7000 DevicePrimaryCtxGetState;
+	PFN_cuCtxGetId_v12000 CtxGetId;
+	PFN_cuEventCreate_v2000 EventCreate;
+	PFN_cuEventRecord_v2000 EventRecord;
+	PFN_cuEventQuery_v2000 EventQuery;
+	PFN_cuEventSynchronize_v2000 EventSynchronize;
+	PFN_cuEventDestroy_v4000 EventDestroy;
+	PFN_cuDevicePrimaryCtxReset_v11000 DevicePrimaryCtxReset;
+	PFN_cuCtxCreate_v3020 CtxCreate;
+	PFN_cuCtxDestroy_v4000 CtxDestroy;
+	PFN_cuStreamQuery_v2000 StreamQuery;
+	PFN_cuMemsetD8Async_v3020 MemsetD8Async;
+	PFN_cuLaunchHostFunc_v10000 LaunchHostFunc;
+	PFN_cuPointerGetAttribute_v4000 PointerGetAttribute;
 };
 
 /*
  * Loads libcuda.so.1 and every entry point above (the pool ones only where
- * the driver has all of them: has_pools), then calls cuInit(0) and
+ * the driver has all of them: has_pools; the optional ones where the
+ * driver has them), then calls cuInit(0) and
  * cuDriverGetVersion. Returns 0, or -1 with the reason in why (the dlerror
  * text, the missing symbol, or the CUresult name of cuInit's failure) and
  * the api left unloaded. *init_rc (may be NULL) receives cuInit's result

@@ -13,13 +13,22 @@
  * renumber devices in this process); without one, the daemon's index is
  * taken as the CUDA ordinal.
  *
- * Which context: the one current on the calling thread when it belongs to
- * that device (the application's own context), else the device's primary
- * context, which the mapping retains until it is closed. Every driver call
- * runs with that context pushed and popped again (cuda_in_context), so the
+ * Which context: the process's one context of the device (cuda_ctx.c): the
+ * one current on the calling thread when the process mapped its first slab
+ * there (the application's own context), else the device's primary context,
+ * retained until the last mapping in it is closed. Every driver call runs
+ * with that context pushed and popped again (cuda_in_context), so the
  * caller's current context is left as it was. One handle is opened once per
- * process (the slab cache in slab.c), as CUDA requires: a second open in
- * the same context fails.
+ * process (the slab cache in slab.c) and in that one context, as CUDA
+ * requires: a second context's open fails. A mapping whose context was reset
+ * or destroyed is dead (cuda_alive): it is never closed (the driver took it)
+ * and its pointers get GPB_E_CONTEXT_RESET.
+ *
+ * Ordered frees: before memory is let go (a mapping closed, or the daemon
+ * told a range is free) the library waits for the work queued in the
+ * mapping's context (cuda_finish: cuCtxSynchronize), or, for
+ * gpb_free_async, for an event recorded on the caller's stream
+ * (cuda_fence).
  *
  * Pool slabs (allocator "async", "pool": true in the reply): the memory pool
  * of the slab's user on the device comes as a descriptor with each slab
@@ -39,6 +48,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cuda_ctx.h"
 #include "cudaapi.h"
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
@@ -92,8 +102,7 @@ static struct cuda_pool *cuda_pools;
 
 struct cuda_mapping {
 	CUdevice dev;
-	CUcontext ctx;
-	bool primary; /* ctx is the retained primary context */
+	struct cuda_ctx *cctx; /* the process's context of dev (cuda_ctx.c) */
 	CUdeviceptr ptr;
 	struct cuda_pool *pool; /* a pool pointer's: its pool; else NULL */
 };
@@ -239,31 +248,20 @@ static int cuda_find_device(const struct slab_target *where, CUdevice *out)
 	                 where->device, where->device_uuid);
 }
 
-/* The current context when it is on dev, else the retained primary one. */
+/* A reference to the process's context of m->dev (cuda_ctx.h). */
 static int cuda_pick_context(struct cuda_mapping *m)
 {
-	CUcontext cur = NULL;
-	CUdevice cur_dev;
-	CUresult rc;
+	const char *what = "";
+	CUresult rc = cuda_ctx_get(&cuda, m->dev, &m->cctx, &what);
 
-	if (cuda.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
-	    cuda.CtxGetDevice(&cur_dev) == CUDA_SUCCESS && cur_dev == m->dev) {
-		m->ctx = cur;
-		m->primary = false;
-		return 0;
-	}
-	rc = cuda.DevicePrimaryCtxRetain(&m->ctx, m->dev);
-	if (rc != CUDA_SUCCESS)
-		return cuda_error(rc, "cuDevicePrimaryCtxRetain");
-	m->primary = true;
-	return 0;
+	return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, what);
 }
 
-/* Frees a mapping record, letting go of the primary context it retained. */
+/* Frees a mapping record, letting go of its context. */
 static void cuda_mapping_free(struct cuda_mapping *m)
 {
-	if (m->primary)
-		cuda.DevicePrimaryCtxRelease(m->dev);
+	if (m->cctx)
+		cuda_ctx_put(&cuda, m->cctx);
 	free(m);
 }
 
@@ -280,7 +278,7 @@ typedef int (*cuda_context_fn)(struct cuda_mapping *m, void *arg);
 static int cuda_in_context(struct cuda_mapping *m, bool report, cuda_context_fn fn, void *arg)
 {
 	CUcontext popped;
-	CUresult rc = cuda.CtxPushCurrent(m->ctx);
+	CUresult rc = cuda.CtxPushCurrent(m->cctx->ctx);
 	int err;
 
 	if (rc != CUDA_SUCCESS)
@@ -367,10 +365,16 @@ static void cuda_close(void *base, uint64_t size, void *priv)
 {
 	(void)base;
 	(void)size;
+	struct cuda_mapping *m = priv;
+
 	/* Nothing to report to: a failed close leaves the mapping to the
-	 * process's exit, which the driver cleans up. */
-	cuda_in_context(priv, false, cuda_unimport, NULL);
-	cuda_mapping_free(priv);
+	 * process's exit, which the driver cleans up. A dead context took
+	 * the mapping with it: only a pool import's reference is left. */
+	if (cuda_ctx_alive(&cuda, m->cctx))
+		cuda_in_context(m, false, cuda_unimport, NULL);
+	else if (m->pool)
+		cuda_pool_put(m->pool);
+	cuda_mapping_free(m);
 }
 
 /* What cuda_copy() copies. */
@@ -452,17 +456,20 @@ static int cuda_host_register(void *p, size_t size, bool mapped, void **device_p
 	err = cuda_mapping_new(&m);
 	if (err < 0)
 		return err;
-	if (cuda.CtxGetCurrent(&m->ctx) != CUDA_SUCCESS || !m->ctx) {
+	/* The process's context of the current context's device, or of
+	 * device 0. */
+	CUcontext cur = NULL;
+	if (cuda.CtxGetCurrent(&cur) != CUDA_SUCCESS || !cur ||
+	    cuda.CtxGetDevice(&m->dev) != CUDA_SUCCESS) {
 		rc = cuda.DeviceGet(&m->dev, 0);
-		if (rc == CUDA_SUCCESS)
-			rc = cuda.DevicePrimaryCtxRetain(&m->ctx, m->dev);
 		if (rc != CUDA_SUCCESS) {
 			free(m);
-			return cuda_error(rc, "cuDevicePrimaryCtxRetain");
+			return cuda_error(rc, "cuDeviceGet");
 		}
-		m->primary = true;
 	}
-	err = cuda_in_context(m, true, cuda_host_register_here, &args);
+	err = cuda_pick_context(m);
+	if (err == 0)
+		err = cuda_in_context(m, true, cuda_host_register_here, &args);
 	if (err < 0) {
 		cuda_mapping_free(m);
 		return err;
@@ -482,8 +489,57 @@ static int cuda_host_unregister_here(struct cuda_mapping *m, void *p)
 
 static void cuda_host_unregister(void *p, void *priv)
 {
-	cuda_in_context(priv, false, cuda_host_unregister_here, p);
-	cuda_mapping_free(priv);
+	struct cuda_mapping *m = priv;
+
+	if (cuda_ctx_alive(&cuda, m->cctx))
+		cuda_in_context(m, false, cuda_host_unregister_here, p);
+	cuda_mapping_free(m);
+}
+
+/* ---- the mapping's context and its queued work -------------------------------- */
+
+static bool cuda_alive(void *priv)
+{
+	return cuda_ctx_alive(&cuda, ((struct cuda_mapping *)priv)->cctx);
+}
+
+/* A failure (a sticky error of the context, say) leaves nothing queued
+ * either: the work is over, run or not. */
+static void cuda_finish(void *priv)
+{
+	cuda_ctx_sync(&cuda, ((struct cuda_mapping *)priv)->cctx);
+}
+
+static void cuda_finish_all(void)
+{
+	/* Nothing mapped yet: nothing to wait for, and no driver to load. */
+	if (cuda_ok)
+		cuda_ctx_sync_all(&cuda);
+}
+
+static int cuda_fence(void *priv, void *stream, void **fence)
+{
+	struct cuda_mapping *m = priv;
+	const char *what = "";
+	CUresult rc =
+	    cuda_fence_record(&cuda, m->cctx, (CUstream)stream, (struct cuda_fence **)fence, &what);
+
+	return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, what);
+}
+
+static bool cuda_fence_done_fn(void *fence)
+{
+	return cuda_fence_done(&cuda, fence);
+}
+
+static void cuda_fence_wait_fn(void *fence)
+{
+	cuda_fence_wait(&cuda, fence);
+}
+
+static void cuda_fence_free_fn(void *fence)
+{
+	cuda_fence_free(&cuda, fence);
 }
 
 const struct slab_opener slab_cuda_opener = {
@@ -495,4 +551,11 @@ const struct slab_opener slab_cuda_opener = {
     .copy = cuda_copy,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .alive = cuda_alive,
+    .finish = cuda_finish,
+    .finish_all = cuda_finish_all,
+    .fence = cuda_fence,
+    .fence_done = cuda_fence_done_fn,
+    .fence_wait = cuda_fence_wait_fn,
+    .fence_free = cuda_fence_free_fn,
 };

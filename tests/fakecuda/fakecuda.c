@@ -34,7 +34,18 @@
  * (files, records, violations alike) tagged with the id, and a pointer's
  * export data names the file, so cuMemPoolImportPointer maps it as
  * cuIpcOpenMemHandle does, once the pool with that id was imported.
- * Streams are a token: every call completes before it returns.
+ * Streams and events are fakecuda_async.c's.
+ *
+ * Contexts: a mapping or allocation belongs to the context it was made in; a
+ * legacy handle opens in one context per device per process
+ * (CUDA_ERROR_ALREADY_MAPPED for a second); cuDevicePrimaryCtxReset, a
+ * primary context's release to zero and cuCtxDestroy destroy everything
+ * made in the context, whose addresses then stay inaccessible, so that a
+ * dangling pointer is an error the fake reports (or a crash), never memory.
+ *
+ * Queued work (fakecuda_async.c): *Async copies and memsets and host
+ * functions run only at a synchronisation; closing or freeing memory they
+ * still touch is a violation.
  *
  * Only the entry points gpubroker uses exist, under the ABI names cuda.h
  * maps them to (cuMemAlloc_v2 and so on).
@@ -45,7 +56,8 @@
  *   fakecuda_ctx.c    cuInit and its settings, errors, injected failures,
  *                     devices, contexts
  *   fakecuda_host.c   registered host memory and the copies
- *   fakecuda_pool.c   stream-ordered memory pools and streams
+ *   fakecuda_pool.c   stream-ordered memory pools
+ *   fakecuda_async.c  streams, events and the work queued on them
  *   fakecuda_strict.c what makes it refuse what a driver refuses: small
  *                     allocations packed into shared 2 MiB blocks, pool
  *                     segments, the IPC share policy (FAKECUDA_IPC_POLICY),
@@ -58,6 +70,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -238,6 +251,19 @@ uint64_t fake_new_serial(void)
 	return serial;
 }
 
+void fake_violation(const char *fmt, ...)
+{
+	va_list ap;
+	fake_lock_state();
+	fake_shared->violations++;
+	fake_unlock_state();
+	fprintf(stderr, "fakecuda: pid %d: ", (int)getpid());
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
 /* ---- memory ---------------------------------------------------------------------- */
 
 /* The mapping of this process that holds [p, p + n), or NULL. Lock held. */
@@ -330,6 +356,7 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 	m->serial = serial;
 	m->device = dev;
 	m->pool = pool;
+	m->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
 	m->next = fake_mems;
 	fake_mems = m;
@@ -403,12 +430,27 @@ CUresult fake_ctx_charge(int dev, bool open, uint64_t bytes, int mode)
 }
 
 static CUresult fake_unimport(CUdeviceptr dptr);
+static void fake_unimport_record(uint64_t serial);
+
+/* Unmaps m and frees it; with reserve, the addresses stay taken but
+ * inaccessible, so that a pointer into destroyed memory can neither reach
+ * new memory nor pass for it. */
+static void fake_unmap(struct fake_mem *m, bool reserve)
+{
+	if (reserve)
+		mmap((void *)m->base, m->size, PROT_NONE,
+		     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	else
+		munmap((void *)m->base, m->size);
+	free(m);
+}
 
 /* Frees this process's own allocation m (unlinked), counting a violation
  * per live importer that still maps it. */
-static void fake_mem_release(struct fake_mem *m)
+static void fake_mem_release(struct fake_mem *m, bool reserve)
 {
 	char path[300];
+	fake_async_closing(m->base, m->size, "cuMemFree");
 	fake_mem_path(m->serial, path, sizeof(path));
 	fake_lock_state();
 	fake_reap();
@@ -428,8 +470,7 @@ static void fake_mem_release(struct fake_mem *m)
 	}
 	unlink(path);
 	fake_unlock_state();
-	munmap((void *)m->base, m->size);
-	free(m);
+	fake_unmap(m, reserve);
 }
 
 /* Own memory (cuMemAlloc or a pool's), or an imported pool pointer, which
@@ -452,7 +493,7 @@ FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 	}
 	fake_mem_unlink(m);
 	pthread_mutex_unlock(&fake_lock);
-	fake_mem_release(m);
+	fake_mem_release(m, false);
 	return CUDA_SUCCESS;
 }
 
@@ -461,13 +502,15 @@ void fake_mem_drop(struct fake_mem *m)
 	pthread_mutex_lock(&fake_lock);
 	fake_mem_unlink(m);
 	pthread_mutex_unlock(&fake_lock);
-	fake_mem_release(m);
+	fake_mem_release(m, false);
 }
 
 FAKE_EXPORT CUresult cuMemsetD8(CUdeviceptr dptr, unsigned char value, size_t n)
 {
 	NEED_CONTEXT();
 	INJECT("cuMemsetD8");
+	/* On the legacy default stream: after the blocking streams' work. */
+	fake_async_drain(fake_current(), true);
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, n);
 	pthread_mutex_unlock(&fake_lock);
@@ -563,6 +606,14 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	pthread_mutex_lock(&fake_lock);
 	for (struct fake_mem *m = fake_mems; m; m = m->next) {
 		if (m->imported && m->serial == h.serial) {
+			/* A legacy handle is opened by one context per device
+			 * per process (the CUDA documentation of
+			 * cuIpcOpenMemHandle); the real driver's answer to a
+			 * second context is "resource already mapped". */
+			if (!pool && m->ctx != fake_current()) {
+				pthread_mutex_unlock(&fake_lock);
+				return CUDA_ERROR_ALREADY_MAPPED;
+			}
 			/* Opened already: the driver counts references. */
 			m->opens++;
 			*pdptr = (CUdeviceptr)(m->base + h.offset);
@@ -603,6 +654,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	m->imported = true;
 	m->opens = 1;
 	m->pool = pool;
+	m->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
 	m->next = fake_mems;
 	fake_mems = m;
@@ -626,22 +678,74 @@ static CUresult fake_unimport(CUdeviceptr dptr)
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	if (m->ctx != fake_current()) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	if (--m->opens > 0) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_SUCCESS;
 	}
 	fake_mem_unlink(m);
 	pthread_mutex_unlock(&fake_lock);
-	fake_lock_state();
-	struct fake_record *r = fake_record_find(m->serial);
+	fake_async_closing(m->base, m->size, m->pool ? "cuMemFree" : "cuIpcCloseMemHandle");
+	fake_unimport_record(m->serial);
+	fake_unmap(m, false);
+	return CUDA_SUCCESS;
+}
+
+/* This process no longer maps allocation serial. */
+static void fake_unimport_record(uint64_t serial)
+{
+	struct fake_record *r = fake_record_find(serial);
 	for (int j = 0; r && j < FAKE_MAX_IMPORTER; j++) {
 		if (r->importers[j] == getpid())
 			r->importers[j] = 0;
 	}
 	fake_unlock_state();
-	munmap((void *)m->base, m->size);
-	free(m);
-	return CUDA_SUCCESS;
+}
+
+void fake_mem_destroy_ctx(struct fake_ctx *ctx)
+{
+	for (;;) {
+		pthread_mutex_lock(&fake_lock);
+		struct fake_mem *m = fake_mems;
+		while (m && m->ctx != ctx)
+			m = m->next;
+		if (m)
+			fake_mem_unlink(m);
+		pthread_mutex_unlock(&fake_lock);
+		if (!m)
+			return;
+		if (m->imported) {
+			fake_unimport_record(m->serial);
+			fake_unmap(m, true);
+		} else {
+			fake_mem_release(m, true);
+		}
+	}
+}
+
+/* The context and device of a pointer; nothing else is asked of the fake. */
+FAKE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+	NEED_INIT();
+	pthread_mutex_lock(&fake_lock);
+	struct fake_mem *m = fake_mem_find((uintptr_t)ptr, 1);
+	struct fake_mem copy = m ? *m : (struct fake_mem){0};
+	pthread_mutex_unlock(&fake_lock);
+	if (!m)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (attr) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = (CUcontext)(void *)copy.ctx;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		*(int *)data = copy.device;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 }
 
 /* ---- for tests only ---------------------------------------------------------- */

@@ -26,7 +26,14 @@
 struct fake_ctx {
 	uint32_t magic;
 	int device;
-	int retains;
+	int retains;  /* a primary context's retain count */
+	bool primary; /* else made by cuCtxCreate */
+	/* Created and not destroyed since: a primary context is created by
+	 * the retain that finds it inactive and destroyed by its reset or its
+	 * release to zero, which destroy everything made in it. */
+	bool active;
+	uint64_t id;                /* cuCtxGetId: new each time the context is created */
+	struct fake_ctx *next_made; /* cuCtxCreate's, all of them (fakecuda_ctx.c) */
 };
 
 struct fake_mem {
@@ -36,8 +43,9 @@ struct fake_mem {
 	uint64_t serial;
 	int device;
 	bool imported;
-	unsigned opens; /* imported: cuIpcOpenMemHandle calls not closed yet */
-	uint64_t pool;  /* the memory pool's id it came from; 0 = none */
+	unsigned opens;       /* imported: cuIpcOpenMemHandle calls not closed yet */
+	uint64_t pool;        /* the memory pool's id it came from; 0 = none */
+	struct fake_ctx *ctx; /* made in: destroyed with it */
 	/* A block shared by several allocations (fakecuda_strict.c): a 2 MiB
 	 * block of small cuMemAlloc allocations, or a pool's segment. */
 	bool packed;
@@ -116,6 +124,8 @@ struct fake_ctx *fake_current(void);
 		NEED_INIT();                                                                       \
 		if (!fake_current())                                                               \
 			return CUDA_ERROR_INVALID_CONTEXT;                                         \
+		if (!fake_current()->active)                                                       \
+			return CUDA_ERROR_CONTEXT_IS_DESTROYED;                                    \
 	} while (0)
 
 #define INJECT(name)                                                                               \
@@ -157,11 +167,37 @@ CUresult fake_ctx_charge(int dev, bool open, uint64_t bytes, int mode);
  * cuIpcOpenMemHandle and cuMemPoolImportPointer. */
 CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *pdptr);
 
+/* Counts a violation in the shared state (what fakecuda_violations() says)
+ * and prints why on stderr. */
+void fake_violation(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Destroys every allocation and mapping this process made in ctx (a reset
+ * or destroyed context): their addresses stay reserved, inaccessible. */
+void fake_mem_destroy_ctx(struct fake_ctx *ctx);
+
+/* ---- fakecuda_host.c ------------------------------------------------------- */
+
+/* Whether [device_side, + n) is device memory or registered, mapped host
+ * memory of this process: CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE. */
+CUresult fake_copy_valid(uintptr_t device_side, size_t n);
+
+/* ---- fakecuda_async.c ------------------------------------------------------ */
+
+/* Runs the work queued in ctx: all of it, or (legacy default stream
+ * semantics, for the synchronous calls) that of its blocking streams. */
+void fake_async_drain(struct fake_ctx *ctx, bool blocking_only);
+/* Drops the work queued in ctx (it is being destroyed). */
+void fake_async_forget_ctx(struct fake_ctx *ctx);
+/* Memory [base, + size) is closed or freed by `what`: work still queued on
+ * it is a violation each, and dropped. */
+void fake_async_closing(uintptr_t base, uint64_t size, const char *what);
+
 /* ---- for tests only (found with dlsym) ------------------------------------- */
 
 FAKE_EXPORT uint64_t fakecuda_violations(void);
 FAKE_EXPORT unsigned fakecuda_open_mappings(void);
 FAKE_EXPORT unsigned fakecuda_host_registrations(void);
 FAKE_EXPORT unsigned fakecuda_imported_pools(uint64_t *ids, unsigned max);
+FAKE_EXPORT unsigned fakecuda_pending_work(void);
 
 #endif

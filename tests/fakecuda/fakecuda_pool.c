@@ -4,7 +4,7 @@
  * A pool is an id in this process; its allocations are fakecuda.c's device
  * memory tagged with that id, its shareable handle a memfd naming it, and a
  * pointer's export data is imported through fakecuda.c's IPC mapping once
- * the pool was imported. Streams are a token. Apart from fakecuda.c to keep
+ * the pool was imported. Streams are fakecuda_async.c's. Apart from fakecuda.c to keep
  * each file short; see the comment at its top.
  */
 #include "fakecuda_internal.h"
@@ -54,23 +54,6 @@ static struct fake_pool *fake_pool_of(CUmemoryPool pool)
 {
 	struct fake_pool *p = (struct fake_pool *)(void *)pool;
 	return p && p->magic == POOL_MAGIC ? p : NULL;
-}
-
-/* A token: the fake runs every call to completion at once. */
-FAKE_EXPORT CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
-{
-	(void)flags;
-	NEED_CONTEXT();
-	static char token;
-	*stream = (CUstream)(void *)&token;
-	return CUDA_SUCCESS;
-}
-
-FAKE_EXPORT CUresult cuStreamDestroy(CUstream stream)
-{
-	(void)stream;
-	NEED_CONTEXT();
-	return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
