@@ -117,6 +117,9 @@ static int on_hello(struct dispatch_ctx *ctx)
 			cJSON_Delete(sup);
 		return -EPROTO;
 	}
+	rc = dispatch_hello_token(ctx);
+	if (rc < 0)
+		return rc;
 	struct session *s = ctx->s;
 	s->hello = true;
 	snprintf(s->name, sizeof(s->name), "%s", client ? client : "");
@@ -127,6 +130,7 @@ static int on_hello(struct dispatch_ctx *ctx)
 	    proto_add_string(r, PROTO_F_SERVER_VERSION, GPB_VERSION) ||
 	    proto_add_string(r, PROTO_F_BACKEND, ctx->b->backend->ops->name) ||
 	    proto_add_id64(r, PROTO_F_SESSION, s->id) || proto_add_number(r, PROTO_F_UID, s->uid) ||
+	    (s->part && proto_add_string(r, PROTO_F_PARTITION, s->part->name)) ||
 	    !(lim = cJSON_AddObjectToObject(r, PROTO_F_LIMITS)) ||
 	    proto_add_number(lim, PROTO_F_MAX_FRAME, PROTO_MAX_FRAME) ||
 	    proto_add_number(lim, PROTO_F_MAX_REPLY, PROTO_MAX_REPLY) ||
@@ -154,17 +158,25 @@ static bool uuid_matches(const char *uuid, const char *text)
 	return *text && strcasecmp(uuid, text) == 0;
 }
 
+int dispatch_device_by_uuid(const struct broker *b, const char *text)
+{
+	for (int i = 0; i < b->device_count; i++) {
+		if (uuid_matches(b->dev[i].info.uuid, text))
+			return i;
+	}
+	return -ENODEV;
+}
+
 int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
 {
 	const char *uuid;
 	int64_t index;
 	int rc = proto_get_string(ctx->params, PROTO_F_DEVICE, PROTO_MAX_NAME, &uuid);
 	if (rc == 0) {
-		for (int i = 0; i < ctx->b->device_count; i++) {
-			if (uuid_matches(ctx->b->dev[i].info.uuid, uuid)) {
-				*device = i;
-				return 0;
-			}
+		int i = dispatch_device_by_uuid(ctx->b, uuid);
+		if (i >= 0) {
+			*device = i;
+			return 0;
 		}
 	} else {
 		rc = proto_get_int(ctx->params, PROTO_F_DEVICE, 0, BACKEND_MAX_DEVICES - 1, &index);
@@ -206,7 +218,8 @@ static int on_register(struct dispatch_ctx *ctx)
 	struct broker_instance *inst;
 	rc = broker_register(ctx->b, ctx->s, name, (int)device, proportion, group, &inst);
 	if (rc == -EINVAL || rc == -ENOSPC || rc == -EUSERS)
-		return dispatch_policy_error(ctx, rc, (int)device, proportion);
+		return dispatch_policy_error(ctx, broker_policy_const(ctx->b, ctx->s), rc,
+		                             (int)device, proportion);
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
 	cJSON *r = dispatch_result(ctx);
@@ -214,7 +227,7 @@ static int on_register(struct dispatch_ctx *ctx)
 	    proto_add_number(r, PROTO_F_DEVICE, inst->device) ||
 	    proto_add_u64(r, PROTO_F_CAP, inst->pol.cap) ||
 	    proto_add_number(r, PROTO_F_SHARE, inst->pol.share) ||
-	    dispatch_policy_warnings(ctx, r, inst->device))
+	    dispatch_policy_warnings(ctx, broker_policy_const(ctx->b, ctx->s), r, inst->device))
 		return -ENOMEM;
 	return 0;
 }
@@ -292,7 +305,9 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 	case -EINVAL:
 		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE, "too large to round up");
 	case -ENOMEM: {
-		uint64_t dfree = inst ? broker_device_free(ctx->b, inst->device) : 0;
+		uint64_t dfree = inst ? policy_device_available(broker_policy_const(ctx->b, ctx->s),
+		                                                inst->device)
+		                      : 0;
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
 		                "out of memory: %llu bytes requested on device %d, %llu free",
 		                (unsigned long long)size, inst ? inst->device : -1,
@@ -458,7 +473,9 @@ static int on_alloc(struct dispatch_ctx *ctx)
 		/* A request larger than the device, or than the user's cap,
 		 * could never be served: say so now rather than after the wait. */
 		struct broker_instance *inst = broker_instance_find(ctx->s, instance);
-		if (size <= ctx->b->dev[inst->device].info.total && !over_user_cap) {
+		uint64_t most = ctx->s->part ? ctx->s->part->size[inst->device]
+		                             : ctx->b->dev[inst->device].info.total;
+		if (size <= most && !over_user_cap) {
 			int wrc = broker_wait_add(ctx->b, ctx->s, ctx->id, instance, size, align,
 			                          (uint64_t)wait_ms);
 			if (wrc == 0) {
@@ -717,6 +734,9 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_UNEXPORT] = dispatch_unexport,
     [PROTO_OP_OPEN] = dispatch_open,
     [PROTO_OP_INVALIDATE_DONE] = dispatch_invalidate_done,
+    [PROTO_OP_PARTITION_CREATE] = dispatch_partition_create,
+    [PROTO_OP_PARTITION_DESTROY] = dispatch_partition_destroy,
+    [PROTO_OP_PARTITIONS] = dispatch_partitions,
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)

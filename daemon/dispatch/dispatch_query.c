@@ -28,7 +28,8 @@ static int instance_entry(struct broker *b, cJSON *arr, const struct broker_inst
 	                         : cJSON_AddNullToObject(o, PROTO_F_PROPORTION)) ||
 	    proto_add_number(o, PROTO_F_SHARE, pi->share) ||
 	    proto_add_u64(o, PROTO_F_CAP, pi->cap) || proto_add_u64(o, PROTO_F_USED, inst->used) ||
-	    proto_add_u64(o, PROTO_F_FREE, policy_headroom(&b->policy, pi)))
+	    proto_add_u64(o, PROTO_F_FREE,
+	                  policy_headroom(broker_policy_const(b, inst->owner), pi)))
 		return -ENOMEM;
 	return 0;
 }
@@ -57,13 +58,16 @@ int dispatch_mem_info(struct dispatch_ctx *ctx)
 			return -ENOMEM;
 		used_dev[inst->device] = true;
 	}
+	/* The total is the policy's: a partition's size inside one, else the
+	 * memory the partitions leave (the device's, without any). */
+	const struct policy *p = broker_policy_const(ctx->b, ctx->s);
 	for (int i = 0; i < ctx->b->device_count; i++) {
 		if (!used_dev[i])
 			continue;
 		cJSON *o = proto_array_add_object(devs);
 		if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
-		    proto_add_u64(o, PROTO_F_TOTAL, ctx->b->dev[i].info.total) ||
-		    proto_add_u64(o, PROTO_F_FREE, broker_device_free(ctx->b, i)))
+		    proto_add_u64(o, PROTO_F_TOTAL, p->dev[i].total) ||
+		    proto_add_u64(o, PROTO_F_FREE, policy_device_available(p, i)))
 			return -ENOMEM;
 	}
 	return 0;
@@ -113,18 +117,21 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 }
 
 /* name, uuid, total, reserved, used of one device. */
-static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stats *st)
+static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr, int i,
+                           struct pool_stats *st)
 {
 	const struct backend_device_info *info = &b->dev[i].info;
+	const struct policy *p = broker_policy_const(b, s);
 	pool_get_stats(b->dev[i].pool, st);
 	cJSON *o = proto_array_add_object(arr);
+	/* Inside a partition the device is the partition: its size is the total. */
 	if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_NAME, info->name) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_UUID, info->uuid) ||
-	    proto_add_u64(o, PROTO_F_TOTAL, info->total) ||
+	    proto_add_u64(o, PROTO_F_TOTAL, s->part ? p->dev[i].total : info->total) ||
 	    proto_add_u64(o, PROTO_F_RESERVED, st->reserved) ||
-	    proto_add_u64(o, PROTO_F_USED, st->used) ||
-	    proto_add_u64(o, PROTO_F_ORPHANED, b->policy.dev[i].orphaned))
+	    proto_add_u64(o, PROTO_F_USED, s->part ? p->dev[i].used : st->used) ||
+	    proto_add_u64(o, PROTO_F_ORPHANED, p->dev[i].orphaned))
 		return NULL;
 	return o;
 }
@@ -138,9 +145,9 @@ int dispatch_status(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	for (int i = 0; i < b->device_count; i++) {
 		struct pool_stats st;
-		cJSON *o = device_entry(b, devs, i, &st);
+		cJSON *o = device_entry(b, ctx->s, devs, i, &st);
 		/* The limit too: an operator looks here first. */
-		if (!o || dispatch_limit_json(b, o, i))
+		if (!o || dispatch_limit_json(broker_policy_const(b, ctx->s), o, i))
 			return -ENOMEM;
 		total += b->dev[i].info.total;
 		reserved += st.reserved;
@@ -173,12 +180,16 @@ int dispatch_devices(struct dispatch_ctx *ctx)
 	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
+	const struct policy *p = broker_policy_const(b, ctx->s);
 	for (int i = 0; i < b->device_count; i++) {
 		struct pool_stats st;
 		char cc[16];
-		cJSON *o = device_entry(b, devs, i, &st);
+		/* A partition's session sees only the partition's devices. */
+		if (ctx->s->part && !ctx->s->part->size[i])
+			continue;
+		cJSON *o = device_entry(b, ctx->s, devs, i, &st);
 		snprintf(cc, sizeof(cc), "%d.%d", b->dev[i].info.cc_major, b->dev[i].info.cc_minor);
-		if (!o || proto_add_u64(o, PROTO_F_FREE, broker_device_free(b, i)) ||
+		if (!o || proto_add_u64(o, PROTO_F_FREE, policy_device_available(p, i)) ||
 		    !cJSON_AddStringToObject(o, PROTO_F_COMPUTE_CAPABILITY, cc))
 			return -ENOMEM;
 	}
