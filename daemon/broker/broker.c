@@ -378,6 +378,9 @@ void broker_session_strip(struct broker *b, struct session *s)
 	struct broker_alloc *a;
 	while ((a = idmap_next(&s->attached, &it, NULL)))
 		broker_unpin(b, s, a);
+	/* Empty, for a session that lives on (its partition was destroyed). */
+	idmap_finish(&s->attached);
+	idmap_init(&s->attached);
 	if (s->evicted)
 		broker_ghost_make(b, s);
 	else
