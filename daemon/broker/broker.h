@@ -112,9 +112,11 @@ struct broker_partition {
 	char name[PROTO_MAX_NAME + 1];
 	uid_t uid; /* the owner: only its sessions may join */
 	unsigned char token[BROKER_TOKEN_BYTES];
-	uint64_t size[BACKEND_MAX_DEVICES]; /* bytes per device; 0: not on it */
-	struct policy policy;               /* devices of total size[i] */
-	unsigned sessions;                  /* sessions inside it */
+	uint64_t size[BACKEND_MAX_DEVICES];       /* bytes per device; 0: not on it */
+	struct policy policy;                     /* devices of total size[i] */
+	unsigned sessions;                        /* sessions inside it */
+	unsigned short_pass[BACKEND_MAX_DEVICES]; /* broker->wait_pass in which a wait
+	                                             was short of its memory */
 	time_t created;
 };
 
@@ -554,8 +556,9 @@ void broker_waits_run(struct broker *b);
 void broker_waits_expire(struct broker *b);
 /* Answers every wait with rc (-ESHUTDOWN when the daemon stops). */
 void broker_waits_cancel(struct broker *b, int rc);
-/* True when allocations wait on this device. */
-bool broker_waits_on(const struct broker *b, int device);
+/* True when allocations wait on this device in s's partition (or, for s
+ * outside partitions, outside them). */
+bool broker_waits_on(const struct broker *b, const struct session *s, int device);
 /* Drops a session's waits without answering (it is going away). */
 void broker_waits_drop(struct broker *b, struct session *s);
 /* CLOCK_MONOTONIC in milliseconds. */

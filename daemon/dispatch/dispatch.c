@@ -465,7 +465,8 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	 * only for a request that may wait (the broker checks the cap anyway). */
 	const struct broker_rule *rule = wait_ms > 0 ? broker_rule_for(ctx->b, ctx->s) : NULL;
 	bool over_user_cap = rule && rule->cap && size > rule->cap;
-	if (wait_ms > 0 && target && !over_user_cap && broker_waits_on(ctx->b, target->device))
+	if (wait_ms > 0 && target && !over_user_cap &&
+	    broker_waits_on(ctx->b, ctx->s, target->device))
 		rc = -ENOMEM;
 	else
 		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, &g);

@@ -232,6 +232,37 @@ static void test_destroy(void **state)
 	broker_done(b);
 }
 
+/* A wait inside a partition, short of the partition's memory, does not
+ * hold back a wait outside that the device can serve (nor the reverse). */
+static void test_waits_apart(void **state)
+{
+	(void)state;
+	struct broker *b = broker_new(MEM, 0, 0);
+	struct broker_partition *p = make(b, "job", UID_A, 16 * MiB, 0);
+	struct session *in = open_session(b, UID_A, 1), *out = open_session(b, UID_B, 2);
+	assert_int_equal(broker_partition_join(b, in, p->token), 0);
+	struct broker_instance *ii = reg(b, in, 0), *io = reg(b, out, 0);
+	alloc_ok(b, in, ii, 16 * MiB, 0);
+	struct broker_grant o = alloc_ok(b, out, io, MEM - 16 * MiB, 0);
+	/* Both full: the partition's wait comes first. */
+	assert_int_equal(broker_wait_add(b, in, "w1", ii->id, 2 * MiB, 0, 60000), 0);
+	assert_int_equal(broker_wait_add(b, out, "w2", io->id, 2 * MiB, 0, 60000), 0);
+	broker_waits_run(b);
+	assert_int_equal(b->wait_count, 2);
+	/* Outside, room again: its wait is served though the partition's,
+	 * before it, is still short. */
+	assert_int_equal(broker_free(b, out, o.id), 0);
+	assert_int_equal(out->wait_count, 0);
+	assert_int_equal(in->wait_count, 1);
+	assert_int_equal(io->used, 2 * MiB);
+	/* An outside request that may wait does not queue behind the
+	 * partition's waits. */
+	assert_false(broker_waits_on(b, out, 0));
+	assert_true(broker_waits_on(b, in, 0));
+	check(b);
+	broker_done(b);
+}
+
 /* Random creates and destroys: the partitions never sum above a device,
  * the broker's policy has exactly the rest, and every refusal was needed. */
 static void test_random_sums(void **state)
@@ -319,6 +350,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_join, teardown),
 	    cmocka_unit_test_teardown(test_policy_inside, teardown),
 	    cmocka_unit_test_teardown(test_destroy, teardown),
+	    cmocka_unit_test_teardown(test_waits_apart, teardown),
 	    cmocka_unit_test_teardown(test_random_sums, teardown),
 	    cmocka_unit_test_teardown(test_policy_set_total, teardown),
 	};
