@@ -43,6 +43,8 @@
 static struct th_daemon daemon_;
 static gpb_client *admin; /* the test's own connection: root, an administrator */
 
+/* A daemon of its own for each test: one that fails leaves nothing behind
+ * for the next. */
 static int setup(void **state)
 {
 	(void)state;
@@ -704,15 +706,15 @@ static void test_cli(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_create_list_destroy),
-	    cmocka_unit_test(test_overcommit_refused),
-	    cmocka_unit_test(test_overcommit_data),
-	    cmocka_unit_test(test_token_joins),
-	    cmocka_unit_test(test_wrong_token),
-	    cmocka_unit_test(test_destroy_reclaims),
-	    cmocka_unit_test(test_non_admin),
-	    cmocka_unit_test(test_bad_inputs),
-	    cmocka_unit_test(test_cli),
+	    cmocka_unit_test_setup_teardown(test_create_list_destroy, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_overcommit_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_overcommit_data, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_token_joins, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_wrong_token, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_destroy_reclaims, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_non_admin, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bad_inputs, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }
