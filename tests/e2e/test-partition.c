@@ -107,6 +107,23 @@ static const cJSON *find_partition(const cJSON *root, const char *name)
 	return NULL;
 }
 
+/* Waits for a forked child, which must exit 0 (else its status names the
+ * step that failed). */
+static void reap_ok(pid_t pid)
+{
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* In a forked child: becomes an ordinary user (exit 99 when it cannot). */
+static void become(uid_t uid)
+{
+	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+		th_child_exit(99);
+}
+
 /* Connects with token in $GPUBROKER_TOKEN, as a job's task does. */
 static int connect_with(const char *token, gpb_client **out)
 {
@@ -372,10 +389,7 @@ static void test_wrong_token(void **state)
 			gpb_disconnect(c);
 			th_child_exit(0);
 		}
-		int st;
-		assert_int_equal(waitpid(pid, &st, 0), pid);
-		assert_true(WIFEXITED(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
+		reap_ok(pid);
 	}
 	/* The right token and uid still join. */
 	assert_int_equal(connect_with(token, &c), 0);
@@ -460,10 +474,7 @@ static void test_destroy_reclaims(void **state)
 	/* At once, outside: the whole device again. */
 	assert_int_equal(device_total(admin, out), GiB);
 	assert_int_equal(write(down[1], "g", 1), 1);
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	reap_ok(pid);
 	close(up[0]);
 	close(down[1]);
 	/* Its process gone, its slabs go too: the whole device can be had. */
@@ -500,8 +511,7 @@ static void test_non_admin(void **state)
 	if (pid == 0) {
 		gpb_client *c;
 		char t[65], *json;
-		if (setgroups(0, NULL) < 0 || setgid(UID_OTHER) < 0 || setuid(UID_OTHER) < 0)
-			th_child_exit(70);
+		become(UID_OTHER);
 		if (gpb_connect(daemon_.socket, "user", &c) != 0)
 			th_child_exit(71);
 		if (gpb_partition_create(c, "mine", UID_OTHER, MiB, NULL, 0, t) != GPB_E_PERMISSION)
@@ -531,10 +541,7 @@ static void test_non_admin(void **state)
 		gpb_disconnect(c);
 		th_child_exit(0);
 	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	reap_ok(pid);
 	assert_int_equal(gpb_partition_destroy(admin, "theirs"), 0);
 	assert_int_equal(gpb_partition_destroy(admin, "hidden"), 0);
 	check_clean();
