@@ -229,7 +229,8 @@ int dispatch_clients(struct dispatch_ctx *ctx)
 		    proto_add_number(o, PROTO_F_INSTANCES, s->instance_count) ||
 		    proto_add_number(o, PROTO_F_ALLOCATIONS, (double)s->alloc_count) ||
 		    proto_add_u64(o, PROTO_F_USED, s->used) || proto_add_u64(o, PROTO_F_CAP, cap) ||
-		    proto_add_number(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)))
+		    proto_add_number(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)) ||
+		    (s->part && !cJSON_AddStringToObject(o, PROTO_F_PARTITION, s->part->name)))
 			return -ENOMEM;
 	}
 	/* Other users' connections as totals only: no pid, uid, name or id. */
