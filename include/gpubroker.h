@@ -90,9 +90,13 @@ typedef struct gpb_client gpb_client;
  * @path: socket path; NULL means $GPUBROKER_SOCKET, else GPB_DEFAULT_SOCKET_PATH.
  * @name: a label the daemon shows in `gpubrokerctl clients` (may be NULL).
  * @out: receives the client; free with gpb_disconnect().
+ * When $GPUBROKER_TOKEN is set and not empty, hello presents it: the
+ * connection joins that partition (see gpb_partition_create()) and sees the
+ * partition's size as each device's memory.
  * Errors: GPB_E_CONNECT (nothing listening, path too long), GPB_E_PERMISSION
- * (socket not accessible), GPB_E_VERSION, GPB_E_DAEMON_GONE, GPB_E_PROTOCOL,
- * GPB_E_NOMEM, GPB_E_INVALID (@out NULL).
+ * (socket not accessible, or $GPUBROKER_TOKEN is not a partition of this
+ * uid: "invalid partition token"), GPB_E_VERSION, GPB_E_DAEMON_GONE,
+ * GPB_E_PROTOCOL, GPB_E_NOMEM, GPB_E_INVALID (@out NULL).
  */
 int gpb_connect(const char *path, const char *name, gpb_client **out);
 
@@ -603,6 +607,42 @@ int gpb_stats(gpb_client *client, int device, struct gpb_pool_stats *out);
  */
 int gpb_request(gpb_client *client, const char *method, const char *params_json,
                 char **result_json);
+
+/* ---- partitions (administrators) --------------------------------------------
+ *
+ * A partition takes @size bytes out of each of its devices for one uid,
+ * guaranteed: connections that present its token (gpb_connect() sends
+ * $GPUBROKER_TOKEN) use only it, with the partition as their device; the
+ * others share what the partitions leave. */
+
+/**
+ * Creates partition @name (1-64 bytes of A-Z a-z 0-9 . _ -) owned by @uid,
+ * @size bytes on each of @devices (@n_devices indices; NULL or 0 = every
+ * device), and writes its token (64 lowercase hex digits and a NUL) into
+ * @token, which only this call ever returns.
+ * Errors: GPB_E_PERMISSION (not an administrator), GPB_E_INVALID (name,
+ * size 0, a device unknown or named twice, a name that exists),
+ * GPB_E_OUT_OF_MEMORY (a device cannot guarantee @size: the message gives
+ * the figures), GPB_E_LIMIT, GPB_E_DAEMON_GONE.
+ */
+int gpb_partition_create(gpb_client *client, const char *name, uint32_t uid, uint64_t size,
+                         const int *devices, int n_devices, char token[65]);
+
+/**
+ * Destroys partition @name: its connections get the event
+ * "partition_destroyed" and are closed, and everything they held goes back.
+ * Errors: GPB_E_PERMISSION, GPB_E_NOT_FOUND, GPB_E_INVALID (a bad name, or
+ * the partition this connection is in), GPB_E_DAEMON_GONE.
+ */
+int gpb_partition_destroy(gpb_client *client, const char *name);
+
+/**
+ * The partitions this connection may see (all for an administrator, its
+ * uid's for a user) as the JSON text of the `partitions` result, into
+ * @json_out, which the caller frees with gpb_string_free().
+ * Errors: GPB_E_INVALID (@json_out NULL), GPB_E_DAEMON_GONE.
+ */
+int gpb_partitions(gpb_client *client, char **json_out);
 
 /** Frees a string returned by the library. NULL is a no-op. */
 void gpb_string_free(char *s);

@@ -374,6 +374,15 @@ int policy_set_reserve(struct policy *p, int device, uint64_t bytes)
 	return 0;
 }
 
+int policy_set_total(struct policy *p, int device, uint64_t total)
+{
+	if (device < 0 || device >= p->device_count)
+		return -EINVAL;
+	p->dev[device].total = total;
+	policy_rebalance(p, device, NULL);
+	return 0;
+}
+
 const char *policy_mode_name(enum policy_mode mode)
 {
 	return mode == POLICY_ACTIVE ? "active" : "passive";

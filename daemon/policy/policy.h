@@ -180,6 +180,14 @@ int policy_set_limit(struct policy *p, int device, uint64_t bytes, double fracti
  */
 int policy_set_reserve(struct policy *p, int device, uint64_t bytes);
 
+/*
+ * Changes the memory of one device (partitions take theirs out of the
+ * broker's, and their own policy's devices are their sizes). The limit,
+ * a fraction of it, follows; caps follow at once. A total under what the
+ * device's instances hold revokes nothing (as a shrinking cap). 0 or -EINVAL.
+ */
+int policy_set_total(struct policy *p, int device, uint64_t total);
+
 const char *policy_mode_name(enum policy_mode mode);
 /* 0 and *mode, or -EINVAL. */
 int policy_mode_parse(const char *name, enum policy_mode *mode);
