@@ -35,6 +35,7 @@ struct fake_stream {
 	uint32_t magic;
 	struct fake_ctx *ctx;
 	bool blocking; /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
+	int priority;  /* cuStreamCreateWithPriority's, clamped to the range */
 };
 
 struct fake_event {
@@ -52,11 +53,14 @@ struct fake_op {
 	struct fake_ctx *ctx;
 	struct fake_stream *stream; /* NULL: the legacy default stream */
 	enum fake_op_kind kind;
-	uintptr_t device_side; /* the device memory it touches (0: none) */
+	uintptr_t device_side;  /* the device memory it touches (0: none) */
+	uintptr_t device_side2; /* a copy's other side, when device memory too (0: none) */
 	void *dst;
 	const void *src;
 	size_t n;
 	unsigned char value;
+	uint32_t value_wide; /* cuMemsetD16/D32: n elements of `width` bytes */
+	unsigned width;
 	CUhostFn fn;
 	void *data;
 };
@@ -97,6 +101,8 @@ static void op_run(struct fake_op *op)
 	}
 	pthread_mutex_lock(&fake_lock);
 	CUresult ok = fake_copy_valid(op->device_side, op->n);
+	if (ok == CUDA_SUCCESS && op->device_side2)
+		ok = fake_copy_valid(op->device_side2, op->n);
 	pthread_mutex_unlock(&fake_lock);
 	if (ok != CUDA_SUCCESS) {
 		fake_violation("queued work ran on memory at %#" PRIxPTR " no longer mapped",
@@ -105,6 +111,8 @@ static void op_run(struct fake_op *op)
 	}
 	if (op->kind == OP_COPY)
 		memmove(op->dst, op->src, op->n);
+	else if (op->width > 1)
+		fake_fill(op->dst, op->value_wide, op->width, op->n / op->width);
 	else
 		memset(op->dst, op->value, op->n);
 }
@@ -167,7 +175,11 @@ void fake_async_closing(uintptr_t base, uint64_t size, const char *what)
 	pthread_mutex_lock(&async_lock);
 	for (struct fake_op **pp = &ops_head; *pp;) {
 		struct fake_op *op = *pp;
-		if (op->device_side && op->device_side >= base && op->device_side - base < size) {
+		bool touches =
+		    (op->device_side && op->device_side - base < size && op->device_side >= base) ||
+		    (op->device_side2 && op->device_side2 - base < size &&
+		     op->device_side2 >= base);
+		if (touches) {
 			*pp = op->next;
 			free(op);
 			dropped++;
@@ -247,6 +259,55 @@ FAKE_EXPORT CUresult cuStreamQuery(CUstream stream)
 	return ops_pending(fake_current(), s, UINT64_MAX) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
+/* An H100's range: 0 (least) to -5 (greatest). */
+#define FAKE_PRIORITY_LEAST    0
+#define FAKE_PRIORITY_GREATEST (-5)
+
+FAKE_EXPORT CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+	NEED_CONTEXT();
+	if (least)
+		*least = FAKE_PRIORITY_LEAST;
+	if (greatest)
+		*greatest = FAKE_PRIORITY_GREATEST;
+	return CUDA_SUCCESS;
+}
+
+/* Out of range priorities are clamped, as CUDA does. */
+FAKE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *stream, unsigned int flags, int priority)
+{
+	CUresult rc = cuStreamCreate(stream, flags);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct fake_stream *s = (struct fake_stream *)(void *)*stream;
+	s->priority = priority > FAKE_PRIORITY_LEAST      ? FAKE_PRIORITY_LEAST
+	              : priority < FAKE_PRIORITY_GREATEST ? FAKE_PRIORITY_GREATEST
+	                                                  : priority;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamGetFlags(CUstream stream, unsigned int *flags)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*flags = s && !s->blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamGetPriority(CUstream stream, int *priority)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*priority = s ? s->priority : FAKE_PRIORITY_LEAST;
+	return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuCtxSynchronize(void)
 {
 	NEED_CONTEXT();
@@ -266,6 +327,8 @@ static CUresult enqueue(CUstream stream, struct fake_op op)
 	if (op.kind != OP_HOST_FN) {
 		pthread_mutex_lock(&fake_lock);
 		rc = fake_copy_valid(op.device_side, op.n);
+		if (rc == CUDA_SUCCESS && op.device_side2)
+			rc = fake_copy_valid(op.device_side2, op.n);
 		pthread_mutex_unlock(&fake_lock);
 		if (rc != CUDA_SUCCESS)
 			return rc;
@@ -321,6 +384,30 @@ FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
 	if (!fn)
 		return CUDA_ERROR_INVALID_VALUE;
 	return enqueue(s, (struct fake_op){.kind = OP_HOST_FN, .fn = fn, .data = data});
+}
+
+CUresult fake_async_copy(CUstream s, void *dst, const void *src, size_t n, uintptr_t dev1,
+                         uintptr_t dev2)
+{
+	NEED_CONTEXT();
+	return enqueue(s, (struct fake_op){.kind = OP_COPY,
+	                                   .device_side = dev1,
+	                                   .device_side2 = dev2,
+	                                   .dst = dst,
+	                                   .src = src,
+	                                   .n = n});
+}
+
+CUresult fake_async_memset(CUstream s, uintptr_t dst, uint32_t value, unsigned width, size_t count)
+{
+	NEED_CONTEXT();
+	return enqueue(s, (struct fake_op){.kind = OP_MEMSET,
+	                                   .device_side = dst,
+	                                   .dst = (void *)dst,
+	                                   .n = count * width,
+	                                   .value = (unsigned char)value,
+	                                   .value_wide = value,
+	                                   .width = width});
 }
 
 /* ---- events ------------------------------------------------------------------- */
@@ -396,6 +483,21 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent event)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	ops_run(e->ctx, e->stream, false, e->seq);
 	return CUDA_SUCCESS;
+}
+
+/* Work queued on the stream after this waits for the event's work: the fake
+ * runs that work now (a device may run queued work at any time), which
+ * keeps the order without tracking dependencies between streams. */
+FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuEventSynchronize(event);
 }
 
 /* ---- for tests only ----------------------------------------------------------- */

@@ -431,6 +431,41 @@ FAKE_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
+/* Replaces the current context (the top of the stack); NULL pops it. */
+FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	NEED_INIT();
+	struct fake_ctx *c = (struct fake_ctx *)(void *)ctx;
+	if (c && (c->magic != CTX_MAGIC || !c->active))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!c) {
+		if (fake_depth)
+			fake_depth--;
+		return CUDA_SUCCESS;
+	}
+	if (fake_depth)
+		fake_stack[fake_depth - 1] = c;
+	else
+		fake_stack[fake_depth++] = c;
+	return CUDA_SUCCESS;
+}
+
+/* Every context speaks the API of cuCtxCreate_v2 (3.2), as a driver says of
+ * contexts made through it. */
+FAKE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+	NEED_INIT();
+	struct fake_ctx *c = ctx ? (struct fake_ctx *)(void *)ctx : fake_current();
+	if (!c || c->magic != CTX_MAGIC)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!c->active)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	if (!version)
+		return CUDA_ERROR_INVALID_VALUE;
+	*version = 3020;
+	return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
 	NEED_INIT();
