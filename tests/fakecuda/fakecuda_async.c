@@ -15,7 +15,10 @@
  * finds its memory gone when it runs is one too. cuStreamQuery and
  * cuEventQuery answer CUDA_ERROR_NOT_READY while the work they cover is
  * queued: with nothing to synchronise, it stays queued forever, which is
- * what a caller that polls must live with.
+ * what a caller that polls must live with. Except as CUDA's rules for
+ * pageable host memory say: a copy from it takes the source at the call
+ * (the device side is written later), a copy into it returns only when it
+ * is done (the work queued before it on the stream runs first).
  *
  * Stream-ordered allocation (cuMemAllocFromPoolAsync, cuMemFreeAsync) stays
  * immediate (fakecuda_pool.c): the daemon synchronises right after it.
@@ -61,6 +64,7 @@ struct fake_op {
 	unsigned char value;
 	uint32_t value_wide; /* cuMemsetD16/D32: n elements of `width` bytes */
 	unsigned width;
+	void *staged; /* a copy from pageable memory: src, taken at the call (freed with op) */
 	CUhostFn fn;
 	void *data;
 };
@@ -79,6 +83,12 @@ static bool op_matches(const struct fake_op *op, struct fake_ctx *ctx,
 	if (all || op->stream == stream)
 		return true;
 	return !stream && (!op->stream || op->stream->blocking);
+}
+
+static void op_free(struct fake_op *op)
+{
+	free(op->staged);
+	free(op);
 }
 
 static void op_unlink(struct fake_op *op)
@@ -132,7 +142,7 @@ static void ops_run(struct fake_ctx *ctx, const struct fake_stream *stream, bool
 		if (!op)
 			return;
 		op_run(op);
-		free(op);
+		op_free(op);
 	}
 }
 
@@ -158,7 +168,7 @@ void fake_async_forget_ctx(struct fake_ctx *ctx)
 		struct fake_op *op = *pp;
 		if (op->ctx == ctx) {
 			*pp = op->next;
-			free(op);
+			op_free(op);
 		} else {
 			pp = &op->next;
 		}
@@ -181,7 +191,7 @@ void fake_async_closing(uintptr_t base, uint64_t size, const char *what)
 		     op->device_side2 >= base);
 		if (touches) {
 			*pp = op->next;
-			free(op);
+			op_free(op);
 			dropped++;
 		} else {
 			pp = &op->next;
@@ -333,18 +343,43 @@ static CUresult enqueue(CUstream stream, struct fake_op op)
 		if (rc != CUDA_SUCCESS)
 			return rc;
 	}
+	/* Pageable host memory (neither registered nor cuMemHostAlloc's): CUDA
+	 * stages a source at the call, and returns from a copy into it only
+	 * once the copy is done (the API's synchronisation rules). */
+	bool from_pageable = false, to_pageable = false;
+	if (op.kind == OP_COPY && !op.device_side2) {
+		uintptr_t host = op.device_side == (uintptr_t)op.dst ? (uintptr_t)op.src
+		                                                     : (uintptr_t)op.dst;
+		uintptr_t b;
+		size_t sz;
+		unsigned f;
+		bool a;
+		bool pageable = !fake_host_lookup(host, &b, &sz, &f, &a);
+		from_pageable = pageable && host == (uintptr_t)op.src;
+		to_pageable = pageable && host == (uintptr_t)op.dst;
+	}
 	struct fake_op *p = malloc(sizeof(*p));
 	if (!p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*p = op;
+	if (from_pageable && op.n) {
+		if (!(p->staged = malloc(op.n))) {
+			free(p);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(p->staged, op.src, op.n);
+		p->src = p->staged;
+	}
 	p->ctx = fake_current();
 	p->stream = s;
 	p->next = NULL;
 	pthread_mutex_lock(&async_lock);
-	p->seq = ++ops_seq;
+	uint64_t seq = p->seq = ++ops_seq;
 	*ops_tail = p;
 	ops_tail = &p->next;
 	pthread_mutex_unlock(&async_lock);
+	if (to_pageable)
+		ops_run(p->ctx, s, false, seq);
 	return CUDA_SUCCESS;
 }
 
