@@ -348,8 +348,8 @@ static CUresult enqueue(CUstream stream, struct fake_op op)
 	 * once the copy is done (the API's synchronisation rules). */
 	bool from_pageable = false, to_pageable = false;
 	if (op.kind == OP_COPY && !op.device_side2) {
-		uintptr_t host = op.device_side == (uintptr_t)op.dst ? (uintptr_t)op.src
-		                                                     : (uintptr_t)op.dst;
+		uintptr_t host =
+		    op.device_side == (uintptr_t)op.dst ? (uintptr_t)op.src : (uintptr_t)op.dst;
 		uintptr_t b;
 		size_t sz;
 		unsigned f;
