@@ -10,14 +10,13 @@ requests chunked along the run axis, unchunkable arrays, the hooks (whose
 thread, when), free by label and invalidate_all."""
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from conftest import MiB, child_env, daemon_env, env_path, wait_until
+from conftest import MiB, child_env, ctl_instances, wait_until
 
 pytest.importorskip("numpy")
 
@@ -123,15 +122,6 @@ def peers(daemon):
         p.close()
 
 
-def instances(daemon):
-    """`gpubrokerctl --output json instances` as a list of rows."""
-    r = subprocess.run([env_path("GPUBROKERCTL"), "--socket", daemon.socket, "--output", "json",
-                        "instances"], env=daemon_env(), capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
-    return doc["instances"] if isinstance(doc, dict) else doc
-
-
 def test_registration_is_a_broker_instance(daemon, peers):
     a, b = peers("cubie-a"), peers("cubie-b")
     a("s = Solver('s'); mm.register(s)")
@@ -140,7 +130,7 @@ def test_registration_is_a_broker_instance(daemon, peers):
     assert "already registered" in a.raises("ValueError", "mm.register(s)")
     # ... another object is another instance.
     a("t = Solver('t'); mm.register(t)")
-    rows = instances(daemon)
+    rows = ctl_instances(daemon)
     names = sorted(r["name"] for r in rows)
     assert names == ["cubie-a:Solver", "cubie-a:Solver", "cubie-b:Solver"], rows
     row_b = [r for r in rows if r["name"] == "cubie-b:Solver"][0]
@@ -150,7 +140,7 @@ def test_registration_is_a_broker_instance(daemon, peers):
     assert "between 0 and 1" in b.raises("ValueError", "mm.register(Solver('x'), proportion=1.5)")
     # A process that ends takes its instances with it.
     a.close()
-    assert wait_until(lambda: [r["name"] for r in instances(daemon)] == ["cubie-b:Solver"])
+    assert wait_until(lambda: [r["name"] for r in ctl_instances(daemon)] == ["cubie-b:Solver"])
 
 
 def test_auto_pool_rebalanced_across_processes(daemon, peers):
@@ -364,7 +354,7 @@ def test_invalidate_all(daemon, peers):
     assert b("s.invalidated") == 0
     b("mm.poll()")
     assert b("s.invalidated") == 1
-    assert all(int(r["used"]) == 0 for r in instances(daemon))
+    assert all(int(r["used"]) == 0 for r in ctl_instances(daemon))
     # The instances stay registered and allocate again.
     a("mm.queue_request(s, {'x': gc.ArrayRequest(np.float32, (4, 4, 4))})")
     a("mm.allocate_queue(s)")
@@ -386,6 +376,6 @@ def test_allocate_and_copies(daemon, peers):
     arrs = a("sorted(mm.allocate_all({'u': gc.ArrayRequest(np.int32, (8,))}, id(s), 0))")
     assert arrs == ["u"]
     # allocate() without an instance is charged to the manager's own instance.
-    assert "cubie-a:direct" in [r["name"] for r in instances(daemon)]
+    assert "cubie-a:direct" in [r["name"] for r in ctl_instances(daemon)]
     free, total = a("mm.get_memory_info()")
     assert total == 1 << 30 and 0 < free < total
