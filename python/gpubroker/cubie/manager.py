@@ -175,16 +175,21 @@ class MemoryManager:
             for a in allocs.values():
                 a.free()
             return
-        arrs, shapes = {}, {}
+        arrs, shapes, runs = {}, {}, 1
         for label, a in allocs.items():
             req = reg.queued.pop(label, None)
             shapes[label] = tuple(a.shape)
             arrs[label] = arrays.wrap(a, a.shape, req.dtype if req is not None else "u1")
+            runs = max(runs, req.total_runs if req is not None else 1)
         reg.allocations.update(arrs)
-        reg.ready_hook(ArrayResponse(arr=arrs, chunks=int(data["chunks"]),
-                                     chunk_length=int(data["chunk_length"]),
-                                     chunked_shapes=shapes,
-                                     axis_length=int(data["axis_length"])))
+        chunks, length = int(data["chunks"]), int(data["chunk_length"])
+        axis = int(data["axis_length"])
+        if chunks == 1:
+            # Not cut: cubie reports the whole run axis, its requests'
+            # total_runs, even where no array has that axis.
+            length = axis = max(length, runs)
+        reg.ready_hook(ArrayResponse(arr=arrs, chunks=chunks, chunk_length=length,
+                                     chunked_shapes=shapes, axis_length=axis))
 
     def _invalidated(self):
         """The daemon released everything (invalidate_all, set_allocator):
