@@ -289,6 +289,11 @@ def test_unchunkable_arrays(daemon, peers):
       "'y': gc.ArrayRequest(np.float32, (64, 256), chunk_axis_index=None)})")
     a("mm.allocate_queue(s)")
     assert a("s.ready[-1].chunked_shapes") == {"x": [64, 256, 1], "y": [64, 256]}
+    # Not cut: the whole run axis is the requests' total_runs (cubie's rule),
+    # though no array has a run axis of that length.
+    a("mm.queue_request(s, {'z': gc.ArrayRequest(np.float32, (10, 50), total_runs=100)})")
+    a("mm.allocate_queue(s)")
+    assert a("(s.ready[-1].chunks, s.ready[-1].chunk_length)") == [1, 100]
     # The 20x warning, with the daemon's message.
     assert a("mm.get_chunk_parameters({s: {'x': gc.ArrayRequest(np.float32, "
              "(4, 256, 1 << 22))}}, 1 << 22, 'default')")[1] > 20
