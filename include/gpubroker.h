@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h> /* ssize_t: PyTorch's allocator entry points */
 
 #ifdef __cplusplus
 extern "C" {
@@ -728,6 +729,54 @@ struct gpb_mapping_stats {
 
 /** Fills @out. Errors: GPB_E_INVALID (@out NULL). */
 int gpb_mapping_stats(struct gpb_mapping_stats *out);
+
+/* ---- PyTorch's pluggable allocator ------------------------------------------
+ *
+ * Entry points for torch.cuda.memory.CUDAPluggableAllocator(path to this
+ * library, "gpb_torch_alloc", "gpb_torch_free") (PyTorch 2.3 and later;
+ * 2.0-2.2 take "gpb_torch_free3"), or gpubroker.torch.enable(). @stream is a
+ * cudaStream_t (a CUstream) as void *; @device is PyTorch's CUDA ordinal.
+ * The process has one client, connected at the first call (socket:
+ * $GPUBROKER_SOCKET, else the default), and one instance per device,
+ * registered at the device's first allocation on the daemon's device with
+ * that ordinal's UUID, named $GPUBROKER_TORCH_NAME (default "torch-PID"),
+ * in the manual pool with $GPUBROKER_TORCH_PROPORTION (in (0, 1]; unset:
+ * the auto pool) and in stream group $GPUBROKER_TORCH_GROUP (default
+ * "default"). Thread-safe (one lock). Everything goes back to the daemon
+ * when the process exits; after a fork the child starts afresh (the
+ * parent's pointers are not its own). A client the daemon dropped
+ * (GPB_E_DAEMON_GONE) is replaced at the next call.
+ */
+
+/**
+ * Allocates @size bytes for PyTorch on CUDA ordinal @device (gpb_alloc on
+ * the device's instance). Returns the device pointer, or NULL with the
+ * reason in gpb_last_error() (a cap or the device full: GPB_E_QUOTA /
+ * GPB_E_OUT_OF_MEMORY's message; a bad $GPUBROKER_TORCH_PROPORTION; no
+ * daemon), which PyTorch reports as out of memory. @size 0 returns NULL,
+ * as cudaMalloc(0) does. @stream is not used: the memory is the device's.
+ */
+void *gpb_torch_alloc(ssize_t size, int device, void *stream);
+
+/**
+ * Frees @ptr from gpb_torch_alloc() once the work queued on @stream before
+ * this call has run (gpb_free_async). @size and @device are not needed (the
+ * library knows the pointer); NULL and unknown pointers are ignored (an
+ * unknown one sets gpb_last_error()).
+ */
+void gpb_torch_free(void *ptr, ssize_t size, int device, void *stream);
+
+/** gpb_torch_free() with PyTorch 2.0-2.2's arguments (no device). */
+void gpb_torch_free3(void *ptr, ssize_t size, void *stream);
+
+/**
+ * The instance of CUDA ordinal @device as gpb_torch_alloc() uses it: its id
+ * in *@instance (may be NULL) and gpb_mem_info() in *@out (may be NULL);
+ * connects and registers as the first allocation would. Errors: as
+ * gpb_connect(), gpb_register() and gpb_mem_info() (GPB_E_INVALID for a
+ * negative @device or a bad $GPUBROKER_TORCH_PROPORTION).
+ */
+int gpb_torch_mem_info(int device, uint64_t *instance, struct gpb_mem_info *out);
 
 /* ---- kernel buffer layout planner ------------------------------------------
  *

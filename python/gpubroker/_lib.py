@@ -249,6 +249,11 @@ _PROTOTYPES = {
     "gpb_copy_to_device": (c_int, [c_void_p, c_void_p, ctypes.c_size_t, c_void_p]),
     "gpb_copy_from_device": (c_int, [c_void_p, c_void_p, ctypes.c_size_t, c_void_p]),
     "gpb_mapping_stats": (c_int, [P(gpb_mapping_stats)]),
+    # PyTorch's allocator (gpubroker.torch); called through ctypes by the tests.
+    "gpb_torch_alloc": (c_void_p, [ctypes.c_ssize_t, c_int, c_void_p]),
+    "gpb_torch_free": (None, [c_void_p, ctypes.c_ssize_t, c_int, c_void_p]),
+    "gpb_torch_free3": (None, [c_void_p, ctypes.c_ssize_t, c_void_p]),
+    "gpb_torch_mem_info": (c_int, [c_int, P(c_u64), P(gpb_mem_info)]),
     # The layout planner: a gpb_layout * is a void * here.
     "gpb_layout_create": (c_int, [P(c_void_p)]),
     "gpb_layout_destroy": (None, [c_void_p]),

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -457,4 +458,12 @@ void gt_expect_and_write(void *ptr, size_t n, unsigned expect, unsigned next)
 	CU(cu.CtxSynchronize());
 	free(buf);
 	free(want);
+}
+
+void CUDA_CB gt_wait_for_gate(void *gate)
+{
+	while (!atomic_load((atomic_int *)gate)) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
 }

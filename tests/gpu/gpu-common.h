@@ -133,6 +133,11 @@ void gt_fill(unsigned char *buf, size_t n, unsigned seed);
  * pattern @next there and synchronises (a context of the device current). */
 void gt_expect_and_write(void *ptr, size_t n, unsigned expect, unsigned next);
 
+/* A host function (cuLaunchHostFunc) that holds its stream shut until the
+ * atomic_int @gate (its userdata) is set: work queued behind it is
+ * certainly still queued, on a GPU too. */
+void CUDA_CB gt_wait_for_gate(void *gate);
+
 /* Milliseconds of CLOCK_MONOTONIC. */
 double gt_now_ms(void);
 

@@ -37,16 +37,6 @@
 
 static atomic_int gate;
 
-/* Runs on the stream: holds it until the gate opens. */
-static void CUDA_CB hold_stream(void *unused)
-{
-	(void)unused;
-	while (!atomic_load(&gate)) {
-		struct timespec ts = {0, 1000000};
-		nanosleep(&ts, NULL);
-	}
-}
-
 static void *open_gate_later(void *unused)
 {
 	(void)unused;
@@ -60,7 +50,7 @@ static void *open_gate_later(void *unused)
 static void queue_behind_gate(CUstream s, void *ptr, size_t n, unsigned char value)
 {
 	atomic_store(&gate, 0);
-	CU(cu.LaunchHostFunc(s, hold_stream, NULL));
+	CU(cu.LaunchHostFunc(s, gt_wait_for_gate, &gate));
 	CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)ptr, value, n, s));
 	CHECK(cu.StreamQuery(s) == CUDA_ERROR_NOT_READY);
 }
@@ -113,7 +103,7 @@ static void sync_frees(gpb_client *c, uint64_t inst, CUstream s)
 	GPB(gpb_alloc_host(c, inst, SIZE, GPB_HOST_PINNED, &host));
 	memset(host.ptr, 0x77, SIZE);
 	atomic_store(&gate, 0);
-	CU(cu.LaunchHostFunc(s, hold_stream, NULL));
+	CU(cu.LaunchHostFunc(s, gt_wait_for_gate, &gate));
 	CU(cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)keep.ptr, host.ptr, SIZE, s));
 	CHECK(pthread_create(&t, NULL, open_gate_later, NULL) == 0);
 	GPB(gpb_free(c, host.id));

@@ -175,6 +175,17 @@ def wait_until(pred, timeout=10.0):
     return True
 
 
+def ctl_instances(daemon):
+    """`gpubrokerctl --output json instances` against @daemon: the rows."""
+    import json
+
+    r = subprocess.run([env_path("GPUBROKERCTL"), "--socket", daemon.socket, "--output", "json",
+                        "instances"], env=daemon_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    return doc["instances"] if isinstance(doc, dict) else doc
+
+
 def child_env():
     """The environment a helper Python process needs to import gpubroker."""
     env = dict(os.environ)

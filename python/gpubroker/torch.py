@@ -1,0 +1,96 @@
+"""PyTorch's CUDA memory through gpubrokerd (libgpubroker's gpb_torch_*
+entry points, loaded by PyTorch as a pluggable allocator).
+
+    import gpubroker.torch
+    gpubroker.torch.enable()          # before the first CUDA tensor
+    x = torch.zeros(1 << 20, device="cuda")
+    gpubroker.torch.memory_info()     # the instance's cap and use
+
+Each process gets one connection (socket: ``$GPUBROKER_SOCKET``, else the
+default) and one broker instance per CUDA device it allocates on, named
+``$GPUBROKER_TORCH_NAME`` (default "torch-PID"), in the manual pool with
+``$GPUBROKER_TORCH_PROPORTION`` (unset: the auto pool) and in stream group
+``$GPUBROKER_TORCH_GROUP``; enable()'s arguments set those variables. Frees
+are ordered on the stream PyTorch gives (gpb_free_async). An allocation
+over the instance's cap (active mode) fails, and PyTorch raises its
+out-of-memory error; gpubroker.errors.last_error() has the daemon's reason.
+
+PyTorch calls the allocator for every tensor (its caching allocator is
+replaced, not layered), so each allocation is a request to the daemon.
+"""
+
+import ctypes
+import os
+
+from . import _lib, errors
+from .records import MemInfo
+
+_VARIABLES = {"name": "GPUBROKER_TORCH_NAME", "proportion": "GPUBROKER_TORCH_PROPORTION",
+              "group": "GPUBROKER_TORCH_GROUP", "socket": "GPUBROKER_SOCKET"}
+
+
+def library_path():
+    """The libgpubroker this package loaded: PyTorch must load the same one,
+    so that memory_info() sees the instances the allocator made."""
+    return _lib.lib()._name
+
+
+def free_function(version):
+    """The free entry point for PyTorch @version ("2.1.0+cu121"...): the
+    three-argument one before 2.3."""
+    parts = []
+    for p in version.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in p if ch.isdigit())
+        parts.append(int(digits or 0))
+    return "gpb_torch_free3" if tuple(parts) < (2, 3) else "gpb_torch_free"
+
+
+def configure(name=None, proportion=None, group=None, socket=None):
+    """Sets the variables the allocator reads when it registers a device's
+    instance (at that device's first allocation)."""
+    for key, value in (("name", name), ("proportion", proportion), ("group", group),
+                       ("socket", socket)):
+        if value is not None:
+            os.environ[_VARIABLES[key]] = str(value)
+
+
+def enable(name=None, proportion=None, group=None, socket=None):
+    """Routes PyTorch's CUDA allocations through the broker; call before the
+    first CUDA tensor (PyTorch refuses to swap allocators after). Returns
+    the torch.cuda.memory.CUDAPluggableAllocator."""
+    import torch
+
+    configure(name, proportion, group, socket)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "gpb_torch_alloc",
+                                                     free_function(torch.__version__))
+    torch.cuda.memory.change_current_allocator(alloc)
+    return alloc
+
+
+def _current_device():
+    try:
+        import torch
+
+        return torch.cuda.current_device()
+    except Exception:  # noqa: BLE001 -- no torch, or no CUDA: device 0
+        return 0
+
+
+def instance(device=None):
+    """The broker instance id of @device (default: the current one)."""
+    ident = ctypes.c_uint64()
+    device = _current_device() if device is None else device
+    errors.check(_lib.lib().gpb_torch_mem_info(device, ctypes.byref(ident), None),
+                 "torch_mem_info")
+    return ident.value
+
+
+def memory_info(device=None):
+    """The instance of @device (default: the current one) as the daemon sees
+    it: a MemInfo (cap, used, free, device_total, device_free). Connects and
+    registers if no tensor did yet."""
+    out = _lib.gpb_mem_info()
+    device = _current_device() if device is None else device
+    errors.check(_lib.lib().gpb_torch_mem_info(device, None, ctypes.byref(out)),
+                 "torch_mem_info")
+    return MemInfo.from_struct(out)

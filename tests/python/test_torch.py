@@ -1,0 +1,95 @@
+"""gpubroker.torch without PyTorch: the gpb_torch_* entry points PyTorch
+would call, through ctypes, against the real daemon (sim backend: no CUDA
+driver here, so devices are taken by index). The PyTorch test itself is in
+gpu/test_torch.py (suite gpu)."""
+
+import json
+import os
+import subprocess
+
+import sys
+
+from conftest import child_env, ctl_instances, run_python, wait_until
+
+MiB = 1 << 20
+
+PROGRAM = """
+import ctypes, json, sys
+import gpubroker, gpubroker.torch as gt
+lib = gpubroker._lib.lib()
+out = {"path": gt.library_path()}
+p = lib.gpb_torch_alloc(3 << 20, 0, None)
+q = lib.gpb_torch_alloc(1 << 20, 1, None)
+out["nonnull"] = bool(p) and bool(q)
+# Memory of this process (sim: host memory shared with the daemon).
+ctypes.memset(p, 0x5a, 3 << 20)
+out["used"] = [gt.memory_info(0).used, gt.memory_info(1).used]
+out["instances"] = [gt.instance(0), gt.instance(1)]
+print(json.dumps(out), flush=True)
+sys.stdin.readline()                    # the test looks at the daemon
+lib.gpb_torch_free(p, 3 << 20, 0, None)
+lib.gpb_torch_free3(q, 1 << 20, None)   # PyTorch 2.0-2.2
+out = {"after": [gt.memory_info(0).used, gt.memory_info(1).used]}
+lib.gpb_torch_free(ctypes.c_void_p(0x1000), 16, 0, None)
+out["unknown"] = gpubroker.errors.last_error()
+out["zero"] = lib.gpb_torch_alloc(0, 0, None)
+print(json.dumps(out), flush=True)
+sys.stdin.readline()                    # exits holding nothing
+"""
+
+
+def test_entry_points_one_instance_per_device(daemon):
+    env = dict(child_env(), GPUBROKER_SOCKET=daemon.socket, GPUBROKER_TORCH_NAME="torch-py",
+               GPUBROKER_TORCH_PROPORTION="0.25", GPUBROKER_TORCH_GROUP="tg")
+    proc = subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["nonnull"]
+        assert os.path.exists(first["path"]) or first["path"].startswith("libgpubroker")
+        assert first["used"][0] >= 3 * MiB and first["used"][1] >= MiB
+        inst0, inst1 = first["instances"]
+        assert inst0 != inst1
+        rows = {int(r["instance"], 16): r for r in ctl_instances(daemon)}
+        for inst, dev in ((inst0, 0), (inst1, 1)):
+            row = rows[inst]
+            assert (row["name"], row["group"], row["device"], row["proportion"]) == (
+                "torch-py", "tg", dev, 0.25), row
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        second = json.loads(proc.stdout.readline())
+        assert second["after"] == [0, 0]
+        assert "not from gpb_torch_alloc" in second["unknown"]
+        assert second["zero"] is None
+    finally:
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+    # The process's instances went with it.
+    assert wait_until(lambda: ctl_instances(daemon) == [])
+
+
+def test_bad_proportion_and_free_function(daemon):
+    r = run_python("import gpubroker, gpubroker.torch as gt\n"
+                   "try:\n    gt.memory_info(0)\nexcept gpubroker.errors.InvalidError as e:\n"
+                   "    print(e.detail)\n",
+                   env={"GPUBROKER_SOCKET": daemon.socket, "GPUBROKER_TORCH_PROPORTION": "1.5"})
+    assert r.returncode == 0, r.stderr
+    assert "GPUBROKER_TORCH_PROPORTION=1.5" in r.stdout
+    import gpubroker.torch as gt
+
+    assert gt.free_function("2.1.2+cu121") == "gpb_torch_free3"
+    assert gt.free_function("2.2.0") == "gpb_torch_free3"
+    assert gt.free_function("2.3.0") == "gpb_torch_free"
+    assert gt.free_function("2.10.0a0+git") == "gpb_torch_free"
+
+
+def test_reclaimed_at_exit(daemon, client):
+    r = run_python("import gpubroker, gpubroker.torch as gt\n"
+                   "lib = gpubroker._lib.lib()\n"
+                   "assert lib.gpb_torch_alloc(8 << 20, 0, None)\n"
+                   "print(gt.memory_info(0).used)\n",
+                   env={"GPUBROKER_SOCKET": daemon.socket})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) >= 8 * MiB
+    assert wait_until(lambda: ctl_instances(daemon) == [])
+    assert client.request("status")["totals"]["used"] == "0"
