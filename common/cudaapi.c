@@ -73,6 +73,19 @@ static const struct cuda_api_sym cuda_api_pool_syms[] = {
     SYM(MemPoolExportPointer, "cuMemPoolExportPointer", NULL),
     SYM(MemPoolImportPointer, "cuMemPoolImportPointer", NULL),
 };
+
+static const struct cuda_api_sym cuda_api_vmm_syms[] = {
+    SYM(MemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL),
+    SYM(MemCreate, "cuMemCreate", NULL),
+    SYM(MemRelease, "cuMemRelease", NULL),
+    SYM(MemExportToShareableHandle, "cuMemExportToShareableHandle", NULL),
+    SYM(MemImportFromShareableHandle, "cuMemImportFromShareableHandle", NULL),
+    SYM(MemAddressReserve, "cuMemAddressReserve", NULL),
+    SYM(MemAddressFree, "cuMemAddressFree", NULL),
+    SYM(MemMap, "cuMemMap", NULL),
+    SYM(MemUnmap, "cuMemUnmap", NULL),
+    SYM(MemSetAccess, "cuMemSetAccess", NULL),
+};
 #undef SYM
 
 /* Resolves syms[0..n) into api; the name of the first missing one, or NULL. */
@@ -90,6 +103,17 @@ static const char *cuda_api_resolve(void *lib, const struct cuda_api_sym *syms, 
 		memcpy((char *)api + syms[i].offset, &fn, sizeof(fn));
 	}
 	return NULL;
+}
+
+/* Resolves an optional group: all of it (true), or none (false). */
+static bool cuda_api_resolve_all(void *lib, const struct cuda_api_sym *syms, size_t n,
+                                 struct cuda_api *api)
+{
+	if (!cuda_api_resolve(lib, syms, n, api))
+		return true;
+	for (size_t i = 0; i < n; i++)
+		memset((char *)api + syms[i].offset, 0, sizeof(void (*)(void)));
+	return false;
 }
 
 int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *init_rc)
@@ -113,14 +137,12 @@ int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *ini
 		return -1;
 	}
 	/* Without every pool entry point, none: allocator "async" is then
-	 * refused rather than half there. */
-	const size_t npool = sizeof(cuda_api_pool_syms) / sizeof(cuda_api_pool_syms[0]);
-	api->has_pools = !cuda_api_resolve(lib, cuda_api_pool_syms, npool, api);
-	if (!api->has_pools) {
-		for (size_t i = 0; i < npool; i++)
-			memset((char *)api + cuda_api_pool_syms[i].offset, 0,
-			       sizeof(void (*)(void)));
-	}
+	 * refused rather than half there. Likewise VMM: transport ipc. */
+	api->has_pools =
+	    cuda_api_resolve_all(lib, cuda_api_pool_syms,
+	                         sizeof(cuda_api_pool_syms) / sizeof(cuda_api_pool_syms[0]), api);
+	api->has_vmm = cuda_api_resolve_all(
+	    lib, cuda_api_vmm_syms, sizeof(cuda_api_vmm_syms) / sizeof(cuda_api_vmm_syms[0]), api);
 	api->lib = lib;
 	CUresult rc = api->Init(0);
 	if (init_rc)

@@ -68,11 +68,25 @@ struct cuda_api {
 	PFN_cuMemPoolImportFromShareableHandle_v11020 MemPoolImportFromShareableHandle;
 	PFN_cuMemPoolExportPointer_v11020 MemPoolExportPointer;
 	PFN_cuMemPoolImportPointer_v11020 MemPoolImportPointer;
+
+	/* Virtual memory management (CUDA 10.2), for the "vmm" transport.
+	 * Optional: NULL when the driver lacks them (has_vmm false). */
+	bool has_vmm;
+	PFN_cuMemGetAllocationGranularity_v10020 MemGetAllocationGranularity;
+	PFN_cuMemCreate_v10020 MemCreate;
+	PFN_cuMemRelease_v10020 MemRelease;
+	PFN_cuMemExportToShareableHandle_v10020 MemExportToShareableHandle;
+	PFN_cuMemImportFromShareableHandle_v10020 MemImportFromShareableHandle;
+	PFN_cuMemAddressReserve_v10020 MemAddressReserve;
+	PFN_cuMemAddressFree_v10020 MemAddressFree;
+	PFN_cuMemMap_v10020 MemMap;
+	PFN_cuMemUnmap_v10020 MemUnmap;
+	PFN_cuMemSetAccess_v10020 MemSetAccess;
 };
 
 /*
  * Loads libcuda.so.1 and every entry point above (the pool ones only where
- * the driver has all of them: has_pools), then calls cuInit(0) and
+ * the driver has all of them: has_pools; the VMM ones likewise: has_vmm), then calls cuInit(0) and
  * cuDriverGetVersion. Returns 0, or -1 with the reason in why (the dlerror
  * text, the missing symbol, or the CUresult name of cuInit's failure) and
  * the api left unloaded. *init_rc (may be NULL) receives cuInit's result

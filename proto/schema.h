@@ -279,6 +279,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_TEXT               "text"
 #define PROTO_F_TOTAL              "total"
 #define PROTO_F_TOTALS             "totals"
+#define PROTO_F_TRANSPORT          "transport"
 #define PROTO_F_TYPE               "type"
 #define PROTO_F_UID                "uid"
 #define PROTO_F_UNCHUNKABLE        "unchunkable"
@@ -289,6 +290,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_VERSION            "version"
 #define PROTO_F_VERSIONS           "versions"
 #define PROTO_F_VIOLATION          "violation"
+#define PROTO_F_VMM                "vmm"
 #define PROTO_F_WAIT_MS            "wait_ms"
 #define PROTO_F_WAITED_MS          "waited_ms"
 #define PROTO_F_WAITS              "waits"
@@ -455,6 +457,9 @@ extern const unsigned proto_event_count;
 #define PROTO_V_ALLOC_ASYNC      "async"
 #define PROTO_V_BACKEND_SIM      "sim" /* hello and status "backend" */
 #define PROTO_V_BACKEND_CUDA     "cuda"
+#define PROTO_V_TRANSPORT_VMM    "vmm" /* status and devices "transport" */
+#define PROTO_V_TRANSPORT_IPC    "ipc"
+#define PROTO_V_TRANSPORT_MEMFD  "memfd"
 #define PROTO_V_SERVER           "gpubrokerd" /* hello "server" */
 #define PROTO_V_GROUP_DEFAULT    "default"    /* the group of an instance that names none */
 #define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit", as are hello's limits and: */

@@ -1,7 +1,8 @@
 /*
- * cuda.c - the library's side of the cuda backend: opening slabs from their
- * legacy IPC handles or, with allocator "async", as pointers of a memory pool
- * the daemon shares, and the host copy helpers.
+ * cuda.c - the library's side of the cuda backend: opening slabs from the
+ * descriptor of their memory (transport "vmm", cuda_vmm.c), from their
+ * legacy IPC handles (transport "ipc") or, with allocator "async", as
+ * pointers of a memory pool the daemon shares, and the host copy helpers.
  *
  * The driver is loaded at run time (common/cudaapi.c), once per process and
  * only when a daemon with the cuda backend hands this process a slab: the
@@ -37,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_vmm.h"
 #include "cudaapi.h"
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
@@ -76,6 +78,7 @@ struct cuda_mapping {
 	bool primary; /* ctx is the retained primary context */
 	CUdeviceptr ptr;
 	struct cuda_pool *pool; /* a pool pointer's: its pool; else NULL */
+	size_t vmm_mapped;      /* transport vmm: the bytes mapped; else 0 */
 };
 
 /* A reference to the device's imported pool, imported from fd when the
@@ -139,9 +142,22 @@ static void cuda_pool_put(struct cuda_pool *p)
 }
 
 /* Maps the slab's memory into m->ptr (m's context current). */
-static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd, bool pool)
+static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd,
+                       const struct slab_target *where, uint64_t size)
 {
 	CUresult rc;
+	if (where->vmm) {
+		const char *what;
+		if (!cuda.has_vmm)
+			return error_set(GPB_E_BACKEND,
+			                 "the daemon serves VMM memory (transport vmm), but this "
+			                 "process's CUDA driver has no virtual memory management");
+		if (fd < 0)
+			return error_set(GPB_E_PROTOCOL, "a vmm slab came without its descriptor");
+		rc = cuda_vmm_map(&cuda, m->dev, fd, size, &m->ptr, &m->vmm_mapped, &what);
+		return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, what);
+	}
+	bool pool = where->pool;
 	if (!pool) {
 		CUipcMemHandle h;
 		memcpy(&h, handle, sizeof(h));
@@ -169,6 +185,11 @@ static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd, bo
 static int cuda_unimport(struct cuda_mapping *m, void *unused)
 {
 	(void)unused;
+	if (m->vmm_mapped) {
+		cuda_vmm_unmap(&cuda, m->ptr, m->vmm_mapped);
+		m->vmm_mapped = 0;
+		return 0;
+	}
 	if (!m->pool) {
 		cuda.IpcCloseMemHandle(m->ptr);
 		return 0;
@@ -277,7 +298,7 @@ static int cuda_mapping_new(struct cuda_mapping **out)
 struct cuda_open_args {
 	const uint8_t *handle;
 	int fd;
-	bool pool;
+	const struct slab_target *where;
 	uint64_t size;
 };
 
@@ -290,9 +311,9 @@ static int cuda_open_here(struct cuda_mapping *m, void *arg)
 	CUresult rc;
 	int err;
 
-	err = cuda_import(m, a->handle, a->fd, a->pool);
-	if (err < 0)
-		return err;
+	err = cuda_import(m, a->handle, a->fd, a->where, a->size);
+	if (err < 0 || m->vmm_mapped)
+		return err; /* vmm: the range is the one this process reserved */
 	/* The handle names a whole allocation: it must cover the slab the
 	 * daemon describes, or offsets would run past it. */
 	rc = cuda.MemGetAddressRange(&range_base, &range_size, m->ptr);
@@ -308,8 +329,7 @@ static int cuda_open_here(struct cuda_mapping *m, void *arg)
 static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
                      void **base, void **priv)
 {
-	struct cuda_open_args args = {
-	    .handle = handle, .fd = fd, .pool = where->pool, .size = size};
+	struct cuda_open_args args = {.handle = handle, .fd = fd, .where = where, .size = size};
 	struct cuda_mapping *m;
 	int err;
 

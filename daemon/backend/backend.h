@@ -23,7 +23,16 @@ struct backend_device_info {
 	/* Slabs can come from a stream-ordered memory pool that other
 	 * processes import (BACKEND_SLAB_ASYNC, allocator "async"). */
 	bool async;
+	/* How a client maps the device's slabs: BACKEND_TRANSPORT_* ("vmm",
+	 * "ipc"; "memfd" for sim), shown by status and devices. */
+	char transport[8];
 };
+
+/* The cuda transports (backend_config.cuda_transport, key cuda_transport). */
+#define BACKEND_TRANSPORT_AUTO  "auto"                  /* vmm where the device can, else ipc */
+#define BACKEND_TRANSPORT_VMM   PROTO_V_TRANSPORT_VMM   /* cuMemCreate, a descriptor per slab */
+#define BACKEND_TRANSPORT_IPC   PROTO_V_TRANSPORT_IPC   /* cuMemAlloc, a legacy IPC handle */
+#define BACKEND_TRANSPORT_MEMFD PROTO_V_TRANSPORT_MEMFD /* sim: a sealed memfd per slab */
 
 /* slab_create flags. */
 #define BACKEND_SLAB_ASYNC 1u /* from the device's stream-ordered pool */
@@ -40,11 +49,16 @@ struct backend_slab {
 	 * async slab of the device and owned by the backend. */
 	int fd;
 	bool pool;
+	/* cuda vmm: fd is the slab's own exported memory (owned by the slab),
+	 * imported with cuMemImportFromShareableHandle and mapped. */
+	bool vmm;
 };
 
 struct backend_config {
 	int sim_devices;     /* number of simulated devices */
 	uint64_t sim_memory; /* bytes per simulated device */
+	/* cuda: BACKEND_TRANSPORT_AUTO, _VMM or _IPC (NULL: auto). */
+	const char *cuda_transport;
 };
 
 struct backend;

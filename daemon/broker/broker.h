@@ -269,6 +269,7 @@ struct broker_grant {
 	const unsigned char *handle; /* set when this session did not hold the slab */
 	int fd;                      /* with handle, the descriptor to pass; else -1 */
 	bool pool;                   /* fd is the device's memory pool (cuda async) */
+	bool vmm;                    /* fd is the slab's VMM memory (cuda transport vmm) */
 };
 
 /* Takes ownership of backend. 0, -ENOMEM, -EINVAL (slab size). */

@@ -112,7 +112,7 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-/* name, uuid, total, reserved, used of one device. */
+/* name, uuid, transport, total, reserved, used of one device. */
 static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stats *st)
 {
 	const struct backend_device_info *info = &b->dev[i].info;
@@ -121,6 +121,7 @@ static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stat
 	if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_NAME, info->name) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_UUID, info->uuid) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_TRANSPORT, info->transport) ||
 	    proto_add_u64(o, PROTO_F_TOTAL, info->total) ||
 	    proto_add_u64(o, PROTO_F_RESERVED, st->reserved) ||
 	    proto_add_u64(o, PROTO_F_USED, st->used) ||

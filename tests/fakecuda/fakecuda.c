@@ -67,7 +67,8 @@
 /* ---- shared state ---------------------------------------------------------- */
 
 struct fake_record {
-	int32_t owner; /* pid; 0 = free record */
+	int32_t owner; /* pid; 0 = free record (VMM: the creator, not the owner) */
+	int32_t vmm;   /* VMM physical memory: importers are its holders */
 	int32_t device;
 	uint64_t size;
 	uint64_t serial;
@@ -151,9 +152,17 @@ static void fake_reap(void)
 		struct fake_record *r = &fake_shared->rec[i];
 		if (!r->owner)
 			continue;
+		bool held = false;
 		for (int j = 0; j < FAKE_MAX_IMPORTER; j++) {
 			if (r->importers[j] && !fake_pid_alive(r->importers[j]))
 				r->importers[j] = 0;
+			held |= r->importers[j] != 0;
+		}
+		/* VMM memory lives while any process holds it, creator or not. */
+		if (r->vmm) {
+			if (!held)
+				memset(r, 0, sizeof(*r));
+			continue;
 		}
 		if (!fake_pid_alive(r->owner)) {
 			char path[300];
@@ -232,7 +241,13 @@ struct fake_mem *fake_mem_find(uintptr_t p, uint64_t n)
 	return NULL;
 }
 
-static void fake_mem_unlink(struct fake_mem *m)
+void fake_mem_link(struct fake_mem *m)
+{
+	m->next = fake_mems;
+	fake_mems = m;
+}
+
+void fake_mem_unlink(struct fake_mem *m)
 {
 	for (struct fake_mem **pp = &fake_mems; *pp; pp = &(*pp)->next) {
 		if (*pp == m) {
@@ -301,8 +316,7 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 	m->device = dev;
 	m->pool = pool;
 	pthread_mutex_lock(&fake_lock);
-	m->next = fake_mems;
-	fake_mems = m;
+	fake_mem_link(m);
 	pthread_mutex_unlock(&fake_lock);
 	*dptr = (CUdeviceptr)m->base;
 	return CUDA_SUCCESS;
@@ -352,7 +366,7 @@ FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 	NEED_CONTEXT();
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || m->base != (uintptr_t)dptr || (m->imported && !m->pool)) {
+	if (!m || m->base != (uintptr_t)dptr || m->vmm || (m->imported && !m->pool)) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -401,7 +415,7 @@ FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
 	struct fake_handle h = {.magic = FAKE_MAGIC};
-	bool ok = m && !m->imported && m->base == (uintptr_t)dptr;
+	bool ok = m && !m->imported && !m->vmm && m->base == (uintptr_t)dptr;
 	if (ok) {
 		h.serial = m->serial;
 		h.size = m->size;
@@ -480,8 +494,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	m->opens = 1;
 	m->pool = pool;
 	pthread_mutex_lock(&fake_lock);
-	m->next = fake_mems;
-	fake_mems = m;
+	fake_mem_link(m);
 	pthread_mutex_unlock(&fake_lock);
 	*pdptr = (CUdeviceptr)m->base;
 	return CUDA_SUCCESS;
@@ -490,6 +503,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
 	NEED_CONTEXT();
+	INJECT("cuIpcCloseMemHandle");
 	return fake_unimport(dptr);
 }
 
@@ -498,7 +512,7 @@ static CUresult fake_unimport(CUdeviceptr dptr)
 {
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || !m->imported || m->base != (uintptr_t)dptr) {
+	if (!m || !m->imported || m->vmm || m->base != (uintptr_t)dptr) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -539,7 +553,70 @@ FAKE_EXPORT unsigned fakecuda_open_mappings(void)
 	unsigned n = 0;
 	pthread_mutex_lock(&fake_lock);
 	for (struct fake_mem *m = fake_mems; m; m = m->next)
-		n += m->imported;
+		n += m->imported || m->vmm;
 	pthread_mutex_unlock(&fake_lock);
+	return n;
+}
+
+/* ---- VMM physical memory ------------------------------------------------------- */
+
+static struct fake_record *fake_record_free_slot(void)
+{
+	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
+		if (!fake_shared->rec[i].owner)
+			return &fake_shared->rec[i];
+	}
+	return NULL;
+}
+
+CUresult fake_vmm_record_new(int dev, uint64_t size, uint64_t *serial)
+{
+	fake_lock_state();
+	fake_reap();
+	struct fake_record *r = fake_record_free_slot();
+	if (!r || fake_used(dev) + size > fake_memory) {
+		fake_unlock_state();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*serial = ++fake_shared->next_serial;
+	*r = (struct fake_record){
+	    .owner = getpid(), .vmm = 1, .device = dev, .size = size, .serial = *serial};
+	r->importers[0] = getpid();
+	fake_unlock_state();
+	return CUDA_SUCCESS;
+}
+
+void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold)
+{
+	fake_lock_state();
+	struct fake_record *r = fake_record_find(serial);
+	if (!r && hold && (r = fake_record_free_slot()))
+		*r = (struct fake_record){
+		    .owner = getpid(), .vmm = 1, .device = dev, .size = size, .serial = serial};
+	bool held = false;
+	for (int j = 0; r && j < FAKE_MAX_IMPORTER; j++) {
+		if (r->importers[j] == getpid())
+			r->importers[j] = 0;
+		if (hold && !r->importers[j]) {
+			r->importers[j] = getpid();
+			hold = false;
+		}
+		held |= r->importers[j] != 0;
+	}
+	if (r && !held)
+		memset(r, 0, sizeof(*r));
+	fake_unlock_state();
+}
+
+FAKE_EXPORT unsigned fakecuda_vmm_live(void)
+{
+	unsigned n = 0;
+	if (!fake_shared)
+		return 0;
+	fake_lock_state();
+	fake_reap();
+	for (int i = 0; i < FAKE_MAX_RECORDS; i++)
+		n += fake_shared->rec[i].owner && fake_shared->rec[i].vmm;
+	fake_unlock_state();
 	return n;
 }

@@ -38,6 +38,8 @@ struct fake_mem {
 	bool imported;
 	unsigned opens; /* imported: cuIpcOpenMemHandle calls not closed yet */
 	uint64_t pool;  /* the memory pool's id it came from; 0 = none */
+	bool vmm;       /* a cuMemMap'ed range made accessible (fakecuda_vmm.c):
+	                   neither cuMemFree nor the IPC calls take it */
 };
 
 /* What an IPC handle (and a pool pointer's export data) holds. */
@@ -59,6 +61,8 @@ extern int fake_devices;
 extern uint64_t fake_memory;
 extern bool fake_clean;
 extern bool fake_no_pools;
+extern bool fake_no_vmm;    /* FAKECUDA_NO_VMM=1: no virtual memory management */
+extern bool fake_no_vmm_fd; /* FAKECUDA_NO_VMM_FD=1: VMM, but no POSIX descriptors */
 
 /* ---- fakecuda_ctx.c -------------------------------------------------------- */
 
@@ -106,10 +110,28 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr);
  * cuIpcOpenMemHandle and cuMemPoolImportPointer. */
 CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *pdptr);
 
+/* Links a mapping into (or out of) this process's list, which
+ * fake_mem_find searches: the VMM ranges made accessible. Lock held. */
+void fake_mem_link(struct fake_mem *m);
+void fake_mem_unlink(struct fake_mem *m);
+
+/* VMM physical memory in the state file: held by every process that has a
+ * handle or a mapping of it, and counted by cuMemGetInfo until the last of
+ * them let go (or died). fake_vmm_record_new: the creator holds it;
+ * CUDA_ERROR_OUT_OF_MEMORY when the device is full. fake_vmm_hold: this
+ * process takes (hold) or drops its hold on serial; taking one on a record
+ * that is gone revives it (a descriptor kept the memory alive). */
+CUresult fake_vmm_record_new(int dev, uint64_t size, uint64_t *serial);
+void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold);
+
 /* ---- for tests only (found with dlsym) ------------------------------------- */
 
 FAKE_EXPORT uint64_t fakecuda_violations(void);
 FAKE_EXPORT unsigned fakecuda_open_mappings(void);
 FAKE_EXPORT unsigned fakecuda_host_registrations(void);
+/* Calls of entry point name in this process (those that can be injected). */
+FAKE_EXPORT uint64_t fakecuda_calls(const char *name);
+/* VMM physical allocations live in the state file, of every process. */
+FAKE_EXPORT unsigned fakecuda_vmm_live(void);
 
 #endif
