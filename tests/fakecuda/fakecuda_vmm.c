@@ -118,9 +118,16 @@ static struct fake_vhandle *vmm_handle_find(CUmemGenericAllocationHandle h)
 	return NULL;
 }
 
-/* Drops the process's hold when nothing of it is left here. Lock held. */
+/* Drops the process's hold when nothing of it is left here. Lock held.
+ * With mappings but no handle left, nothing can map or export it again:
+ * the memfd is closed (the mappings keep the pages), so that the process
+ * holds no descriptor a driver would not hold either. */
 static void vmm_phys_put(struct fake_phys *p)
 {
+	if (!p->handles && p->fd >= 0) {
+		close(p->fd);
+		p->fd = -1;
+	}
 	if (p->handles || p->maps)
 		return;
 	for (struct fake_phys **pp = &vmm_phys; *pp; pp = &(*pp)->next) {
@@ -129,7 +136,6 @@ static void vmm_phys_put(struct fake_phys *p)
 			break;
 		}
 	}
-	close(p->fd);
 	fake_vmm_hold(p->serial, p->device, p->size, false);
 	free(p);
 }
@@ -281,6 +287,10 @@ FAKE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
 	struct fake_phys *p = vmm_phys;
 	while (p && p->serial != f.serial)
 		p = p->next;
+	if (p && p->fd < 0 && (p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	if (!p) {
 		p = calloc(1, sizeof(*p));
 		int own = p ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;

@@ -1,1 +1,351 @@
-int main(void){return 77;}
+/*
+ * test-vmm.c (gpu-vmm) - the transports, and the VMM calls as the driver
+ * takes them.
+ *
+ * - Transport selection: `devices` shows the transport this run asked for
+ *   (vmm, or ipc with --cuda-transport ipc); with the fake, a device without
+ *   POSIX descriptor export gets ipc under auto with the reason logged, and
+ *   under --cuda-transport vmm is left out (the daemon does not start).
+ * - The driver's VMM calls (on the fake and on a GPU alike): what the
+ *   driver refuses (sizes and offsets off the granularity, mapping outside
+ *   a reservation, over a mapping or past the memory, access before a
+ *   mapping, exporting a handle made without the descriptor type, importing
+ *   what is no such descriptor, releasing twice, cuMemFree and legacy IPC
+ *   of VMM memory) is refused; two mappings of one allocation, and an
+ *   import of its descriptor, see the same bytes; releasing the handle
+ *   keeps the memory while a mapping lives.
+ * - Reference counting across processes: a child maps the memory from the
+ *   descriptor and writes; the creator releases its handle; the child
+ *   still reads its bytes and the memory still counts in cuMemGetInfo until
+ *   the child lets go (fake: its records say so).
+ * - Through the broker (transport vmm): a slab is mapped once per process,
+ *   with the number of driver calls that costs (printed, and checked with
+ *   the fake), and 1000 alloc+free cycles in a held slab import nothing.
+ */
+#include "gpu-common.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+static unsigned fake_vmm_live(void)
+{
+	unsigned (*fn)(void);
+	void *sym = cu.lib ? dlsym(cu.lib, "fakecuda_vmm_live") : NULL;
+	if (!sym)
+		return 0;
+	memcpy(&fn, &sym, sizeof(fn));
+	return fn();
+}
+
+static CUmemAllocationProp prop_of(CUmemAllocationHandleType types)
+{
+	CUmemAllocationProp p;
+	memset(&p, 0, sizeof(p));
+	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.requestedHandleTypes = types;
+	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.location.id = 0;
+	return p;
+}
+
+static void set_rw(CUdeviceptr va, size_t n)
+{
+	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+	                     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CU(cu.MemSetAccess(va, n, &a, 1));
+}
+
+static void transports(void)
+{
+	struct gt_daemon d;
+	char t[16];
+	gt_daemon_start(&d, "cuda", NULL, NULL);
+	gpb_client *c = gt_connect(&d, "gpu-vmm-transport");
+	gt_device_transport(c, 0, t, sizeof(t));
+	printf("transport %s: devices says %s\n", gt_transport(), t);
+	CHECK(strcmp(t, gt_vmm() ? "vmm" : "ipc") == 0);
+	gpb_disconnect(c);
+	gt_daemon_stop(&d);
+	if (!gt_fake())
+		return;
+
+	/* auto without descriptor export: ipc, and the log says why. */
+	const char *no_fd[] = {"FAKECUDA_NO_VMM_FD=1", NULL};
+	const char *autot[] = {"--cuda-transport", "auto", NULL};
+	gt_daemon_start(&d, "cuda", autot, no_fd);
+	c = gt_connect(&d, "gpu-vmm-auto");
+	gt_device_transport(c, 0, t, sizeof(t));
+	CHECK(strcmp(t, "ipc") == 0);
+	CHECK(gt_log_contains(&d, "transport ipc, not vmm: the device cannot export memory as "
+	                          "a POSIX file descriptor"));
+	gpb_disconnect(c);
+	gt_daemon_stop(&d);
+
+	/* vmm asked for, no VMM: the device is left out, nothing to serve. */
+	const char *no_vmm[] = {"FAKECUDA_NO_VMM=1", NULL};
+	const char *vmm[] = {"--cuda-transport", "vmm", NULL};
+	CHECK(gt_daemon_run_to_exit(&d, "cuda", vmm, no_vmm) != 0);
+	CHECK(gt_log_contains(&d, "left out: cuda_transport is vmm, but the device reports no "
+	                          "virtual memory management"));
+	unlink(d.log);
+	rmdir(d.dir);
+}
+
+/* The child of the reference-counting case: maps the memory of descriptor
+ * @fd, writes pattern 7, says so, waits for the parent's release, checks
+ * the bytes, lets go. */
+static int child_holds(int fd)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	size_t g = 0;
+	char line[16];
+	CUmemAllocationProp prop = prop_of(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	gt_cuda_context(0);
+	CU(cu.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CU(cu.MemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+	                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+	CU(cu.MemAddressReserve(&va, g, 0, 0, 0));
+	CU(cu.MemMap(va, g, 0, h, 0));
+	CU(cu.MemRelease(h));
+	set_rw(va, g);
+	gt_expect_and_write((void *)(uintptr_t)va, 4096, 5, 7);
+	printf("mapped\n");
+	if (!fgets(line, sizeof(line), stdin) || strcmp(line, "released\n") != 0)
+		GT_FAIL("no word from the parent");
+	/* The creator let go: the mapping still holds the memory. */
+	gt_expect_and_write((void *)(uintptr_t)va, 4096, 7, 8);
+	CU(cu.MemUnmap(va, g));
+	CU(cu.MemAddressFree(va, g));
+	return 0;
+}
+
+static void driver_calls(void)
+{
+	CUmemAllocationProp prop = prop_of(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CUmemAllocationProp plain = prop_of(CU_MEM_HANDLE_TYPE_NONE);
+	CUmemGenericAllocationHandle h, h2, h3;
+	CUdeviceptr va;
+	size_t g = 0, free0, free1, total;
+	int fd = -1;
+
+	gt_cuda_context(0);
+	CU(cu.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CHECK(g >= 4096 && (g & (g - 1)) == 0);
+	gt_mem_info(&free0, &total);
+
+	/* Sizes off the granularity, flags, a device that is not there. */
+	CHECK(cu.MemCreate(&h, g / 2, &prop, 0) != CUDA_SUCCESS);
+	CHECK(cu.MemCreate(&h, 0, &prop, 0) != CUDA_SUCCESS);
+	CHECK(cu.MemCreate(&h, g, &prop, 1) != CUDA_SUCCESS);
+	CUmemAllocationProp nodev = prop;
+	int n = 0;
+	CU(cu.DeviceGetCount(&n));
+	nodev.location.id = n;
+	CHECK(cu.MemCreate(&h, g, &nodev, 0) != CUDA_SUCCESS);
+
+	CU(cu.MemCreate(&h, g, &prop, 0));
+	CU(cu.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CHECK(fd >= 0);
+	/* Made without the descriptor type: not exportable as one. */
+	int fd2 = -1;
+	CU(cu.MemCreate(&h2, g, &plain, 0));
+	CHECK(cu.MemExportToShareableHandle(&fd2, h2, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+	                                    0) != CUDA_SUCCESS);
+	CU(cu.MemRelease(h2));
+	/* Released twice: the second is refused. */
+	CHECK(cu.MemRelease(h2) != CUDA_SUCCESS);
+	/* What is no exported memory does not import. */
+	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	CHECK(null_fd >= 0);
+	CHECK(cu.MemImportFromShareableHandle(&h2, (void *)(intptr_t)null_fd,
+	                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
+	      CUDA_SUCCESS);
+	close(null_fd);
+
+	CU(cu.MemAddressReserve(&va, 2 * g, 0, 0, 0));
+	/* Access before a mapping; a mapping off the granularity, past the
+	 * memory, or outside the reservation. */
+	CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+	                      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CHECK(cu.MemSetAccess(va, g, &rw, 1) != CUDA_SUCCESS);
+	CHECK(cu.MemMap(va + g / 2, g, 0, h, 0) != CUDA_SUCCESS);
+	CHECK(cu.MemMap(va, g, g, h, 0) != CUDA_SUCCESS);
+	CHECK(cu.MemMap(va, 2 * g, 0, h, 0) != CUDA_SUCCESS);
+	CHECK(cu.MemMap(va + 2 * g, g, 0, h, 0) != CUDA_SUCCESS);
+	CU(cu.MemMap(va, g, 0, h, 0));
+	/* Over a mapping. */
+	CHECK(cu.MemMap(va, g, 0, h, 0) != CUDA_SUCCESS);
+	/* The same memory twice: one set of bytes. */
+	CU(cu.MemMap(va + g, g, 0, h, 0));
+	set_rw(va, 2 * g);
+	unsigned char buf[4096], want[4096];
+	gt_fill(want, sizeof(want), 11);
+	CU(cu.MemcpyHtoD(va, want, sizeof(want)));
+	CU(cu.MemcpyDtoH(buf, va + g, sizeof(buf)));
+	CHECK(memcmp(buf, want, sizeof(buf)) == 0);
+	/* Not cuMemAlloc memory: neither freed nor shared by legacy IPC. */
+	CUipcMemHandle ipc;
+	CHECK(cu.MemFree(va) != CUDA_SUCCESS);
+	CHECK(cu.IpcGetMemHandle(&ipc, va) != CUDA_SUCCESS);
+	/* Part of a mapping does not unmap. */
+	if (gt_fake())
+		CHECK(cu.MemUnmap(va, g / 2) != CUDA_SUCCESS);
+	CU(cu.MemUnmap(va, g));
+	/* The handle goes; the mapping at va + g keeps the memory. */
+	CU(cu.MemRelease(h));
+	CU(cu.MemcpyDtoH(buf, va + g, sizeof(buf)));
+	CHECK(memcmp(buf, want, sizeof(buf)) == 0);
+	/* Its descriptor imports the same memory. */
+	CU(cu.MemImportFromShareableHandle(&h3, (void *)(intptr_t)fd,
+	                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CU(cu.MemMap(va, g, 0, h3, 0));
+	set_rw(va, g);
+	CU(cu.MemcpyDtoH(buf, va, sizeof(buf)));
+	CHECK(memcmp(buf, want, sizeof(buf)) == 0);
+	CU(cu.MemRelease(h3));
+	/* A reservation with mappings in it is not freed (fake: strict). */
+	if (gt_fake())
+		CHECK(cu.MemAddressFree(va, 2 * g) != CUDA_SUCCESS);
+	CU(cu.MemUnmap(va, 2 * g));
+	CU(cu.MemAddressFree(va, 2 * g));
+	close(fd);
+	gt_mem_info(&free1, &total);
+	CHECK(free1 == free0 || !gt_fake());
+	CHECK(fake_vmm_live() == 0);
+
+	/* Across processes: the creator's release does not free what the
+	 * child maps. */
+	CU(cu.MemCreate(&h, g, &prop, 0));
+	CU(cu.MemAddressReserve(&va, g, 0, 0, 0));
+	CU(cu.MemMap(va, g, 0, h, 0));
+	set_rw(va, g);
+	gt_fill(want, sizeof(want), 5);
+	CU(cu.MemcpyHtoD(va, want, sizeof(want)));
+	CU(cu.MemUnmap(va, g));
+	CU(cu.MemAddressFree(va, g));
+	CU(cu.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	int inherit = fcntl(fd, F_DUPFD, 100); /* not close-on-exec: the child's */
+	CHECK(inherit >= 0);
+	close(fd);
+	char arg[16];
+	snprintf(arg, sizeof(arg), "%d", inherit);
+	int to_child[2];
+	CHECK(pipe(to_child) == 0);
+	int saved_stdin = dup(STDIN_FILENO);
+	dup2(to_child[0], STDIN_FILENO);
+	close(to_child[0]);
+	int from_child;
+	char *args[] = {"hold", arg, NULL};
+	pid_t pid = gt_spawn_self(args, &from_child);
+	dup2(saved_stdin, STDIN_FILENO);
+	close(saved_stdin);
+	close(inherit);
+	char line[64];
+	CHECK(gt_read_line(from_child, line, sizeof(line)) && strcmp(line, "mapped") == 0);
+	CU(cu.MemRelease(h));
+	gt_mem_info(&free1, &total);
+	CHECK(free1 <= free0 - g);
+	if (gt_fake())
+		CHECK(fake_vmm_live() == 1);
+	CHECK(write(to_child[1], "released\n", 9) == 9);
+	close(to_child[1]);
+	CHECK(gt_wait(pid) == 0);
+	close(from_child);
+	gt_mem_info(&free1, &total);
+	CHECK(free1 == free0 || !gt_fake());
+	CHECK(fake_vmm_live() == 0);
+	printf("ok: the driver's VMM calls refuse what they must; memory lives while mapped\n");
+}
+
+/* Through the broker: one import per slab per process, and what it costs. */
+static void broker_mapping(void)
+{
+	struct gt_daemon d;
+	struct gpb_mapping_stats s0, s;
+	gt_daemon_start(&d, "cuda", NULL, NULL); /* 64 MiB slabs */
+	gpb_client *c = gt_connect(&d, "gpu-vmm-broker");
+	uint64_t inst = gt_register(c, 0);
+	static const char *const calls[] = {"cuMemImportFromShareableHandle",
+	                                    "cuMemAddressReserve",
+	                                    "cuMemMap",
+	                                    "cuMemSetAccess",
+	                                    "cuMemRelease",
+	                                    "cuMemUnmap",
+	                                    "cuMemAddressFree",
+	                                    "cuIpcOpenMemHandle",
+	                                    "cuIpcCloseMemHandle"};
+	enum { NCALLS = sizeof(calls) / sizeof(calls[0]) };
+	uint64_t before[NCALLS], after[NCALLS];
+	for (int i = 0; i < NCALLS; i++)
+		before[i] = gt_fake_calls(calls[i]);
+	GPB(gpb_mapping_stats(&s0));
+
+	struct gpb_allocation keep, x;
+	GPB(gpb_alloc(c, inst, 1 << 20, 0, &keep));
+	/* Scrubbed by the daemon through its own passing mapping. */
+	unsigned char buf[4096], zero[4096] = {0};
+	CU(cu.MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)keep.ptr, sizeof(buf)));
+	CHECK(memcmp(buf, zero, sizeof(buf)) == 0);
+	gt_fill(buf, sizeof(buf), 3);
+	CU(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)keep.ptr, buf, sizeof(buf)));
+	gt_expect_and_write(keep.ptr, 4096, 3, 4);
+	for (int i = 0; i < 1000; i++) {
+		GPB(gpb_alloc(c, inst, 65536, 0, &x));
+		CHECK(x.slab == keep.slab);
+		GPB(gpb_free(c, x.id));
+	}
+	GPB(gpb_mapping_stats(&s));
+	CHECK(s.opens - s0.opens == 1);
+	GPB(gpb_free(c, keep.id));
+	GPB(gpb_mapping_stats(&s));
+	CHECK(s.closes - s0.closes == 1 && s.open_now == 0);
+	for (int i = 0; i < NCALLS; i++)
+		after[i] = gt_fake_calls(calls[i]) - before[i];
+	if (gt_fake()) {
+		printf("driver calls for one slab mapped, 1000 alloc+free in it, and unmapped "
+		       "(transport %s):",
+		       gt_vmm() ? "vmm" : "ipc");
+		for (int i = 0; i < NCALLS; i++)
+			printf(" %s %llu", calls[i], (unsigned long long)after[i]);
+		printf("\n");
+		if (gt_vmm()) {
+			/* Five calls to map, two to unmap: once, not per allocation. */
+			for (int i = 0; i < 7; i++)
+				CHECK(after[i] == 1);
+			CHECK(after[7] == 0 && after[8] == 0);
+		} else {
+			CHECK(after[0] == 0 && after[7] == 1 && after[8] == 1);
+		}
+	}
+	gpb_disconnect(c);
+	CHECK(gt_fake_violations() == 0);
+	gt_daemon_stop(&d);
+}
+
+int main(int argc, char **argv)
+{
+	gt_require_gpu(argc, argv);
+	if (argc == 3 && strcmp(argv[1], "hold") == 0)
+		return child_holds(atoi(argv[2]));
+	transports();
+	gt_cuda_context(0);
+	broker_mapping();
+	int vmm = 0, fd = 0;
+	if (!cu.has_vmm ||
+	    cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+	                          0) ||
+	    cu.DeviceGetAttribute(
+	        &fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0) ||
+	    vmm != 1 || fd != 1) {
+		printf(
+		    "SKIP (the driver's VMM calls): device 0 has no VMM with POSIX descriptors\n");
+		return 0;
+	}
+	driver_calls();
+	printf("ok: transport %s\n", gt_vmm() ? "vmm" : "ipc");
+	return 0;
+}
