@@ -96,6 +96,7 @@ const char *proto_code_name(int code);
 #define PROTO_M_UNEXPORT         "unexport"
 #define PROTO_M_OPEN             "open"
 #define PROTO_M_INVALIDATE_DONE  "invalidate_done"
+#define PROTO_M_GOODBYE          "goodbye"
 
 enum proto_op_flags {
 	PROTO_OPF_BEFORE_HELLO = 1u << 0, /* allowed before the handshake (hello only) */
@@ -139,7 +140,8 @@ enum proto_op_flags {
 	X(EXPORT, 0)                                                                               \
 	X(UNEXPORT, 0)                                                                             \
 	X(OPEN, 0)                                                                                 \
-	X(INVALIDATE_DONE, 0)
+	X(INVALIDATE_DONE, 0)                                                                      \
+	X(GOODBYE, 0)
 
 #define PROTO_OP_ENUM_(id, flags) PROTO_OP_##id,
 enum proto_op { PROTO_OPS(PROTO_OP_ENUM_) PROTO_OP_COUNT };

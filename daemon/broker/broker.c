@@ -350,13 +350,37 @@ static void broker_instance_free(struct broker *b, struct session *s, struct bro
 	free(inst);
 }
 
+unsigned broker_session_goodbye(struct session *s)
+{
+	s->unmapped = true;
+	return (unsigned)s->held.count;
+}
+
+/* Whether s holds a slab whose memory a process can keep mapped past the
+ * daemon's release (VMM). */
+static bool broker_session_holds_vmm(struct session *s)
+{
+	size_t it = 0;
+	struct session_slab *ss;
+	while ((ss = idmap_next(&s->held, &it, NULL))) {
+		const struct backend_slab *bs = pool_slab_backend(ss->slab);
+		if (bs->vmm)
+			return true;
+	}
+	return false;
+}
+
 void broker_session_close(struct broker *b, struct session *s)
 {
 	struct list *pos, *tmp;
 	broker_waits_drop(b, s);
 	/* Evicted, its process lives on with its mappings: what it held is
-	 * kept from the backend with what was parting (broker_ghost_make). */
-	if (s->evicted)
+	 * kept from the backend with what was parting (broker_ghost_make).
+	 * Likewise a client that went without saying it unmapped its VMM
+	 * slabs (killed, or a process that closed the socket and kept the
+	 * mappings): that memory lives as long as its process maps it. */
+	bool linger = s->evicted || (!s->unmapped && broker_session_holds_vmm(s));
+	if (linger)
 		broker_parting_add(b, s, b->invalidate_epoch);
 	list_for_each_safe(pos, tmp, &s->allocs) {
 		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
@@ -366,7 +390,7 @@ void broker_session_close(struct broker *b, struct session *s)
 	struct broker_alloc *a;
 	while ((a = idmap_next(&s->attached, &it, NULL)))
 		broker_unpin(b, s, a);
-	if (s->evicted)
+	if (linger)
 		broker_ghost_make(b, s);
 	else
 		broker_parting_drop(b, s);
@@ -521,7 +545,9 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
                               struct broker_grant *out)
 {
 	struct backend_slab *bs = pool_slab_backend(pool_block_slab(block));
-	(void)s;
+	/* A slab handed over after goodbye is mapped again. */
+	if (fresh)
+		s->unmapped = false;
 	out->device = bs->device;
 	out->slab_id = bs->id;
 	out->slab_size = bs->size;

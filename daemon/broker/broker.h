@@ -127,8 +127,10 @@ struct session {
 	unsigned wait_count;            /* its allocations waiting in broker->waits */
 	struct broker_parting *parting; /* slabs its client may still have mapped */
 	unsigned parting_count;
-	bool evicted; /* by an administrator: its process may still have its slabs
-	                 mapped when the connection goes (broker_ghost) */
+	bool evicted;  /* by an administrator: its process may still have its slabs
+	                  mapped when the connection goes (broker_ghost) */
+	bool unmapped; /* said goodbye: its client unmapped every slab it was given
+	                  (until it is handed one again) */
 };
 
 /*
@@ -417,6 +419,16 @@ void broker_parting_drop(struct broker *b, struct session *s);
  * watch; at once without one, or without a pid).
  */
 void broker_ghost_make(struct broker *b, struct session *s);
+/*
+ * goodbye: the session's client says it has unmapped every slab it was
+ * given (and will close). Until it is handed a slab again, its close lets
+ * go of them at once; otherwise a session that ends holding slabs whose
+ * memory outlives the daemon's release while a process maps it (VMM:
+ * backend_slab.vmm) keeps them, as a ghost, until its process has exited,
+ * so they count against the device until every holder let go. Returns the
+ * number of slabs it holds.
+ */
+unsigned broker_session_goodbye(struct session *s);
 /* The ghost's process has exited: its slabs go, and waits are retried. */
 void broker_ghost_release(struct broker *b, struct broker_ghost *ghost);
 void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx);

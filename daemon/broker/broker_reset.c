@@ -174,7 +174,7 @@ void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx)
 
 static void broker_ghost_free(struct broker *b, struct broker_ghost *g)
 {
-	log_debug("session %llu (pid %d): evicted process gone: %u slabs let go",
+	log_debug("session %llu (pid %d): its process is gone: %u slabs let go",
 	          (unsigned long long)g->session, (int)g->pid, g->count);
 	list_remove(&g->link);
 	while (g->parting) {
@@ -203,7 +203,7 @@ void broker_ghost_make(struct broker *b, struct session *s)
 	struct broker_ghost *g = s->parting ? malloc(sizeof(*g)) : NULL;
 	if (!g) {
 		if (s->parting)
-			log_warn("session %llu: slabs not kept for its evicted process: out of "
+			log_warn("session %llu: slabs not kept for its process: out of "
 			         "memory",
 			         (unsigned long long)s->id);
 		broker_parting_drop(b, s);

@@ -718,6 +718,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_UNEXPORT] = dispatch_unexport,
     [PROTO_OP_OPEN] = dispatch_open,
     [PROTO_OP_INVALIDATE_DONE] = dispatch_invalidate_done,
+    [PROTO_OP_GOODBYE] = dispatch_goodbye,
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)

@@ -21,13 +21,23 @@
  * - Through the broker (transport vmm): a slab is mapped once per process,
  *   with the number of driver calls that costs (printed, and checked with
  *   the fake), and 1000 alloc+free cycles in a held slab import nothing.
+ * - Exact accounting (transport vmm): a process that closes its connection
+ *   but keeps its mapping (here a raw client: the descriptor from the
+ *   grant, mapped by hand) keeps the slab counted (`stats` slabs) until it
+ *   exits, and its bytes stay; a client that disconnects through the
+ *   library (goodbye) lets the slab go at once while its process lives on.
  */
 #include "gpu-common.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 static unsigned fake_vmm_live(void)
 {
@@ -55,6 +65,27 @@ static void set_rw(CUdeviceptr va, size_t n)
 	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
 	                     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	CU(cu.MemSetAccess(va, n, &a, 1));
+}
+
+/* Imports descriptor @fd (closing it) and maps one granule of it,
+ * readable and writable, the handle released: the mapping holds it. */
+static CUdeviceptr map_fd(int fd, size_t *granularity)
+{
+	CUmemAllocationProp prop = prop_of(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	size_t g = 0;
+	CU(cu.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CU(cu.MemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+	                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+	CU(cu.MemAddressReserve(&va, g, 0, 0, 0));
+	CU(cu.MemMap(va, g, 0, h, 0));
+	CU(cu.MemRelease(h));
+	set_rw(va, g);
+	if (granularity)
+		*granularity = g;
+	return va;
 }
 
 static void transports(void)
@@ -93,25 +124,175 @@ static void transports(void)
 	rmdir(d.dir);
 }
 
+/* One reply line of a raw connection, and the descriptor on it (or -1). */
+static void raw_reply(int sock, char *buf, size_t len, int *fd)
+{
+	size_t n = 0;
+	*fd = -1;
+	while (n + 1 < len) {
+		char ch;
+		union {
+			struct cmsghdr h;
+			char space[CMSG_SPACE(sizeof(int))];
+		} ctl;
+		struct iovec iov = {.iov_base = &ch, .iov_len = 1};
+		struct msghdr msg = {.msg_iov = &iov,
+		                     .msg_iovlen = 1,
+		                     .msg_control = &ctl,
+		                     .msg_controllen = sizeof(ctl)};
+		CHECK(recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) == 1);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		if (c && c->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+		if (ch == '\n')
+			break;
+		buf[n++] = ch;
+	}
+	buf[n] = '\0';
+}
+
+/* Sends one request line; returns the reply's result (the reply freed
+ * with *root). */
+static const cJSON *raw_call(int sock, const char *line, cJSON **root, int *fd)
+{
+	static char reply[65536];
+	CHECK(write(sock, line, strlen(line)) == (ssize_t)strlen(line));
+	raw_reply(sock, reply, sizeof(reply), fd);
+	*root = cJSON_Parse(reply);
+	const cJSON *r = cJSON_GetObjectItem(*root, "result");
+	if (!r)
+		GT_FAIL("reply without a result: %s", reply);
+	return r;
+}
+
+/* The child of the accounting case: allocates over a raw connection, maps
+ * the descriptor itself, writes, closes the socket without goodbye and
+ * keeps the mapping until told to check it and exit. */
+static int child_lingers(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	cJSON *root;
+	int fd;
+	char line[256];
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(sock >= 0 && connect(sock, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	raw_call(sock, "{\"id\":\"1\",\"method\":\"hello\",\"params\":{\"versions\":[1]}}\n", &root,
+	         &fd);
+	cJSON_Delete(root);
+	const cJSON *r =
+	    raw_call(sock, "{\"id\":\"2\",\"method\":\"register\",\"params\":{\"name\":\"l\"}}\n",
+	             &root, &fd);
+	snprintf(line, sizeof(line),
+	         "{\"id\":\"3\",\"method\":\"alloc\",\"params\":{\"instance\":\"%s\",\"size\":"
+	         "\"1048576\"}}\n",
+	         cJSON_GetObjectItem(r, "instance")->valuestring);
+	cJSON_Delete(root);
+	r = raw_call(sock, line, &root, &fd);
+	CHECK(fd >= 0 && cJSON_IsTrue(cJSON_GetObjectItem(r, "vmm")));
+	cJSON_Delete(root);
+	gt_cuda_context(0);
+	CUdeviceptr va = map_fd(fd, NULL);
+	unsigned char buf[4096];
+	gt_fill(buf, sizeof(buf), 31);
+	CU(cu.MemcpyHtoD(va, buf, sizeof(buf)));
+	close(sock);
+	printf("closed\n");
+	if (!fgets(line, sizeof(line), stdin))
+		GT_FAIL("no word from the parent");
+	gt_expect_and_write((void *)(uintptr_t)va, sizeof(buf), 31, 32);
+	return 0;
+}
+
+/* The child of the goodbye case: disconnects through the library and
+ * lives on until told. */
+static int child_goodbye(const char *socket)
+{
+	char line[16];
+	gpb_client *c = NULL;
+	struct gpb_allocation a;
+	GPB(gpb_connect(socket, "gpu-vmm-goodbye", &c));
+	GPB(gpb_alloc(c, gt_register(c, 0), 1 << 20, 0, &a));
+	gpb_disconnect(c);
+	printf("disconnected\n");
+	if (!fgets(line, sizeof(line), stdin))
+		GT_FAIL("no word from the parent");
+	return 0;
+}
+
+/* Spawns this program as @role with the socket, its stdin a pipe whose
+ * write end is returned in *to, its stdout read from *from. */
+static pid_t spawn_role(const char *role, const char *socket, int *to, int *from)
+{
+	int p[2];
+	/* Close-on-exec: the child must not hold its own stdin's write end. */
+	CHECK(pipe2(p, O_CLOEXEC) == 0);
+	int saved = dup(STDIN_FILENO);
+	dup2(p[0], STDIN_FILENO);
+	close(p[0]);
+	char *args[] = {(char *)role, (char *)socket, NULL};
+	pid_t pid = gt_spawn_self(args, from);
+	dup2(saved, STDIN_FILENO);
+	close(saved);
+	*to = p[1];
+	return pid;
+}
+
+static uint64_t slabs_now(gpb_client *c)
+{
+	struct gpb_pool_stats ps = {0};
+	GPB(gpb_stats(c, 0, &ps));
+	return ps.slabs;
+}
+
+static void accounting(void)
+{
+	struct gt_daemon d;
+	char line[64];
+	int to, from;
+	gt_daemon_start(&d, "cuda", NULL, NULL);
+	gpb_client *admin = gt_connect(&d, "gpu-vmm-admin");
+	/* One slab per allocation, returned when let go: nothing cached. */
+	GPB(gpb_set_allocator(admin, "direct"));
+
+	pid_t pid = spawn_role("linger", d.socket, &to, &from);
+	CHECK(gt_read_line(from, line, sizeof(line)) && strcmp(line, "closed") == 0);
+	/* The connection is gone, the mapping is not: the slab still counts. */
+	for (int i = 0; i < 30; i++) {
+		if (slabs_now(admin) != 1)
+			GT_FAIL("the slab of a process that still maps it was let go (%llu slabs)",
+			        (unsigned long long)slabs_now(admin));
+		poll(NULL, 0, 10);
+	}
+	CHECK(write(to, "go\n", 3) == 3);
+	CHECK(gt_wait(pid) == 0);
+	close(to);
+	close(from);
+	gt_wait_slabs(admin, 0, 0);
+
+	pid = spawn_role("goodbye", d.socket, &to, &from);
+	CHECK(gt_read_line(from, line, sizeof(line)) && strcmp(line, "disconnected") == 0);
+	/* Said goodbye: let go while its process lives on. */
+	gt_wait_slabs(admin, 0, 0);
+	CHECK(write(to, "go\n", 3) == 3);
+	CHECK(gt_wait(pid) == 0);
+	close(to);
+	close(from);
+	gpb_disconnect(admin);
+	CHECK(gt_fake_violations() == 0);
+	gt_daemon_stop(&d);
+	printf("ok: a slab counts until every process that maps it let go\n");
+}
+
 /* The child of the reference-counting case: maps the memory of descriptor
  * @fd, writes pattern 7, says so, waits for the parent's release, checks
  * the bytes, lets go. */
 static int child_holds(int fd)
 {
-	CUmemGenericAllocationHandle h;
-	CUdeviceptr va;
 	size_t g = 0;
 	char line[16];
-	CUmemAllocationProp prop = prop_of(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	gt_cuda_context(0);
-	CU(cu.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-	CU(cu.MemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
-	                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-	close(fd);
-	CU(cu.MemAddressReserve(&va, g, 0, 0, 0));
-	CU(cu.MemMap(va, g, 0, h, 0));
-	CU(cu.MemRelease(h));
-	set_rw(va, g);
+	CUdeviceptr va = map_fd(fd, &g);
 	gt_expect_and_write((void *)(uintptr_t)va, 4096, 5, 7);
 	printf("mapped\n");
 	if (!fgets(line, sizeof(line), stdin) || strcmp(line, "released\n") != 0)
@@ -233,16 +414,8 @@ static void driver_calls(void)
 	close(fd);
 	char arg[16];
 	snprintf(arg, sizeof(arg), "%d", inherit);
-	int to_child[2];
-	CHECK(pipe(to_child) == 0);
-	int saved_stdin = dup(STDIN_FILENO);
-	dup2(to_child[0], STDIN_FILENO);
-	close(to_child[0]);
-	int from_child;
-	char *args[] = {"hold", arg, NULL};
-	pid_t pid = gt_spawn_self(args, &from_child);
-	dup2(saved_stdin, STDIN_FILENO);
-	close(saved_stdin);
+	int to_child, from_child;
+	pid_t pid = spawn_role("hold", arg, &to_child, &from_child);
 	close(inherit);
 	char line[64];
 	CHECK(gt_read_line(from_child, line, sizeof(line)) && strcmp(line, "mapped") == 0);
@@ -251,8 +424,8 @@ static void driver_calls(void)
 	CHECK(free1 <= free0 - g);
 	if (gt_fake())
 		CHECK(fake_vmm_live() == 1);
-	CHECK(write(to_child[1], "released\n", 9) == 9);
-	close(to_child[1]);
+	CHECK(write(to_child, "released\n", 9) == 9);
+	close(to_child);
 	CHECK(gt_wait(pid) == 0);
 	close(from_child);
 	gt_mem_info(&free1, &total);
@@ -331,9 +504,15 @@ int main(int argc, char **argv)
 	gt_require_gpu(argc, argv);
 	if (argc == 3 && strcmp(argv[1], "hold") == 0)
 		return child_holds(atoi(argv[2]));
+	if (argc == 3 && strcmp(argv[1], "linger") == 0)
+		return child_lingers(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "goodbye") == 0)
+		return child_goodbye(argv[2]);
 	transports();
 	gt_cuda_context(0);
 	broker_mapping();
+	if (gt_vmm())
+		accounting();
 	int vmm = 0, fd = 0;
 	if (!cu.has_vmm ||
 	    cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
