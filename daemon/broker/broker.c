@@ -356,11 +356,13 @@ unsigned broker_session_goodbye(struct session *s)
 	return (unsigned)s->held.count;
 }
 
-/* Whether s holds a slab whose memory a process can keep mapped past the
- * daemon's release (VMM). */
+/* Whether s holds, or has parting, a slab whose memory a process can keep
+ * mapped past the daemon's release (VMM). */
 static bool broker_session_holds_vmm(struct session *s)
 {
 	size_t it = 0;
+	if (broker_parting_has_vmm(s))
+		return true;
 	struct session_slab *ss;
 	while ((ss = idmap_next(&s->held, &it, NULL))) {
 		const struct backend_slab *bs = pool_slab_backend(ss->slab);

@@ -112,6 +112,16 @@ void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
 	}
 }
 
+bool broker_parting_has_vmm(const struct session *s)
+{
+	for (const struct broker_parting *p = s->parting; p; p = p->next) {
+		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		if (bs->vmm)
+			return true;
+	}
+	return false;
+}
+
 static struct broker_retired *broker_retired_find(const struct broker *b, const struct pool *pool)
 {
 	struct list *pos;

@@ -24,7 +24,8 @@
  * - Exact accounting (transport vmm): a process that closes its connection
  *   but keeps its mapping (here a raw client: the descriptor from the
  *   grant, mapped by hand) keeps the slab counted (`stats` slabs) until it
- *   exits, and its bytes stay; a client that disconnects through the
+ *   exits, and its bytes stay (also when the slab was parting: invalidated,
+ *   never answered); a client that disconnects through the
  *   library (goodbye) lets the slab go at once while its process lives on.
  */
 #include "gpu-common.h"
@@ -168,7 +169,7 @@ static const cJSON *raw_call(int sock, const char *line, cJSON **root, int *fd)
 /* The child of the accounting case: allocates over a raw connection, maps
  * the descriptor itself, writes, closes the socket without goodbye and
  * keeps the mapping until told to check it and exit. */
-static int child_lingers(const char *path)
+static int child_lingers(const char *path, bool invalidated)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	cJSON *root;
@@ -196,6 +197,12 @@ static int child_lingers(const char *path)
 	unsigned char buf[4096];
 	gt_fill(buf, sizeof(buf), 31);
 	CU(cu.MemcpyHtoD(va, buf, sizeof(buf)));
+	if (invalidated) {
+		/* The parent invalidates; this client never answers. */
+		printf("mapped\n");
+		if (!fgets(line, sizeof(line), stdin))
+			GT_FAIL("no word from the parent");
+	}
 	close(sock);
 	printf("closed\n");
 	if (!fgets(line, sizeof(line), stdin))
@@ -255,22 +262,33 @@ static void accounting(void)
 	/* One slab per allocation, returned when let go: nothing cached. */
 	GPB(gpb_set_allocator(admin, "direct"));
 
-	pid_t pid = spawn_role("linger", d.socket, &to, &from);
-	CHECK(gt_read_line(from, line, sizeof(line)) && strcmp(line, "closed") == 0);
-	/* The connection is gone, the mapping is not: the slab still counts. */
-	for (int i = 0; i < 30; i++) {
-		if (slabs_now(admin) != 1)
-			GT_FAIL("the slab of a process that still maps it was let go (%llu slabs)",
-			        (unsigned long long)slabs_now(admin));
-		poll(NULL, 0, 10);
+	/* Held when the connection closed, or parting after an invalidate
+	 * the client never answered. */
+	for (int inv = 0; inv < 2; inv++) {
+		pid_t pid = spawn_role(inv ? "linger-inv" : "linger", d.socket, &to, &from);
+		if (inv) {
+			CHECK(gt_read_line(from, line, sizeof(line)) &&
+			      strcmp(line, "mapped") == 0);
+			GPB(gpb_invalidate_all(admin));
+			CHECK(write(to, "close\n", 6) == 6);
+		}
+		CHECK(gt_read_line(from, line, sizeof(line)) && strcmp(line, "closed") == 0);
+		/* The connection is gone, the mapping is not: the slab counts. */
+		for (int i = 0; i < 30; i++) {
+			if (slabs_now(admin) != 1)
+				GT_FAIL("the slab of a process that still maps it was let go (%llu "
+				        "slabs, invalidated %d)",
+				        (unsigned long long)slabs_now(admin), inv);
+			poll(NULL, 0, 10);
+		}
+		CHECK(write(to, "go\n", 3) == 3);
+		CHECK(gt_wait(pid) == 0);
+		close(to);
+		close(from);
+		gt_wait_slabs(admin, 0, 0);
 	}
-	CHECK(write(to, "go\n", 3) == 3);
-	CHECK(gt_wait(pid) == 0);
-	close(to);
-	close(from);
-	gt_wait_slabs(admin, 0, 0);
 
-	pid = spawn_role("goodbye", d.socket, &to, &from);
+	pid_t pid = spawn_role("goodbye", d.socket, &to, &from);
 	CHECK(gt_read_line(from, line, sizeof(line)) && strcmp(line, "disconnected") == 0);
 	/* Said goodbye: let go while its process lives on. */
 	gt_wait_slabs(admin, 0, 0);
@@ -505,7 +523,9 @@ int main(int argc, char **argv)
 	if (argc == 3 && strcmp(argv[1], "hold") == 0)
 		return child_holds(atoi(argv[2]));
 	if (argc == 3 && strcmp(argv[1], "linger") == 0)
-		return child_lingers(argv[2]);
+		return child_lingers(argv[2], false);
+	if (argc == 3 && strcmp(argv[1], "linger-inv") == 0)
+		return child_lingers(argv[2], true);
 	if (argc == 3 && strcmp(argv[1], "goodbye") == 0)
 		return child_goodbye(argv[2]);
 	transports();
