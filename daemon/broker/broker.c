@@ -350,28 +350,6 @@ static void broker_instance_free(struct broker *b, struct session *s, struct bro
 	free(inst);
 }
 
-unsigned broker_session_goodbye(struct session *s)
-{
-	s->unmapped = true;
-	return (unsigned)s->held.count;
-}
-
-/* Whether s holds, or has parting, a slab whose memory a process can keep
- * mapped past the daemon's release (VMM). */
-static bool broker_session_holds_vmm(struct session *s)
-{
-	size_t it = 0;
-	if (broker_parting_has_vmm(s))
-		return true;
-	struct session_slab *ss;
-	while ((ss = idmap_next(&s->held, &it, NULL))) {
-		const struct backend_slab *bs = pool_slab_backend(ss->slab);
-		if (bs->vmm)
-			return true;
-	}
-	return false;
-}
-
 void broker_session_close(struct broker *b, struct session *s)
 {
 	struct list *pos, *tmp;
@@ -381,7 +359,7 @@ void broker_session_close(struct broker *b, struct session *s)
 	 * Likewise a client that went without saying it unmapped its VMM
 	 * slabs (killed, or a process that closed the socket and kept the
 	 * mappings): that memory lives as long as its process maps it. */
-	bool linger = s->evicted || (!s->unmapped && broker_session_holds_vmm(s));
+	bool linger = broker_session_lingers(s);
 	if (linger)
 		broker_parting_add(b, s, b->invalidate_epoch);
 	list_for_each_safe(pos, tmp, &s->allocs) {

@@ -112,10 +112,27 @@ void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
 	}
 }
 
-bool broker_parting_has_vmm(const struct session *s)
+unsigned broker_session_goodbye(struct session *s)
 {
+	s->unmapped = true;
+	return (unsigned)s->held.count;
+}
+
+bool broker_session_lingers(const struct session *s)
+{
+	if (s->evicted)
+		return true;
+	if (s->unmapped)
+		return false;
 	for (const struct broker_parting *p = s->parting; p; p = p->next) {
 		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		if (bs->vmm)
+			return true;
+	}
+	size_t it = 0;
+	struct session_slab *ss;
+	while ((ss = idmap_next(&s->held, &it, NULL))) {
+		const struct backend_slab *bs = pool_slab_backend(ss->slab);
 		if (bs->vmm)
 			return true;
 	}
