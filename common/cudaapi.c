@@ -85,6 +85,8 @@ static const struct cuda_api_sym cuda_api_vmm_syms[] = {
     SYM(MemMap, "cuMemMap", NULL),
     SYM(MemUnmap, "cuMemUnmap", NULL),
     SYM(MemSetAccess, "cuMemSetAccess", NULL),
+    SYM(MemGetAccess, "cuMemGetAccess", NULL),
+    SYM(DeviceCanAccessPeer, "cuDeviceCanAccessPeer", NULL),
 };
 #undef SYM
 

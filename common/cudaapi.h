@@ -82,6 +82,8 @@ struct cuda_api {
 	PFN_cuMemMap_v10020 MemMap;
 	PFN_cuMemUnmap_v10020 MemUnmap;
 	PFN_cuMemSetAccess_v10020 MemSetAccess;
+	PFN_cuMemGetAccess_v10020 MemGetAccess;
+	PFN_cuDeviceCanAccessPeer_v4000 DeviceCanAccessPeer;
 };
 
 /*

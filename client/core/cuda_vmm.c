@@ -10,8 +10,38 @@
  * range is mapped: the mapping holds the memory, so nothing else needs
  * undoing at close, and the memory goes back to the driver when both the
  * daemon and every mapping let go.
+ *
+ * Access: read-write for the slab's device and for every other device of
+ * this process that can access it as a peer (cuDeviceCanAccessPeer), as
+ * legacy IPC's CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS allows.
  */
 #include "cuda_vmm.h"
+
+#define CUDA_VMM_MAX_ACCESS 64
+
+/* The access descriptors: dev first, then its peers here. Returns how many. */
+static size_t cuda_vmm_access(const struct cuda_api *api, CUdevice dev,
+                              CUmemAccessDesc out[CUDA_VMM_MAX_ACCESS])
+{
+	int count = 0;
+	size_t n = 0;
+	out[n++] =
+	    (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)dev},
+	                      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	if (api->DeviceGetCount(&count) != CUDA_SUCCESS)
+		return n;
+	for (int i = 0; i < count && n < CUDA_VMM_MAX_ACCESS; i++) {
+		CUdevice peer;
+		int can = 0;
+		if (api->DeviceGet(&peer, i) != CUDA_SUCCESS || peer == dev ||
+		    api->DeviceCanAccessPeer(&can, peer, dev) != CUDA_SUCCESS || !can)
+			continue;
+		out[n++] = (CUmemAccessDesc){
+		    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)peer},
+		    .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	}
+	return n;
+}
 
 CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t size,
                       CUdeviceptr *ptr, size_t *mapped, const char **what)
@@ -20,8 +50,8 @@ CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t
 	    .type = CU_MEM_ALLOCATION_TYPE_PINNED,
 	    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
 	    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)dev}};
-	CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)dev},
-	                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemAccessDesc access[CUDA_VMM_MAX_ACCESS];
+	size_t naccess = cuda_vmm_access(api, dev, access);
 	CUmemGenericAllocationHandle handle;
 	size_t granularity = 0;
 	CUdeviceptr va = 0;
@@ -50,7 +80,7 @@ CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t
 	if (rc != CUDA_SUCCESS)
 		goto free_va;
 	*what = "cuMemSetAccess";
-	rc = api->MemSetAccess(va, n, &access, 1);
+	rc = api->MemSetAccess(va, n, access, naccess);
 	if (rc != CUDA_SUCCESS) {
 		api->MemUnmap(va, n);
 		goto free_va;

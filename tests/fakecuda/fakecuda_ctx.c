@@ -279,6 +279,16 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, C
 	return CUDA_SUCCESS;
 }
 
+/* Every fake device reaches every other (one host memory behind them). */
+FAKE_EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+	NEED_INIT();
+	if (dev < 0 || dev >= fake_devices || peer < 0 || peer >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*can = dev != peer;
+	return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	NEED_INIT();

@@ -86,7 +86,8 @@ struct fake_vmap {
 	uintptr_t base;
 	uint64_t size;
 	struct fake_phys *phys;
-	struct fake_mem *mem; /* once accessible: what fake_mem_find finds */
+	struct fake_mem *mem;         /* once accessible: what fake_mem_find finds */
+	unsigned long long access[8]; /* cuMemSetAccess's flags per device */
 };
 
 /* This process's VMM objects, under fake_lock. */
@@ -468,6 +469,10 @@ FAKE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
 	}
 	CUresult rc = CUDA_SUCCESS;
 	for (struct fake_vmap *m = vmm_maps; (m = vmm_map_overlapping(p, size, m)); m = m->next) {
+		for (size_t i = 0; i < count; i++) {
+			if (desc[i].location.id < 8)
+				m->access[desc[i].location.id] = desc[i].flags;
+		}
 		if (mprotect((void *)m->base, m->size, prot) < 0) {
 			rc = CUDA_ERROR_UNKNOWN;
 			break;
@@ -492,6 +497,21 @@ FAKE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
 	}
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
+}
+
+FAKE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
+                                    CUdeviceptr ptr)
+{
+	NEED_INIT();
+	if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    location->id < 0 || location->id >= fake_devices)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	struct fake_vmap *m = vmm_map_overlapping((uintptr_t)ptr, 1, vmm_maps);
+	if (m && location->id < 8)
+		*flags = m->access[location->id];
+	pthread_mutex_unlock(&fake_lock);
+	return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)

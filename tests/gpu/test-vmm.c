@@ -18,7 +18,9 @@
  *   descriptor and writes; the creator releases its handle; the child
  *   still reads its bytes and the memory still counts in cuMemGetInfo until
  *   the child lets go (fake: its records say so).
- * - Through the broker (transport vmm): a slab is mapped once per process,
+ * - Through the broker (transport vmm): a slab is readable and writable from
+ *   every device of the process that can reach its device as a peer (two
+ *   fake devices); it is mapped once per process,
  *   with the number of driver calls that costs (printed, and checked with
  *   the fake), and 1000 alloc+free cycles in a held slab import nothing.
  * - Exact accounting (transport vmm): a process that closes its connection
@@ -477,6 +479,23 @@ static void broker_mapping(void)
 
 	struct gpb_allocation keep, x;
 	GPB(gpb_alloc(c, inst, 1 << 20, 0, &keep));
+	/* Every device of this process that can reach device 0 as a peer may
+	 * use the slab, as legacy IPC's lazy peer access allowed. */
+	int ndev = 0;
+	CU(cu.DeviceGetCount(&ndev));
+	for (int i = 1; i < ndev && gt_vmm(); i++) {
+		CUdevice dev0, peer;
+		int can = 0;
+		unsigned long long fl = 0;
+		CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = i};
+		CU(cu.DeviceGet(&dev0, 0));
+		CU(cu.DeviceGet(&peer, i));
+		CU(cu.DeviceCanAccessPeer(&can, peer, dev0));
+		CU(cu.MemGetAccess(&fl, &loc, (CUdeviceptr)(uintptr_t)keep.ptr));
+		CHECK(fl ==
+		      (can ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE));
+		printf("device %d reaches the slab of device 0: %s\n", i, can ? "yes" : "no");
+	}
 	/* Scrubbed by the daemon through its own passing mapping. */
 	unsigned char buf[4096], zero[4096] = {0};
 	CU(cu.MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)keep.ptr, sizeof(buf)));
@@ -519,6 +538,9 @@ static void broker_mapping(void)
 
 int main(int argc, char **argv)
 {
+	/* Two fake devices: peers to give access to. */
+	if (getenv("GPB_FAKE_CUDA"))
+		setenv("FAKECUDA_DEVICES", "2", 0);
 	gt_require_gpu(argc, argv);
 	if (argc == 3 && strcmp(argv[1], "hold") == 0)
 		return child_holds(atoi(argv[2]));
