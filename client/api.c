@@ -52,7 +52,11 @@ static cJSON *hello_params(const char *name)
 		cJSON_Delete(params);
 		return NULL;
 	}
-	if (name && !cJSON_AddStringToObject(params, PROTO_F_CLIENT, name)) {
+	/* A batch job's partition (the Slurm plugin puts the token in the
+	 * task's environment): every client of the job joins it by itself. */
+	const char *token = getenv("GPUBROKER_TOKEN");
+	if ((name && !cJSON_AddStringToObject(params, PROTO_F_CLIENT, name)) ||
+	    (token && *token && !cJSON_AddStringToObject(params, PROTO_F_TOKEN, token))) {
 		cJSON_Delete(params);
 		return NULL;
 	}

@@ -123,14 +123,18 @@ out:
 /*
  * Sends a free or detach of @id (@params consumed) and forgets the hold when
  * the daemon accepts it (fills *result_json when not NULL). With the cuda
- * backend a connection's last hold on a slab is closed before the daemon
- * hears of it (track_release_early): once no connection holds a slab the
- * daemon may free it, and memory must not be freed under an open IPC
- * mapping. A refusal after that closing leaves the two sides disagreeing,
- * so the connection is dropped (the daemon then releases all it held).
+ * backend the work queued in the mapping's context is waited for first,
+ * unless @ordered (gpb_free_async's fence has passed), since the daemon may
+ * hand the range to another allocation at once; and a connection's last
+ * hold on a slab is closed before the daemon hears of it
+ * (track_release_early): once no connection holds a slab the daemon may
+ * free it, and memory must not be freed under an open IPC mapping. A
+ * refusal after that closing leaves the two sides disagreeing, so the
+ * connection is dropped (the daemon then releases all it held).
  */
 static int memory_release_call(gpb_client *c, enum track_kind kind, const char *method,
-                               cJSON *params, uint64_t id, bool have_id, char **result_json)
+                               cJSON *params, uint64_t id, bool have_id, bool ordered,
+                               char **result_json)
 {
 	struct proto_reply rep;
 	bool closed;
@@ -138,6 +142,8 @@ static int memory_release_call(gpb_client *c, enum track_kind kind, const char *
 
 	if (!params)
 		return error_set(GPB_E_NOMEM, "out of memory");
+	if (have_id && !ordered)
+		track_finish_work(&c->track, kind, id);
 	closed = have_id && track_release_early(&c->track, kind, id);
 	rc = conn_call(&c->conn, method, params, &rep, NULL);
 	if (rc < 0) {
@@ -154,6 +160,24 @@ static int memory_release_call(gpb_client *c, enum track_kind kind, const char *
 	return rc;
 }
 
+/*
+ * Whether @id is the caller's to free or detach: this connection holds it
+ * and gpb_free_async() has not taken it. Else GPB_E_NOT_FOUND's message is
+ * set: the daemon would answer not_found too, and asking it is a round trip
+ * that could only disagree with what this connection recorded.
+ */
+static bool memory_owned(gpb_client *c, enum track_kind kind, uint64_t id)
+{
+	const struct track_entry *e = track_lookup(&c->track, kind, id);
+
+	if (e && !e->freeing)
+		return true;
+	error_set(GPB_E_NOT_FOUND, "no %s %016" PRIx64 " on this connection%s",
+	          kind == TRACK_ALLOC ? "allocation" : "attachment", id,
+	          e ? " (gpb_free_async has it)" : "");
+	return false;
+}
+
 /* gpb_free and gpb_detach: free or detach of @id, which this connection must
  * hold. */
 static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
@@ -166,15 +190,11 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		rc = conn_dead_error(&c->conn);
 	} else if (kind == TRACK_ALLOC && hostmem_get(c, id)) {
 		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
-	} else if (!track_lookup(&c->track, kind, id)) {
-		/* The daemon would answer not_found too; asking it is a round
-		 * trip that could only disagree with what this connection
-		 * recorded. */
-		rc = error_set(GPB_E_NOT_FOUND, "no %s %016" PRIx64 " on this connection",
-		               kind == TRACK_ALLOC ? "allocation" : "attachment", id);
+	} else if (!memory_owned(c, kind, id)) {
+		rc = GPB_E_NOT_FOUND;
 	} else {
 		rc = memory_release_call(c, kind, memory_undo_method[kind],
-		                         client_params_id(PROTO_F_ID, id), id, true, NULL);
+		                         client_params_id(PROTO_F_ID, id), id, true, false, NULL);
 	}
 	client_leave(c);
 	return rc;
@@ -300,6 +320,8 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 		free(closed);
 		return error_set(GPB_E_NOMEM, "out of memory");
 	}
+	/* The label's ranges may go to others at once: their work first. */
+	track_finish_all(&c->track);
 	if (closing)
 		closing = track_release_label_early(&c->track, label, instance, closed, closing);
 	rc = conn_call(&c->conn, PROTO_M_FREE_LABEL, params, &rep, NULL);
@@ -357,6 +379,64 @@ GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *labe
 GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 {
 	return memory_release(c, TRACK_ALLOC, id);
+}
+
+/* client.release_pending: gpb_free_async's free, once its fence passed.
+ * Gone already (free_label, invalidate): nothing to do. Lock held. */
+static void memory_release_pending(gpb_client *c, uint64_t id)
+{
+	if (track_lookup(&c->track, TRACK_ALLOC, id))
+		memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE, client_params_id(PROTO_F_ID, id),
+		                    id, true, true, NULL);
+}
+
+GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
+{
+	const struct slab_opener *opener;
+	struct client_pending *p = NULL;
+	struct track_entry *e;
+	void *fence = NULL;
+	int rc;
+
+	rc = client_enter(c);
+	if (rc < 0)
+		return rc;
+	opener = c->track.opener;
+	e = track_lookup(&c->track, TRACK_ALLOC, id);
+	if (c->conn.dead) {
+		rc = conn_dead_error(&c->conn);
+	} else if (hostmem_get(c, id)) {
+		rc = error_set(GPB_E_INVALID,
+		               "gpb_free_async: %016" PRIx64 " is host memory: use gpb_free", id);
+	} else if (!memory_owned(c, TRACK_ALLOC, id)) {
+		rc = GPB_E_NOT_FOUND;
+	} else if (!opener->fence || !e->slab->map) {
+		/* No streams (sim): nothing can be queued on the memory. */
+		rc = memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE,
+		                         client_params_id(PROTO_F_ID, id), id, true, true, NULL);
+	} else if ((rc = opener->fence(e->slab->map->priv, stream, &fence)) == 0) {
+		p = fence ? malloc(sizeof(*p)) : NULL;
+		if (fence && !p) {
+			/* No room to remember it: wait for it here instead. */
+			opener->fence_wait(fence);
+			opener->fence_free(fence);
+		}
+		if (!p) {
+			/* Nothing left to wait for (or a dead context: nothing
+			 * queued there can run). */
+			rc = memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE,
+			                         client_params_id(PROTO_F_ID, id), id, true, true,
+			                         NULL);
+		} else {
+			p->id = id;
+			p->fence = fence;
+			e->freeing = true;
+			c->release_pending = memory_release_pending;
+			client_pending_add(c, p);
+		}
+	}
+	client_leave(c);
+	return rc;
 }
 
 GPB_EXPORT int gpb_attach(gpb_client *c, uint64_t id, struct gpb_allocation *out)
@@ -511,7 +591,7 @@ int memory_request(gpb_client *c, const char *method, cJSON *params, char **resu
 	have_id = proto_get_id64(params, PROTO_F_ID, &id) == 0;
 	if (op == PROTO_OP_FREE && have_id && hostmem_get(c, id))
 		return hostmem_free(c, id, params, result_json);
-	return memory_release_call(c, kind, method, params, id, have_id, result_json);
+	return memory_release_call(c, kind, method, params, id, have_id, false, result_json);
 }
 
 /* ---- host memory (core/hostmem.c) ------------------------------------------ */

@@ -88,6 +88,27 @@ static const struct cuda_api_sym cuda_api_vmm_syms[] = {
     SYM(MemGetAccess, "cuMemGetAccess", NULL),
     SYM(DeviceCanAccessPeer, "cuDeviceCanAccessPeer", NULL),
 };
+
+/* Each optional on its own (legacy-default-stream names, as above). */
+static const struct cuda_api_sym cuda_api_optional_syms[] = {
+    SYM(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", NULL),
+    SYM(CtxGetId, "cuCtxGetId", NULL),
+    SYM(EventCreate, "cuEventCreate", NULL),
+    SYM(EventRecord, "cuEventRecord", NULL),
+    SYM(EventQuery, "cuEventQuery", NULL),
+    SYM(EventSynchronize, "cuEventSynchronize", NULL),
+    SYM(EventDestroy, "cuEventDestroy_v2", NULL),
+    SYM(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset"),
+    SYM(CtxCreate, "cuCtxCreate_v2", NULL),
+    SYM(CtxDestroy, "cuCtxDestroy_v2", NULL),
+    SYM(StreamQuery, "cuStreamQuery", NULL),
+    SYM(MemsetD8Async, "cuMemsetD8Async", NULL),
+    SYM(LaunchHostFunc, "cuLaunchHostFunc", NULL),
+    SYM(PointerGetAttribute, "cuPointerGetAttribute", NULL),
+    /* cuDeviceGetUuid before CUDA 11.4 answers a MIG instance's parent GPU:
+     * only the MIG test uses it. */
+    SYM(DeviceGetUuidV1, "cuDeviceGetUuid", NULL),
+};
 #undef SYM
 
 /* Resolves syms[0..n) into api; the name of the first missing one, or NULL. */
@@ -145,6 +166,9 @@ int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *ini
 	                         sizeof(cuda_api_pool_syms) / sizeof(cuda_api_pool_syms[0]), api);
 	api->has_vmm = cuda_api_resolve_all(
 	    lib, cuda_api_vmm_syms, sizeof(cuda_api_vmm_syms) / sizeof(cuda_api_vmm_syms[0]), api);
+	const size_t nopt = sizeof(cuda_api_optional_syms) / sizeof(cuda_api_optional_syms[0]);
+	for (size_t i = 0; i < nopt; i++)
+		cuda_api_resolve(lib, &cuda_api_optional_syms[i], 1, api);
 	api->lib = lib;
 	CUresult rc = api->Init(0);
 	if (init_rc)
@@ -193,4 +217,22 @@ void cuda_uuid_format(const CUuuid *uuid, char out[CUDA_UUID_LEN])
 	         "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
 	         b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
 	         b[14], b[15]);
+}
+
+CUresult cuda_api_device_uuid(const struct cuda_api *api, CUdevice dev, char out[CUDA_UUID_LEN])
+{
+	CUuuid uuid, parent;
+	char name[256];
+	CUresult rc = api->DeviceGetUuid(&uuid, dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	cuda_uuid_format(&uuid, out);
+	bool mig = api->DeviceGetUuidV1 && api->DeviceGetUuidV1(&parent, dev) == CUDA_SUCCESS &&
+	           memcmp(parent.bytes, uuid.bytes, sizeof(uuid.bytes)) != 0;
+	/* "NVIDIA A100-SXM4-40GB MIG 1g.5gb" */
+	if (!mig && api->DeviceGetName(name, (int)sizeof(name), dev) == CUDA_SUCCESS)
+		mig = strstr(name, " MIG ") != NULL;
+	if (mig)
+		memcpy(out, "MIG-", 4);
+	return CUDA_SUCCESS;
 }

@@ -84,11 +84,34 @@ struct cuda_api {
 	PFN_cuMemSetAccess_v10020 MemSetAccess;
 	PFN_cuMemGetAccess_v10020 MemGetAccess;
 	PFN_cuDeviceCanAccessPeer_v4000 DeviceCanAccessPeer;
+	/* cuDeviceGetUuid before CUDA 11.4, which answers a MIG instance's
+	 * parent GPU (the _v2 above answers the instance): how a MIG instance
+	 * is told apart. Optional: NULL when the driver lacks it. */
+	PFN_cuDeviceGetUuid_v9020 DeviceGetUuidV1;
+	/* Context life, events and stream work: each looked up on its own and
+	 * NULL when the driver lacks it (cuCtxGetId is CUDA 12.0). The
+	 * library's context checks and ordered frees use the first group; the
+	 * rest serve the gpu tests. */
+	PFN_cuDevicePrimaryCtxGetState_v7000 DevicePrimaryCtxGetState;
+	PFN_cuCtxGetId_v12000 CtxGetId;
+	PFN_cuEventCreate_v2000 EventCreate;
+	PFN_cuEventRecord_v2000 EventRecord;
+	PFN_cuEventQuery_v2000 EventQuery;
+	PFN_cuEventSynchronize_v2000 EventSynchronize;
+	PFN_cuEventDestroy_v4000 EventDestroy;
+	PFN_cuDevicePrimaryCtxReset_v11000 DevicePrimaryCtxReset;
+	PFN_cuCtxCreate_v3020 CtxCreate;
+	PFN_cuCtxDestroy_v4000 CtxDestroy;
+	PFN_cuStreamQuery_v2000 StreamQuery;
+	PFN_cuMemsetD8Async_v3020 MemsetD8Async;
+	PFN_cuLaunchHostFunc_v10000 LaunchHostFunc;
+	PFN_cuPointerGetAttribute_v4000 PointerGetAttribute;
 };
 
 /*
  * Loads libcuda.so.1 and every entry point above (the pool ones only where
- * the driver has all of them: has_pools; the VMM ones likewise: has_vmm), then calls cuInit(0) and
+ * the driver has all of them: has_pools; the VMM ones likewise: has_vmm;
+ * the optional ones where the driver has them), then calls cuInit(0) and
  * cuDriverGetVersion. Returns 0, or -1 with the reason in why (the dlerror
  * text, the missing symbol, or the CUresult name of cuInit's failure) and
  * the api left unloaded. *init_rc (may be NULL) receives cuInit's result
@@ -108,5 +131,12 @@ const char *cuda_api_error_string(const struct cuda_api *api, CUresult rc);
 #define CUDA_UUID_LEN 41 /* "GPU-" + 36 + NUL */
 /* nvidia-smi's form: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lowercase). */
 void cuda_uuid_format(const CUuuid *uuid, char out[CUDA_UUID_LEN]);
+/*
+ * The UUID of dev as nvidia-smi and CUDA_VISIBLE_DEVICES spell it: "MIG-..."
+ * for a MIG instance (its UUID differs from its parent GPU's, or its name
+ * says "MIG"), else "GPU-...". The daemon and the library both name devices
+ * by it, so they agree. CUDA_SUCCESS or the failing call's result.
+ */
+CUresult cuda_api_device_uuid(const struct cuda_api *api, CUdevice dev, char out[CUDA_UUID_LEN]);
 
 #endif

@@ -54,6 +54,8 @@ static void usage(FILE *out)
 	    "      --sim-devices N        simulated devices (default 1)\n"
 	    "      --sim-memory SIZE      memory per simulated device (default 16GiB)\n"
 	    "      --slab-size SIZE       pool slab size, a multiple of 2MiB (default 64MiB)\n"
+	    "      --reserve SIZE         cuda: memory per device kept for clients' own\n"
+	    "                             contexts (default 1GiB, at most a quarter of it)\n"
 	    "      --max-clients N        connections at once (default 1024)\n"
 	    "      --max-clients-per-uid N  connections of one user (default 256)\n"
 	    "      --max-allocations N    live allocations per connection (default 65536)\n"
@@ -82,6 +84,7 @@ static int parse_cmdline(int argc, char **argv, struct cmdline *cl)
 	    {"sim-devices", required_argument, NULL, 0},
 	    {"sim-memory", required_argument, NULL, 0},
 	    {"slab-size", required_argument, NULL, 0},
+	    {"reserve", required_argument, NULL, 0},
 	    {"max-clients", required_argument, NULL, 0},
 	    {"max-clients-per-uid", required_argument, NULL, 0},
 	    {"max-allocations", required_argument, NULL, 0},
@@ -226,6 +229,8 @@ int main(int argc, char **argv)
 
 	struct backend_config bcfg = {.sim_devices = cfg.sim_devices,
 	                              .sim_memory = cfg.sim_memory,
+	                              .reserve = cfg.reserve,
+	                              .reserve_explicit = cfg.set & (1ull << CONF_RESERVE),
 	                              .cuda_transport = cfg.cuda_transport};
 	struct backend *backend;
 	int rc = backend_create(cfg.backend, &bcfg, &backend);

@@ -66,6 +66,10 @@ enum gpb_error {
 	GPB_E_LAYOUT_ALIAS_CYCLE = -23,      /**< aliases that lead back to where they started */
 	GPB_E_LAYOUT_ALIAS_LOCATION = -24,   /**< an alias between shared and local memory */
 	GPB_E_LAYOUT_NO_FIT = -25, /**< one warp needs more shared memory than the budget */
+	/** The CUDA context device memory was mapped in has been reset or
+	 * destroyed (cuDevicePrimaryCtxReset, e.g. Numba's Device.reset, or
+	 * cuCtxDestroy): the mapping went with it; free the allocation. */
+	GPB_E_CONTEXT_RESET = -26,
 };
 
 /** Returns a static, human-readable name for an error code. Never NULL. */
@@ -86,9 +90,13 @@ typedef struct gpb_client gpb_client;
  * @path: socket path; NULL means $GPUBROKER_SOCKET, else GPB_DEFAULT_SOCKET_PATH.
  * @name: a label the daemon shows in `gpubrokerctl clients` (may be NULL).
  * @out: receives the client; free with gpb_disconnect().
+ * When $GPUBROKER_TOKEN is set and not empty, hello presents it: the
+ * connection joins that partition (see gpb_partition_create()) and sees the
+ * partition's size as each device's memory.
  * Errors: GPB_E_CONNECT (nothing listening, path too long), GPB_E_PERMISSION
- * (socket not accessible), GPB_E_VERSION, GPB_E_DAEMON_GONE, GPB_E_PROTOCOL,
- * GPB_E_NOMEM, GPB_E_INVALID (@out NULL).
+ * (socket not accessible, or $GPUBROKER_TOKEN is not a partition of this
+ * uid: "invalid partition token"), GPB_E_VERSION, GPB_E_DAEMON_GONE,
+ * GPB_E_PROTOCOL, GPB_E_NOMEM, GPB_E_INVALID (@out NULL).
  */
 int gpb_connect(const char *path, const char *name, gpb_client **out);
 
@@ -150,10 +158,48 @@ int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t ali
 /**
  * Frees an allocation made through this client (device or host memory). Its
  * pointer becomes invalid.
- * Errors: GPB_E_NOT_FOUND (unknown, already freed, or not this client's),
- * GPB_E_DAEMON_GONE.
+ * Device memory (cuda backend): waits for the work queued in the CUDA
+ * context the allocation is mapped in (cuCtxSynchronize) before the daemon
+ * hears of the free; see gpb_free_async() for a free that does not wait.
+ * Errors: GPB_E_NOT_FOUND (unknown, already freed, queued by
+ * gpb_free_async(), or not this client's), GPB_E_DAEMON_GONE.
  */
 int gpb_free(gpb_client *client, uint64_t id);
+
+/**
+ * Frees an allocation (device memory) once the work queued on @stream
+ * before this call has finished, without waiting for it.
+ *
+ * gpb_free() and gpb_detach() (and gpb_free_label(), gpb_disconnect())
+ * wait for the work queued in the allocation's CUDA context first
+ * (cuCtxSynchronize in it), because the daemon may hand the range to
+ * another allocation, of this process or another, as soon as it hears of
+ * the free, and queued kernels or copies would then write into someone
+ * else's memory. gpb_free_async() waits for @stream only, and not here:
+ * it records an event on @stream (a CUstream as void *, in the context the
+ * allocation is mapped in; NULL is that context's legacy default stream)
+ * and returns; the library frees the allocation at the first call on
+ * @client (any gpb_* call taking it, gpb_dispatch() included) that finds
+ * the event complete (cuEventQuery), closing the slab's mapping then if it
+ * was the last allocation there. Until then the allocation still counts
+ * against its instance. gpb_disconnect() waits for the events of those
+ * still queued. The caller promises that no work on another stream uses
+ * the memory after the work queued on @stream.
+ *
+ * Polled rather than freed from a host function on the stream
+ * (cuLaunchHostFunc): that would run on a driver thread that may make no
+ * CUDA call, would need @client's lock, held by threads that may be waiting
+ * on that very stream, and could outlive @client.
+ *
+ * The id is no longer the caller's from this call on: gpb_free() and
+ * gpb_free_async() of it are GPB_E_NOT_FOUND. sim backend (no streams):
+ * freed at once, @stream ignored.
+ * Errors: GPB_E_NOT_FOUND (unknown, not this client's, already freed or
+ * queued), GPB_E_INVALID (host memory from gpb_alloc_host: use gpb_free),
+ * GPB_E_BACKEND (the event could not be recorded: nothing was queued),
+ * GPB_E_DAEMON_GONE.
+ */
+int gpb_free_async(gpb_client *client, uint64_t id, void *stream);
 
 /** Host memory types for gpb_alloc_host() (and gpb_array_request.type). */
 enum gpb_host_type {
@@ -566,6 +612,42 @@ int gpb_stats(gpb_client *client, int device, struct gpb_pool_stats *out);
 int gpb_request(gpb_client *client, const char *method, const char *params_json,
                 char **result_json);
 
+/* ---- partitions (administrators) --------------------------------------------
+ *
+ * A partition takes @size bytes out of each of its devices for one uid,
+ * guaranteed: connections that present its token (gpb_connect() sends
+ * $GPUBROKER_TOKEN) use only it, with the partition as their device; the
+ * others share what the partitions leave. */
+
+/**
+ * Creates partition @name (1-64 bytes of A-Z a-z 0-9 . _ -) owned by @uid,
+ * @size bytes on each of @devices (@n_devices indices; NULL or 0 = every
+ * device), and writes its token (64 lowercase hex digits and a NUL) into
+ * @token, which only this call ever returns.
+ * Errors: GPB_E_PERMISSION (not an administrator), GPB_E_INVALID (name,
+ * size 0, a device unknown or named twice, a name that exists),
+ * GPB_E_OUT_OF_MEMORY (a device cannot guarantee @size: the message gives
+ * the figures), GPB_E_LIMIT, GPB_E_DAEMON_GONE.
+ */
+int gpb_partition_create(gpb_client *client, const char *name, uint32_t uid, uint64_t size,
+                         const int *devices, int n_devices, char token[65]);
+
+/**
+ * Destroys partition @name: its connections get the event
+ * "partition_destroyed" and are closed, and everything they held goes back.
+ * Errors: GPB_E_PERMISSION, GPB_E_NOT_FOUND, GPB_E_INVALID (a bad name, or
+ * the partition this connection is in), GPB_E_DAEMON_GONE.
+ */
+int gpb_partition_destroy(gpb_client *client, const char *name);
+
+/**
+ * The partitions this connection may see (all for an administrator, its
+ * uid's for a user) as the JSON text of the `partitions` result, into
+ * @json_out, which the caller frees with gpb_string_free().
+ * Errors: GPB_E_INVALID (@json_out NULL), GPB_E_DAEMON_GONE.
+ */
+int gpb_partitions(gpb_client *client, char **json_out);
+
 /** Frees a string returned by the library. NULL is a no-op. */
 void gpb_string_free(char *s);
 
@@ -602,11 +684,19 @@ const char *gpb_version(void);
  *
  * With the cuda backend gpb_allocation.ptr is a device pointer (a CUdeviceptr
  * cast to void *) in this process: the library opens each slab's IPC handle
- * once per process (cuIpcOpenMemHandle, in the calling thread's current
- * context when it is on the allocation's device, else in the device's
- * primary context) and closes it when the process's last allocation or
- * attachment in the slab is freed, on gpb_disconnect(), or on an
- * "invalidate" event. The library loads libcuda.so.1 at run time; it never
+ * once per process (cuIpcOpenMemHandle) and closes it when the process's last
+ * allocation or attachment in the slab is freed, on gpb_disconnect(), or on
+ * an "invalidate" event. Every mapping of a device is made in the process's
+ * one context of that device: the context current on the calling thread at
+ * the process's first mapping there (an application's own context is
+ * honoured), else the device's primary context, which the library retains
+ * until its last mapping there is closed. Kernels must use that context.
+ * When that context is reset (cuDevicePrimaryCtxReset, as Numba's
+ * Device.reset or cudaDeviceReset do) or destroyed (cuCtxDestroy), its
+ * mappings go with it: the library notices at its next use of them, its
+ * copy helpers answer GPB_E_CONTEXT_RESET for their pointers, gpb_free()
+ * of them works (there is nothing left to close), and new allocations,
+ * in the same slabs too, are mapped in the context current then. The library loads libcuda.so.1 at run time; it never
  * links it. With the simulated backend ptr is host memory.
  */
 
@@ -618,7 +708,9 @@ const char *gpb_version(void);
  * the allocation was opened in; synchronise @stream before reusing @src or
  * relying on @dst. sim backend: a memcpy, complete on return.
  * Errors: GPB_E_INVALID (NULL pointer, or a range not in gpubroker memory
- * mapped by this process), GPB_E_BACKEND (the driver failed:
+ * mapped by this process), GPB_E_CONTEXT_RESET (mapped in a CUDA context
+ * that has been reset or destroyed since: the memory is gone from this
+ * process; free the allocation), GPB_E_BACKEND (the driver failed:
  * gpb_last_error() names the CUresult).
  */
 int gpb_copy_to_device(void *dst, const void *src, size_t size, void *stream);

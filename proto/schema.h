@@ -62,41 +62,44 @@ const char *proto_code_name(int code);
 
 /* ---- methods --------------------------------------------------------------- */
 
-#define PROTO_M_HELLO            "hello"
-#define PROTO_M_REGISTER         "register"
-#define PROTO_M_UNREGISTER       "unregister"
-#define PROTO_M_ALLOC            "alloc"
-#define PROTO_M_FREE             "free"
-#define PROTO_M_ATTACH           "attach"
-#define PROTO_M_DETACH           "detach"
-#define PROTO_M_MEM_INFO         "mem_info"
-#define PROTO_M_STATS            "stats"
-#define PROTO_M_STATUS           "status"
-#define PROTO_M_CLIENTS          "clients"
-#define PROTO_M_DEVICES          "devices"
-#define PROTO_M_RELOAD           "reload"
-#define PROTO_M_METRICS          "metrics"
-#define PROTO_M_POLICY           "policy"
-#define PROTO_M_SET_PROPORTION   "set_proportion"
-#define PROTO_M_SET_AUTO         "set_auto"
-#define PROTO_M_SET_GROUP        "set_group"
-#define PROTO_M_GROUP_INFO       "group_info"
-#define PROTO_M_SET_MODE         "set_mode"
-#define PROTO_M_SET_LIMIT        "set_limit"
-#define PROTO_M_QUEUE_REQUEST    "queue_request"
-#define PROTO_M_ALLOCATE_QUEUE   "allocate_queue"
-#define PROTO_M_CHUNK_PARAMETERS "chunk_parameters"
-#define PROTO_M_CLAIM            "claim"
-#define PROTO_M_FREE_LABEL       "free_label"
-#define PROTO_M_INVALIDATE_ALL   "invalidate_all"
-#define PROTO_M_SET_ALLOCATOR    "set_allocator"
-#define PROTO_M_EVICT            "evict"
-#define PROTO_M_SELFCHECK        "selfcheck"
-#define PROTO_M_EXPORT           "export"
-#define PROTO_M_UNEXPORT         "unexport"
-#define PROTO_M_OPEN             "open"
-#define PROTO_M_INVALIDATE_DONE  "invalidate_done"
-#define PROTO_M_GOODBYE          "goodbye"
+#define PROTO_M_HELLO             "hello"
+#define PROTO_M_REGISTER          "register"
+#define PROTO_M_UNREGISTER        "unregister"
+#define PROTO_M_ALLOC             "alloc"
+#define PROTO_M_FREE              "free"
+#define PROTO_M_ATTACH            "attach"
+#define PROTO_M_DETACH            "detach"
+#define PROTO_M_MEM_INFO          "mem_info"
+#define PROTO_M_STATS             "stats"
+#define PROTO_M_STATUS            "status"
+#define PROTO_M_CLIENTS           "clients"
+#define PROTO_M_DEVICES           "devices"
+#define PROTO_M_RELOAD            "reload"
+#define PROTO_M_METRICS           "metrics"
+#define PROTO_M_POLICY            "policy"
+#define PROTO_M_SET_PROPORTION    "set_proportion"
+#define PROTO_M_SET_AUTO          "set_auto"
+#define PROTO_M_SET_GROUP         "set_group"
+#define PROTO_M_GROUP_INFO        "group_info"
+#define PROTO_M_SET_MODE          "set_mode"
+#define PROTO_M_SET_LIMIT         "set_limit"
+#define PROTO_M_QUEUE_REQUEST     "queue_request"
+#define PROTO_M_ALLOCATE_QUEUE    "allocate_queue"
+#define PROTO_M_CHUNK_PARAMETERS  "chunk_parameters"
+#define PROTO_M_CLAIM             "claim"
+#define PROTO_M_FREE_LABEL        "free_label"
+#define PROTO_M_INVALIDATE_ALL    "invalidate_all"
+#define PROTO_M_SET_ALLOCATOR     "set_allocator"
+#define PROTO_M_EVICT             "evict"
+#define PROTO_M_SELFCHECK         "selfcheck"
+#define PROTO_M_EXPORT            "export"
+#define PROTO_M_UNEXPORT          "unexport"
+#define PROTO_M_OPEN              "open"
+#define PROTO_M_INVALIDATE_DONE   "invalidate_done"
+#define PROTO_M_PARTITION_CREATE  "partition_create"
+#define PROTO_M_PARTITION_DESTROY "partition_destroy"
+#define PROTO_M_PARTITIONS        "partitions"
+#define PROTO_M_GOODBYE           "goodbye"
 
 enum proto_op_flags {
 	PROTO_OPF_BEFORE_HELLO = 1u << 0, /* allowed before the handshake (hello only) */
@@ -141,6 +144,9 @@ enum proto_op_flags {
 	X(UNEXPORT, 0)                                                                             \
 	X(OPEN, 0)                                                                                 \
 	X(INVALIDATE_DONE, 0)                                                                      \
+	X(PARTITION_CREATE, PROTO_OPF_ADMIN)                                                       \
+	X(PARTITION_DESTROY, PROTO_OPF_ADMIN)                                                      \
+	X(PARTITIONS, 0)                                                                           \
 	X(GOODBYE, 0)
 
 #define PROTO_OP_ENUM_(id, flags) PROTO_OP_##id,
@@ -178,6 +184,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_AUTO_CAP           "auto_cap"
 #define PROTO_F_AUTO_INSTANCES     "auto_instances"
 #define PROTO_F_AVAILABLE          "available"
+#define PROTO_F_ASKED              "asked"
 #define PROTO_F_AXIS               "axis"
 #define PROTO_F_AXIS_LENGTH        "axis_length"
 #define PROTO_F_BACKEND            "backend"
@@ -219,6 +226,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_HOST_ALLOCATIONS   "host_allocations"
 #define PROTO_F_HOST_USED          "host_used"
 #define PROTO_F_ID                 "id"
+#define PROTO_F_IN_USE_AT_START    "in_use_at_start"
 #define PROTO_F_INSTANCE           "instance"
 #define PROTO_F_INSTANCES          "instances"
 #define PROTO_F_LABEL              "label"
@@ -253,6 +261,8 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_OTHERS             "others"
 #define PROTO_F_OWNER              "owner"
 #define PROTO_F_PARAMS             "params"
+#define PROTO_F_PARTITION          "partition"
+#define PROTO_F_PARTITIONS         "partitions"
 #define PROTO_F_PARTING            "parting"
 #define PROTO_F_PEAK               "peak"
 #define PROTO_F_PID                "pid"
@@ -261,9 +271,11 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_PROPORTION         "proportion"
 #define PROTO_F_QUEUED             "queued"
 #define PROTO_F_REASON             "reason"
+#define PROTO_F_RECLAIMED          "reclaimed"
 #define PROTO_F_REQUEST_BYTES      "request_bytes"
 #define PROTO_F_REQUESTED          "requested"
 #define PROTO_F_REQUESTS           "requests"
+#define PROTO_F_RESERVE            "reserve"
 #define PROTO_F_RESERVED           "reserved"
 #define PROTO_F_RESULT             "result"
 #define PROTO_F_RETIRED            "retired"
@@ -279,6 +291,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_SLABS              "slabs"
 #define PROTO_F_SUPPORTED          "supported"
 #define PROTO_F_TEXT               "text"
+#define PROTO_F_TOKEN              "token"
 #define PROTO_F_TOTAL              "total"
 #define PROTO_F_TOTALS             "totals"
 #define PROTO_F_TRANSPORT          "transport"
@@ -392,11 +405,12 @@ extern const unsigned proto_message_count;
 
 /* ---- events ---------------------------------------------------------------- */
 
-#define PROTO_EV_SHUTDOWN         "shutdown"
-#define PROTO_EV_EVICTED          "evicted"
-#define PROTO_EV_CAP_CHANGED      "cap_changed"
-#define PROTO_EV_ALLOCATION_READY "allocation_ready"
-#define PROTO_EV_INVALIDATE       "invalidate"
+#define PROTO_EV_SHUTDOWN            "shutdown"
+#define PROTO_EV_EVICTED             "evicted"
+#define PROTO_EV_CAP_CHANGED         "cap_changed"
+#define PROTO_EV_ALLOCATION_READY    "allocation_ready"
+#define PROTO_EV_INVALIDATE          "invalidate"
+#define PROTO_EV_PARTITION_DESTROYED "partition_destroyed"
 
 /* Each event's data, as the message lists above. */
 #define PROTO_SHUTDOWN_DATA(X) X(REASON, STRING, PROTO_REQUIRED)
@@ -423,6 +437,7 @@ extern const unsigned proto_message_count;
 #define PROTO_INVALIDATE_DATA(X)                                                                   \
 	X(REASON, STRING, PROTO_REQUIRED)                                                          \
 	X(EPOCH, U64, PROTO_REQUIRED)
+#define PROTO_PARTITION_DESTROYED_DATA(X) X(NAME, STRING, PROTO_REQUIRED)
 
 /* No members (an event whose data holds no array of objects). */
 #define PROTO_NO_MEMBERS(X)
@@ -434,7 +449,8 @@ extern const unsigned proto_message_count;
 	X(EVICTED, PROTO_EVICTED_DATA, PROTO_NO_MEMBERS)                                           \
 	X(CAP_CHANGED, PROTO_CAP_CHANGED_DATA, PROTO_NO_MEMBERS)                                   \
 	X(ALLOCATION_READY, PROTO_ALLOCATION_READY_DATA, PROTO_READY_ARRAY)                        \
-	X(INVALIDATE, PROTO_INVALIDATE_DATA, PROTO_NO_MEMBERS)
+	X(INVALIDATE, PROTO_INVALIDATE_DATA, PROTO_NO_MEMBERS)                                     \
+	X(PARTITION_DESTROYED, PROTO_PARTITION_DESTROYED_DATA, PROTO_NO_MEMBERS)
 
 struct proto_event_info {
 	const char *name;                 /* PROTO_EV_* */

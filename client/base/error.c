@@ -67,6 +67,8 @@ GPB_EXPORT const char *gpb_strerror(int err)
 		return "alias between shared and local memory";
 	case GPB_E_LAYOUT_NO_FIT:
 		return "not even one warp fits the shared memory budget";
+	case GPB_E_CONTEXT_RESET:
+		return "the CUDA context of this memory was reset or destroyed";
 	default:
 		return "unknown error";
 	}

@@ -6,6 +6,43 @@
 #include "client.h"
 #include "error.h"
 
+#include <stdlib.h>
+
+/*
+ * gpb_free_async: frees what waited for a fence that has passed, oldest
+ * first. Polled here, at the start of every call on the client, rather than
+ * from a host function on the stream (cuLaunchHostFunc): that runs on a
+ * driver thread that may make no CUDA call, would need this client's lock
+ * (held by a thread that may be waiting on that very stream) and could
+ * outlive the client. A failure is not the caller's: its message is dropped.
+ */
+static void client_pending_poll(gpb_client *c)
+{
+	const struct slab_opener *opener = c->track.opener;
+	struct client_pending **pp = &c->pending, *p, *done = NULL, **done_tail = &done;
+
+	/* Taken off the queue first: a release reads replies, and an
+	 * invalidate event among them empties the queue. */
+	while ((p = *pp)) {
+		if (!opener->fence_done(p->fence)) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		p->next = NULL;
+		*done_tail = p;
+		done_tail = &p->next;
+	}
+	c->pending_tail = pp;
+	while ((p = done)) {
+		done = p->next;
+		opener->fence_free(p->fence);
+		c->release_pending(c, p->id);
+		free(p);
+	}
+	error_clear();
+}
+
 /* Validates the client and takes its lock; clears the last error. */
 int client_enter(gpb_client *c)
 {
@@ -14,7 +51,28 @@ int client_enter(gpb_client *c)
 		return error_set(GPB_E_INVALID, "client is NULL");
 	pthread_mutex_lock(&c->lock);
 	conn_settle(&c->conn);
+	if (c->pending)
+		client_pending_poll(c);
 	return 0;
+}
+
+void client_pending_add(gpb_client *c, struct client_pending *p)
+{
+	p->next = NULL;
+	*c->pending_tail = p;
+	c->pending_tail = &p->next;
+}
+
+void client_pending_drop(gpb_client *c)
+{
+	while (c->pending) {
+		struct client_pending *p = c->pending;
+		c->pending = p->next;
+		c->track.opener->fence_wait(p->fence);
+		c->track.opener->fence_free(p->fence);
+		free(p);
+	}
+	c->pending_tail = &c->pending;
 }
 
 void client_leave(gpb_client *c)

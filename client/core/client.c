@@ -19,6 +19,10 @@ static void client_invalidate(void *client)
 	gpb_client *c = client;
 	const struct slab_opener *opener = c->track.opener;
 
+	/* What was queued on the memory finishes before it is unmapped and
+	 * the daemon hears so (the event's answer). */
+	client_pending_drop(c);
+	track_finish_all(&c->track);
 	track_finish(&c->track);
 	track_init(&c->track, opener);
 	hostmem_finish(c);
@@ -40,6 +44,7 @@ int client_create(const char *path, gpb_client **out)
 	/* Until hello names the backend nothing can be mapped. */
 	track_init(&c->track, NULL);
 	hostmem_init(c);
+	c->pending_tail = &c->pending;
 	c->conn.on_invalidate = client_invalidate;
 	c->conn.invalidate_ctx = c;
 	*out = c;
@@ -53,7 +58,10 @@ void client_destroy(gpb_client *c)
 
 	/* Unmapping first: once the socket closes the daemon releases what
 	 * the connection held and may free its slabs, and CUDA memory must
-	 * not be freed under an open IPC mapping. */
+	 * not be freed under an open IPC mapping, nor while work queued on it
+	 * may still run. */
+	client_pending_drop(c);
+	track_finish_all(&c->track);
 	track_finish(&c->track);
 	/* Then saying so: without goodbye the daemon keeps device memory
 	 * that a process can keep mapped (cuda VMM slabs) counted until this

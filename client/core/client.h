@@ -28,6 +28,13 @@ struct client_limits {
 	uint64_t write_high_water;
 };
 
+/* An allocation gpb_free_async() queued: freed once its fence has passed. */
+struct client_pending {
+	struct client_pending *next;
+	uint64_t id;
+	void *fence; /* the opener's (track.opener) */
+};
+
 struct gpb_client {
 	pthread_mutex_t lock;
 	struct conn conn;
@@ -39,6 +46,11 @@ struct gpb_client {
 	struct client_limits limits;
 	gpb_event_fn event_fn;
 	void *event_data;
+	/* gpb_free_async's queue, oldest first, under the lock, and how an
+	 * entry whose fence passed is freed (memory.c sets it with the first;
+	 * a hook, as the core calls nothing above it). */
+	struct client_pending *pending, **pending_tail;
+	void (*release_pending)(gpb_client *c, uint64_t id);
 };
 
 /* client.c: its life. */
@@ -52,8 +64,15 @@ void client_destroy(gpb_client *c);
 
 /* call.c: calls on it. */
 
-/* Validates @c and takes its lock; clears the thread's last error. */
+/* Validates @c and takes its lock; clears the thread's last error. Frees
+ * the queued gpb_free_async() allocations whose fences have passed. */
 int client_enter(gpb_client *c);
+
+/* Queues @id to be freed once @fence passes (consumed). Lock held. */
+void client_pending_add(gpb_client *c, struct client_pending *p);
+/* Waits for every queued fence and forgets the queue (the daemon lets the
+ * allocations go with the connection, or has already). Lock held. */
+void client_pending_drop(gpb_client *c);
 void client_leave(gpb_client *c);
 
 /* Reads a success reply's result (@arg: what to fill); returns 0 or a GPB_E_*

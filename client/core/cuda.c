@@ -14,30 +14,42 @@
  * renumber devices in this process); without one, the daemon's index is
  * taken as the CUDA ordinal.
  *
- * Which context: the one current on the calling thread when it belongs to
- * that device (the application's own context), else the device's primary
- * context, which the mapping retains until it is closed. Every driver call
- * runs with that context pushed and popped again (cuda_in_context), so the
+ * Which context: the process's one context of the device (cuda_ctx.c): the
+ * one current on the calling thread when the process mapped its first slab
+ * there (the application's own context), else the device's primary context,
+ * retained until the last mapping in it is closed. Every driver call runs
+ * with that context pushed and popped again (cuda_in_context), so the
  * caller's current context is left as it was. One handle is opened once per
- * process (the slab cache in slab.c), as CUDA requires: a second open in
- * the same context fails.
+ * process (the slab cache in slab.c) and in that one context, as CUDA
+ * requires: a second context's open fails. A mapping whose context was reset
+ * or destroyed is dead (cuda_alive): it is never closed (the driver took it)
+ * and its pointers get GPB_E_CONTEXT_RESET.
  *
- * Pool slabs (allocator "async", "pool": true in the reply): the daemon's
- * memory pool of the device comes as a descriptor with each slab handle;
- * the process imports it once per device (cuMemPoolImportFromShareableHandle)
- * and keeps it while any mapping from it lives, the descriptors of later
- * slabs being closed unused. Each slab is cuMemPoolImportPointer of the
- * pool and its export data, released with cuMemFree, which is how an
+ * Ordered frees: before memory is let go (a mapping closed, or the daemon
+ * told a range is free) the library waits for the work queued in the
+ * mapping's context (cuda_finish: cuCtxSynchronize), or, for
+ * gpb_free_async, for an event recorded on the caller's stream
+ * (cuda_fence).
+ *
+ * Pool slabs (allocator "async", "pool": true in the reply): the memory pool
+ * of the slab's user on the device comes as a descriptor with each slab
+ * handle; the process imports each pool once (cuMemPoolImportFromShareableHandle;
+ * pools told apart by the file the descriptor names) and keeps it while any
+ * mapping from it lives, the descriptors of later slabs being closed unused. Each slab is
+ * cuMemPoolImportPointer of the pool and its export data, released with cuMemFree, which is how an
  * importer lets go of a pool pointer.
  */
 #include "error.h"
 #include "slab.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "cuda_ctx.h"
 #include "cuda_vmm.h"
 #include "cudaapi.h"
 
@@ -61,10 +73,28 @@ static int cuda_error(CUresult rc, const char *what)
 	                 desc, *desc ? ")" : "");
 }
 
-/* A memory pool imported from the daemon, shared by the mappings from it. */
+/* A legacy handle that does not open: the driver's word, and the two
+ * limits of legacy IPC that a broker's clients run into (docs/cuda.md). */
+static int cuda_ipc_error(CUresult rc)
+{
+	char name[64];
+	const char *desc = cuda_api_error_string(&cuda, rc);
+	return error_set(GPB_E_BACKEND,
+	                 "cuIpcOpenMemHandle failed: %s%s%s%s; legacy CUDA IPC opens only in "
+	                 "processes of the daemon's user and PID namespace (docs/cuda.md)",
+	                 cuda_api_error_name(&cuda, rc, name, sizeof(name)), *desc ? " (" : "",
+	                 desc, *desc ? ")" : "");
+}
+
+/* A memory pool imported from the daemon, shared by the mappings from it.
+ * The daemon keeps one pool per user and device and sends the same
+ * descriptor of it with each slab: the file it names tells pools apart (a
+ * process may hold slabs of two users' pools, one opened by name). */
 struct cuda_pool {
 	struct cuda_pool *next;
 	CUdevice dev;
+	dev_t file_dev;
+	ino_t file_ino;
 	CUmemoryPool pool;
 	unsigned long maps;
 };
@@ -74,23 +104,30 @@ static struct cuda_pool *cuda_pools;
 
 struct cuda_mapping {
 	CUdevice dev;
-	CUcontext ctx;
-	bool primary; /* ctx is the retained primary context */
+	struct cuda_ctx *cctx; /* the process's context of dev (cuda_ctx.c) */
 	CUdeviceptr ptr;
-	struct cuda_pool *pool; /* a pool pointer's: its pool; else NULL */
-	size_t vmm_mapped;      /* transport vmm: the bytes mapped; else 0 */
+	struct cuda_pool *pool;             /* a pool pointer's: its pool; else NULL */
+	size_t vmm_mapped;                  /* transport vmm: the bytes mapped; else 0 */
+	uint8_t vmm_tag[PROTO_HANDLE_SIZE]; /* vmm: the slab's handle (cuda_vmm_keep) */
 };
 
-/* A reference to the device's imported pool, imported from fd when the
- * process has none (a context of the device current): 0 or GPB_E_*. */
+/* A reference to the pool fd names on the device, imported from fd when
+ * the process has not imported it (a context of the device current): 0 or
+ * GPB_E_*. */
 static int cuda_pool_get(CUdevice dev, int fd, struct cuda_pool **out)
 {
 	struct cuda_pool *p;
+	struct stat st = {0};
 	int err = 0;
 
+	if (fd >= 0 && fstat(fd, &st) < 0)
+		return error_set_errno(GPB_E_SYSTEM, errno, "pool descriptor");
 	pthread_mutex_lock(&cuda_pool_lock);
-	for (p = cuda_pools; p && p->dev != dev; p = p->next)
-		;
+	for (p = cuda_pools; p; p = p->next) {
+		if (p->dev == dev &&
+		    (fd < 0 || (p->file_dev == st.st_dev && p->file_ino == st.st_ino)))
+			break;
+	}
 	if (p) {
 		p->maps++;
 		*out = p;
@@ -113,6 +150,8 @@ static int cuda_pool_get(CUdevice dev, int fd, struct cuda_pool **out)
 		goto out;
 	}
 	p->dev = dev;
+	p->file_dev = st.st_dev;
+	p->file_ino = st.st_ino;
 	p->maps = 1;
 	p->next = cuda_pools;
 	cuda_pools = p;
@@ -152,17 +191,26 @@ static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd,
 			return error_set(GPB_E_BACKEND,
 			                 "the daemon serves VMM memory (transport vmm), but this "
 			                 "process's CUDA driver has no virtual memory management");
-		if (fd < 0)
-			return error_set(GPB_E_PROTOCOL, "a vmm slab came without its descriptor");
-		rc = cuda_vmm_map(&cuda, m->dev, fd, size, &m->ptr, &m->vmm_mapped, &what);
-		return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, what);
+		int kept;
+		if (cuda_vmm_keep(handle, fd, &kept) < 0)
+			return fd < 0 ? error_set(GPB_E_PROTOCOL,
+			                          "a vmm slab came without its descriptor")
+			              : error_set_errno(GPB_E_SYSTEM, errno,
+			                                "copy of a slab descriptor");
+		rc = cuda_vmm_map(&cuda, m->dev, kept, size, &m->ptr, &m->vmm_mapped, &what);
+		if (rc != CUDA_SUCCESS) {
+			cuda_vmm_unkeep(handle);
+			return cuda_error(rc, what);
+		}
+		memcpy(m->vmm_tag, handle, PROTO_HANDLE_SIZE);
+		return 0;
 	}
 	bool pool = where->pool;
 	if (!pool) {
 		CUipcMemHandle h;
 		memcpy(&h, handle, sizeof(h));
 		rc = cuda.IpcOpenMemHandle(&m->ptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-		return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, "cuIpcOpenMemHandle");
+		return rc == CUDA_SUCCESS ? 0 : cuda_ipc_error(rc);
 	}
 	if (!cuda.has_pools)
 		return error_set(GPB_E_BACKEND,
@@ -187,6 +235,7 @@ static int cuda_unimport(struct cuda_mapping *m, void *unused)
 	(void)unused;
 	if (m->vmm_mapped) {
 		cuda_vmm_unmap(&cuda, m->ptr, m->vmm_mapped);
+		cuda_vmm_unkeep(m->vmm_tag);
 		m->vmm_mapped = 0;
 		return 0;
 	}
@@ -215,13 +264,11 @@ static int cuda_find_device(const struct slab_target *where, CUdevice *out)
 		return cuda_error(rc, "cuDeviceGetCount");
 	for (int i = 0; i < n; i++) {
 		char text[CUDA_UUID_LEN];
-		CUuuid uuid;
 		CUdevice dev;
 
 		if (cuda.DeviceGet(&dev, i) != CUDA_SUCCESS ||
-		    cuda.DeviceGetUuid(&uuid, dev) != CUDA_SUCCESS)
+		    cuda_api_device_uuid(&cuda, dev, text) != CUDA_SUCCESS)
 			continue;
-		cuda_uuid_format(&uuid, text);
 		if (strcmp(text, where->device_uuid) == 0) {
 			*out = dev;
 			return 0;
@@ -233,31 +280,20 @@ static int cuda_find_device(const struct slab_target *where, CUdevice *out)
 	                 where->device, where->device_uuid);
 }
 
-/* The current context when it is on dev, else the retained primary one. */
+/* A reference to the process's context of m->dev (cuda_ctx.h). */
 static int cuda_pick_context(struct cuda_mapping *m)
 {
-	CUcontext cur = NULL;
-	CUdevice cur_dev;
-	CUresult rc;
+	const char *what = "";
+	CUresult rc = cuda_ctx_get(&cuda, m->dev, &m->cctx, &what);
 
-	if (cuda.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
-	    cuda.CtxGetDevice(&cur_dev) == CUDA_SUCCESS && cur_dev == m->dev) {
-		m->ctx = cur;
-		m->primary = false;
-		return 0;
-	}
-	rc = cuda.DevicePrimaryCtxRetain(&m->ctx, m->dev);
-	if (rc != CUDA_SUCCESS)
-		return cuda_error(rc, "cuDevicePrimaryCtxRetain");
-	m->primary = true;
-	return 0;
+	return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, what);
 }
 
-/* Frees a mapping record, letting go of the primary context it retained. */
+/* Frees a mapping record, letting go of its context. */
 static void cuda_mapping_free(struct cuda_mapping *m)
 {
-	if (m->primary)
-		cuda.DevicePrimaryCtxRelease(m->dev);
+	if (m->cctx)
+		cuda_ctx_put(&cuda, m->cctx);
 	free(m);
 }
 
@@ -274,7 +310,7 @@ typedef int (*cuda_context_fn)(struct cuda_mapping *m, void *arg);
 static int cuda_in_context(struct cuda_mapping *m, bool report, cuda_context_fn fn, void *arg)
 {
 	CUcontext popped;
-	CUresult rc = cuda.CtxPushCurrent(m->ctx);
+	CUresult rc = cuda.CtxPushCurrent(m->cctx->ctx);
 	int err;
 
 	if (rc != CUDA_SUCCESS)
@@ -314,16 +350,22 @@ static int cuda_open_here(struct cuda_mapping *m, void *arg)
 	err = cuda_import(m, a->handle, a->fd, a->where, a->size);
 	if (err < 0 || m->vmm_mapped)
 		return err; /* vmm: the range is the one this process reserved */
-	/* The handle names a whole allocation: it must cover the slab the
-	 * daemon describes, or offsets would run past it. */
+	/* The handle maps a whole driver allocation: a block the driver
+	 * packed small allocations into, or a pool's segment, which may start
+	 * before the slab and hold more. It must contain the slab the daemon
+	 * describes, or offsets would run past what is mapped. */
 	rc = cuda.MemGetAddressRange(&range_base, &range_size, m->ptr);
-	if (rc == CUDA_SUCCESS && range_base == m->ptr && range_size >= a->size)
+	if (rc == CUDA_SUCCESS && range_base <= m->ptr && m->ptr - range_base <= range_size &&
+	    a->size <= range_size - (m->ptr - range_base))
 		return 0;
 	cuda_unimport(m, NULL);
 	return rc != CUDA_SUCCESS
 	           ? cuda_error(rc, "cuMemGetAddressRange")
-	           : error_set(GPB_E_PROTOCOL, "slab handle opens %zu bytes, the daemon says %llu",
-	                       range_size, (unsigned long long)a->size);
+	           : error_set(GPB_E_BACKEND,
+	                       "the driver mapped %zu bytes at 0x%llx for a slab of %llu bytes "
+	                       "at 0x%llx: it does not hold the slab",
+	                       range_size, (unsigned long long)range_base,
+	                       (unsigned long long)a->size, (unsigned long long)m->ptr);
 }
 
 static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
@@ -354,10 +396,20 @@ static void cuda_close(void *base, uint64_t size, void *priv)
 {
 	(void)base;
 	(void)size;
+	struct cuda_mapping *m = priv;
+
 	/* Nothing to report to: a failed close leaves the mapping to the
-	 * process's exit, which the driver cleans up. */
-	cuda_in_context(priv, false, cuda_unimport, NULL);
-	cuda_mapping_free(priv);
+	 * process's exit, which the driver cleans up. A dead context took
+	 * the mapping with it: only a pool import's reference is left. */
+	if (cuda_ctx_alive(&cuda, m->cctx))
+		cuda_in_context(m, false, cuda_unimport, NULL);
+	else if (m->pool)
+		cuda_pool_put(m->pool);
+	else if (m->vmm_mapped)
+		/* The mapping may outlive the context (VMM ranges are the
+		 * process's): undone without one, harmless if it is gone. */
+		cuda_unimport(m, NULL);
+	cuda_mapping_free(m);
 }
 
 /* What cuda_copy() copies. */
@@ -439,17 +491,20 @@ static int cuda_host_register(void *p, size_t size, bool mapped, void **device_p
 	err = cuda_mapping_new(&m);
 	if (err < 0)
 		return err;
-	if (cuda.CtxGetCurrent(&m->ctx) != CUDA_SUCCESS || !m->ctx) {
+	/* The process's context of the current context's device, or of
+	 * device 0. */
+	CUcontext cur = NULL;
+	if (cuda.CtxGetCurrent(&cur) != CUDA_SUCCESS || !cur ||
+	    cuda.CtxGetDevice(&m->dev) != CUDA_SUCCESS) {
 		rc = cuda.DeviceGet(&m->dev, 0);
-		if (rc == CUDA_SUCCESS)
-			rc = cuda.DevicePrimaryCtxRetain(&m->ctx, m->dev);
 		if (rc != CUDA_SUCCESS) {
 			free(m);
-			return cuda_error(rc, "cuDevicePrimaryCtxRetain");
+			return cuda_error(rc, "cuDeviceGet");
 		}
-		m->primary = true;
 	}
-	err = cuda_in_context(m, true, cuda_host_register_here, &args);
+	err = cuda_pick_context(m);
+	if (err == 0)
+		err = cuda_in_context(m, true, cuda_host_register_here, &args);
 	if (err < 0) {
 		cuda_mapping_free(m);
 		return err;
@@ -469,8 +524,57 @@ static int cuda_host_unregister_here(struct cuda_mapping *m, void *p)
 
 static void cuda_host_unregister(void *p, void *priv)
 {
-	cuda_in_context(priv, false, cuda_host_unregister_here, p);
-	cuda_mapping_free(priv);
+	struct cuda_mapping *m = priv;
+
+	if (cuda_ctx_alive(&cuda, m->cctx))
+		cuda_in_context(m, false, cuda_host_unregister_here, p);
+	cuda_mapping_free(m);
+}
+
+/* ---- the mapping's context and its queued work -------------------------------- */
+
+static bool cuda_alive(void *priv)
+{
+	return cuda_ctx_alive(&cuda, ((struct cuda_mapping *)priv)->cctx);
+}
+
+/* A failure (a sticky error of the context, say) leaves nothing queued
+ * either: the work is over, run or not. */
+static void cuda_finish(void *priv)
+{
+	cuda_ctx_sync(&cuda, ((struct cuda_mapping *)priv)->cctx);
+}
+
+static void cuda_finish_all(void)
+{
+	/* Nothing mapped yet: nothing to wait for, and no driver to load. */
+	if (cuda_ok)
+		cuda_ctx_sync_all(&cuda);
+}
+
+static int cuda_fence(void *priv, void *stream, void **fence)
+{
+	struct cuda_mapping *m = priv;
+	const char *what = "";
+	CUresult rc =
+	    cuda_fence_record(&cuda, m->cctx, (CUstream)stream, (struct cuda_fence **)fence, &what);
+
+	return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, what);
+}
+
+static bool cuda_fence_done_fn(void *fence)
+{
+	return cuda_fence_done(&cuda, fence);
+}
+
+static void cuda_fence_wait_fn(void *fence)
+{
+	cuda_fence_wait(&cuda, fence);
+}
+
+static void cuda_fence_free_fn(void *fence)
+{
+	cuda_fence_free(&cuda, fence);
 }
 
 const struct slab_opener slab_cuda_opener = {
@@ -482,4 +586,11 @@ const struct slab_opener slab_cuda_opener = {
     .copy = cuda_copy,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .alive = cuda_alive,
+    .finish = cuda_finish,
+    .finish_all = cuda_finish_all,
+    .fence = cuda_fence,
+    .fence_done = cuda_fence_done_fn,
+    .fence_wait = cuda_fence_wait_fn,
+    .fence_free = cuda_fence_free_fn,
 };

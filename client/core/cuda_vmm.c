@@ -11,13 +11,83 @@
  * undoing at close, and the memory goes back to the driver when both the
  * daemon and every mapping let go.
  *
+ * The descriptor that came with the grant is kept (one per slab and
+ * process, cuda_vmm_keep) while a mapping of the slab lives: a CUDA
+ * context reset takes mappings with it, and the slab is then mapped anew
+ * from the copy, the daemon sending no descriptor for a slab the
+ * connection holds.
+ *
  * Access: read-write for the slab's device and for every other device of
  * this process that can access it as a peer (cuDeviceCanAccessPeer), as
  * legacy IPC's CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS allows.
  */
 #include "cuda_vmm.h"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto.h"
+
 #define CUDA_VMM_MAX_ACCESS 64
+
+/* A slab's descriptor kept for mapping it again (cuda_vmm_keep). */
+struct cuda_vmm_kept {
+	struct cuda_vmm_kept *next;
+	uint8_t tag[PROTO_HANDLE_SIZE];
+	int fd;
+	unsigned refs;
+};
+
+static pthread_mutex_t cuda_vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cuda_vmm_kept *cuda_vmm_kepts;
+
+int cuda_vmm_keep(const uint8_t *tag, int fd, int *kept)
+{
+	struct cuda_vmm_kept *k;
+	int rc = -1;
+
+	pthread_mutex_lock(&cuda_vmm_lock);
+	for (k = cuda_vmm_kepts; k && memcmp(k->tag, tag, PROTO_HANDLE_SIZE) != 0; k = k->next)
+		;
+	if (!k && fd >= 0 && (k = calloc(1, sizeof(*k)))) {
+		k->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (k->fd < 0) {
+			free(k);
+			k = NULL;
+		} else {
+			memcpy(k->tag, tag, PROTO_HANDLE_SIZE);
+			k->next = cuda_vmm_kepts;
+			cuda_vmm_kepts = k;
+		}
+	}
+	if (k) {
+		k->refs++;
+		*kept = k->fd;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&cuda_vmm_lock);
+	return rc;
+}
+
+void cuda_vmm_unkeep(const uint8_t *tag)
+{
+	pthread_mutex_lock(&cuda_vmm_lock);
+	for (struct cuda_vmm_kept **pp = &cuda_vmm_kepts; *pp; pp = &(*pp)->next) {
+		struct cuda_vmm_kept *k = *pp;
+		if (memcmp(k->tag, tag, PROTO_HANDLE_SIZE) != 0)
+			continue;
+		if (--k->refs == 0) {
+			*pp = k->next;
+			close(k->fd);
+			free(k);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&cuda_vmm_lock);
+}
 
 /* The access descriptors: dev first, then its peers here. Returns how many. */
 static size_t cuda_vmm_access(const struct cuda_api *api, CUdevice dev,

@@ -25,4 +25,16 @@ CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t
  * daemon has let go too. */
 void cuda_vmm_unmap(const struct cuda_api *api, CUdeviceptr ptr, size_t mapped);
 
+/*
+ * The process keeps a copy of a slab's descriptor while a mapping of it
+ * lives, keyed by the slab's handle @tag: a mapping that died with its CUDA
+ * context is mapped anew from it (the daemon sends no descriptor for a
+ * slab the connection holds). With @fd >= 0 (not taken) a copy is kept,
+ * or the one kept already referenced again; with @fd < 0 the kept one is.
+ * 0 with *kept (owned by the table), else -1 (none kept, or no memory).
+ */
+int cuda_vmm_keep(const uint8_t *tag, int fd, int *kept);
+/* Drops a reference taken by cuda_vmm_keep(); the last closes the copy. */
+void cuda_vmm_unkeep(const uint8_t *tag);
+
 #endif

@@ -28,8 +28,13 @@ void hostmem_init(gpb_client *c)
 
 static void host_entry_drop(gpb_client *c, struct host_entry *h)
 {
+	const struct slab_opener *opener = c->track.opener;
+
+	/* Copies queued to or from it finish before it is unmapped. */
+	if (h->registered && opener->finish)
+		opener->finish(h->priv);
 	if (h->registered)
-		c->track.opener->host_unregister(h->ptr, h->priv);
+		opener->host_unregister(h->ptr, h->priv);
 	munmap(h->ptr, h->size);
 	free(h);
 }

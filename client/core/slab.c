@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -114,10 +115,21 @@ const struct slab_opener *slab_opener_find(const char *backend)
 	return NULL;
 }
 
+/* Whether @m died with its context, asking the opener unless known. Lock
+ * held. */
+static bool slab_map_dead(struct slab_map *m)
+{
+	if (!m->dead && m->opener->alive && !m->opener->alive(m->priv))
+		m->dead = true;
+	return m->dead;
+}
+
+/* The live mapping of @handle: a dead one is never handed out. */
 static struct slab_map *slab_cache_find(const struct slab_opener *opener, const uint8_t *handle)
 {
 	for (struct slab_map *m = slab_list; m; m = m->next) {
-		if (m->opener == opener && memcmp(m->handle, handle, PROTO_HANDLE_SIZE) == 0)
+		if (m->opener == opener && memcmp(m->handle, handle, PROTO_HANDLE_SIZE) == 0 &&
+		    !slab_map_dead(m))
 			return m;
 	}
 	return NULL;
@@ -166,6 +178,12 @@ int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int 
 	}
 	slab_opens++;
 	slab_open_now++;
+	map->where = *where;
+	map->where.device_uuid = NULL;
+	if (where->device_uuid) {
+		snprintf(map->uuid, sizeof(map->uuid), "%s", where->device_uuid);
+		map->where.device_uuid = map->uuid;
+	}
 	memcpy(map->handle, handle, PROTO_HANDLE_SIZE);
 	map->opener = opener;
 	map->size = size;
@@ -203,26 +221,66 @@ void slab_cache_put(struct slab_map *map)
 	free(map);
 }
 
+bool slab_cache_dead(struct slab_map *map)
+{
+	pthread_mutex_lock(&slab_lock);
+	bool dead = slab_map_dead(map);
+	pthread_mutex_unlock(&slab_lock);
+	return dead;
+}
+
+int slab_cache_renew(struct slab_map *map, struct slab_map **out)
+{
+	int rc = slab_cache_get(map->opener, map->handle, -1, &map->where, map->size, out);
+
+	if (rc < 0 && rc != GPB_E_NOMEM)
+		rc = error_set(GPB_E_CONTEXT_RESET,
+		               "slab of %llu bytes was mapped in a CUDA context that has been "
+		               "reset or destroyed, and cannot be mapped again (%s): free the "
+		               "allocations in it",
+		               (unsigned long long)map->size, error_message());
+	return rc;
+}
+
+void slab_cache_finish(struct slab_map *map)
+{
+	if (map->opener->finish)
+		map->opener->finish(map->priv);
+}
+
 int slab_cache_copy(void *dst, const void *src, size_t n, bool to_device, void *stream)
 {
 	uintptr_t p = (uintptr_t)(to_device ? dst : src);
 	const struct slab_opener *opener = NULL;
 	void *priv = NULL;
+	bool dead = false;
 
 	if (n == 0)
 		return 0;
 	if (!dst || !src)
 		return error_set(GPB_E_INVALID, "copy: NULL pointer");
 	pthread_mutex_lock(&slab_lock);
+	/* A live mapping first: a dead one's addresses may have been given to
+	 * a new mapping since. */
 	for (struct slab_map *m = slab_list; m; m = m->next) {
 		uintptr_t base = (uintptr_t)m->base;
 		if (p >= base && p - base < m->size && n <= m->size - (p - base)) {
+			if (slab_map_dead(m)) {
+				dead = true;
+				continue;
+			}
 			opener = m->opener;
 			priv = m->priv;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&slab_lock);
+	if (!opener && dead)
+		return error_set(GPB_E_CONTEXT_RESET,
+		                 "copy: %zu bytes at %p were mapped in a CUDA context that has "
+		                 "been reset or destroyed (cuDevicePrimaryCtxReset, cuCtxDestroy): "
+		                 "that memory is gone from this process; free the allocation",
+		                 n, (void *)p);
 	/* Copying outside the lock: a copy may take long, and freeing the
 	 * memory while copying to it is the caller's mistake either way. */
 	if (!opener)

@@ -66,6 +66,27 @@ struct slab_opener {
 	int (*host_register)(void *p, size_t size, bool mapped, void **device_ptr, void **priv);
 	/* Undoes host_register() before the memory is unmapped. */
 	void (*host_unregister)(void *p, void *priv);
+
+	/* cuda: the mapping's context and the work queued in it (cuda.c,
+	 * cuda_ctx.c). NULL in an opener without contexts or queues (sim):
+	 * its mappings never die and nothing waits. */
+	/* Whether the mapping is still there: false once the context it was
+	 * made in was reset or destroyed, which took the mapping with it. */
+	bool (*alive)(void *priv);
+	/* Waits for the work this process queued in the mapping's context
+	 * (a mapping or host registration): before its memory is let go. */
+	void (*finish)(void *priv);
+	/* finish() of every mapping of the process. */
+	void (*finish_all)(void);
+	/* gpb_free_async: a fence behind the work queued on @stream so far, in
+	 * the mapping's context. 0 with *fence set (NULL: nothing can still be
+	 * queued there), or a GPB_E_* code. */
+	int (*fence)(void *priv, void *stream, void **fence);
+	/* Whether the work before the fence has finished (or never will). */
+	bool (*fence_done)(void *fence);
+	/* Waits until it has. */
+	void (*fence_wait)(void *fence);
+	void (*fence_free)(void *fence);
 };
 
 struct slab_map {
@@ -75,6 +96,13 @@ struct slab_map {
 	void *priv;
 	uint64_t size;
 	unsigned long refs;
+	/* Its context died (opener->alive): the mapping is gone. Never
+	 * handed out again, kept (for a clear error about its pointers) until
+	 * the last reference goes; slab_cache_renew() maps the slab anew. */
+	bool dead;
+	/* Where it was opened, to open it again (device_uuid points at uuid). */
+	struct slab_target where;
+	char uuid[PROTO_MAX_NAME + 1];
 	struct slab_map *prev, *next;
 };
 
@@ -93,10 +121,23 @@ int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int 
 /* Drops a reference; the last one unmaps the slab. */
 void slab_cache_put(struct slab_map *map);
 
+/* Whether @map's context died under it (then it is marked dead for good). */
+bool slab_cache_dead(struct slab_map *map);
+/*
+ * For a dead @map: a reference to a live mapping of the same slab, opened
+ * in the process's context of the device now (the dead one is left to the
+ * caller). GPB_E_CONTEXT_RESET when it cannot be opened again without what
+ * the daemon sent with it (a pool slab's pool, if that went too).
+ */
+int slab_cache_renew(struct slab_map *map, struct slab_map **out);
+/* opener->finish() of @map, where the opener has one. */
+void slab_cache_finish(struct slab_map *map);
+
 /*
  * gpb_copy_to_device / gpb_copy_from_device: copies between host memory and
  * the mapping that holds the whole device-side range (dst when @to_device,
- * else src). GPB_E_INVALID when no mapping of this process holds it.
+ * else src). GPB_E_INVALID when no mapping of this process holds it,
+ * GPB_E_CONTEXT_RESET when the one that held it died with its context.
  */
 int slab_cache_copy(void *dst, const void *src, size_t n, bool to_device, void *stream);
 

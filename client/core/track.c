@@ -35,6 +35,8 @@ void track_finish(struct track *t)
 	while ((s = idmap_next(&t->slabs, &pos, NULL))) {
 		if (s->map)
 			slab_cache_put(s->map);
+		if (s->dead)
+			slab_cache_put(s->dead);
 		free(s);
 	}
 	idmap_finish(&t->slabs);
@@ -74,7 +76,31 @@ static void track_slab_drop(struct track *t, struct track_slab *s)
 	/* NULL: closed already, by track_release_early(). */
 	if (s->map)
 		slab_cache_put(s->map);
+	if (s->dead)
+		slab_cache_put(s->dead);
 	free(s);
+}
+
+/*
+ * A held slab whose mapping died with its CUDA context is mapped anew for
+ * what comes in it now (the daemon sends no handle for a slab the
+ * connection holds); the dead mapping stays for the old pointers.
+ */
+static int track_slab_live(struct track_slab *s)
+{
+	struct slab_map *fresh;
+	int rc;
+
+	if (!slab_cache_dead(s->map))
+		return 0;
+	rc = slab_cache_renew(s->map, &fresh);
+	if (rc < 0)
+		return rc;
+	if (s->dead)
+		slab_cache_put(s->dead);
+	s->dead = s->map;
+	s->map = fresh;
+	return 0;
 }
 
 /* The fields of an alloc/attach result, checked against each other. */
@@ -158,7 +184,7 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 			return error_set(GPB_E_PROTOCOL, "slab %016" PRIx64 " changed size",
 			                 r->slab);
 		*out = s;
-		return 0;
+		return track_slab_live(s);
 	}
 	if (proto_hex_decode(r->handle, handle, sizeof(handle)) < 0) {
 		if (fd >= 0)
@@ -182,7 +208,7 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 			    GPB_E_PROTOCOL,
 			    "slab %016" PRIx64 " handed over again with another handle", r->slab);
 		*out = s;
-		return 0;
+		return track_slab_live(s);
 	}
 	struct slab_target where = {.device = (int)r->device,
 	                            .device_uuid = r->device_uuid,
@@ -197,6 +223,7 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 	s->holds = 0;
 	s->mark = 0;
 	s->map = map;
+	s->dead = NULL;
 	/* Reserved by track_prepare(): cannot fail. */
 	idmap_put(&t->slabs, s->id, s);
 	*out = s;
@@ -243,6 +270,7 @@ int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, 
 		e->size = r.size;
 		e->offset = r.offset;
 		e->device = (int)r.device;
+		e->freeing = false;
 		e->refs = 1;
 		e->label_hash = r.label_hash;
 		e->instance = r.instance;
@@ -319,6 +347,20 @@ size_t track_release_label_early(struct track *t, const char *label, uint64_t in
 bool track_holds_slab(struct track *t, uint64_t id)
 {
 	return idmap_get(&t->slabs, id) != NULL;
+}
+
+void track_finish_work(struct track *t, enum track_kind kind, uint64_t id)
+{
+	struct track_entry *e = idmap_get(&t->entries[kind], id);
+
+	if (e && e->slab->map)
+		slab_cache_finish(e->slab->map);
+}
+
+void track_finish_all(struct track *t)
+{
+	if (t->opener && t->opener->finish_all && t->slabs.count)
+		t->opener->finish_all();
 }
 
 void track_release(struct track *t, enum track_kind kind, uint64_t id)

@@ -28,7 +28,11 @@ struct track_slab {
 	uint64_t id;
 	uint64_t holds;       /* this connection's allocations + attachments in it */
 	struct slab_map *map; /* NULL once track_release_early() closed it */
-	uint64_t mark;        /* scratch of track_release_label_early(), 0 at rest */
+	/* The mapping that died with its CUDA context, replaced by a new one
+	 * (map) when something new came in the slab: kept until the slab is
+	 * let go, so that the old pointers get a clear error. Else NULL. */
+	struct slab_map *dead;
+	uint64_t mark; /* scratch of track_release_label_early(), 0 at rest */
 };
 
 struct track_entry {
@@ -38,6 +42,7 @@ struct track_entry {
 	uint64_t size;
 	uint64_t offset;
 	int device;
+	bool freeing; /* gpb_free_async() queued it: no longer the caller's */
 	/* Attachments: how many gpb_attach() calls the id has outstanding
 	 * (each is one hold, released by one gpb_detach()). Allocations: 1. */
 	unsigned long refs;
@@ -118,5 +123,14 @@ size_t track_release_label_early(struct track *t, const char *label, uint64_t in
                                  uint64_t *closed, size_t cap);
 /* True while this connection still holds slab @id. */
 bool track_holds_slab(struct track *t, uint64_t id);
+
+/*
+ * Ordered frees: waits for the work this process queued in the context of
+ * @id's mapping (the opener's finish), before its free or detach lets the
+ * daemon reuse the range. track_finish_all() waits for every context's,
+ * where this connection holds anything (free_label, invalidate, disconnect).
+ */
+void track_finish_work(struct track *t, enum track_kind kind, uint64_t id);
+void track_finish_all(struct track *t);
 
 #endif

@@ -8,6 +8,7 @@
 #define GPB_CTL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -22,6 +23,10 @@ struct ctl_options {
 	long device;             /* stats and set-limit --device; -1 = all */
 	const char *device_uuid; /* --device given as a UUID (device is then -1) */
 	const char *textfile;    /* metrics --textfile: write here atomically */
+	const char *uid;         /* partition-create --uid */
+	const char *size;        /* partition-create --size */
+	const char *devices[64]; /* partition-create --device, each given */
+	int ndevices;
 	const char *command;
 	char **args; /* the command's arguments */
 	int nargs;
@@ -45,6 +50,16 @@ int print_reload(const cJSON *result, const struct ctl_options *o, bool header);
 int print_metrics(const cJSON *result, const struct ctl_options *o, bool header);
 int print_version(const cJSON *result, const struct ctl_options *o, bool header);
 int print_done(const cJSON *result, const struct ctl_options *o, bool header);
+
+/* ctl_partition.c: partition-create, partition-destroy, partitions. */
+/* Bytes with an optional binary unit (K KiB M MiB G GiB T TiB, B):
+ * 0 or -EINVAL. */
+int ctl_parse_bytes(const char *arg, uint64_t *out);
+int params_partition_create(const struct ctl_options *o, cJSON *params);
+int params_partition_name(const struct ctl_options *o, cJSON *params);
+int print_partition_token(const cJSON *result, const struct ctl_options *o, bool header);
+int print_partition_destroyed(const cJSON *result, const struct ctl_options *o, bool header);
+int print_partitions(const cJSON *result, const struct ctl_options *o, bool header);
 
 /* ctl_layout.c: `layout FILE`, which needs no daemon. Returns an exit code. */
 int ctl_layout(const struct ctl_options *o);

@@ -58,6 +58,12 @@ static void usage(FILE *out)
 	    "  invalidate                     release every allocation of every client\n"
 	    "  reload                         re-read gpubroker.conf (as SIGHUP does)\n"
 	    "  evict SESSION                  disconnect a client; it loses what it held\n"
+	    "  partition-create NAME --uid UID --size SIZE [--device D]...\n"
+	    "                                 take SIZE (K M G T: binary) of each device (or\n"
+	    "                                 of each D) for UID; prints the token alone\n"
+	    "  partition-destroy NAME         end its clients and give its memory back\n"
+	    "  partitions                     partitions with their size and use (a user\n"
+	    "                                 sees its own)\n"
 	    "\n"
 	    "Monitoring:\n"
 	    "  top                  status and clients, refreshed every -l SECONDS (default 1)\n"
@@ -414,13 +420,9 @@ static int params_mode(const struct ctl_options *o, cJSON *params)
 /* LIMIT: "none", bytes with an optional binary unit, or a percentage. */
 static int params_limit(const struct ctl_options *o, cJSON *params)
 {
-	static const struct {
-		const char *suffix;
-		unsigned shift;
-	} units[] = {{"", 0},     {"B", 0},  {"K", 10},   {"KiB", 10}, {"M", 20},
-	             {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40},   {"TiB", 40}};
 	const char *arg = o->args[0];
 	char *end, buf[24];
+	uint64_t bytes;
 	int rc = params_device(o, params);
 
 	if (rc != EXIT_OK)
@@ -438,16 +440,10 @@ static int params_limit(const struct ctl_options *o, cJSON *params)
 		return cJSON_AddNumberToObject(params, PROTO_F_FRACTION, pct / 100) ? EXIT_OK
 		                                                                    : ctl_oom();
 	}
-	unsigned long long n = strtoull(arg, &end, 10);
-	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
-		if (errno || strcmp(end, units[i].suffix) != 0)
-			continue;
-		if (units[i].shift && n > (~0ull >> units[i].shift))
-			break;
-		snprintf(buf, sizeof(buf), "%llu", n << units[i].shift);
-		return cJSON_AddStringToObject(params, PROTO_F_SIZE, buf) ? EXIT_OK : ctl_oom();
-	}
-	return usage_error("'%s' is not a limit (bytes, a percentage or none)", arg);
+	if (ctl_parse_bytes(arg, &bytes) < 0)
+		return usage_error("'%s' is not a limit (bytes, a percentage or none)", arg);
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)bytes);
+	return cJSON_AddStringToObject(params, PROTO_F_SIZE, buf) ? EXIT_OK : ctl_oom();
 }
 
 static int params_allocator(const struct ctl_options *o, cJSON *params)
@@ -533,6 +529,19 @@ static const struct ctl_command ctl_commands[] = {
      .changes = true,
      .params = params_session,
      .print = print_done},
+    {.name = "partition-create",
+     .method = PROTO_M_PARTITION_CREATE,
+     .nargs = 1,
+     .changes = true,
+     .params = params_partition_create,
+     .print = print_partition_token},
+    {.name = "partition-destroy",
+     .method = PROTO_M_PARTITION_DESTROY,
+     .nargs = 1,
+     .changes = true,
+     .params = params_partition_name,
+     .print = print_partition_destroyed},
+    {.name = "partitions", .method = PROTO_M_PARTITIONS, .print = print_partitions},
     {.name = "metrics", .method = PROTO_M_METRICS, .print = print_metrics},
     {.name = "version", .method = PROTO_M_STATUS, .print = print_version},
     /* A live view: status and clients, screen cleared, every -l seconds
@@ -598,7 +607,8 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 	    {"socket", required_argument, NULL, 's'},   {"output", required_argument, NULL, 'o'},
 	    {"no-header", no_argument, NULL, 'H'},      {"device", required_argument, NULL, 'd'},
 	    {"textfile", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
+	    {"version", no_argument, NULL, 'V'},        {"uid", required_argument, NULL, 'u'},
+	    {"size", required_argument, NULL, 'S'},     {NULL, 0, NULL, 0},
 	};
 	char *end;
 	int c;
@@ -627,6 +637,12 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 		case 't':
 			o->textfile = optarg;
 			break;
+		case 'u':
+			o->uid = optarg;
+			break;
+		case 'S':
+			o->size = optarg;
+			break;
 		case 'l':
 			errno = 0;
 			o->interval = strtod(optarg, &end);
@@ -636,6 +652,10 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 				                   optarg);
 			break;
 		case 'd':
+			if (o->ndevices == (int)ARRAY_SIZE(o->devices))
+				return usage_error("--device at most %zu times",
+				                   ARRAY_SIZE(o->devices));
+			o->devices[o->ndevices++] = optarg;
 			errno = 0;
 			o->device = strtol(optarg, &end, 10);
 			if (optarg[0] >= '0' && optarg[0] <= '9') {
@@ -705,9 +725,16 @@ int main(int argc, char **argv)
 	if (o.nargs < cmd->nargs)
 		return usage_error("%s needs %d argument%s (see --help)", cmd->name, cmd->nargs,
 		                   cmd->nargs > 1 ? "s" : "");
-	if ((o.device >= 0 || o.device_uuid) && strcmp(cmd->name, "stats") != 0 &&
-	    strcmp(cmd->name, "set-limit") != 0)
-		return usage_error("--device only applies to stats and set-limit, not %s",
+	bool create = strcmp(cmd->name, "partition-create") == 0;
+	if (o.ndevices && strcmp(cmd->name, "stats") != 0 && strcmp(cmd->name, "set-limit") != 0 &&
+	    !create)
+		return usage_error(
+		    "--device only applies to stats, set-limit and partition-create, not %s",
+		    o.command);
+	if (o.ndevices > 1 && !create)
+		return usage_error("--device once with %s", o.command);
+	if ((o.uid || o.size) && !create)
+		return usage_error("--uid and --size only apply to partition-create, not %s",
 		                   o.command);
 	if (o.textfile && strcmp(cmd->name, "metrics") != 0)
 		return usage_error("--textfile only applies to metrics, not %s", o.command);

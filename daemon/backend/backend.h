@@ -23,6 +23,11 @@ struct backend_device_info {
 	/* Slabs can come from a stream-ordered memory pool that other
 	 * processes import (BACKEND_SLAB_ASYNC, allocator "async"). */
 	bool async;
+	/* Kept out of the broker's capacity: memory in use (by the daemon's
+	 * own context and other processes) when the backend started, and the
+	 * reserve for clients' own contexts. 0 for sim. */
+	uint64_t in_use;
+	uint64_t reserve;
 	/* How a client maps the device's slabs: BACKEND_TRANSPORT_* ("vmm",
 	 * "ipc"; "memfd" for sim), shown by status and devices. */
 	char transport[8];
@@ -45,8 +50,9 @@ struct backend_slab {
 	uint64_t size;
 	unsigned char handle[PROTO_HANDLE_SIZE]; /* what a client opens it by */
 	/* Sent to clients with the handle, or -1. sim: the slab's memfd;
-	 * cuda async: the device's memory pool (pool true), shared by every
-	 * async slab of the device and owned by the backend. */
+	 * cuda async: the memory pool of the slab's uid on the device (pool
+	 * true), shared by that uid's async slabs there and owned by the
+	 * backend. */
 	int fd;
 	bool pool;
 	/* cuda vmm: fd is the slab's own exported memory (owned by the slab),
@@ -57,9 +63,17 @@ struct backend_slab {
 struct backend_config {
 	int sim_devices;     /* number of simulated devices */
 	uint64_t sim_memory; /* bytes per simulated device */
+	/* cuda: bytes per device kept for clients' own contexts; the default
+	 * (reserve_explicit false) is bounded by a quarter of the device. */
+	uint64_t reserve;
+	bool reserve_explicit;
 	/* cuda: BACKEND_TRANSPORT_AUTO, _VMM or _IPC (NULL: auto). */
 	const char *cuda_transport;
 };
+
+/* The default reserve (`reserve`): room for the contexts of a few clients,
+ * 300-500 MiB each on current GPUs (docs/cuda.md). */
+#define BACKEND_DEFAULT_RESERVE (1ull << 30)
 
 struct backend;
 
@@ -84,6 +98,10 @@ struct backend {
 	const struct backend_ops *ops;
 	int device_count;
 	uint64_t next_slab_id;
+	/* Slabs are multiples of this, never smaller: what the device hands
+	 * out whole (cuda: 2 MiB, the driver packs smaller cuMemAlloc blocks
+	 * together and IPC shares the block). 0: any granule (sim). */
+	uint64_t slab_granularity;
 	void *priv;
 	/* Set with every -EIO a backend returns: the name of what failed, for
 	 * error replies (data.backend_error), e.g. "CUDA_ERROR_ECC_UNCORRECTABLE".

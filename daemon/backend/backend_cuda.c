@@ -10,16 +10,19 @@
  * context (cuDevicePrimaryCtxRetain), which the daemon keeps for its whole
  * life. The daemon is single-threaded (one libuv loop): each call pushes the
  * device's context and pops it again, so no state leaks between devices. A
- * device whose primary context cannot be had (compute mode "prohibited", for
- * one) is left out with a warning; the daemon's device index is then not the
- * CUDA ordinal, which is why devices are also addressed by UUID.
+ * device in compute mode exclusive-process or prohibited, or whose primary
+ * context cannot be had, is left out with the reason (backend_cuda_dev.c);
+ * the daemon's device index is then not the CUDA ordinal, which is why
+ * devices are also addressed by UUID ("MIG-..." for a MIG instance).
  *
  * Transports (key cuda_transport, per device): "vmm" where the driver and
  * the device can (backend_cuda_vmm.c: one cuMemCreate per slab, exported
  * as a POSIX descriptor that travels with the grant), else legacy "ipc":
  * one cuMemAlloc per slab, so that the slab's legacy IPC handle
  * (cuIpcGetMemHandle: 64 bytes naming the whole base allocation) is exactly
- * what a client opens. Either way the broker sends (handle, offset) pairs.
+ * what a client opens; the broker sends (handle, offset) pairs. Never under
+ * 2 MiB (slab_granularity): the driver packs smaller allocations into shared
+ * 2 MiB blocks, and a handle opens the whole block, neighbours included.
  * "auto" picks vmm and logs why a device gets ipc instead; "vmm" leaves
  * out a device that cannot, with the reason; "ipc" never uses vmm.
  *
@@ -32,9 +35,12 @@
  * writing through its own context must not race the clear). Ranges reused
  * inside a slab stay with the same uid and are not scrubbed again.
  *
- * Allocator "async" (BACKEND_SLAB_ASYNC): slabs come from a per-device
- * stream-ordered memory pool (cuMemPoolCreate, shareable as a POSIX file
- * descriptor), made the first time one is asked for. Each slab is one
+ * Allocator "async" (BACKEND_SLAB_ASYNC): slabs come from a stream-ordered
+ * memory pool per device and uid (cuMemPoolCreate, shareable as a POSIX
+ * file descriptor), made the first time that uid asks for one: a pool's
+ * descriptor lets its holder import any pointer of the pool (the export
+ * data is no secret), and an import maps the pointer's whole segment, so a
+ * pool never holds two users' memory. Each slab is one
  * cuMemAllocFromPoolAsync on a stream of the daemon's, synchronised before
  * the slab is scrubbed like any other; its handle is the 64-byte
  * CUmemPoolPtrExportData, and the pool's descriptor travels with it
@@ -61,6 +67,7 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "backend_cuda_dev.h"
 #include "cudaapi.h"
 #include "log.h"
 
@@ -68,14 +75,22 @@ _Static_assert(sizeof(CUipcMemHandle) == PROTO_HANDLE_SIZE, "a slab handle is a 
 _Static_assert(sizeof(CUmemPoolPtrExportData) == PROTO_HANDLE_SIZE,
                "an async slab handle is a CUmemPoolPtrExportData");
 
+/* A user's stream-ordered pool on a device (allocator "async"). */
+struct cuda_upool {
+	uint32_t uid;
+	CUmemoryPool pool;
+	int fd; /* the pool exported, sent with each of its slabs; -1 */
+};
+
 struct cuda_device {
 	CUdevice dev;
 	int ordinal;   /* the CUDA ordinal, which may differ from the index */
 	CUcontext ctx; /* the primary context, retained */
 	struct backend_device_info info;
-	/* Allocator "async", made on first use: */
-	CUmemoryPool pool;
+	/* Allocator "async", made on first use and kept until exit: */
 	CUstream stream;
+	struct cuda_upool *upools; /* one per uid that asked */
+	unsigned nupools;
 	int pool_fd;            /* the pool exported, sent with each async slab; -1 */
 	size_t vmm_granularity; /* transport vmm: cuMemCreate's; 0 = ipc */
 };
@@ -176,12 +191,12 @@ static bool cuda_device_transport(struct backend *b, int ordinal, struct cuda_de
 }
 
 /* Describes one device into d; false (with a warning) when it is unusable. */
-static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device *d)
+static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device *d,
+                             const struct backend_config *cfg)
 {
 	struct cuda *cu = b->priv;
 	const struct cuda_api *api = &cu->api;
 	char name[64];
-	CUuuid uuid;
 	int mode = CU_COMPUTEMODE_DEFAULT;
 	size_t free_bytes = 0, total = 0;
 	const char *what;
@@ -198,12 +213,11 @@ static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device 
 		what = "cuDeviceGetName";
 		goto fail;
 	}
-	if ((rc = api->DeviceGetUuid(&uuid, d->dev)) != CUDA_SUCCESS) {
+	_Static_assert(sizeof(d->info.uuid) >= CUDA_UUID_LEN, "room for a UUID");
+	if ((rc = cuda_api_device_uuid(api, d->dev, d->info.uuid)) != CUDA_SUCCESS) {
 		what = "cuDeviceGetUuid";
 		goto fail;
 	}
-	_Static_assert(sizeof(d->info.uuid) >= CUDA_UUID_LEN, "room for a UUID");
-	cuda_uuid_format(&uuid, d->info.uuid);
 	if ((rc = api->DeviceGetAttribute(&d->info.cc_major,
 	                                  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev)) ||
 	    (rc = api->DeviceGetAttribute(&d->info.cc_minor,
@@ -211,6 +225,11 @@ static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device 
 	    (rc = api->DeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, d->dev))) {
 		what = "cuDeviceGetAttribute";
 		goto fail;
+	}
+	char why[256];
+	if (!cuda_dev_mode_ok(mode, why, sizeof(why))) {
+		log_error("cuda: CUDA device %d (%s) left out: %s", ordinal, d->info.uuid, why);
+		return false;
 	}
 	if ((rc = api->DevicePrimaryCtxRetain(&d->ctx, d->dev)) != CUDA_SUCCESS) {
 		what = "cuDevicePrimaryCtxRetain";
@@ -230,7 +249,6 @@ static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device 
 		goto fail;
 	}
 	d->info.total = total;
-	d->pool_fd = -1;
 	d->info.async = cuda_device_has_pools(api, d->dev);
 	if (!cuda_device_transport(b, ordinal, d)) {
 		api->DevicePrimaryCtxRelease(d->dev);
@@ -241,11 +259,7 @@ static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device 
 	         ordinal, d->info.uuid, d->info.name, d->info.cc_major, d->info.cc_minor,
 	         (unsigned long long)(total >> 20), (unsigned long long)(free_bytes >> 20),
 	         d->info.transport, d->info.async ? ", shareable memory pools" : "");
-	if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS)
-		log_warn("cuda: CUDA device %d is in exclusive-process compute mode: clients "
-		         "cannot create a context on it while the daemon holds one (use the "
-		         "default compute mode, or MPS)",
-		         ordinal);
+	cuda_dev_budget(ordinal, free_bytes, total, cfg, &d->info);
 	return true;
 fail:
 	log_warn("cuda: CUDA device %d left out: %s failed: %s %s", ordinal, what,
@@ -278,7 +292,7 @@ static int cuda_init(struct backend *b, const struct backend_config *cfg)
 		n = BACKEND_MAX_DEVICES;
 	}
 	for (int i = 0; i < n; i++) {
-		if (cuda_device_open(b, i, &cu->dev[cu->count]))
+		if (cuda_device_open(b, i, &cu->dev[cu->count], cfg))
 			cu->count++;
 	}
 	if (cu->count == 0) {
@@ -289,8 +303,10 @@ static int cuda_init(struct backend *b, const struct backend_config *cfg)
 		goto fail;
 	}
 	b->device_count = cu->count;
+	b->slab_granularity = 2u << 20;
 	log_info("cuda: driver API %d.%d, serving %d of %d devices", cu->api.driver_version / 1000,
 	         cu->api.driver_version % 1000 / 10, cu->count, n);
+	cuda_dev_log_ipc_users();
 	return 0;
 fail:
 	cuda_api_unload(&cu->api);
@@ -299,62 +315,92 @@ fail:
 	return -ENODEV;
 }
 
-/* The device's memory pool, stream and descriptor go (at exit: every
- * slab is gone by then). */
+/* The device's memory pools, their descriptors and the stream go (at exit:
+ * every slab is gone by then). */
 static void cuda_pool_close(struct backend *b, int device)
 {
 	struct cuda *cu = b->priv;
 	struct cuda_device *d = &cu->dev[device];
-	if (!d->pool && !d->stream)
+	if (!d->upools && !d->stream)
 		return;
-	if (d->pool_fd >= 0)
-		close(d->pool_fd);
-	d->pool_fd = -1;
-	if (cuda_enter(b, device) < 0)
-		return;
-	CUresult rc;
-	if (d->stream && (rc = cu->api.StreamDestroy(d->stream)) != CUDA_SUCCESS)
-		cuda_log(b, rc, device, "cuStreamDestroy");
-	if (d->pool && (rc = cu->api.MemPoolDestroy(d->pool)) != CUDA_SUCCESS)
-		cuda_log(b, rc, device, "cuMemPoolDestroy");
-	d->pool = NULL;
+	for (unsigned i = 0; i < d->nupools; i++) {
+		if (d->upools[i].fd >= 0)
+			close(d->upools[i].fd);
+		d->upools[i].fd = -1;
+	}
+	if (cuda_enter(b, device) == 0) {
+		CUresult rc;
+		if (d->stream && (rc = cu->api.StreamDestroy(d->stream)) != CUDA_SUCCESS)
+			cuda_log(b, rc, device, "cuStreamDestroy");
+		for (unsigned i = 0; i < d->nupools; i++) {
+			if (d->upools[i].pool &&
+			    (rc = cu->api.MemPoolDestroy(d->upools[i].pool)) != CUDA_SUCCESS)
+				cuda_log(b, rc, device, "cuMemPoolDestroy");
+		}
+		cuda_leave(b, device);
+	}
+	free(d->upools);
+	d->upools = NULL;
+	d->nupools = 0;
 	d->stream = NULL;
-	cuda_leave(b, device);
 }
 
-/* Makes the device's pool, stream and pool descriptor (context pushed):
- * 0 or -EIO. A failure leaves what was made for the next try. */
-static int cuda_pool_open(struct backend *b, int device)
+/* The entry of uid's pool on the device, added (empty) when it has none:
+ * NULL when out of memory. */
+static struct cuda_upool *cuda_upool_get(struct cuda_device *d, uint32_t uid)
+{
+	for (unsigned i = 0; i < d->nupools; i++) {
+		if (d->upools[i].uid == uid)
+			return &d->upools[i];
+	}
+	struct cuda_upool *n = realloc(d->upools, (d->nupools + 1) * sizeof(*n));
+	if (!n)
+		return NULL;
+	d->upools = n;
+	n[d->nupools] = (struct cuda_upool){.uid = uid, .fd = -1};
+	return &n[d->nupools++];
+}
+
+/* Makes the device's stream and uid's pool and pool descriptor (context
+ * pushed): 0 and *out, -ENOMEM or -EIO. A failure leaves what was made for
+ * the next try. */
+static int cuda_pool_open(struct backend *b, int device, uint32_t uid, struct cuda_upool **out)
 {
 	struct cuda *cu = b->priv;
 	struct cuda_device *d = &cu->dev[device];
 	const struct cuda_api *api = &cu->api;
 	CUresult rc;
-	if (!d->pool) {
+	struct cuda_upool *up = cuda_upool_get(d, uid);
+	if (!up)
+		return -ENOMEM;
+	if (!up->pool) {
 		CUmemPoolProps props;
 		memset(&props, 0, sizeof(props));
 		props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
 		props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 		props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 		props.location.id = d->ordinal;
-		if ((rc = api->MemPoolCreate(&d->pool, &props)) != CUDA_SUCCESS) {
-			d->pool = NULL;
+		if ((rc = api->MemPoolCreate(&up->pool, &props)) != CUDA_SUCCESS) {
+			up->pool = NULL;
 			return cuda_fail(b, rc, device, "cuMemPoolCreate");
 		}
+		log_info("cuda: device %d: a stream-ordered pool for uid %u", device,
+		         (unsigned)uid);
 	}
 	if (!d->stream &&
 	    (rc = api->StreamCreate(&d->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
 		d->stream = NULL;
 		return cuda_fail(b, rc, device, "cuStreamCreate");
 	}
-	if (d->pool_fd < 0) {
+	if (up->fd < 0) {
 		int fd = -1;
 		rc = api->MemPoolExportToShareableHandle(
-		    &fd, d->pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		    &fd, up->pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 		if (rc != CUDA_SUCCESS)
 			return cuda_fail(b, rc, device, "cuMemPoolExportToShareableHandle");
-		d->pool_fd = fd;
+		up->fd = fd;
 	}
+	*out = up;
 	return 0;
 }
 
@@ -410,20 +456,20 @@ static void cuda_slab_free(struct backend *b, int device, struct cuda_slab *cs)
 		cuda_log(b, rc, device, "cuStreamSynchronize (free)");
 }
 
-/* Allocates cs->ptr (context pushed): cuMemAlloc, or with async one
- * allocation from the device's pool, complete on return. */
-static CUresult cuda_slab_alloc(struct backend *b, int device, struct cuda_slab *cs, bool async,
-                                const char **what)
+/* Allocates cs->ptr (context pushed): cuMemAlloc, or with up one
+ * allocation from that pool, complete on return. */
+static CUresult cuda_slab_alloc(struct backend *b, int device, struct cuda_slab *cs,
+                                const struct cuda_upool *up, const char **what)
 {
 	struct cuda *cu = b->priv;
 	struct cuda_device *d = &cu->dev[device];
 	CUresult rc;
-	if (!async) {
+	if (!up) {
 		*what = "cuMemAlloc";
 		return cu->api.MemAlloc(&cs->ptr, (size_t)cs->base.size);
 	}
 	*what = "cuMemAllocFromPoolAsync";
-	rc = cu->api.MemAllocFromPoolAsync(&cs->ptr, (size_t)cs->base.size, d->pool, d->stream);
+	rc = cu->api.MemAllocFromPoolAsync(&cs->ptr, (size_t)cs->base.size, up->pool, d->stream);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	*what = "cuStreamSynchronize (allocation)";
@@ -503,12 +549,13 @@ static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32
 		free(cs);
 		return err;
 	}
-	if (async && (err = cuda_pool_open(b, device)) < 0) {
+	struct cuda_upool *up = NULL;
+	if (async && (err = cuda_pool_open(b, device, uid, &up)) < 0) {
 		cuda_leave(b, device);
 		free(cs);
 		return err;
 	}
-	rc = cuda_slab_alloc(b, device, cs, async, &what);
+	rc = cuda_slab_alloc(b, device, cs, up, &what);
 	if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
 		cuda_leave(b, device);
 		free(cs);
@@ -543,7 +590,7 @@ static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32
 	cs->base.id = b->next_slab_id++;
 	cs->base.device = device;
 	cs->base.uid = uid;
-	cs->base.fd = async ? cu->dev[device].pool_fd : -1;
+	cs->base.fd = up ? up->fd : -1;
 	*out = &cs->base;
 	return 0;
 fail_free:

@@ -111,6 +111,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	list_init(&b->waits);
 	list_init(&b->retired);
 	list_init(&b->ghosts);
+	list_init(&b->partitions);
 	idmap_init(&b->allocs);
 	idmap_init(&b->hosts);
 	arena_init(&b->alloc_arena, sizeof(struct broker_alloc), 32);
@@ -143,6 +144,9 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 		for (int i = 0; i < b->device_count; i++)
 			totals[i] = b->dev[i].info.total;
 		rc = policy_init(&b->policy, &pc, b->device_count, totals);
+		for (int i = 0; rc == 0 && i < b->device_count; i++)
+			rc = policy_set_reserve(&b->policy, i,
+			                        b->dev[i].info.in_use + b->dev[i].info.reserve);
 	}
 	if (rc < 0) {
 		broker_destroy(b);
@@ -173,6 +177,7 @@ void broker_destroy(struct broker *b)
 	/* The process of an evicted session may outlive the daemon: nothing
 	 * is watched any more, and the backend goes anyway. */
 	broker_ghosts_drop(b);
+	broker_partitions_drop(b);
 	for (int i = 0; i < b->device_count; i++)
 		pool_destroy(b->dev[i].pool);
 	/* Closing the sessions let go of every parting slab, which destroyed
@@ -282,13 +287,13 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 	if (a->holders) {
 		/* Others have it open: the memory stays theirs (and the
 		 * device's, not the instance's) until the last detaches. */
-		policy_orphan(&b->policy, &a->inst->pol, size);
+		policy_orphan(broker_policy_of(b, s), &a->inst->pol, size);
 		a->inst = NULL;
 		a->orphan = true;
 		b->orphan_count++;
 		return;
 	}
-	policy_uncharge(&b->policy, &a->inst->pol, size);
+	policy_uncharge(broker_policy_of(b, s), &a->inst->pol, size);
 	/* Last: this may hand the slab back to the backend. */
 	pool_free(b->dev[device].pool, a->block);
 	arena_free(&b->alloc_arena, a);
@@ -303,7 +308,9 @@ void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a)
 	pool_slab_unpin(b->dev[device].pool, slab);
 	if (--a->holders || !a->orphan)
 		return;
-	policy_orphan_release(&b->policy, device, pool_block_size(a->block));
+	/* Attachments stay inside a partition (broker_attach, broker_open):
+	 * the holder's policy is the owner's. */
+	policy_orphan_release(broker_policy_of(b, s), device, pool_block_size(a->block));
 	b->orphan_count--;
 	/* Last: this may hand the slab back to the backend. */
 	pool_free(b->dev[device].pool, a->block);
@@ -313,18 +320,26 @@ void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a)
 /* Tells the owner of every instance whose cap moved, then serves the waits
  * that fit now: the tail of everything that changes the policy or frees
  * memory. */
-void broker_policy_changed(struct broker *b)
+static void broker_policy_drain(struct broker *b, struct policy *p)
 {
 	struct policy_instance *pi;
-	while ((pi = policy_take_changed(&b->policy))) {
+	while ((pi = policy_take_changed(p))) {
 		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
 		struct broker_event ev = {.type = BROKER_EVENT_CAP_CHANGED, .s = inst->owner};
 		ev.cap_changed.instance = inst->id;
 		ev.cap_changed.cap = pi->cap;
 		ev.cap_changed.share = pi->share;
-		ev.cap_changed.mode = b->policy.cfg.mode;
+		ev.cap_changed.mode = p->cfg.mode;
 		broker_emit(b, &ev);
 	}
+}
+
+void broker_policy_changed(struct broker *b)
+{
+	struct list *pos;
+	broker_policy_drain(b, &b->policy);
+	list_for_each(pos, &b->partitions)
+		broker_policy_drain(b, &list_entry(pos, struct broker_partition, link)->policy);
 	broker_waits_run(b);
 }
 
@@ -342,7 +357,7 @@ void broker_queue_clear(struct broker_instance *inst)
 static void broker_instance_free(struct broker *b, struct session *s, struct broker_instance *inst)
 {
 	broker_queue_clear(inst);
-	policy_remove(&b->policy, &inst->pol);
+	policy_remove(broker_policy_of(b, s), &inst->pol);
 	idmap_remove(&b->instances, inst->id);
 	list_remove(&inst->link);
 	s->instance_count--;
@@ -350,7 +365,7 @@ static void broker_instance_free(struct broker *b, struct session *s, struct bro
 	free(inst);
 }
 
-void broker_session_close(struct broker *b, struct session *s)
+void broker_session_strip(struct broker *b, struct session *s)
 {
 	struct list *pos, *tmp;
 	broker_waits_drop(b, s);
@@ -370,6 +385,9 @@ void broker_session_close(struct broker *b, struct session *s)
 	struct broker_alloc *a;
 	while ((a = idmap_next(&s->attached, &it, NULL)))
 		broker_unpin(b, s, a);
+	/* Empty, for a session that lives on (its partition was destroyed). */
+	idmap_finish(&s->attached);
+	idmap_init(&s->attached);
 	if (linger)
 		broker_ghost_make(b, s);
 	else
@@ -377,6 +395,13 @@ void broker_session_close(struct broker *b, struct session *s)
 	list_for_each_safe(pos, tmp, &s->instances) {
 		broker_instance_free(b, s, list_entry(pos, struct broker_instance, link));
 	}
+}
+
+void broker_session_close(struct broker *b, struct session *s)
+{
+	broker_session_strip(b, s);
+	if (s->part)
+		s->part->sessions--;
 	list_remove(&s->link);
 	b->session_count--;
 	/* A user with no connection left gets its cached slabs returned. */
@@ -396,8 +421,10 @@ void broker_session_close(struct broker *b, struct session *s)
 int broker_register(struct broker *b, struct session *s, const char *name, int device,
                     double proportion, const char *group, struct broker_instance **out)
 {
-	if (device < 0 || device >= b->device_count)
+	if (device < 0 || device >= b->device_count || (s->part && !s->part->size[device]))
 		return -ENODEV;
+	if (s->ended)
+		return -ESHUTDOWN;
 	if (s->instance_count >= b->limits.max_instances)
 		return -EMFILE;
 	struct broker_instance *inst = calloc(1, sizeof(*inst));
@@ -410,8 +437,8 @@ int broker_register(struct broker *b, struct session *s, const char *name, int d
 	if (proportion == 0 && rule && rule->proportion > 0)
 		proportion = rule->proportion;
 	/* The policy judges first: a refused registration uses no id. */
-	int rc = policy_add(&b->policy, &inst->pol, b->next_instance_id, device, proportion, group,
-	                    NULL);
+	int rc = policy_add(broker_policy_of(b, s), &inst->pol, b->next_instance_id, device,
+	                    proportion, group, NULL);
 	if (rc < 0) {
 		free(inst);
 		return rc;
@@ -445,7 +472,8 @@ bool broker_sees(const struct session *s, uid_t uid)
 
 int broker_set_proportion(struct broker *b, struct broker_instance *inst, double proportion)
 {
-	int rc = policy_set_proportion(&b->policy, &inst->pol, proportion, NULL);
+	int rc =
+	    policy_set_proportion(broker_policy_of(b, inst->owner), &inst->pol, proportion, NULL);
 	if (rc == 0)
 		broker_policy_changed(b);
 	return rc;
@@ -453,7 +481,7 @@ int broker_set_proportion(struct broker *b, struct broker_instance *inst, double
 
 int broker_set_auto(struct broker *b, struct broker_instance *inst)
 {
-	int rc = policy_set_auto(&b->policy, &inst->pol, NULL);
+	int rc = policy_set_auto(broker_policy_of(b, inst->owner), &inst->pol, NULL);
 	if (rc == 0)
 		broker_policy_changed(b);
 	return rc;
@@ -461,12 +489,19 @@ int broker_set_auto(struct broker *b, struct broker_instance *inst)
 
 int broker_set_group(struct broker *b, struct broker_instance *inst, const char *group)
 {
-	return policy_set_group(&b->policy, &inst->pol, group);
+	return policy_set_group(broker_policy_of(b, inst->owner), &inst->pol, group);
 }
 
 int broker_set_mode(struct broker *b, enum policy_mode mode)
 {
+	/* One mode for the daemon: partitions follow. */
 	int rc = policy_set_mode(&b->policy, mode);
+	struct list *pos;
+	list_for_each(pos, &b->partitions) {
+		if (rc == 0)
+			rc = policy_set_mode(
+			    &list_entry(pos, struct broker_partition, link)->policy, mode);
+	}
 	if (rc == 0)
 		broker_policy_changed(b);
 	return rc;
@@ -547,9 +582,12 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
  */
 static int broker_admit(struct broker *b, struct broker_instance *inst, uint64_t bytes)
 {
-	const struct policy_device *dev = &b->policy.dev[inst->device];
-	int rc = policy_admit(&b->policy, &inst->pol, bytes, NULL);
-	return rc == -ENOMEM && dev->capacity == dev->total ? 0 : rc;
+	const struct policy *p = broker_policy_of(b, inst->owner);
+	int rc = policy_admit(p, &inst->pol, bytes, NULL);
+	/* Partitions make every capacity smaller than the device. */
+	return rc == -ENOMEM && p->dev[inst->device].capacity == b->dev[inst->device].info.total
+	           ? 0
+	           : rc;
 }
 
 /*
@@ -613,7 +651,7 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 	uint64_t bytes = pool_block_size(a->block);
 	inst->used += bytes;
 	inst->live++;
-	policy_charge(&b->policy, &inst->pol, bytes);
+	policy_charge(broker_policy_of(b, s), &inst->pol, bytes);
 	s->used += bytes;
 	s->alloc_count++;
 	if (out) {
@@ -690,7 +728,9 @@ int broker_free(struct broker *b, struct session *s, uint64_t id)
 int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out)
 {
 	struct broker_alloc *a = idmap_get(&b->allocs, id);
-	if (!a || a->inst->owner->uid != s->uid)
+	/* Memory does not cross a partition's border: destroying it must be
+	 * able to take back everything its sessions hold. */
+	if (!a || a->inst->owner->uid != s->uid || a->inst->owner->part != s->part)
 		return -ENOENT;
 	return broker_hold(b, s, a, out);
 }
@@ -746,47 +786,4 @@ uint64_t broker_device_free(const struct broker *b, int device)
 {
 	/* Live allocations are exactly what the policy has charged. */
 	return policy_device_available(&b->policy, device);
-}
-
-void broker_set_rules(struct broker *b, const struct broker_rule *rules, unsigned n)
-{
-	b->nrules = n < BROKER_MAX_RULES ? n : BROKER_MAX_RULES;
-	memcpy(b->rules, rules, b->nrules * sizeof(*rules));
-}
-
-int broker_session_set_groups(struct session *s, const gid_t *groups, unsigned n)
-{
-	gid_t *copy = NULL;
-	if (n && !(copy = malloc(n * sizeof(*copy))))
-		return -ENOMEM;
-	if (n)
-		memcpy(copy, groups, n * sizeof(*copy));
-	free(s->groups);
-	s->groups = copy;
-	s->ngroups = n;
-	return 0;
-}
-
-static bool broker_session_in_group(const struct session *s, gid_t gid)
-{
-	if (s->gid == gid)
-		return true;
-	for (unsigned i = 0; i < s->ngroups; i++) {
-		if (s->groups[i] == gid)
-			return true;
-	}
-	return false;
-}
-
-const struct broker_rule *broker_rule_for(const struct broker *b, const struct session *s)
-{
-	const struct broker_rule *group = NULL;
-	for (unsigned i = 0; i < b->nrules; i++) {
-		const struct broker_rule *r = &b->rules[i];
-		if (!r->group && r->uid == s->uid)
-			return r;
-		if (r->group && !group && broker_session_in_group(s, r->gid))
-			group = r;
-	}
-	return group;
 }

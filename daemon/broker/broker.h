@@ -98,6 +98,28 @@ struct broker_queued {
 	enum broker_memory type;
 };
 
+/*
+ * A partition (broker_partition.c): memory an administrator took out of the
+ * devices for one owner (a batch job), guaranteed: the broker's own policy
+ * shares only what the partitions leave. A session that presents the token
+ * in hello (and is the owner's uid) lives inside it: its instances are in
+ * the partition's policy, whose devices are the partition's sizes.
+ */
+#define BROKER_TOKEN_BYTES 32 /* 256 bits from getrandom() */
+
+struct broker_partition {
+	struct list link; /* broker->partitions */
+	char name[PROTO_MAX_NAME + 1];
+	uid_t uid; /* the owner: only its sessions may join */
+	unsigned char token[BROKER_TOKEN_BYTES];
+	uint64_t size[BACKEND_MAX_DEVICES];       /* bytes per device; 0: not on it */
+	struct policy policy;                     /* devices of total size[i] */
+	unsigned sessions;                        /* sessions inside it */
+	unsigned short_pass[BACKEND_MAX_DEVICES]; /* broker->wait_pass in which a wait
+	                                             was short of its memory */
+	time_t created;
+};
+
 struct broker_parting; /* broker_reset.c */
 struct broker_ghost;   /* broker_reset.c */
 
@@ -127,10 +149,13 @@ struct session {
 	unsigned wait_count;            /* its allocations waiting in broker->waits */
 	struct broker_parting *parting; /* slabs its client may still have mapped */
 	unsigned parting_count;
-	bool evicted;  /* by an administrator: its process may still have its slabs
-	                  mapped when the connection goes (broker_ghost) */
-	bool unmapped; /* said goodbye: its client unmapped every slab it was given
-	                  (until it is handed one again) */
+	bool evicted;                  /* by an administrator: its process may still have its slabs
+	                                  mapped when the connection goes (broker_ghost) */
+	struct broker_partition *part; /* the partition it joined in hello, or NULL */
+	bool ended;                    /* its partition was destroyed: it holds nothing, and its
+	                                  connection is ending */
+	bool unmapped;                 /* said goodbye: its client unmapped every slab it was
+	                                  given (until it is handed one again) */
 };
 
 /*
@@ -258,7 +283,22 @@ struct broker {
 	struct list ghosts;        /* struct broker_ghost: evicted sessions' slabs */
 	broker_exit_fn exit_watch; /* the server's exit watch (NULL: none) */
 	void *exit_ctx;
+	struct list partitions; /* struct broker_partition, in creation order */
+	unsigned partition_count;
 };
+
+/* The policy whose devices s's instances use: its partition's, or the
+ * broker's (what the partitions leave). */
+static inline struct policy *broker_policy_of(struct broker *b, const struct session *s)
+{
+	return s->part ? &s->part->policy : &b->policy;
+}
+
+static inline const struct policy *broker_policy_const(const struct broker *b,
+                                                       const struct session *s)
+{
+	return s->part ? &s->part->policy : &b->policy;
+}
 
 /* What a client needs to use an allocation (or an attachment). */
 struct broker_grant {
@@ -348,9 +388,59 @@ int broker_open(struct broker *b, struct session *s, uid_t owner, const char *na
 /* Installs the receiver of events (replacing any). */
 void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx);
 
-/* Bytes the broker may still hand out on a device: its capacity (memory
- * bounded by the policy's limit) minus live allocations. */
+/* Bytes the broker may still hand out on a device outside partitions: its
+ * capacity (the memory partitions leave, bounded by the policy's limit)
+ * minus live allocations. For a session in a partition, policy_device_available
+ * on broker_policy_const(). */
 uint64_t broker_device_free(const struct broker *b, int device);
+
+/* ---- partitions (broker_partition.c) ---- */
+
+/* Why a partition could not be created on a device (-ENOSPC). */
+struct broker_partition_refusal {
+	int device;
+	uint64_t asked;      /* the size asked for */
+	uint64_t available;  /* what the device could still guarantee */
+	uint64_t capacity;   /* the device's memory */
+	uint64_t partitions; /* what the partitions there already take */
+	uint64_t used;       /* what sessions outside partitions hold there */
+};
+
+/* A valid partition name: 1-PROTO_MAX_NAME bytes of [A-Za-z0-9._-]. */
+bool broker_partition_name_valid(const char *name);
+/*
+ * Creates partition name for uid, size[i] bytes on device i (0: not on it),
+ * with a fresh token. -EINVAL (name, no device with a size, a size on a
+ * device that does not exist), -EEXIST (name taken), -ENOSPC (a device
+ * cannot guarantee its size: *why says which and by how much), -EMFILE
+ * (BROKER_MAX_PARTITIONS), -EIO (getrandom), -ENOMEM. The sessions outside
+ * partitions hear of their smaller caps (cap_changed).
+ */
+#define BROKER_MAX_PARTITIONS 1024
+int broker_partition_create(struct broker *b, const char *name, uid_t uid, const uint64_t *size,
+                            struct broker_partition **out, struct broker_partition_refusal *why);
+/* The partition called name, or NULL. */
+struct broker_partition *broker_partition_find(struct broker *b, const char *name);
+/*
+ * Destroys p: every session inside it is reclaimed as an evicted one's
+ * (its slabs stay pinned until its process has exited), marked ended and
+ * left outside every partition, and its size goes back to the broker's
+ * policy. *sessions and *reclaimed (device bytes they held) say how much.
+ * The caller ends the ended sessions' connections.
+ */
+void broker_partition_destroy(struct broker *b, struct broker_partition *p, unsigned *sessions,
+                              uint64_t *reclaimed);
+/*
+ * Puts s (before it has instances) in the partition whose token this is,
+ * if s's uid owns it: 0, or -EPERM for anything else (an unknown token or
+ * another uid's: alike, so tokens cannot be probed).
+ */
+int broker_partition_join(struct broker *b, struct session *s,
+                          const unsigned char token[BROKER_TOKEN_BYTES]);
+/* Bytes p's sessions hold on device (its policy's charge). */
+uint64_t broker_partition_used(const struct broker_partition *p, int device);
+/* What all partitions take on device. */
+uint64_t broker_partitions_size(const struct broker *b, int device);
 
 /* ---- VRAM policy: policy.h does the arithmetic; these apply it, tell the
  * owners of every other instance whose cap moved (cap_changed) and serve
@@ -479,8 +569,9 @@ void broker_waits_run(struct broker *b);
 void broker_waits_expire(struct broker *b);
 /* Answers every wait with rc (-ESHUTDOWN when the daemon stops). */
 void broker_waits_cancel(struct broker *b, int rc);
-/* True when allocations wait on this device. */
-bool broker_waits_on(const struct broker *b, int device);
+/* True when allocations wait on this device in s's partition (or, for s
+ * outside partitions, outside them). */
+bool broker_waits_on(const struct broker *b, const struct session *s, int device);
 /* Drops a session's waits without answering (it is going away). */
 void broker_waits_drop(struct broker *b, struct session *s);
 /* CLOCK_MONOTONIC in milliseconds. */

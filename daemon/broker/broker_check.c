@@ -151,9 +151,13 @@ static int check_sessions(const struct broker *b, struct check_totals *t, char *
 static int check_totals(const struct broker *b, const struct check_totals *t, char *msg,
                         unsigned msg_len)
 {
+	uint64_t in_policies = b->policy.count;
+	const struct list *pos;
+	list_for_each(pos, &b->partitions)
+		in_policies += list_entry(pos, const struct broker_partition, link)->policy.count;
 	if (t->allocs != b->allocs.count || t->sessions != b->session_count ||
 	    t->instances != b->instance_count || t->instances != b->instances.count ||
-	    t->instances != b->policy.count) {
+	    t->instances != in_policies) {
 		snprintf(msg, msg_len, "broker counters disagree with the sessions");
 		return -EFAULT;
 	}
@@ -226,5 +230,7 @@ int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 		rc = broker_parting_check(b, msg, msg_len);
 	if (rc == 0 && b->policy.device_count)
 		rc = policy_check(&b->policy, msg, msg_len);
+	if (rc == 0)
+		rc = broker_partitions_check(b, msg, msg_len);
 	return rc;
 }

@@ -51,6 +51,15 @@ const struct pool_slab_ops *broker_slab_ops(enum broker_allocator kind);
 void broker_pool_config(const struct broker *b, enum broker_allocator kind,
                         struct pool_config *cfg);
 
+/* Releases everything s holds and its instances (broker_session_close
+ * without forgetting the session). */
+void broker_session_strip(struct broker *b, struct session *s);
+/* selfcheck of the partitions: their policies, session counts, and sizes
+ * that add up with the broker's policy to each device. 0 or -EFAULT. */
+int broker_partitions_check(const struct broker *b, char *msg, unsigned msg_len);
+/* Frees every partition (the broker goes; their sessions are closed). */
+void broker_partitions_drop(struct broker *b);
+
 /* Hands an event to the receiver that dispatch installed, if any. */
 void broker_emit(struct broker *b, const struct broker_event *ev);
 

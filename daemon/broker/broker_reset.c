@@ -58,7 +58,11 @@ void broker_pool_config(const struct broker *b, enum broker_allocator kind, stru
 		 * the device's stream-ordered pool, broker_slab_ops). */
 		cfg->large_threshold = 1;
 		cfg->keep_empty = 0;
-		cfg->exact = true;
+		/* Exact, except where the device hands out whole blocks
+		 * (cuda): a slab under 2 MiB would share one with other
+		 * slabs, of other users too. Rounded up, the policy still
+		 * charges the request, and `reserved` shows the rest. */
+		cfg->exact = b->backend->slab_granularity <= POOL_GRANULE;
 	} else {
 		cfg->keep_empty = 1;
 	}

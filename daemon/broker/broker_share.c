@@ -94,7 +94,8 @@ int broker_open(struct broker *b, struct session *s, uid_t owner, const char *na
                 struct broker_grant *out)
 {
 	struct broker_export *e = export_find(b, owner, name);
-	if (!e || (s->uid != e->uid && s->uid != owner))
+	/* Memory does not cross a partition's border (broker_attach). */
+	if (!e || (s->uid != e->uid && s->uid != owner) || e->owner->part != s->part)
 		return -ENOENT;
 	return broker_hold(b, s, e->alloc, out);
 }

@@ -116,6 +116,29 @@ int broker_wait_add(struct broker *b, struct session *s, const char *req_id, uin
 	return 0;
 }
 
+/*
+ * Whether a wait of inst is held back in this pass: a wait before it on
+ * the same device was short of memory. A partition is a device of its own
+ * (its size is guaranteed): its sessions' waits neither hold back nor are
+ * held back by those outside it or in another partition.
+ */
+static bool wait_short(const struct broker *b, const struct broker_instance *inst,
+                       const bool *short_device)
+{
+	const struct broker_partition *p = inst->owner->part;
+	return p ? p->short_pass[inst->device] == b->wait_pass : short_device[inst->device];
+}
+
+static void wait_mark_short(struct broker *b, const struct broker_instance *inst,
+                            bool *short_device)
+{
+	struct broker_partition *p = inst->owner->part;
+	if (p)
+		p->short_pass[inst->device] = b->wait_pass;
+	else
+		short_device[inst->device] = true;
+}
+
 void broker_waits_run(struct broker *b)
 {
 	/* Answering a wait sends a frame; should anything in that path free
@@ -135,12 +158,13 @@ void broker_waits_run(struct broker *b)
 		list_for_each_safe(pos, tmp, &b->waits) {
 			struct broker_wait *w = list_entry(pos, struct broker_wait, link);
 			struct broker_instance *inst = broker_instance_find(w->s, w->instance);
-			if (inst && (short_device[inst->device] || inst->wait_pass == b->wait_pass))
+			if (inst &&
+			    (wait_short(b, inst, short_device) || inst->wait_pass == b->wait_pass))
 				continue;
 			struct broker_grant g;
 			int rc = broker_alloc(b, w->s, w->instance, w->size, w->align, &g);
 			if (rc == -ENOMEM) {
-				short_device[inst->device] = true;
+				wait_mark_short(b, inst, short_device);
 				continue;
 			}
 			/* Short of the instance's cap or of its user's: later
@@ -158,13 +182,13 @@ void broker_waits_run(struct broker *b)
 	broker_timer_update(b);
 }
 
-bool broker_waits_on(const struct broker *b, int device)
+bool broker_waits_on(const struct broker *b, const struct session *s, int device)
 {
 	const struct list *pos;
 	list_for_each(pos, &b->waits) {
 		const struct broker_wait *w = list_entry(pos, const struct broker_wait, link);
 		const struct broker_instance *inst = broker_instance_find(w->s, w->instance);
-		if (inst && inst->device == device)
+		if (inst && inst->device == device && w->s->part == s->part)
 			return true;
 	}
 	return false;

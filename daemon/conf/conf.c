@@ -81,6 +81,7 @@ static const struct conf_keydef conf_keys[CONF_KEY_COUNT] = {
                                     FIELD(max_output_per_client)},
     [CONF_MAX_OUTPUT_TOTAL] = {"max_output_total", TYPE_SIZE, false, 4096, 1ull << 40,
                                FIELD(max_output_total)},
+    [CONF_RESERVE] = {"reserve", TYPE_SIZE, true, 0, 1ull << 50, FIELD(reserve)},
 };
 
 void conf_defaults(struct conf *cfg)
@@ -94,6 +95,7 @@ void conf_defaults(struct conf *cfg)
 	snprintf(cfg->admin_group, sizeof(cfg->admin_group), "gpubroker-admin");
 	cfg->sim_devices = 1;
 	cfg->sim_memory = 16ull << 30;
+	cfg->reserve = BACKEND_DEFAULT_RESERVE;
 	cfg->log_level = LOG_LEVEL_INFO;
 	cfg->max_clients_per_uid = 256;
 	/* Enough for an operator's gpubrokerctl and a monitoring scrape when

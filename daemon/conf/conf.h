@@ -41,7 +41,8 @@ struct conf {
 	char admin_group[64];  /* members may use admin operations */
 	int sim_devices;
 	uint64_t sim_memory;
-	int log_level; /* enum log_level */
+	uint64_t reserve; /* cuda: per device, for clients' contexts */
+	int log_level;    /* enum log_level */
 	unsigned max_clients_per_uid;
 	/* Of max_clients, connections only root and the admin group may take. */
 	unsigned admin_reserved_connections;
@@ -83,6 +84,7 @@ enum conf_key {
 	CONF_ADMIN_RESERVED_CONNECTIONS,
 	CONF_MAX_OUTPUT_PER_CLIENT,
 	CONF_MAX_OUTPUT_TOTAL,
+	CONF_RESERVE,
 	CONF_CUDA_TRANSPORT,
 	CONF_KEY_COUNT
 };

@@ -4,7 +4,6 @@
 #include "dispatch_internal.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +116,9 @@ static int on_hello(struct dispatch_ctx *ctx)
 			cJSON_Delete(sup);
 		return -EPROTO;
 	}
+	rc = dispatch_hello_token(ctx);
+	if (rc < 0)
+		return rc;
 	struct session *s = ctx->s;
 	s->hello = true;
 	snprintf(s->name, sizeof(s->name), "%s", client ? client : "");
@@ -127,6 +129,7 @@ static int on_hello(struct dispatch_ctx *ctx)
 	    proto_add_string(r, PROTO_F_SERVER_VERSION, GPB_VERSION) ||
 	    proto_add_string(r, PROTO_F_BACKEND, ctx->b->backend->ops->name) ||
 	    proto_add_id64(r, PROTO_F_SESSION, s->id) || proto_add_number(r, PROTO_F_UID, s->uid) ||
+	    (s->part && proto_add_string(r, PROTO_F_PARTITION, s->part->name)) ||
 	    !(lim = cJSON_AddObjectToObject(r, PROTO_F_LIMITS)) ||
 	    proto_add_number(lim, PROTO_F_MAX_FRAME, PROTO_MAX_FRAME) ||
 	    proto_add_number(lim, PROTO_F_MAX_REPLY, PROTO_MAX_REPLY) ||
@@ -143,15 +146,28 @@ static int on_hello(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-/* True when a device's UUID is text: "GPU-xxxxxxxx-..." as nvidia-smi
- * prints it, in either case, with or without the "GPU-" prefix. */
+/* The UUID without nvidia-smi's "GPU-" or "MIG-" (a MIG instance). */
+static const char *uuid_bare(const char *s)
+{
+	return strncasecmp(s, "GPU-", 4) == 0 || strncasecmp(s, "MIG-", 4) == 0 ? s + 4 : s;
+}
+
+/* True when a device's UUID is text: "GPU-xxxxxxxx-..." (or "MIG-..." for a
+ * MIG instance) as nvidia-smi prints it, in either case, with or without
+ * the prefix. */
 static bool uuid_matches(const char *uuid, const char *text)
 {
-	if (strncasecmp(text, "GPU-", 4) == 0)
-		text += 4;
-	if (strncasecmp(uuid, "GPU-", 4) == 0)
-		uuid += 4;
-	return *text && strcasecmp(uuid, text) == 0;
+	text = uuid_bare(text);
+	return *text && strcasecmp(uuid_bare(uuid), text) == 0;
+}
+
+int dispatch_device_by_uuid(const struct broker *b, const char *text)
+{
+	for (int i = 0; i < b->device_count; i++) {
+		if (uuid_matches(b->dev[i].info.uuid, text))
+			return i;
+	}
+	return -ENODEV;
 }
 
 int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
@@ -160,11 +176,10 @@ int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
 	int64_t index;
 	int rc = proto_get_string(ctx->params, PROTO_F_DEVICE, PROTO_MAX_NAME, &uuid);
 	if (rc == 0) {
-		for (int i = 0; i < ctx->b->device_count; i++) {
-			if (uuid_matches(ctx->b->dev[i].info.uuid, uuid)) {
-				*device = i;
-				return 0;
-			}
+		int i = dispatch_device_by_uuid(ctx->b, uuid);
+		if (i >= 0) {
+			*device = i;
+			return 0;
 		}
 	} else {
 		rc = proto_get_int(ctx->params, PROTO_F_DEVICE, 0, BACKEND_MAX_DEVICES - 1, &index);
@@ -206,7 +221,8 @@ static int on_register(struct dispatch_ctx *ctx)
 	struct broker_instance *inst;
 	rc = broker_register(ctx->b, ctx->s, name, (int)device, proportion, group, &inst);
 	if (rc == -EINVAL || rc == -ENOSPC || rc == -EUSERS)
-		return dispatch_policy_error(ctx, rc, (int)device, proportion);
+		return dispatch_policy_error(ctx, broker_policy_const(ctx->b, ctx->s), rc,
+		                             (int)device, proportion);
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
 	cJSON *r = dispatch_result(ctx);
@@ -214,7 +230,7 @@ static int on_register(struct dispatch_ctx *ctx)
 	    proto_add_number(r, PROTO_F_DEVICE, inst->device) ||
 	    proto_add_u64(r, PROTO_F_CAP, inst->pol.cap) ||
 	    proto_add_number(r, PROTO_F_SHARE, inst->pol.share) ||
-	    dispatch_policy_warnings(ctx, r, inst->device))
+	    dispatch_policy_warnings(ctx, broker_policy_const(ctx->b, ctx->s), r, inst->device))
 		return -ENOMEM;
 	return 0;
 }
@@ -293,7 +309,9 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 	case -EINVAL:
 		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE, "too large to round up");
 	case -ENOMEM: {
-		uint64_t dfree = inst ? broker_device_free(ctx->b, inst->device) : 0;
+		uint64_t dfree = inst ? policy_device_available(broker_policy_const(ctx->b, ctx->s),
+		                                                inst->device)
+		                      : 0;
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
 		                "out of memory: %llu bytes requested on device %d, %llu free",
 		                (unsigned long long)size, inst ? inst->device : -1,
@@ -451,7 +469,8 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	 * only for a request that may wait (the broker checks the cap anyway). */
 	const struct broker_rule *rule = wait_ms > 0 ? broker_rule_for(ctx->b, ctx->s) : NULL;
 	bool over_user_cap = rule && rule->cap && size > rule->cap;
-	if (wait_ms > 0 && target && !over_user_cap && broker_waits_on(ctx->b, target->device))
+	if (wait_ms > 0 && target && !over_user_cap &&
+	    broker_waits_on(ctx->b, ctx->s, target->device))
 		rc = -ENOMEM;
 	else
 		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, &g);
@@ -459,7 +478,9 @@ static int on_alloc(struct dispatch_ctx *ctx)
 		/* A request larger than the device, or than the user's cap,
 		 * could never be served: say so now rather than after the wait. */
 		struct broker_instance *inst = broker_instance_find(ctx->s, instance);
-		if (size <= ctx->b->dev[inst->device].info.total && !over_user_cap) {
+		uint64_t most = ctx->s->part ? ctx->s->part->size[inst->device]
+		                             : ctx->b->dev[inst->device].info.total;
+		if (size <= most && !over_user_cap) {
 			int wrc = broker_wait_add(ctx->b, ctx->s, ctx->id, instance, size, align,
 			                          (uint64_t)wait_ms);
 			if (wrc == 0) {
@@ -640,49 +661,6 @@ static int on_metrics(struct dispatch_ctx *ctx)
 	return rc;
 }
 
-/* Bytes of host memory the daemon's allocator has handed out and not had
- * back (glibc: mallinfo2), or -1 where that cannot be known. Exact where
- * RSS is not: freed memory stays resident, so a small leak hides in it. */
-static double heap_bytes(void)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
-	struct mallinfo2 mi = mallinfo2();
-	return (double)(mi.uordblks + mi.hblkhd);
-#else
-	return -1;
-#endif
-}
-
-/* Walks every pool, session, allocation, wait and policy structure
- * (broker_check) and reports the first inconsistency. */
-static int on_selfcheck(struct dispatch_ctx *ctx)
-{
-	char msg[128] = "";
-	if (broker_check(ctx->b, msg, sizeof(msg)) < 0) {
-		log_error("selfcheck: %s", msg);
-		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: selfcheck: %s", msg);
-		ctx->data = cJSON_CreateObject();
-		if (ctx->data)
-			cJSON_AddStringToObject(ctx->data, PROTO_F_VIOLATION, msg);
-		return -EFAULT;
-	}
-	const struct broker *b = ctx->b;
-	struct broker_parting_counts pc;
-	broker_parting_counts(b, &pc);
-	cJSON *r = dispatch_result(ctx);
-	if (!r || !cJSON_AddTrueToObject(r, PROTO_F_OK) ||
-	    proto_add_number(r, PROTO_F_SESSIONS, b->session_count) ||
-	    proto_add_number(r, PROTO_F_INSTANCES, (double)b->instance_count) ||
-	    proto_add_number(r, PROTO_F_ALLOCATIONS, (double)b->allocs.count) ||
-	    proto_add_number(r, PROTO_F_WAITS, b->wait_count) ||
-	    proto_add_number(r, PROTO_F_PARTING, (double)pc.parting) ||
-	    proto_add_number(r, PROTO_F_GHOSTS, pc.ghosts) ||
-	    proto_add_number(r, PROTO_F_RETIRED, pc.retired) ||
-	    proto_add_number(r, PROTO_F_HEAP_BYTES, heap_bytes()))
-		return -ENOMEM;
-	return 0;
-}
-
 static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_HELLO] = on_hello,
     [PROTO_OP_REGISTER] = on_register,
@@ -713,12 +691,15 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_FREE_LABEL] = dispatch_free_label,
     [PROTO_OP_INVALIDATE_ALL] = dispatch_invalidate_all,
     [PROTO_OP_SET_ALLOCATOR] = dispatch_set_allocator,
-    [PROTO_OP_SELFCHECK] = on_selfcheck,
+    [PROTO_OP_SELFCHECK] = dispatch_selfcheck,
     [PROTO_OP_EXPORT] = dispatch_export,
     [PROTO_OP_UNEXPORT] = dispatch_unexport,
     [PROTO_OP_OPEN] = dispatch_open,
     [PROTO_OP_INVALIDATE_DONE] = dispatch_invalidate_done,
     [PROTO_OP_GOODBYE] = dispatch_goodbye,
+    [PROTO_OP_PARTITION_CREATE] = dispatch_partition_create,
+    [PROTO_OP_PARTITION_DESTROY] = dispatch_partition_destroy,
+    [PROTO_OP_PARTITIONS] = dispatch_partitions,
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)

@@ -49,6 +49,9 @@ int dispatch_stats(struct dispatch_ctx *ctx);
 int dispatch_status(struct dispatch_ctx *ctx);
 int dispatch_clients(struct dispatch_ctx *ctx);
 int dispatch_devices(struct dispatch_ctx *ctx);
+/* Walks every pool, session, allocation, wait and policy structure
+ * (broker_check) and reports the first inconsistency (admin). */
+int dispatch_selfcheck(struct dispatch_ctx *ctx);
 
 /* dispatch_vram.c */
 int dispatch_policy(struct dispatch_ctx *ctx);
@@ -83,6 +86,9 @@ int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h);
  * -ENOENT when absent (*device kept), or -EINVAL / -ENODEV (no such device)
  * with ctx->err set. */
 int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device);
+/* The device whose UUID is text (as dispatch_get_device reads it), or
+ * -ENODEV. */
+int dispatch_device_by_uuid(const struct broker *b, const char *text);
 /* An id64 parameter, or -EINVAL with ctx->err set. */
 int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id);
 /* A uid parameter, the caller's own uid when absent; or -EINVAL with
@@ -91,6 +97,13 @@ int dispatch_get_uid(struct dispatch_ctx *ctx, const char *key, uid_t *uid);
 /* Sets ctx->err for a broker error about what ("allocation", ...); returns rc. */
 int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what);
 
+/* dispatch_partition.c */
+int dispatch_partition_create(struct dispatch_ctx *ctx);
+int dispatch_partition_destroy(struct dispatch_ctx *ctx);
+int dispatch_partitions(struct dispatch_ctx *ctx);
+/* hello's optional "token": puts the session in its partition, or -EPERM
+ * with ctx->err set (-32005, the same for every refusal). */
+int dispatch_hello_token(struct dispatch_ctx *ctx);
 /* dispatch_share.c */
 int dispatch_export(struct dispatch_ctx *ctx);
 int dispatch_unexport(struct dispatch_ctx *ctx);
@@ -108,13 +121,15 @@ int dispatch_goodbye(struct dispatch_ctx *ctx);
 
 /* A register/set_proportion/set_auto refusal by the policy, explained with
  * the device's figures: -32602 on "proportion". */
-int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double proportion);
+int dispatch_policy_error(struct dispatch_ctx *ctx, const struct policy *p, int rc, int device,
+                          double proportion);
 /* Adds device i's capacity, limit (u64, null when none) and limit_fraction
  * (number, null when none) to o, as `policy` and `status` show them.
  * 0 or -ENOMEM. */
-int dispatch_limit_json(const struct broker *b, cJSON *o, int i);
+int dispatch_limit_json(const struct policy *p, cJSON *o, int i);
 /* Adds "warnings" (an array of strings, only when there is one) for the
  * auto pool of device, and logs them. 0 or -ENOMEM. */
-int dispatch_policy_warnings(struct dispatch_ctx *ctx, cJSON *result, int device);
+int dispatch_policy_warnings(struct dispatch_ctx *ctx, const struct policy *p, cJSON *result,
+                             int device);
 
 #endif

@@ -1,14 +1,16 @@
 /*
  * dispatch_query.c - read-only requests: mem_info, stats, status, devices,
- * clients.
+ * clients, selfcheck.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "dispatch_internal.h"
+#include "log.h"
 
 static cJSON *result_array(struct dispatch_ctx *ctx, const char *key)
 {
@@ -28,7 +30,8 @@ static int instance_entry(struct broker *b, cJSON *arr, const struct broker_inst
 	                         : cJSON_AddNullToObject(o, PROTO_F_PROPORTION)) ||
 	    proto_add_number(o, PROTO_F_SHARE, pi->share) ||
 	    proto_add_u64(o, PROTO_F_CAP, pi->cap) || proto_add_u64(o, PROTO_F_USED, inst->used) ||
-	    proto_add_u64(o, PROTO_F_FREE, policy_headroom(&b->policy, pi)))
+	    proto_add_u64(o, PROTO_F_FREE,
+	                  policy_headroom(broker_policy_const(b, inst->owner), pi)))
 		return -ENOMEM;
 	return 0;
 }
@@ -57,13 +60,16 @@ int dispatch_mem_info(struct dispatch_ctx *ctx)
 			return -ENOMEM;
 		used_dev[inst->device] = true;
 	}
+	/* The total is the policy's: a partition's size inside one, else the
+	 * memory the partitions leave (the device's, without any). */
+	const struct policy *p = broker_policy_const(ctx->b, ctx->s);
 	for (int i = 0; i < ctx->b->device_count; i++) {
 		if (!used_dev[i])
 			continue;
 		cJSON *o = proto_array_add_object(devs);
 		if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
-		    proto_add_u64(o, PROTO_F_TOTAL, ctx->b->dev[i].info.total) ||
-		    proto_add_u64(o, PROTO_F_FREE, broker_device_free(ctx->b, i)))
+		    proto_add_u64(o, PROTO_F_TOTAL, p->dev[i].total) ||
+		    proto_add_u64(o, PROTO_F_FREE, policy_device_available(p, i)))
 			return -ENOMEM;
 	}
 	return 0;
@@ -112,20 +118,26 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-/* name, uuid, transport, total, reserved, used of one device. */
-static cJSON *device_entry(struct broker *b, cJSON *arr, int i, struct pool_stats *st)
+/* name, uuid, transport, total, what was kept out of the capacity (in use at start,
+ * reserve), reserved, used of one device. */
+static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr, int i,
+                           struct pool_stats *st)
 {
 	const struct backend_device_info *info = &b->dev[i].info;
+	const struct policy *p = broker_policy_const(b, s);
 	pool_get_stats(b->dev[i].pool, st);
 	cJSON *o = proto_array_add_object(arr);
+	/* Inside a partition the device is the partition: its size is the total. */
 	if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_NAME, info->name) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_UUID, info->uuid) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_TRANSPORT, info->transport) ||
-	    proto_add_u64(o, PROTO_F_TOTAL, info->total) ||
+	    proto_add_u64(o, PROTO_F_TOTAL, s->part ? p->dev[i].total : info->total) ||
+	    proto_add_u64(o, PROTO_F_IN_USE_AT_START, s->part ? 0 : info->in_use) ||
+	    proto_add_u64(o, PROTO_F_RESERVE, s->part ? 0 : info->reserve) ||
 	    proto_add_u64(o, PROTO_F_RESERVED, st->reserved) ||
-	    proto_add_u64(o, PROTO_F_USED, st->used) ||
-	    proto_add_u64(o, PROTO_F_ORPHANED, b->policy.dev[i].orphaned))
+	    proto_add_u64(o, PROTO_F_USED, s->part ? p->dev[i].used : st->used) ||
+	    proto_add_u64(o, PROTO_F_ORPHANED, p->dev[i].orphaned))
 		return NULL;
 	return o;
 }
@@ -139,9 +151,9 @@ int dispatch_status(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	for (int i = 0; i < b->device_count; i++) {
 		struct pool_stats st;
-		cJSON *o = device_entry(b, devs, i, &st);
+		cJSON *o = device_entry(b, ctx->s, devs, i, &st);
 		/* The limit too: an operator looks here first. */
-		if (!o || dispatch_limit_json(b, o, i))
+		if (!o || dispatch_limit_json(broker_policy_const(b, ctx->s), o, i))
 			return -ENOMEM;
 		total += b->dev[i].info.total;
 		reserved += st.reserved;
@@ -174,12 +186,16 @@ int dispatch_devices(struct dispatch_ctx *ctx)
 	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
+	const struct policy *p = broker_policy_const(b, ctx->s);
 	for (int i = 0; i < b->device_count; i++) {
 		struct pool_stats st;
 		char cc[16];
-		cJSON *o = device_entry(b, devs, i, &st);
+		/* A partition's session sees only the partition's devices. */
+		if (ctx->s->part && !ctx->s->part->size[i])
+			continue;
+		cJSON *o = device_entry(b, ctx->s, devs, i, &st);
 		snprintf(cc, sizeof(cc), "%d.%d", b->dev[i].info.cc_major, b->dev[i].info.cc_minor);
-		if (!o || proto_add_u64(o, PROTO_F_FREE, broker_device_free(b, i)) ||
+		if (!o || proto_add_u64(o, PROTO_F_FREE, policy_device_available(p, i)) ||
 		    !cJSON_AddStringToObject(o, PROTO_F_COMPUTE_CAPABILITY, cc))
 			return -ENOMEM;
 	}
@@ -217,7 +233,8 @@ int dispatch_clients(struct dispatch_ctx *ctx)
 		    proto_add_number(o, PROTO_F_INSTANCES, s->instance_count) ||
 		    proto_add_number(o, PROTO_F_ALLOCATIONS, (double)s->alloc_count) ||
 		    proto_add_u64(o, PROTO_F_USED, s->used) || proto_add_u64(o, PROTO_F_CAP, cap) ||
-		    proto_add_number(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)))
+		    proto_add_number(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)) ||
+		    (s->part && !cJSON_AddStringToObject(o, PROTO_F_PARTITION, s->part->name)))
 			return -ENOMEM;
 	}
 	/* Other users' connections as totals only: no pid, uid, name or id. */
@@ -226,6 +243,49 @@ int dispatch_clients(struct dispatch_ctx *ctx)
 	    proto_add_number(others, PROTO_F_INSTANCES, hidden_instances) ||
 	    proto_add_number(others, PROTO_F_ALLOCATIONS, (double)hidden_allocs) ||
 	    proto_add_u64(others, PROTO_F_USED, hidden_used))
+		return -ENOMEM;
+	return 0;
+}
+
+/* Bytes of host memory the daemon's allocator has handed out and not had
+ * back (glibc: mallinfo2), or -1 where that cannot be known. Exact where
+ * RSS is not: freed memory stays resident, so a small leak hides in it. */
+static double heap_bytes(void)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+	struct mallinfo2 mi = mallinfo2();
+	return (double)(mi.uordblks + mi.hblkhd);
+#else
+	return -1;
+#endif
+}
+
+/* Walks every pool, session, allocation, wait and policy structure
+ * (broker_check) and reports the first inconsistency. */
+int dispatch_selfcheck(struct dispatch_ctx *ctx)
+{
+	char msg[128] = "";
+	if (broker_check(ctx->b, msg, sizeof(msg)) < 0) {
+		log_error("selfcheck: %s", msg);
+		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: selfcheck: %s", msg);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data)
+			cJSON_AddStringToObject(ctx->data, PROTO_F_VIOLATION, msg);
+		return -EFAULT;
+	}
+	const struct broker *b = ctx->b;
+	struct broker_parting_counts pc;
+	broker_parting_counts(b, &pc);
+	cJSON *r = dispatch_result(ctx);
+	if (!r || !cJSON_AddTrueToObject(r, PROTO_F_OK) ||
+	    proto_add_number(r, PROTO_F_SESSIONS, b->session_count) ||
+	    proto_add_number(r, PROTO_F_INSTANCES, (double)b->instance_count) ||
+	    proto_add_number(r, PROTO_F_ALLOCATIONS, (double)b->allocs.count) ||
+	    proto_add_number(r, PROTO_F_WAITS, b->wait_count) ||
+	    proto_add_number(r, PROTO_F_PARTING, (double)pc.parting) ||
+	    proto_add_number(r, PROTO_F_GHOSTS, pc.ghosts) ||
+	    proto_add_number(r, PROTO_F_RETIRED, pc.retired) ||
+	    proto_add_number(r, PROTO_F_HEAP_BYTES, heap_bytes()))
 		return -ENOMEM;
 	return 0;
 }

@@ -397,8 +397,11 @@ static int batch_collect(struct broker *b, const struct policy_instance *member,
 {
 	const struct list *pos, *q;
 	size_t n = 0;
+	/* The group lives in the member's policy: its partition's, or the broker's. */
+	const struct policy *p =
+	    broker_policy_const(b, list_entry(member, const struct broker_instance, pol)->owner);
 	memset(bt, 0, sizeof(*bt));
-	list_for_each(pos, &b->policy.instances) {
+	list_for_each(pos, &p->instances) {
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
 		if (policy_in_group(pi, member->space, member->group))
@@ -414,7 +417,7 @@ static int batch_collect(struct broker *b, const struct policy_instance *member,
 		batch_free(bt);
 		return -ENOMEM;
 	}
-	list_for_each(pos, &b->policy.instances) {
+	list_for_each(pos, &p->instances) {
 		struct policy_instance *pi = list_entry(pos, struct policy_instance, link);
 		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
 		if (!policy_in_group(pi, member->space, member->group))
@@ -569,31 +572,32 @@ static int batch_chunk_count(struct dispatch_ctx *ctx, const struct batch *bt,
 	struct policy_group_info gi;
 	struct policy_chunking c;
 	char where[160];
-	policy_group_info(&b->policy, member->space, member->group, &gi);
+	const struct policy *p =
+	    broker_policy_const(b, list_entry(member, const struct broker_instance, pol)->owner);
+	policy_group_info(p, member->space, member->group, &gi);
 	snprintf(where, sizeof(where), "group %s", member->group);
 	int rc = batch_chunks(ctx, bt, axis, NULL, -1, gi.available, where, false, gc);
 	uint64_t chunks = gc->chunks;
 	const struct list *pos;
-	for (pos = b->policy.instances.next; rc == 0 && pos != &b->policy.instances;
-	     pos = pos->next) {
+	for (pos = p->instances.next; rc == 0 && pos != &p->instances; pos = pos->next) {
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
 		const struct broker_instance *m = list_entry(pi, const struct broker_instance, pol);
 		if (!policy_in_group(pi, member->space, member->group) || !m->queued_count)
 			continue;
-		bool active = b->policy.cfg.mode == POLICY_ACTIVE;
+		bool active = p->cfg.mode == POLICY_ACTIVE;
 		snprintf(where, sizeof(where), "instance %016llx", (unsigned long long)m->id);
 		rc = batch_chunks(ctx, bt, axis, m, -1,
-		                  active ? policy_headroom(&b->policy, pi)
-		                         : policy_device_available(&b->policy, m->device),
+		                  active ? policy_headroom(p, pi)
+		                         : policy_device_available(p, m->device),
 		                  where, active, &c);
 		if (rc == 0 && c.chunks > chunks)
 			chunks = c.chunks;
 	}
 	for (int d = 0; rc == 0 && d < b->device_count; d++) {
 		snprintf(where, sizeof(where), "device %d", d);
-		rc = batch_chunks(ctx, bt, axis, NULL, d, policy_device_available(&b->policy, d),
-		                  where, false, &c);
+		rc = batch_chunks(ctx, bt, axis, NULL, d, policy_device_available(p, d), where,
+		                  false, &c);
 		if (rc == 0 && c.chunks > chunks)
 			chunks = c.chunks;
 	}

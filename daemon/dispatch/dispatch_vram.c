@@ -18,9 +18,9 @@
 #include "dispatch_internal.h"
 #include "log.h"
 
-int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double proportion)
+int dispatch_policy_error(struct dispatch_ctx *ctx, const struct policy *p, int rc, int device,
+                          double proportion)
 {
-	const struct policy *p = &ctx->b->policy;
 	const struct policy_device *dev = &p->dev[device];
 	switch (rc) {
 	case -ENOSPC:
@@ -53,9 +53,10 @@ int dispatch_policy_error(struct dispatch_ctx *ctx, int rc, int device, double p
 	return rc;
 }
 
-int dispatch_policy_warnings(struct dispatch_ctx *ctx, cJSON *result, int device)
+int dispatch_policy_warnings(struct dispatch_ctx *ctx, const struct policy *p, cJSON *result,
+                             int device)
 {
-	const struct policy_device *dev = &ctx->b->policy.dev[device];
+	const struct policy_device *dev = &p->dev[device];
 	double pool = dev->manual < 1 ? 1 - dev->manual : 0;
 	char text[128];
 	if (pool >= POLICY_AUTO_WARN)
@@ -78,25 +79,26 @@ static int instance_json(struct broker *b, cJSON *o, const struct broker_instanc
 {
 	const struct policy_instance *pi = &inst->pol;
 	const struct session *s = inst->owner;
+	const struct policy *p = broker_policy_const(b, s);
 	if (proto_add_id64(o, PROTO_F_INSTANCE, inst->id) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_NAME, inst->name) ||
 	    proto_add_id64(o, PROTO_F_SESSION, s->id) || proto_add_number(o, PROTO_F_PID, s->pid) ||
 	    proto_add_number(o, PROTO_F_UID, s->uid) ||
 	    proto_add_number(o, PROTO_F_DEVICE, inst->device) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_GROUP, pi->group) ||
-	    !cJSON_AddBoolToObject(o, PROTO_F_GROUPED, policy_is_grouped(&b->policy, pi)) ||
+	    !cJSON_AddBoolToObject(o, PROTO_F_GROUPED, policy_is_grouped(p, pi)) ||
 	    !(pi->proportion > 0 ? cJSON_AddNumberToObject(o, PROTO_F_PROPORTION, pi->proportion)
 	                         : cJSON_AddNullToObject(o, PROTO_F_PROPORTION)) ||
 	    proto_add_number(o, PROTO_F_SHARE, pi->share) ||
 	    proto_add_u64(o, PROTO_F_CAP, pi->cap) || proto_add_u64(o, PROTO_F_USED, pi->used) ||
-	    proto_add_u64(o, PROTO_F_FREE, policy_headroom(&b->policy, pi)))
+	    proto_add_u64(o, PROTO_F_FREE, policy_headroom(p, pi)))
 		return -ENOMEM;
 	return 0;
 }
 
-int dispatch_limit_json(const struct broker *b, cJSON *o, int i)
+int dispatch_limit_json(const struct policy *p, cJSON *o, int i)
 {
-	const struct policy_device *dev = &b->policy.dev[i];
+	const struct policy_device *dev = &p->dev[i];
 	if (proto_add_u64(o, PROTO_F_CAPACITY, dev->capacity))
 		return -ENOMEM;
 	if (dev->limit ? proto_add_u64(o, PROTO_F_LIMIT, dev->limit) != 0
@@ -109,30 +111,33 @@ int dispatch_limit_json(const struct broker *b, cJSON *o, int i)
 	return 0;
 }
 
-static int device_json(struct broker *b, cJSON *o, int i)
+static int device_json(const struct policy *p, cJSON *o, int i)
 {
-	const struct policy_device *dev = &b->policy.dev[i];
+	const struct policy_device *dev = &p->dev[i];
 	if (proto_add_number(o, PROTO_F_DEVICE, i) || proto_add_u64(o, PROTO_F_TOTAL, dev->total) ||
-	    dispatch_limit_json(b, o, i) || proto_add_u64(o, PROTO_F_USED, dev->used) ||
-	    proto_add_u64(o, PROTO_F_AVAILABLE, policy_device_available(&b->policy, i)) ||
+	    dispatch_limit_json(p, o, i) || proto_add_u64(o, PROTO_F_USED, dev->used) ||
+	    proto_add_u64(o, PROTO_F_AVAILABLE, policy_device_available(p, i)) ||
 	    proto_add_number(o, PROTO_F_MANUAL, dev->manual) ||
 	    proto_add_number(o, PROTO_F_AUTO, dev->manual < 1 ? 1 - dev->manual : 0) ||
 	    proto_add_number(o, PROTO_F_MANUAL_INSTANCES, dev->n_manual) ||
 	    proto_add_number(o, PROTO_F_AUTO_INSTANCES, dev->n_auto) ||
 	    proto_add_u64(o, PROTO_F_AUTO_CAP,
-	                  b->policy.cfg.mode == POLICY_ACTIVE ? dev->auto_cap : dev->capacity))
+	                  p->cfg.mode == POLICY_ACTIVE ? dev->auto_cap : dev->capacity))
 		return -ENOMEM;
 	return 0;
 }
 
-static int devices_json(struct broker *b, cJSON *r)
+/* The devices of policy p: a partition's are those it has a size on. */
+static int devices_json(const struct policy *p, bool part, cJSON *r)
 {
 	cJSON *devs = cJSON_AddArrayToObject(r, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
-	for (int i = 0; i < b->device_count; i++) {
+	for (int i = 0; i < p->device_count; i++) {
+		if (part && !p->dev[i].total)
+			continue;
 		cJSON *o = proto_array_add_object(devs);
-		if (!o || device_json(b, o, i))
+		if (!o || device_json(p, o, i))
 			return -ENOMEM;
 	}
 	return 0;
@@ -141,16 +146,20 @@ static int devices_json(struct broker *b, cJSON *r)
 int dispatch_policy(struct dispatch_ctx *ctx)
 {
 	struct broker *b = ctx->b;
+	/* A session inside a partition sees the partition as its devices. */
+	const struct policy *p = broker_policy_const(b, ctx->s);
 	cJSON *r = dispatch_result(ctx), *insts;
-	if (!r || !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(b->policy.cfg.mode)) ||
+	if (!r || !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(p->cfg.mode)) ||
 	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(b->allocator)) ||
-	    proto_add_number(r, PROTO_F_MIN_AUTO_SHARE, b->policy.cfg.min_auto_share) ||
-	    devices_json(b, r) || !(insts = cJSON_AddArrayToObject(r, PROTO_F_INSTANCES)))
+	    proto_add_number(r, PROTO_F_MIN_AUTO_SHARE, p->cfg.min_auto_share) ||
+	    devices_json(p, ctx->s->part != NULL, r) ||
+	    (ctx->s->part && !cJSON_AddStringToObject(r, PROTO_F_PARTITION, ctx->s->part->name)) ||
+	    !(insts = cJSON_AddArrayToObject(r, PROTO_F_INSTANCES)))
 		return -ENOMEM;
 	unsigned hidden = 0;
 	uint64_t hidden_used = 0;
 	const struct list *pos;
-	list_for_each(pos, &b->policy.instances) {
+	list_for_each(pos, &p->instances) {
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
 		const struct broker_instance *inst =
@@ -201,7 +210,8 @@ static int instance_result(struct dispatch_ctx *ctx, const struct broker_instanc
 {
 	cJSON *r = dispatch_result(ctx);
 	if (!r || instance_json(ctx->b, r, inst) ||
-	    (warn && dispatch_policy_warnings(ctx, r, inst->device)))
+	    (warn && dispatch_policy_warnings(ctx, broker_policy_const(ctx->b, inst->owner), r,
+	                                      inst->device)))
 		return -ENOMEM;
 	return 0;
 }
@@ -220,7 +230,8 @@ int dispatch_set_proportion(struct dispatch_ctx *ctx)
 		return dispatch_param_error(ctx, rc, PROTO_F_PROPORTION, "a number in (0, 1]");
 	rc = broker_set_proportion(ctx->b, inst, proportion);
 	if (rc < 0)
-		return dispatch_policy_error(ctx, rc, inst->device, proportion);
+		return dispatch_policy_error(ctx, broker_policy_const(ctx->b, inst->owner), rc,
+		                             inst->device, proportion);
 	log_info("session %llu: instance %016llx: proportion %.6g, cap %llu",
 	         (unsigned long long)ctx->s->id, (unsigned long long)inst->id, proportion,
 	         (unsigned long long)inst->pol.cap);
@@ -235,7 +246,8 @@ int dispatch_set_auto(struct dispatch_ctx *ctx)
 		return rc;
 	rc = broker_set_auto(ctx->b, inst);
 	if (rc < 0)
-		return dispatch_policy_error(ctx, rc, inst->device, 0);
+		return dispatch_policy_error(ctx, broker_policy_const(ctx->b, inst->owner), rc,
+		                             inst->device, 0);
 	log_info("session %llu: instance %016llx: auto pool, cap %llu",
 	         (unsigned long long)ctx->s->id, (unsigned long long)inst->id,
 	         (unsigned long long)inst->pol.cap);
@@ -267,7 +279,7 @@ int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *s
 		return rc;
 	/* Another user's group, for a caller who may not see it, is not there. */
 	if (!broker_sees(ctx->s, uid) ||
-	    policy_group_info(&ctx->b->policy, (uint64_t)uid, group, gi) < 0) {
+	    policy_group_info(broker_policy_const(ctx->b, ctx->s), (uint64_t)uid, group, gi) < 0) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such group");
 		return -ENOENT;
 	}
@@ -294,8 +306,8 @@ int dispatch_group_info(struct dispatch_ctx *ctx)
 	    proto_add_u64(r, PROTO_F_AVAILABLE, gi.available))
 		return -ENOMEM;
 	const struct list *pos;
-	for (pos = ctx->b->policy.instances.next; pos != &ctx->b->policy.instances;
-	     pos = pos->next) {
+	const struct policy *p = broker_policy_const(ctx->b, ctx->s);
+	for (pos = p->instances.next; pos != &p->instances; pos = pos->next) {
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
 		char id[17];
@@ -382,7 +394,7 @@ int dispatch_set_limit(struct dispatch_ctx *ctx)
 		         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid,
 		         (unsigned long long)size, device < 0 ? "every device" : "one device");
 	cJSON *r = dispatch_result(ctx);
-	if (!r || devices_json(ctx->b, r))
+	if (!r || devices_json(&ctx->b->policy, false, r))
 		return -ENOMEM;
 	return 0;
 }

@@ -213,6 +213,53 @@ static void metrics_instances(struct mbuf *m, const struct broker *b, const stru
 	}
 }
 
+/*
+ * Per partition and device: its size, what its sessions hold; and its
+ * sessions. A user sees its own uid's partitions (as `partitions` shows
+ * them); the memory all partitions take is a total everyone may see.
+ */
+static void metrics_partitions(struct mbuf *m, const struct broker *b, const struct session *viewer)
+{
+	static const char *const names[] = {"gpubroker_partition_size_bytes",
+	                                    "gpubroker_partition_used_bytes"};
+	static const char *const help[] = {
+	    "Bytes the partition takes out of the device, guaranteed to its sessions.",
+	    "Bytes in the live allocations of the partition's sessions."};
+	const struct list *pos;
+	for (int k = 0; k < 2; k++) {
+		mbuf_header(m, names[k], "gauge", help[k]);
+		list_for_each(pos, &b->partitions) {
+			const struct broker_partition *p =
+			    list_entry(pos, const struct broker_partition, link);
+			for (int d = 0; d < b->device_count && broker_sees(viewer, p->uid); d++) {
+				if (p->size[d])
+					mbuf_printf(
+					    m,
+					    "%s{partition=\"%s\",uid=\"%u\",device=\"%d\"} "
+					    "%llu\n",
+					    names[k], p->name, (unsigned)p->uid, d,
+					    (unsigned long long)(k ? broker_partition_used(p, d)
+					                           : p->size[d]));
+			}
+		}
+	}
+	mbuf_header(m, "gpubroker_partition_sessions", "gauge",
+	            "Connections inside the partition.");
+	list_for_each(pos, &b->partitions) {
+		const struct broker_partition *p =
+		    list_entry(pos, const struct broker_partition, link);
+		if (broker_sees(viewer, p->uid))
+			mbuf_printf(
+			    m, "gpubroker_partition_sessions{partition=\"%s\",uid=\"%u\"} %u\n",
+			    p->name, (unsigned)p->uid, p->sessions);
+	}
+	mbuf_header(m, "gpubroker_partitions_bytes", "gauge",
+	            "Bytes every partition together takes out of the device.");
+	for (int d = 0; d < b->device_count; d++)
+		mbuf_printf(m, "gpubroker_partitions_bytes{device=\"%d\"} %llu\n", d,
+		            (unsigned long long)broker_partitions_size(b, d));
+}
+
 /* Per-uid totals: users are few, so a small array beats a map. */
 static void metrics_uids(struct mbuf *m, const struct broker *b, const struct session *viewer)
 {
@@ -366,6 +413,7 @@ int metrics_render(const struct metrics *mt, const struct broker *b, const struc
 	metrics_devices(&m, b);
 	metrics_instances(&m, b, viewer);
 	metrics_uids(&m, b, viewer);
+	metrics_partitions(&m, b, viewer);
 	mbuf_header(&m, "gpubroker_connections", "gauge", "Connections open.");
 	mbuf_printf(&m, "gpubroker_connections %u\n", b->session_count);
 	mbuf_header(&m, "gpubroker_connections_total", "counter", "Connections accepted.");

@@ -55,7 +55,7 @@ static uint64_t scale_u64(long double fraction, uint64_t n)
 
 static uint64_t device_capacity(const struct policy_device *dev)
 {
-	uint64_t c = dev->total;
+	uint64_t c = dev->total > dev->reserve ? dev->total - dev->reserve : 0;
 	if (dev->limit && dev->limit < c)
 		c = dev->limit;
 	if (dev->limit_fraction > 0) {
@@ -362,6 +362,24 @@ int policy_set_limit(struct policy *p, int device, uint64_t bytes, double fracti
 		p->dev[i].limit_fraction = fraction;
 		policy_rebalance(p, i, NULL);
 	}
+	return 0;
+}
+
+int policy_set_reserve(struct policy *p, int device, uint64_t bytes)
+{
+	if (device < 0 || device >= p->device_count)
+		return -EINVAL;
+	p->dev[device].reserve = bytes;
+	policy_rebalance(p, device, NULL);
+	return 0;
+}
+
+int policy_set_total(struct policy *p, int device, uint64_t total)
+{
+	if (device < 0 || device >= p->device_count)
+		return -EINVAL;
+	p->dev[device].total = total;
+	policy_rebalance(p, device, NULL);
 	return 0;
 }
 

@@ -104,7 +104,9 @@ struct policy_device {
 	uint64_t total;        /* device memory */
 	uint64_t limit;        /* byte limit, 0 = none */
 	double limit_fraction; /* fraction limit in (0, 1], 0 = none */
-	uint64_t capacity;     /* what the broker may hand out: total bounded by the limit */
+	uint64_t reserve;      /* kept back (in use before the daemon, contexts' room) */
+	uint64_t capacity;     /* what the broker may hand out: total minus the reserve,
+	                          bounded by the limit */
 	uint64_t used;         /* bytes charged: its instances' and orphaned */
 	uint64_t orphaned;     /* freed by their instance, still held (policy_orphan) */
 	double manual;         /* sum of the manual proportions */
@@ -170,6 +172,21 @@ int policy_set_mode(struct policy *p, enum policy_mode mode);
  * 0 or -EINVAL (both given, fraction out of range, device).
  */
 int policy_set_limit(struct policy *p, int device, uint64_t bytes, double fraction);
+/*
+ * Keeps @bytes of the device out of its capacity: memory the driver gives to
+ * nobody through the broker (what other processes used before the daemon
+ * started, and room for the clients' own CUDA contexts). The limit and the
+ * limit fraction (of the total) bound what is left. -EINVAL for a bad device.
+ */
+int policy_set_reserve(struct policy *p, int device, uint64_t bytes);
+
+/*
+ * Changes the memory of one device (partitions take theirs out of the
+ * broker's, and their own policy's devices are their sizes). The limit,
+ * a fraction of it, follows; caps follow at once. A total under what the
+ * device's instances hold revokes nothing (as a shrinking cap). 0 or -EINVAL.
+ */
+int policy_set_total(struct policy *p, int device, uint64_t total);
 
 const char *policy_mode_name(enum policy_mode mode);
 /* 0 and *mode, or -EINVAL. */

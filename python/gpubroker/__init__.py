@@ -19,6 +19,7 @@ from . import dtypes, errors, layout
 from .allocation import Allocation
 from .client import Client
 from .errors import (BackendError, BrokerPermissionError, BrokerTimeoutError, ConnectError,
+                     ContextResetError,
                      DaemonGoneError, GpubrokerError, HostMemoryError, InvalidError,
                      LayoutAliasCycleError, LayoutAliasLocationError,
                      LayoutAliasPersistentError, LayoutAliasUnknownError,
@@ -33,7 +34,8 @@ from .records import (ArrayRequest, Chunking, Event, GroupInfo, InstanceInfo, Ma
 
 __all__ = [
     "Allocation", "ArrayRequest", "BackendError", "BrokerPermissionError",
-    "BrokerTimeoutError", "Chunking", "Client", "ConnectError", "DaemonGoneError", "Event",
+    "BrokerTimeoutError", "Chunking", "Client", "ConnectError", "ContextResetError",
+    "DaemonGoneError", "Event",
     "GpubrokerError", "GroupInfo", "HostMemoryError", "InstanceInfo", "InvalidError",
     "KernelBlock", "Layout", "LayoutAliasCycleError", "LayoutAliasLocationError",
     "LayoutAliasPersistentError", "LayoutAliasUnknownError", "LayoutBuffer",

@@ -23,6 +23,17 @@ def _release(conn, ident, kind):
         fn(conn.handle, ident)
 
 
+def _stream_ptr(stream):
+    """A CUstream's value from what Python libraries call a stream."""
+    if stream is None:
+        return None
+    for attr in ("ptr", "handle"):
+        if hasattr(stream, attr):
+            stream = getattr(stream, attr)
+            break
+    return getattr(stream, "value", stream) or None
+
+
 class Allocation:
     """Broker memory mapped into this process, given back when freed
     explicitly (free(), or leaving a ``with`` block) or when the last
@@ -80,6 +91,28 @@ class Allocation:
             # Gone already (an invalidate) or with the daemon: nothing to give back.
             if rc < 0 and rc not in (errors.E_NOT_FOUND, errors.E_DAEMON_GONE):
                 raise errors.error_for(rc, "free")
+
+    def free_async(self, stream=None):
+        """Frees device memory once the work queued on @stream so far has
+        run, without waiting for it (gpb_free_async): the library frees it
+        at a later call on the client that finds the stream's event
+        complete. @stream: a CUstream as an int, an object with ``ptr``
+        (CuPy) or ``handle`` (Numba), or None for the legacy default
+        stream. Attachments and host memory are freed as free() does. Same
+        quiet cases as free()."""
+        if self.kind in (ATTACH, HOST):
+            self.free()
+            return
+        if not self._finalizer.alive:
+            return
+        self._finalizer.detach()
+        conn = self.client._conn
+        with conn.lock:
+            if conn.handle is None:
+                return
+            rc = conn.lib.gpb_free_async(conn.handle, self.id, _stream_ptr(stream))
+            if rc < 0 and rc not in (errors.E_NOT_FOUND, errors.E_DAEMON_GONE):
+                raise errors.error_for(rc, "free_async")
 
     close = free
 

@@ -250,6 +250,16 @@ class Client:
         else:
             self._call("free", allocation)
 
+    def free_async(self, allocation, stream=None):
+        """Frees an Allocation once @stream's queued work has run
+        (allocation.free_async(); gpb_free_async)."""
+        if not isinstance(allocation, Allocation):
+            allocation = self._allocations.get(allocation)
+            if allocation is None:
+                raise errors.NotFoundError(errors.E_NOT_FOUND, "no such allocation",
+                                           "free_async")
+        allocation.free_async(stream)
+
     def attach(self, ident):
         """Maps another connection's allocation of the same user, by id
         (gpb_attach). The Allocation detaches when freed or collected."""

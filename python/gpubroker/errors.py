@@ -29,6 +29,7 @@ E_LAYOUT_ALIAS_PERSISTENT = -22
 E_LAYOUT_ALIAS_CYCLE = -23
 E_LAYOUT_ALIAS_LOCATION = -24
 E_LAYOUT_NO_FIT = -25
+E_CONTEXT_RESET = -26
 
 
 class GpubrokerError(Exception):
@@ -161,6 +162,13 @@ class LayoutNoFitError(LayoutError):
     than the budget."""
 
 
+class ContextResetError(GpubrokerError):
+    """GPB_E_CONTEXT_RESET: the CUDA context the memory was mapped in was
+    reset (cuDevicePrimaryCtxReset, Numba's Device.reset) or destroyed; the
+    mapping went with it. Free the allocation; new ones work in the context
+    current then."""
+
+
 _BY_CODE = {
     E_INVALID: InvalidError,
     E_NOMEM: HostMemoryError,
@@ -187,6 +195,7 @@ _BY_CODE = {
     E_LAYOUT_ALIAS_CYCLE: LayoutAliasCycleError,
     E_LAYOUT_ALIAS_LOCATION: LayoutAliasLocationError,
     E_LAYOUT_NO_FIT: LayoutNoFitError,
+    E_CONTEXT_RESET: ContextResetError,
 }
 
 

@@ -34,7 +34,18 @@
  * (files, records, violations alike) tagged with the id, and a pointer's
  * export data names the file, so cuMemPoolImportPointer maps it as
  * cuIpcOpenMemHandle does, once the pool with that id was imported.
- * Streams are a token: every call completes before it returns.
+ * Streams and events are fakecuda_async.c's.
+ *
+ * Contexts: a mapping or allocation belongs to the context it was made in; a
+ * legacy handle opens in one context per device per process
+ * (CUDA_ERROR_ALREADY_MAPPED for a second); cuDevicePrimaryCtxReset, a
+ * primary context's release to zero and cuCtxDestroy destroy everything
+ * made in the context, whose addresses then stay inaccessible, so that a
+ * dangling pointer is an error the fake reports (or a crash), never memory.
+ *
+ * Queued work (fakecuda_async.c): *Async copies and memsets and host
+ * functions run only at a synchronisation; closing or freeing memory they
+ * still touch is a violation.
  *
  * Only the entry points gpubroker uses exist, under the ABI names cuda.h
  * maps them to (cuMemAlloc_v2 and so on).
@@ -45,12 +56,21 @@
  *   fakecuda_ctx.c    cuInit and its settings, errors, injected failures,
  *                     devices, contexts
  *   fakecuda_host.c   registered host memory and the copies
- *   fakecuda_pool.c   stream-ordered memory pools and streams
+ *   fakecuda_pool.c   stream-ordered memory pools
+ *   fakecuda_async.c  streams, events and the work queued on them
+ *   fakecuda_strict.c what makes it refuse what a driver refuses: small
+ *                     allocations packed into shared 2 MiB blocks, pool
+ *                     segments, the IPC share policy (FAKECUDA_IPC_POLICY),
+ *                     PID namespaces (FAKECUDA_PIDNS), compute modes
+ *                     (FAKECUDA_COMPUTE_MODE), the context overhead
+ *                     (FAKECUDA_CONTEXT_OVERHEAD), MIG (FAKECUDA_MIG); see
+ *                     the comment at its top
  */
 #include "fakecuda_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,19 +81,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FAKE_MAX_RECORDS  4096
-#define FAKE_MAX_IMPORTER 8
-
 /* ---- shared state ---------------------------------------------------------- */
-
-struct fake_record {
-	int32_t owner; /* pid; 0 = free record (VMM: the creator, not the owner) */
-	int32_t vmm;   /* VMM physical memory: importers are its holders */
-	int32_t device;
-	uint64_t size;
-	uint64_t serial;
-	int32_t importers[FAKE_MAX_IMPORTER]; /* pids that have it open (IPC) */
-};
 
 struct fake_shared {
 	uint64_t next_serial;
@@ -89,13 +97,13 @@ static int fake_state_fd = -1;
 static struct fake_shared *fake_shared;
 static struct fake_mem *fake_mems;
 
-static void fake_lock_state(void)
+void fake_lock_state(void)
 {
 	while (flock(fake_state_fd, LOCK_EX) < 0 && errno == EINTR)
 		;
 }
 
-static void fake_unlock_state(void)
+void fake_unlock_state(void)
 {
 	flock(fake_state_fd, LOCK_UN);
 }
@@ -146,7 +154,7 @@ static bool fake_pid_maps(int32_t pid, const char *path)
 
 /* Drops the records of dead owners (the driver frees a process's memory
  * when it exits) and dead importers. State locked. */
-static void fake_reap(void)
+void fake_reap(void)
 {
 	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
 		struct fake_record *r = &fake_shared->rec[i];
@@ -167,22 +175,24 @@ static void fake_reap(void)
 		if (!fake_pid_alive(r->owner)) {
 			char path[300];
 			fake_mem_path(r->serial, path, sizeof(path));
-			unlink(path);
+			if (!r->context)
+				unlink(path);
 			memset(r, 0, sizeof(*r));
 		}
 	}
 }
 
-static struct fake_record *fake_record_find(uint64_t serial)
+struct fake_record *fake_record_find(uint64_t serial)
 {
 	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
-		if (fake_shared->rec[i].owner && fake_shared->rec[i].serial == serial)
+		if (fake_shared->rec[i].owner && !fake_shared->rec[i].context &&
+		    fake_shared->rec[i].serial == serial)
 			return &fake_shared->rec[i];
 	}
 	return NULL;
 }
 
-static uint64_t fake_used(int device)
+uint64_t fake_used(int device)
 {
 	uint64_t used = 0;
 	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
@@ -190,6 +200,16 @@ static uint64_t fake_used(int device)
 			used += fake_shared->rec[i].size;
 	}
 	return used;
+}
+
+struct fake_record *fake_records(void)
+{
+	return fake_shared ? fake_shared->rec : NULL;
+}
+
+uint64_t fake_new_serial_locked(void)
+{
+	return ++fake_shared->next_serial;
 }
 
 int fake_open_state(void)
@@ -205,6 +225,12 @@ int fake_open_state(void)
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
+	/* Processes of other users share a state directory their test opened
+	 * to them: the fake, not file modes, decides who may open what. */
+	if (fchmod(fd, 0666) < 0 && errno != EPERM) { /* EPERM: another user's, opened already */
+		close(fd);
+		return -1;
+	}
 	/* Growing a file of zeros is idempotent: any process may do it. */
 	if (ftruncate(fd, sizeof(struct fake_shared)) < 0) {
 		close(fd);
@@ -229,6 +255,19 @@ uint64_t fake_new_serial(void)
 	return serial;
 }
 
+void fake_violation(const char *fmt, ...)
+{
+	va_list ap;
+	fake_lock_state();
+	fake_shared->violations++;
+	fake_unlock_state();
+	fprintf(stderr, "fakecuda: pid %d: ", (int)getpid());
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
 /* ---- memory ---------------------------------------------------------------------- */
 
 /* The mapping of this process that holds [p, p + n), or NULL. Lock held. */
@@ -245,6 +284,13 @@ void fake_mem_link(struct fake_mem *m)
 {
 	m->next = fake_mems;
 	fake_mems = m;
+}
+
+/* Walks this process's mappings: the first (m NULL) or the one after m. Lock
+ * held. */
+struct fake_mem *fake_mem_next(struct fake_mem *m)
+{
+	return m ? m->next : fake_mems;
 }
 
 void fake_mem_unlink(struct fake_mem *m)
@@ -295,7 +341,7 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 	fake_mem_path(serial, path, sizeof(path));
 	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	void *p = MAP_FAILED;
-	if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+	if (fd >= 0 && fchmod(fd, 0666) == 0 && ftruncate(fd, (off_t)size) == 0)
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (fd >= 0)
 		close(fd);
@@ -305,7 +351,12 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 		free(m);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	*r = (struct fake_record){.owner = getpid(), .device = dev, .size = size, .serial = serial};
+	*r = (struct fake_record){.owner = getpid(),
+	                          .device = dev,
+	                          .size = size,
+	                          .serial = serial,
+	                          .uid = (uint32_t)geteuid(),
+	                          .pidns = fake_pidns()};
 	fake_unlock_state();
 	/* Real device memory comes with whatever was there before. */
 	if (!fake_clean)
@@ -315,6 +366,7 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 	m->serial = serial;
 	m->device = dev;
 	m->pool = pool;
+	m->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
 	fake_mem_link(m);
 	pthread_mutex_unlock(&fake_lock);
@@ -322,20 +374,92 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 	return CUDA_SUCCESS;
 }
 
+/* As the driver: an allocation under 2 MiB shares a block with others. */
 FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
 {
 	NEED_CONTEXT();
 	INJECT("cuMemAlloc");
+	if (size > 0 && size < FAKE_BLOCK)
+		return fake_sub_alloc(fake_current()->device, size, 0, dptr);
 	return fake_mem_alloc(fake_current()->device, size, 0, dptr);
 }
 
+/* The owner's uid and PID namespace of allocation serial. */
+bool fake_mem_owner(uint64_t serial, uint32_t *uid, uint64_t *pidns)
+{
+	fake_lock_state();
+	struct fake_record *r = fake_record_find(serial);
+	if (r) {
+		*uid = r->uid;
+		*pidns = r->pidns;
+	}
+	fake_unlock_state();
+	return r != NULL;
+}
+
+/* A context's memory is a record without a file: cuMemGetInfo counts it. An
+ * exclusive-process device (mode) refuses a second process's context. */
+CUresult fake_ctx_charge(int dev, bool open, uint64_t bytes, int mode)
+{
+	CUresult rc = CUDA_SUCCESS;
+	pid_t me = getpid();
+	fake_lock_state();
+	fake_reap();
+	struct fake_record *mine = NULL, *free_rec = NULL;
+	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
+		struct fake_record *r = &fake_shared->rec[i];
+		if (!r->owner) {
+			if (!free_rec)
+				free_rec = r;
+			continue;
+		}
+		if (!r->context || r->device != dev)
+			continue;
+		if (r->owner == me)
+			mine = r;
+		else if (open && mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS)
+			rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	}
+	if (!open) {
+		if (mine)
+			memset(mine, 0, sizeof(*mine));
+	} else if (rc == CUDA_SUCCESS && !mine) {
+		if (!free_rec || fake_used(dev) + bytes > fake_memory)
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			*free_rec = (struct fake_record){.owner = me,
+			                                 .device = dev,
+			                                 .size = bytes,
+			                                 .context = 1,
+			                                 .uid = (uint32_t)geteuid(),
+			                                 .pidns = fake_pidns()};
+	}
+	fake_unlock_state();
+	return rc;
+}
+
 static CUresult fake_unimport(CUdeviceptr dptr);
+static void fake_unimport_record(uint64_t serial);
+
+/* Unmaps m and frees it; with reserve, the addresses stay taken but
+ * inaccessible, so that a pointer into destroyed memory can neither reach
+ * new memory nor pass for it. */
+static void fake_unmap(struct fake_mem *m, bool reserve)
+{
+	if (reserve)
+		mmap((void *)m->base, m->size, PROT_NONE,
+		     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	else
+		munmap((void *)m->base, m->size);
+	free(m);
+}
 
 /* Frees this process's own allocation m (unlinked), counting a violation
  * per live importer that still maps it. */
-static void fake_mem_release(struct fake_mem *m)
+static void fake_mem_release(struct fake_mem *m, bool reserve)
 {
 	char path[300];
+	fake_async_closing(m->base, m->size, "cuMemFree");
 	fake_mem_path(m->serial, path, sizeof(path));
 	fake_lock_state();
 	fake_reap();
@@ -355,8 +479,7 @@ static void fake_mem_release(struct fake_mem *m)
 	}
 	unlink(path);
 	fake_unlock_state();
-	munmap((void *)m->base, m->size);
-	free(m);
+	fake_unmap(m, reserve);
 }
 
 /* Own memory (cuMemAlloc or a pool's), or an imported pool pointer, which
@@ -364,9 +487,12 @@ static void fake_mem_release(struct fake_mem *m)
 FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 {
 	NEED_CONTEXT();
+	CUresult sub_rc;
+	if (fake_sub_free(dptr, &sub_rc))
+		return sub_rc;
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || m->base != (uintptr_t)dptr || m->vmm || (m->imported && !m->pool)) {
+	if (!m || m->vmm || (m->imported ? !m->pool : m->base != (uintptr_t)dptr || m->packed)) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -376,14 +502,24 @@ FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 	}
 	fake_mem_unlink(m);
 	pthread_mutex_unlock(&fake_lock);
-	fake_mem_release(m);
+	fake_mem_release(m, false);
 	return CUDA_SUCCESS;
+}
+
+void fake_mem_drop(struct fake_mem *m)
+{
+	pthread_mutex_lock(&fake_lock);
+	fake_mem_unlink(m);
+	pthread_mutex_unlock(&fake_lock);
+	fake_mem_release(m, false);
 }
 
 FAKE_EXPORT CUresult cuMemsetD8(CUdeviceptr dptr, unsigned char value, size_t n)
 {
 	NEED_CONTEXT();
 	INJECT("cuMemsetD8");
+	/* On the legacy default stream: after the blocking streams' work. */
+	fake_async_drain(fake_current(), true);
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, n);
 	pthread_mutex_unlock(&fake_lock);
@@ -397,15 +533,25 @@ FAKE_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUd
 {
 	NEED_CONTEXT();
 	pthread_mutex_lock(&fake_lock);
-	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (m) {
+	/* The owner sees its own allocation; an importer the whole block
+	 * (or pool segment) the handle mapped. */
+	uintptr_t base = 0;
+	uint64_t size = 0;
+	struct fake_mem *m = NULL;
+	bool found = fake_sub_range((uintptr_t)dptr, &base, &size, &m) == 0;
+	if (!found && (m = fake_mem_find((uintptr_t)dptr, 1))) {
+		base = m->base;
+		size = m->size;
+		found = true;
+	}
+	if (found) {
 		if (pbase)
-			*pbase = (CUdeviceptr)m->base;
+			*pbase = (CUdeviceptr)base;
 		if (psize)
-			*psize = (size_t)m->size;
+			*psize = (size_t)size;
 	}
 	pthread_mutex_unlock(&fake_lock);
-	return m ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+	return found ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
@@ -413,14 +559,23 @@ FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	NEED_CONTEXT();
 	INJECT("cuIpcGetMemHandle");
 	pthread_mutex_lock(&fake_lock);
-	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
+	/* A small allocation's handle maps its whole block: "the entire
+	 * underlying memory block" of the programming guide. */
+	uintptr_t base = 0;
+	uint64_t size = 0;
+	struct fake_mem *m = NULL;
+	bool sub = fake_sub_range((uintptr_t)dptr, &base, &size, &m) == 0;
+	if (!sub)
+		m = fake_mem_find((uintptr_t)dptr, 1);
 	struct fake_handle h = {.magic = FAKE_MAGIC};
-	bool ok = m && !m->imported && !m->vmm && m->base == (uintptr_t)dptr;
+	bool ok = m && !m->imported && !m->pool && !m->vmm &&
+	          (sub ? base == (uintptr_t)dptr : m->base == (uintptr_t)dptr && !m->packed);
 	if (ok) {
 		h.serial = m->serial;
 		h.size = m->size;
 		h.device = m->device;
 		h.owner = getpid();
+		h.offset = (uintptr_t)dptr - m->base;
 	}
 	pthread_mutex_unlock(&fake_lock);
 	if (!ok)
@@ -442,6 +597,13 @@ FAKE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handl
 	/* As CUDA: a process cannot open its own allocation's handle. */
 	if (h.owner == getpid())
 		return CUDA_ERROR_INVALID_CONTEXT;
+	uint32_t uid;
+	uint64_t pidns;
+	if (!fake_mem_owner(h.serial, &uid, &pidns))
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult rc = fake_ipc_allowed(uid, pidns);
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	return fake_import(&h, 0, pdptr);
 }
 
@@ -453,9 +615,17 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	pthread_mutex_lock(&fake_lock);
 	for (struct fake_mem *m = fake_mems; m; m = m->next) {
 		if (m->imported && m->serial == h.serial) {
+			/* A legacy handle is opened by one context per device
+			 * per process (the CUDA documentation of
+			 * cuIpcOpenMemHandle); the real driver's answer to a
+			 * second context is "resource already mapped". */
+			if (!pool && m->ctx != fake_current()) {
+				pthread_mutex_unlock(&fake_lock);
+				return CUDA_ERROR_ALREADY_MAPPED;
+			}
 			/* Opened already: the driver counts references. */
 			m->opens++;
-			*pdptr = (CUdeviceptr)m->base;
+			*pdptr = (CUdeviceptr)(m->base + h.offset);
 			pthread_mutex_unlock(&fake_lock);
 			return CUDA_SUCCESS;
 		}
@@ -473,7 +643,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	}
 	char path[300];
 	fake_mem_path(h.serial, path, sizeof(path));
-	int fd = r && slot >= 0 ? open(path, O_RDWR | O_CLOEXEC) : -1;
+	int fd = r && slot >= 0 && h.offset < h.size ? open(path, O_RDWR | O_CLOEXEC) : -1;
 	void *p = MAP_FAILED;
 	if (fd >= 0) {
 		p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -493,10 +663,11 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	m->imported = true;
 	m->opens = 1;
 	m->pool = pool;
+	m->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
 	fake_mem_link(m);
 	pthread_mutex_unlock(&fake_lock);
-	*pdptr = (CUdeviceptr)m->base;
+	*pdptr = (CUdeviceptr)(m->base + h.offset);
 	return CUDA_SUCCESS;
 }
 
@@ -512,9 +683,13 @@ static CUresult fake_unimport(CUdeviceptr dptr)
 {
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || !m->imported || m->vmm || m->base != (uintptr_t)dptr) {
+	if (!m || !m->imported || m->vmm) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (m->ctx != fake_current()) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_CONTEXT;
 	}
 	if (--m->opens > 0) {
 		pthread_mutex_unlock(&fake_lock);
@@ -522,16 +697,65 @@ static CUresult fake_unimport(CUdeviceptr dptr)
 	}
 	fake_mem_unlink(m);
 	pthread_mutex_unlock(&fake_lock);
-	fake_lock_state();
-	struct fake_record *r = fake_record_find(m->serial);
+	fake_async_closing(m->base, m->size, m->pool ? "cuMemFree" : "cuIpcCloseMemHandle");
+	fake_unimport_record(m->serial);
+	fake_unmap(m, false);
+	return CUDA_SUCCESS;
+}
+
+/* This process no longer maps allocation serial. */
+static void fake_unimport_record(uint64_t serial)
+{
+	struct fake_record *r = fake_record_find(serial);
 	for (int j = 0; r && j < FAKE_MAX_IMPORTER; j++) {
 		if (r->importers[j] == getpid())
 			r->importers[j] = 0;
 	}
 	fake_unlock_state();
-	munmap((void *)m->base, m->size);
-	free(m);
-	return CUDA_SUCCESS;
+}
+
+void fake_mem_destroy_ctx(struct fake_ctx *ctx)
+{
+	fake_vmm_destroy_ctx(ctx);
+	for (;;) {
+		pthread_mutex_lock(&fake_lock);
+		struct fake_mem *m = fake_mems;
+		while (m && (m->ctx != ctx || m->vmm))
+			m = m->next;
+		if (m)
+			fake_mem_unlink(m);
+		pthread_mutex_unlock(&fake_lock);
+		if (!m)
+			return;
+		if (m->imported) {
+			fake_unimport_record(m->serial);
+			fake_unmap(m, true);
+		} else {
+			fake_mem_release(m, true);
+		}
+	}
+}
+
+/* The context and device of a pointer; nothing else is asked of the fake. */
+FAKE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+	NEED_INIT();
+	pthread_mutex_lock(&fake_lock);
+	struct fake_mem *m = fake_mem_find((uintptr_t)ptr, 1);
+	struct fake_mem copy = m ? *m : (struct fake_mem){0};
+	pthread_mutex_unlock(&fake_lock);
+	if (!m)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (attr) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = (CUcontext)(void *)copy.ctx;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		*(int *)data = copy.device;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 }
 
 /* ---- for tests only ---------------------------------------------------------- */
@@ -555,68 +779,5 @@ FAKE_EXPORT unsigned fakecuda_open_mappings(void)
 	for (struct fake_mem *m = fake_mems; m; m = m->next)
 		n += m->imported || m->vmm;
 	pthread_mutex_unlock(&fake_lock);
-	return n;
-}
-
-/* ---- VMM physical memory ------------------------------------------------------- */
-
-static struct fake_record *fake_record_free_slot(void)
-{
-	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
-		if (!fake_shared->rec[i].owner)
-			return &fake_shared->rec[i];
-	}
-	return NULL;
-}
-
-CUresult fake_vmm_record_new(int dev, uint64_t size, uint64_t *serial)
-{
-	fake_lock_state();
-	fake_reap();
-	struct fake_record *r = fake_record_free_slot();
-	if (!r || fake_used(dev) + size > fake_memory) {
-		fake_unlock_state();
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	*serial = ++fake_shared->next_serial;
-	*r = (struct fake_record){
-	    .owner = getpid(), .vmm = 1, .device = dev, .size = size, .serial = *serial};
-	r->importers[0] = getpid();
-	fake_unlock_state();
-	return CUDA_SUCCESS;
-}
-
-void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold)
-{
-	fake_lock_state();
-	struct fake_record *r = fake_record_find(serial);
-	if (!r && hold && (r = fake_record_free_slot()))
-		*r = (struct fake_record){
-		    .owner = getpid(), .vmm = 1, .device = dev, .size = size, .serial = serial};
-	bool held = false;
-	for (int j = 0; r && j < FAKE_MAX_IMPORTER; j++) {
-		if (r->importers[j] == getpid())
-			r->importers[j] = 0;
-		if (hold && !r->importers[j]) {
-			r->importers[j] = getpid();
-			hold = false;
-		}
-		held |= r->importers[j] != 0;
-	}
-	if (r && !held)
-		memset(r, 0, sizeof(*r));
-	fake_unlock_state();
-}
-
-FAKE_EXPORT unsigned fakecuda_vmm_live(void)
-{
-	unsigned n = 0;
-	if (!fake_shared)
-		return 0;
-	fake_lock_state();
-	fake_reap();
-	for (int i = 0; i < FAKE_MAX_RECORDS; i++)
-		n += fake_shared->rec[i].owner && fake_shared->rec[i].vmm;
-	fake_unlock_state();
 	return n;
 }

@@ -3,8 +3,9 @@
  *
  * cuInit (which reads the FAKECUDA_* settings), the error names, the
  * failures FAKECUDA_FAIL injects, the devices' queries, the primary contexts
- * and each thread's stack of current contexts: the entry points with no
- * memory behind them. Apart from fakecuda.c, which holds the memory, to keep
+ * (retained, released, reset), the application's own (cuCtxCreate,
+ * cuCtxDestroy) and each thread's stack of current contexts: the entry
+ * points with no memory behind them. Apart from fakecuda.c, which holds the memory, to keep
  * each file short; see the comment at its top.
  */
 #include "fakecuda_internal.h"
@@ -38,6 +39,9 @@ static struct {
 } fake_counts[64];
 
 static struct fake_ctx fake_primary[FAKE_MAX_DEVICES];
+/* Every context cuCtxCreate made, destroyed ones too: kept (never freed) so
+ * that a stale handle is refused, and listed so that they are not leaks. */
+static struct fake_ctx *fake_made;
 static struct fake_fail fake_fails[8];
 static unsigned fake_fail_count;
 
@@ -64,6 +68,13 @@ static const struct {
     {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
      "an illegal memory access was encountered"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE",
+     "CUDA-capable device(s) is/are busy or unavailable"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ALREADY_MAPPED, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped"},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -188,8 +199,10 @@ FAKE_EXPORT CUresult cuInit(unsigned int flags)
 		fake_no_pools = (v = getenv("FAKECUDA_NO_POOLS")) && strcmp(v, "1") == 0;
 		fake_no_vmm = (v = getenv("FAKECUDA_NO_VMM")) && strcmp(v, "1") == 0;
 		fake_no_vmm_fd = (v = getenv("FAKECUDA_NO_VMM_FD")) && strcmp(v, "1") == 0;
+		fake_strict_settings();
 		for (int i = 0; i < FAKE_MAX_DEVICES; i++)
-			fake_primary[i] = (struct fake_ctx){.magic = CTX_MAGIC, .device = i};
+			fake_primary[i] =
+			    (struct fake_ctx){.magic = CTX_MAGIC, .device = i, .primary = true};
 		if (fake_open_state() < 0) {
 			pthread_mutex_unlock(&fake_lock);
 			return CUDA_ERROR_UNKNOWN;
@@ -229,7 +242,8 @@ FAKE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	snprintf(name, (size_t)len, "gpubroker fake CUDA device %d", dev);
+	snprintf(name, (size_t)len, "gpubroker fake CUDA device %d%s", dev,
+	         fake_mig ? " MIG 1g.10gb" : "");
 	return CUDA_SUCCESS;
 }
 
@@ -242,6 +256,8 @@ FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 	                                       0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
 	memcpy(uuid->bytes, base, 16);
 	uuid->bytes[15] = (char)dev;
+	if (fake_mig) /* the instance's own UUID (cuDeviceGetUuid: the GPU's) */
+		uuid->bytes[0] = (char)0x3d;
 	return CUDA_SUCCESS;
 }
 
@@ -258,7 +274,7 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, C
 		*value = 0;
 		break;
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
-		*value = CU_COMPUTEMODE_DEFAULT;
+		*value = fake_compute_mode(dev);
 		break;
 	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
 		*value = !fake_no_pools;
@@ -289,39 +305,161 @@ FAKE_EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer
 	return CUDA_SUCCESS;
 }
 
+/* A context id, unique in this process (cuCtxGetId's are unique in it). */
+static uint64_t fake_ctx_ids;
+
+/* Destroys what was made in c; c->active already false. Lock not held. */
+static void fake_ctx_destroy(struct fake_ctx *c)
+{
+	fake_async_forget_ctx(c);
+	fake_mem_destroy_ctx(c);
+}
+
+/* The primary context is created by the retain that finds it inactive. */
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	NEED_INIT();
 	INJECT("cuDevicePrimaryCtxRetain");
 	if (dev < 0 || dev >= fake_devices)
 		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&fake_lock);
-	fake_primary[dev].retains++;
+	struct fake_ctx *c = &fake_primary[dev];
+	/* Becoming active is a context's creation: it costs memory
+	 * (fake_ctx_opened) and is refused on an exclusive-process device. */
+	if (!c->active)
+		rc = fake_ctx_opened(dev);
+	if (rc == CUDA_SUCCESS) {
+		c->retains++;
+		if (!c->active) {
+			c->active = true;
+			c->id = ++fake_ctx_ids;
+		}
+	}
 	pthread_mutex_unlock(&fake_lock);
-	*pctx = (CUcontext)(void *)&fake_primary[dev];
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*pctx = (CUcontext)(void *)c;
 	return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+/* The release to zero destroys the primary context and all made in it. */
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
 	NEED_INIT();
 	if (dev < 0 || dev >= fake_devices)
 		return CUDA_ERROR_INVALID_DEVICE;
 	CUresult rc = CUDA_SUCCESS;
+	bool destroy = false;
 	pthread_mutex_lock(&fake_lock);
-	if (fake_primary[dev].retains == 0)
+	struct fake_ctx *c = &fake_primary[dev];
+	if (c->retains == 0) {
 		rc = CUDA_ERROR_INVALID_CONTEXT;
-	else
-		fake_primary[dev].retains--;
+	} else if (--c->retains == 0 && c->active) {
+		c->active = false;
+		fake_ctx_closed(dev);
+		destroy = true;
+	}
 	pthread_mutex_unlock(&fake_lock);
+	if (destroy)
+		fake_ctx_destroy(c);
 	return rc;
+}
+
+/* As CUDA: destroys the primary context and everything made in it without
+ * releasing anyone's retain; the next retain creates it anew (another id). */
+FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	NEED_INIT();
+	if (dev < 0 || dev >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&fake_lock);
+	struct fake_ctx *c = &fake_primary[dev];
+	bool destroy = c->active;
+	c->active = false;
+	if (destroy)
+		fake_ctx_closed(dev);
+	pthread_mutex_unlock(&fake_lock);
+	if (destroy)
+		fake_ctx_destroy(c);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	NEED_INIT();
+	if (dev < 0 || dev >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&fake_lock);
+	*flags = 0;
+	*active = fake_primary[dev].active;
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+/* cuda.h of CUDA 13 names cuCtxCreate_v4 only; drivers keep exporting the
+ * older ABI, which the tests use (common/cudaapi.c). */
+FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+
+/* A context of the application's own, made current. Its object is never
+ * freed, so that a destroyed one's handle is refused, not a crash. */
+FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	NEED_INIT();
+	if (dev < 0 || dev >= fake_devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (fake_depth == (int)(sizeof(fake_stack) / sizeof(fake_stack[0])))
+		return CUDA_ERROR_UNKNOWN;
+	(void)flags;
+	struct fake_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&fake_lock);
+	*c = (struct fake_ctx){.magic = CTX_MAGIC,
+	                       .device = dev,
+	                       .active = true,
+	                       .id = ++fake_ctx_ids,
+	                       .next_made = fake_made};
+	fake_made = c;
+	pthread_mutex_unlock(&fake_lock);
+	fake_stack[fake_depth++] = c;
+	*pctx = (CUcontext)(void *)c;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	NEED_INIT();
+	struct fake_ctx *c = (struct fake_ctx *)(void *)ctx;
+	if (!c || c->magic != CTX_MAGIC || c->primary || !c->active)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&fake_lock);
+	c->active = false;
+	pthread_mutex_unlock(&fake_lock);
+	/* Current on this thread: popped, as CUDA does. */
+	if (fake_depth && fake_stack[fake_depth - 1] == c)
+		fake_depth--;
+	fake_ctx_destroy(c);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+	NEED_INIT();
+	struct fake_ctx *c = ctx ? (struct fake_ctx *)(void *)ctx : fake_current();
+	if (!c || c->magic != CTX_MAGIC)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!c->active)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	*id = c->id;
+	return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx)
 {
 	NEED_INIT();
 	struct fake_ctx *c = (struct fake_ctx *)(void *)ctx;
-	if (!c || c->magic != CTX_MAGIC || c->retains == 0)
+	if (!c || c->magic != CTX_MAGIC || !c->active)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (fake_depth == (int)(sizeof(fake_stack) / sizeof(fake_stack[0])))
 		return CUDA_ERROR_UNKNOWN;
@@ -329,6 +467,8 @@ FAKE_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
+/* A destroyed context may still be popped (CUDA lets a thread get rid of
+ * it so). */
 FAKE_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
 	NEED_INIT();
@@ -351,19 +491,5 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
 	NEED_CONTEXT();
 	*device = fake_current()->device;
-	return CUDA_SUCCESS;
-}
-
-FAKE_EXPORT CUresult cuCtxSynchronize(void)
-{
-	NEED_CONTEXT();
-	INJECT("cuCtxSynchronize");
-	return CUDA_SUCCESS;
-}
-
-FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream)
-{
-	(void)stream;
-	NEED_CONTEXT();
 	return CUDA_SUCCESS;
 }

@@ -5,7 +5,8 @@
  * ranges (nothing is pinned: it is host memory already), and the cuMemcpy
  * entry points copy between host memory and fake device memory, which is
  * host memory too, after checking that the device side is an allocation
- * (fakecuda.c) or a range registered for the device. Apart from fakecuda.c
+ * (fakecuda.c) or a range registered for the device; the *Async ones are
+ * queued (fakecuda_async.c). Apart from fakecuda.c
  * to keep each file short; see the comment at its top.
  */
 #include "fakecuda_internal.h"
@@ -90,16 +91,25 @@ FAKE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, u
 	return CUDA_SUCCESS;
 }
 
-static CUresult fake_copy(void *dst, const void *src, size_t n, uintptr_t device_side)
+CUresult fake_copy_valid(uintptr_t device_side, size_t n)
 {
-	NEED_CONTEXT();
-	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find(device_side, n);
 	struct fake_host *h = m ? NULL : fake_host_find(device_side, n);
 	bool mapped = h && (h->flags & CU_MEMHOSTREGISTER_DEVICEMAP);
+	return m || mapped ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A synchronous copy: on the legacy default stream, it waits for the work
+ * queued on the context's blocking streams first. */
+static CUresult fake_copy(void *dst, const void *src, size_t n, uintptr_t device_side)
+{
+	NEED_CONTEXT();
+	fake_async_drain(fake_current(), true);
+	pthread_mutex_lock(&fake_lock);
+	CUresult rc = fake_copy_valid(device_side, n);
 	pthread_mutex_unlock(&fake_lock);
-	if (!m && !mapped)
-		return CUDA_ERROR_INVALID_VALUE;
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	memmove(dst, src, n);
 	return CUDA_SUCCESS;
 }
@@ -111,18 +121,6 @@ FAKE_EXPORT CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
 
 FAKE_EXPORT CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
 {
-	return fake_copy(dst, (const void *)(uintptr_t)src, n, (uintptr_t)src);
-}
-
-FAKE_EXPORT CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
-{
-	(void)s;
-	return fake_copy((void *)(uintptr_t)dst, src, n, (uintptr_t)dst);
-}
-
-FAKE_EXPORT CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
-{
-	(void)s;
 	return fake_copy(dst, (const void *)(uintptr_t)src, n, (uintptr_t)src);
 }
 

@@ -4,7 +4,7 @@
  * A pool is an id in this process; its allocations are fakecuda.c's device
  * memory tagged with that id, its shareable handle a memfd naming it, and a
  * pointer's export data is imported through fakecuda.c's IPC mapping once
- * the pool was imported. Streams are a token. Apart from fakecuda.c to keep
+ * the pool was imported. Streams are fakecuda_async.c's. Apart from fakecuda.c to keep
  * each file short; see the comment at its top.
  */
 #include "fakecuda_internal.h"
@@ -33,27 +33,27 @@ struct fake_pool_file {
 	int32_t owner;
 };
 
+/* The ids of the pools this process imported, for fakecuda_imported_pools. */
+static uint64_t fake_imported[64];
+
+/* Test-only: the ids of every pool this process imported (up to max): a
+ * test compares them between processes of different users. */
+FAKE_EXPORT unsigned fakecuda_imported_pools(uint64_t *ids, unsigned max)
+{
+	unsigned n = 0;
+	pthread_mutex_lock(&fake_lock);
+	for (unsigned i = 0; i < sizeof(fake_imported) / sizeof(fake_imported[0]); i++) {
+		if (fake_imported[i] && n < max)
+			ids[n++] = fake_imported[i];
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return n;
+}
+
 static struct fake_pool *fake_pool_of(CUmemoryPool pool)
 {
 	struct fake_pool *p = (struct fake_pool *)(void *)pool;
 	return p && p->magic == POOL_MAGIC ? p : NULL;
-}
-
-/* A token: the fake runs every call to completion at once. */
-FAKE_EXPORT CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
-{
-	(void)flags;
-	NEED_CONTEXT();
-	static char token;
-	*stream = (CUstream)(void *)&token;
-	return CUDA_SUCCESS;
-}
-
-FAKE_EXPORT CUresult cuStreamDestroy(CUstream stream)
-{
-	(void)stream;
-	NEED_CONTEXT();
-	return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
@@ -99,7 +99,8 @@ FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUm
 	struct fake_pool *p = fake_pool_of(pool);
 	if (!p || p->imported)
 		return CUDA_ERROR_INVALID_VALUE;
-	return fake_mem_alloc(p->device, size, p->id, dptr);
+	/* Carved from the pool's segments, as the driver's pools do. */
+	return fake_sub_alloc(p->device, size, p->id, dptr);
 }
 
 FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
@@ -147,6 +148,14 @@ FAKE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool, void
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*p = (struct fake_pool){
 	    .magic = POOL_MAGIC, .device = f.device, .id = f.id, .imported = true};
+	pthread_mutex_lock(&fake_lock);
+	for (unsigned i = 0; i < sizeof(fake_imported) / sizeof(fake_imported[0]); i++) {
+		if (!fake_imported[i]) {
+			fake_imported[i] = f.id;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
 	*pool = (CUmemoryPool)(void *)p;
 	return CUDA_SUCCESS;
 }
@@ -159,16 +168,21 @@ FAKE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdevic
 	INJECT("cuMemPoolExportPointer");
 	_Static_assert(sizeof(struct fake_handle) + 8 <= sizeof(out->reserved), "room");
 	pthread_mutex_lock(&fake_lock);
-	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	bool ok = m && !m->imported && m->pool && m->base == (uintptr_t)dptr;
+	uintptr_t base = 0;
+	uint64_t size = 0;
+	struct fake_mem *m = NULL;
+	bool ok = fake_sub_range((uintptr_t)dptr, &base, &size, &m) == 0 && m->pool &&
+	          base == (uintptr_t)dptr;
 	struct fake_handle h = {.magic = FAKE_PTR_MAGIC};
 	uint64_t pool = 0;
 	if (ok) {
+		/* The import maps the whole segment. */
 		h = (struct fake_handle){.magic = FAKE_PTR_MAGIC,
 		                         .serial = m->serial,
 		                         .size = m->size,
 		                         .device = m->device,
-		                         .owner = getpid()};
+		                         .owner = getpid(),
+		                         .offset = base - m->base};
 		pool = m->pool;
 	}
 	pthread_mutex_unlock(&fake_lock);

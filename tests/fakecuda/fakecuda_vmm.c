@@ -30,7 +30,10 @@
  * a mapping, past the end of the memory or with a released handle; setting
  * access on a range that is not mapped; unmapping part of a mapping or
  * nothing; freeing a reservation that is not one or still has mappings;
- * releasing a handle twice. FAKECUDA_NO_VMM=1 makes the devices report no
+ * releasing a handle twice. A mapping made accessible belongs to the
+ * context current then: a reset or destroyed context takes it (as it takes
+ * legacy IPC mappings in fakecuda.c; whether a driver does is for a GPU to
+ * say). FAKECUDA_NO_VMM=1 makes the devices report no
  * VMM (cuMemCreate is CUDA_ERROR_NOT_SUPPORTED), FAKECUDA_NO_VMM_FD=1 VMM
  * without POSIX descriptors.
  */
@@ -95,6 +98,71 @@ static struct fake_phys *vmm_phys;
 static struct fake_vhandle *vmm_handles;
 static struct fake_va *vmm_vas;
 static struct fake_vmap *vmm_maps;
+
+/* ---- physical memory in the state file ---------------------------------- */
+
+static struct fake_record *fake_record_free_slot(void)
+{
+	struct fake_record *rec = fake_records();
+	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
+		if (!rec[i].owner)
+			return &rec[i];
+	}
+	return NULL;
+}
+
+CUresult fake_vmm_record_new(int dev, uint64_t size, uint64_t *serial)
+{
+	fake_lock_state();
+	fake_reap();
+	struct fake_record *r = fake_record_free_slot();
+	if (!r || fake_used(dev) + size > fake_memory) {
+		fake_unlock_state();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*serial = fake_new_serial_locked();
+	*r = (struct fake_record){
+	    .owner = getpid(), .vmm = 1, .device = dev, .size = size, .serial = *serial};
+	r->importers[0] = getpid();
+	fake_unlock_state();
+	return CUDA_SUCCESS;
+}
+
+void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold)
+{
+	fake_lock_state();
+	struct fake_record *r = fake_record_find(serial);
+	if (!r && hold && (r = fake_record_free_slot()))
+		*r = (struct fake_record){
+		    .owner = getpid(), .vmm = 1, .device = dev, .size = size, .serial = serial};
+	bool held = false;
+	for (int j = 0; r && j < FAKE_MAX_IMPORTER; j++) {
+		if (r->importers[j] == getpid())
+			r->importers[j] = 0;
+		if (hold && !r->importers[j]) {
+			r->importers[j] = getpid();
+			hold = false;
+		}
+		held |= r->importers[j] != 0;
+	}
+	if (r && !held)
+		memset(r, 0, sizeof(*r));
+	fake_unlock_state();
+}
+
+FAKE_EXPORT unsigned fakecuda_vmm_live(void)
+{
+	unsigned n = 0;
+	struct fake_record *rec = fake_records();
+	if (!rec)
+		return 0;
+	fake_lock_state();
+	fake_reap();
+	for (int i = 0; i < FAKE_MAX_RECORDS; i++)
+		n += rec[i].owner && rec[i].vmm;
+	fake_unlock_state();
+	return n;
+}
 
 static bool vmm_aligned(uint64_t v)
 {
@@ -487,6 +555,7 @@ FAKE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
 			                            .size = m->size,
 			                            .serial = m->phys->serial,
 			                            .device = m->phys->device,
+			                            .ctx = fake_current(),
 			                            .vmm = true};
 			fake_mem_link(m->mem);
 		} else if (prot == PROT_NONE && m->mem) {
@@ -514,6 +583,36 @@ FAKE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocati
 	return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Unmaps m (unlinked), leaving its range reserved and inaccessible. Lock
+ * held. */
+static void vmm_map_drop(struct fake_vmap *m)
+{
+	mmap((void *)m->base, m->size, PROT_NONE,
+	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	if (m->mem) {
+		fake_mem_unlink(m->mem);
+		free(m->mem);
+	}
+	m->phys->maps--;
+	vmm_phys_put(m->phys);
+	free(m);
+}
+
+void fake_vmm_destroy_ctx(struct fake_ctx *ctx)
+{
+	pthread_mutex_lock(&fake_lock);
+	for (struct fake_vmap **pp = &vmm_maps; *pp;) {
+		struct fake_vmap *m = *pp;
+		if (!m->mem || m->mem->ctx != ctx) {
+			pp = &m->next;
+			continue;
+		}
+		*pp = m->next;
+		vmm_map_drop(m);
+	}
+	pthread_mutex_unlock(&fake_lock);
+}
+
 FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
 	NEED_INIT();
@@ -534,15 +633,7 @@ FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 		}
 		*pp = m->next;
 		/* Back to an inaccessible part of the reservation. */
-		mmap((void *)m->base, m->size, PROT_NONE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-		if (m->mem) {
-			fake_mem_unlink(m->mem);
-			free(m->mem);
-		}
-		m->phys->maps--;
-		vmm_phys_put(m->phys);
-		free(m);
+		vmm_map_drop(m);
 	}
 	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;

@@ -165,13 +165,14 @@ int main(int argc, char **argv)
 	const char *scrub[] = {"FAKECUDA_FAIL=cuMemsetD8=CUDA_ERROR_ILLEGAL_ADDRESS", NULL};
 	gt_daemon_start(&d, "cuda", slab2m, scrub);
 	c = gt_connect(&d, "gpu-errors-3");
+	gt_cuda_context(0);
+	size_t free_before, free_bytes, total;
+	gt_mem_info(&free_before, &total);
 	CHECK(gpb_alloc(c, gt_register(c, 0), 4096, 0, &a) == GPB_E_BACKEND);
 	CHECK(strstr(gpb_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL);
 	CHECK(gt_log_contains(&d, "cuMemsetD8 (scrub) failed: CUDA_ERROR_ILLEGAL_ADDRESS"));
-	gt_cuda_context(0);
-	size_t free_bytes, total;
 	gt_mem_info(&free_bytes, &total);
-	CHECK(free_bytes == total);
+	CHECK(free_bytes == free_before);
 	gpb_disconnect(c);
 	gt_daemon_stop(&d);
 

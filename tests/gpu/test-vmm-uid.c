@@ -13,9 +13,9 @@
  * The root client holds an allocation with a known pattern. The nobody
  * client: allocates (its slab is new, not root's: zeros), writes and reads
  * back through the driver; `attach` of root's allocation id is refused;
- * no descriptor it holds imports as VMM memory (the library closed the
- * slab's once mapped: nothing lingers to be passed on); the daemon's
- * descriptors under /proc are closed to it. Root's bytes are untouched.
+ * the only descriptor it holds that imports as VMM memory is the library's
+ * copy of its own slab's; the daemon's descriptors under /proc are closed
+ * to it. Root's bytes are untouched.
  */
 #include "gpu-common.h"
 
@@ -49,6 +49,41 @@ static long daemon_pid(gpb_client *c)
 	return v;
 }
 
+static size_t granularity(void)
+{
+	CUmemAllocationProp prop;
+	size_t g = 0;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	CU(cu.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	return g;
+}
+
+/* Maps one granule of the memory of descriptor @fd (not closed). */
+static CUdeviceptr map_own(int fd)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	size_t g = granularity();
+	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+	                     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CU(cu.MemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+	                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CU(cu.MemAddressReserve(&va, g, 0, 0, 0));
+	CU(cu.MemMap(va, g, 0, h, 0));
+	CU(cu.MemRelease(h));
+	CU(cu.MemSetAccess(va, g, &a, 1));
+	return va;
+}
+
+static void unmap_own(CUdeviceptr va)
+{
+	CU(cu.MemUnmap(va, granularity()));
+	CU(cu.MemAddressFree(va, granularity()));
+}
+
 static int client_of_nobody(const char *socket, const char *root_id, const char *root_slab)
 {
 	CHECK(getuid() == NOBODY && geteuid() == NOBODY);
@@ -77,20 +112,28 @@ static int client_of_nobody(const char *socket, const char *root_id, const char 
 	struct gpb_allocation b;
 	int rc = gpb_attach(c, strtoull(root_id, NULL, 16), &b);
 	CHECK(rc < 0);
-	/* No descriptor of this process is VMM memory: the slab's was closed
-	 * once mapped, and nothing else was ever sent. */
-	unsigned tried = 0;
+	/* Every descriptor of this process that imports as VMM memory is its
+	 * own slab (the library's copy, kept while the slab is mapped): nothing
+	 * else was ever sent to it. */
+	unsigned tried = 0, own = 0;
 	for (int fd = 0; fd < 1024; fd++) {
 		CUmemGenericAllocationHandle h;
 		if (fcntl(fd, F_GETFD) < 0)
 			continue;
 		tried++;
 		if (cu.MemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
-		                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
+		                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
 		    CUDA_SUCCESS)
-			GT_FAIL("descriptor %d of the nobody client imports as VMM memory", fd);
+			continue;
+		CU(cu.MemRelease(h));
+		CUdeviceptr va = map_own(fd);
+		/* Pattern 22, which this client wrote last: its own memory. */
+		CHECK(a.offset + 4096 <= granularity());
+		gt_expect_and_write((void *)(uintptr_t)(va + a.offset), 4096, 22, 22);
+		unmap_own(va);
+		own++;
 	}
-	CHECK(tried >= 3);
+	CHECK(tried >= 3 && own <= 1);
 	/* The daemon's descriptors are not this user's to open. */
 	char dir[64];
 	snprintf(dir, sizeof(dir), "/proc/%ld/fd", daemon_pid(c));

@@ -29,6 +29,7 @@
  *   exits, and its bytes stay (also when the slab was parting: invalidated,
  *   never answered); a client that disconnects through the
  *   library (goodbye) lets the slab go at once while its process lives on.
+ * - Finding 9 (fake): a client in another PID namespace maps VMM memory.
  */
 #include "gpu-common.h"
 
@@ -211,6 +212,40 @@ static int child_lingers(const char *path, bool invalidated)
 		GT_FAIL("no word from the parent");
 	gt_expect_and_write((void *)(uintptr_t)va, sizeof(buf), 31, 32);
 	return 0;
+}
+
+/* A client that allocates, writes and reads back (the other-PID-namespace
+ * case: the fake pretends one through FAKECUDA_PIDNS). */
+static int child_uses(const char *socket)
+{
+	gpb_client *c = NULL;
+	struct gpb_allocation a;
+	unsigned char buf[4096];
+	GPB(gpb_connect(socket, "gpu-vmm-pidns", &c));
+	GPB(gpb_alloc(c, gt_register(c, 0), 1 << 20, 0, &a));
+	gt_cuda_context(0);
+	gt_fill(buf, sizeof(buf), 41);
+	CU(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)a.ptr, buf, sizeof(buf)));
+	gt_expect_and_write(a.ptr, sizeof(buf), 41, 42);
+	GPB(gpb_free(c, a.id));
+	gpb_disconnect(c);
+	return 0;
+}
+
+/* Finding 9: a client in another PID namespace than the daemon maps VMM
+ * memory (no pid in a descriptor), where a legacy handle is refused
+ * (test-gpu-legacy-ipc). Fake only: it pretends the namespace. */
+static void other_pidns(void)
+{
+	struct gt_daemon d;
+	gt_daemon_start(&d, "cuda", NULL, NULL);
+	setenv("FAKECUDA_PIDNS", "4026531999", 1);
+	char *args[] = {"uses", d.socket, NULL};
+	pid_t pid = gt_spawn_self(args, NULL);
+	unsetenv("FAKECUDA_PIDNS");
+	CHECK(gt_wait(pid) == 0);
+	gt_daemon_stop(&d);
+	printf("ok: a client in another PID namespace mapped, wrote and read VMM memory\n");
 }
 
 /* The child of the goodbye case: disconnects through the library and
@@ -550,11 +585,15 @@ int main(int argc, char **argv)
 		return child_lingers(argv[2], true);
 	if (argc == 3 && strcmp(argv[1], "goodbye") == 0)
 		return child_goodbye(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "uses") == 0)
+		return child_uses(argv[2]);
 	transports();
 	gt_cuda_context(0);
 	broker_mapping();
 	if (gt_vmm())
 		accounting();
+	if (gt_vmm() && gt_fake())
+		other_pidns();
 	int vmm = 0, fd = 0;
 	if (!cu.has_vmm ||
 	    cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,

@@ -43,6 +43,22 @@ def test_alloc_free_counts_daemon_side(client):
     assert client.stats(1).frees == before.frees + 1
 
 
+def test_free_async(client):
+    """gpb_free_async: with the sim backend there are no streams, so the
+    free is done on return. (The stream-ordered case is cuda's:
+    tests/gpu/test-order.c.)"""
+    inst = client.register("async")
+    a = client.alloc(inst, MiB)
+    b = client.alloc(inst, MiB)
+    a.free_async()
+    assert a.freed and client.stats(0).live == 1
+    a.free_async()  # idempotent
+    client.free_async(b.id, stream=0)
+    assert b.freed and client.stats(0).live == 0
+    with pytest.raises(gpubroker.NotFoundError):
+        client.free_async(0x1234)
+
+
 def test_alloc_array_shape_and_dtype(client):
     inst = client.register("arr")
     a = client.alloc_array(inst, (1000, 3), "float64")

@@ -8,6 +8,10 @@
 #   test-units.sh sysusers SYSUSERS TMPFILES_IN
 #       systemd-sysusers and systemd-tmpfiles into a temporary root: the
 #       gpubroker user and groups, /run/gpubroker and the configuration dir.
+#   test-units.sh cuda SERVICE_IN
+#       what the cuda backend needs of the service (issue 15): the NVIDIA
+#       device nodes made before the sandbox (ExecStartPre=+-nvidia-modprobe)
+#       and no PrivatePIDs= (legacy IPC does not cross PID namespaces).
 #   test-units.sh contents SERVICE_IN SOCKET
 #       the settings the units must have (socket path and access, readiness,
 #       restart, reload, watchdog, the sandbox around the NVIDIA devices),
@@ -123,6 +127,21 @@ sysusers)
 		[ "$perm" = "755 root" ] || fail "/$d is '$perm', expected '755 root'"
 	done
 	echo "users, groups and directories created"
+	;;
+cuda)
+	service=$1
+	pre=$(sed -n 's/^[[:space:]]*ExecStartPre=//p' "$service")
+	printf '%s\n' "$pre" | grep -q '^+-/usr/bin/nvidia-modprobe .*-u' ||
+		fail "gpubroker.service: no 'ExecStartPre=+-/usr/bin/nvidia-modprobe -u ...': the" \
+			"sandboxed daemon cannot run the setuid nvidia-modprobe that makes missing" \
+			"NVIDIA device nodes"
+	printf '%s\n' "$pre" | grep -q -- '-c=0' ||
+		fail "gpubroker.service: nvidia-modprobe must make /dev/nvidia0 (-c=0)"
+	if grep -q '^[[:space:]]*PrivatePIDs=' "$service"; then
+		fail "gpubroker.service: PrivatePIDs= keeps legacy CUDA IPC handles from opening" \
+			"in any client"
+	fi
+	echo "device nodes made before the sandbox; no PrivatePIDs="
 	;;
 contents)
 	service=$1 socket=$2

@@ -71,7 +71,8 @@ static void test_every_key(void **state)
 	                   "max_host_memory = 64MiB\n"
 	                   "admin_reserved_connections = 0\n"
 	                   "max_output_per_client = 8MiB\n"
-	                   "max_output_total = 1GiB\n";
+	                   "max_output_total = 1GiB\n"
+	                   "reserve = 512MiB\n";
 	struct conf cfg;
 	struct conf_error err;
 	assert_int_equal(parse(text, &cfg, &err), 0);
@@ -100,6 +101,7 @@ static void test_every_key(void **state)
 	assert_int_equal(cfg.admin_reserved_connections, 0);
 	assert_int_equal(cfg.max_output_per_client, 8u << 20);
 	assert_int_equal(cfg.max_output_total, 1ull << 30);
+	assert_int_equal(cfg.reserve, 512ull << 20);
 	assert_int_equal(cfg.set, (1ull << CONF_KEY_COUNT) - 1);
 	for (int k = 0; k < CONF_KEY_COUNT; k++)
 		assert_non_null(strstr(text, conf_key_name(k)));

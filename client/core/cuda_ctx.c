@@ -1,0 +1,249 @@
+/*
+ * cuda_ctx.c - the process's one CUDA context per device (see cuda_ctx.h)
+ * and the fences of gpb_free_async.
+ */
+#include "cuda_ctx.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+static pthread_mutex_t cuda_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cuda_ctx *cuda_ctxs;
+
+/*
+ * The check behind cuda_ctx_alive(), lock held. A primary context that is
+ * not active was reset (our retain would keep it otherwise); one that is
+ * active again, or an own context, must still have the id it had: a new
+ * context behind the same handle is not the one the mappings were made in.
+ * Without cuCtxGetId (drivers before CUDA 12.0) an own context is tried by
+ * pushing it, and a primary context re-created after a reset goes unseen.
+ */
+static bool cuda_ctx_check(const struct cuda_api *api, struct cuda_ctx *c)
+{
+	unsigned long long id = 0;
+	unsigned flags = 0;
+	int active = 1;
+	CUcontext popped;
+
+	if (c->dead)
+		return false;
+	if (c->primary && api->DevicePrimaryCtxGetState &&
+	    (api->DevicePrimaryCtxGetState(c->dev, &flags, &active) != CUDA_SUCCESS || !active))
+		c->dead = true;
+	else if (api->CtxGetId && c->id &&
+	         (api->CtxGetId(c->ctx, &id) != CUDA_SUCCESS || id != c->id))
+		c->dead = true;
+	else if (!api->CtxGetId && !c->primary) {
+		if (api->CtxPushCurrent(c->ctx) != CUDA_SUCCESS)
+			c->dead = true;
+		else
+			api->CtxPopCurrent(&popped);
+	}
+	return !c->dead;
+}
+
+bool cuda_ctx_alive(const struct cuda_api *api, struct cuda_ctx *c)
+{
+	pthread_mutex_lock(&cuda_ctx_lock);
+	bool alive = cuda_ctx_check(api, c);
+	pthread_mutex_unlock(&cuda_ctx_lock);
+	return alive;
+}
+
+/*
+ * The context current on this thread when it is a live one on @dev: *own
+ * true for the application's own, false when it is the primary context
+ * (then retained, as a record of it must be). NULL when there is none.
+ */
+static CUcontext cuda_ctx_current(const struct cuda_api *api, CUdevice dev, bool *own)
+{
+	CUcontext cur = NULL, primary = NULL;
+	CUdevice cur_dev;
+	unsigned flags = 0;
+	int active = 1;
+
+	if (api->CtxGetCurrent(&cur) != CUDA_SUCCESS || !cur ||
+	    api->CtxGetDevice(&cur_dev) != CUDA_SUCCESS || cur_dev != dev)
+		return NULL;
+	*own = true;
+	/* Only an active primary context can be current: asking a device
+	 * whose primary context is inactive would create one (hundreds of
+	 * MiB on a GPU) for nothing. */
+	if (api->DevicePrimaryCtxGetState &&
+	    (api->DevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active))
+		return cur;
+	if (api->DevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS)
+		return cur;
+	if (primary == cur)
+		*own = false;
+	else
+		api->DevicePrimaryCtxRelease(dev);
+	return cur;
+}
+
+CUresult cuda_ctx_get(const struct cuda_api *api, CUdevice dev, struct cuda_ctx **out,
+                      const char **what)
+{
+	struct cuda_ctx *c;
+	CUresult rc = CUDA_SUCCESS;
+	bool own = false;
+	CUcontext ctx;
+
+	pthread_mutex_lock(&cuda_ctx_lock);
+	for (c = cuda_ctxs; c; c = c->next) {
+		if (c->dev == dev && cuda_ctx_check(api, c)) {
+			c->refs++;
+			*out = c;
+			goto out;
+		}
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		*what = "allocating a context record";
+		goto out;
+	}
+	ctx = cuda_ctx_current(api, dev, &own);
+	if (!ctx) {
+		rc = api->DevicePrimaryCtxRetain(&ctx, dev);
+		if (rc != CUDA_SUCCESS) {
+			free(c);
+			*what = "cuDevicePrimaryCtxRetain";
+			goto out;
+		}
+	}
+	c->dev = dev;
+	c->ctx = ctx;
+	c->primary = !own;
+	c->refs = 1;
+	if (api->CtxGetId && api->CtxGetId(ctx, &c->id) != CUDA_SUCCESS)
+		c->id = 0;
+	c->next = cuda_ctxs;
+	cuda_ctxs = c;
+	*out = c;
+out:
+	pthread_mutex_unlock(&cuda_ctx_lock);
+	return rc;
+}
+
+void cuda_ctx_put(const struct cuda_api *api, struct cuda_ctx *c)
+{
+	pthread_mutex_lock(&cuda_ctx_lock);
+	if (--c->refs > 0) {
+		pthread_mutex_unlock(&cuda_ctx_lock);
+		return;
+	}
+	for (struct cuda_ctx **pp = &cuda_ctxs; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&cuda_ctx_lock);
+	if (c->primary)
+		api->DevicePrimaryCtxRelease(c->dev);
+	free(c);
+}
+
+/* cuCtxSynchronize in @c's context, pushed and popped. */
+static CUresult cuda_ctx_sync_in(const struct cuda_api *api, struct cuda_ctx *c)
+{
+	CUcontext popped;
+	CUresult rc = api->CtxPushCurrent(c->ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = api->CtxSynchronize();
+	api->CtxPopCurrent(&popped);
+	return rc;
+}
+
+/* Outside the lock, which other threads' mappings need meanwhile: the
+ * caller's reference keeps the record. */
+CUresult cuda_ctx_sync(const struct cuda_api *api, struct cuda_ctx *c)
+{
+	return cuda_ctx_alive(api, c) ? cuda_ctx_sync_in(api, c) : CUDA_SUCCESS;
+}
+
+/* Under the lock: a thread that maps meanwhile waits, but this runs only
+ * where a whole connection lets go (free_label, invalidate, disconnect),
+ * and a process has a context per device at most. */
+void cuda_ctx_sync_all(const struct cuda_api *api)
+{
+	pthread_mutex_lock(&cuda_ctx_lock);
+	for (struct cuda_ctx *c = cuda_ctxs; c; c = c->next) {
+		if (cuda_ctx_check(api, c))
+			cuda_ctx_sync_in(api, c);
+	}
+	pthread_mutex_unlock(&cuda_ctx_lock);
+}
+
+/* ---- fences (gpb_free_async) --------------------------------------------- */
+
+CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstream stream,
+                           struct cuda_fence **out, const char **what)
+{
+	struct cuda_fence *f;
+	CUcontext popped;
+	CUresult rc;
+
+	*out = NULL;
+	if (!cuda_ctx_alive(api, c))
+		return CUDA_SUCCESS;
+	if (!api->EventCreate || !api->EventRecord || !api->EventQuery || !api->EventSynchronize ||
+	    !api->EventDestroy) {
+		*what = "cuEventCreate (missing from the driver)";
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		*what = "allocating a fence";
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	rc = api->CtxPushCurrent(c->ctx);
+	if (rc != CUDA_SUCCESS) {
+		free(f);
+		*what = "cuCtxPushCurrent";
+		return rc;
+	}
+	rc = api->EventCreate(&f->ev, CU_EVENT_DISABLE_TIMING);
+	*what = "cuEventCreate";
+	if (rc == CUDA_SUCCESS) {
+		rc = api->EventRecord(f->ev, stream);
+		*what = "cuEventRecord";
+		if (rc != CUDA_SUCCESS)
+			api->EventDestroy(f->ev);
+	}
+	api->CtxPopCurrent(&popped);
+	if (rc != CUDA_SUCCESS) {
+		free(f);
+		return rc;
+	}
+	pthread_mutex_lock(&cuda_ctx_lock);
+	c->refs++;
+	pthread_mutex_unlock(&cuda_ctx_lock);
+	f->c = c;
+	*out = f;
+	return CUDA_SUCCESS;
+}
+
+/* Any answer but "not ready" is done: a context that died or failed will
+ * never run the work, and waiting for it would keep the memory forever. */
+bool cuda_fence_done(const struct cuda_api *api, struct cuda_fence *f)
+{
+	return !cuda_ctx_alive(api, f->c) || api->EventQuery(f->ev) != CUDA_ERROR_NOT_READY;
+}
+
+void cuda_fence_wait(const struct cuda_api *api, struct cuda_fence *f)
+{
+	if (cuda_ctx_alive(api, f->c))
+		api->EventSynchronize(f->ev);
+}
+
+void cuda_fence_free(const struct cuda_api *api, struct cuda_fence *f)
+{
+	if (cuda_ctx_alive(api, f->c))
+		api->EventDestroy(f->ev);
+	cuda_ctx_put(api, f->c);
+	free(f);
+}

@@ -1,0 +1,79 @@
+/*
+ * cuda_ctx.h - the one CUDA context per device that all of this process's
+ * mappings of that device live in (cuda.c's mappings, fences and host
+ * registrations).
+ *
+ * CUDA lets a legacy IPC handle be opened by one context per device per
+ * process, and a pointer mapped in one context is not usable by kernels of
+ * another, so every mapping of a device goes into one context: the one
+ * current on the calling thread when the process maps its first slab of
+ * that device (the application's own, e.g. from cuCtxCreate, or the primary
+ * context it made current), else the device's primary context. The record
+ * holds it while anything is mapped in it: a primary context is retained
+ * (cuDevicePrimaryCtxRetain) and released with the last reference; an own
+ * context cannot be retained, it is the application's to keep.
+ *
+ * A context can die under its mappings: cuDevicePrimaryCtxReset (Numba's
+ * Device.reset, cudaDeviceReset) destroys a primary context and everything
+ * mapped in it whoever retained it, and cuCtxDestroy an own one. Every use
+ * checks the record first (cuda_ctx_alive: the primary context's state, then
+ * cuCtxGetId against the id it had) and a dead record stays dead: its
+ * mappings are not closed (the driver destroyed them) and the next mapping
+ * of the device makes a new record, in whatever context is current then.
+ *
+ * Thread-safe: one mutex guards the list and the reference counts.
+ */
+#ifndef GPB_CLIENT_CUDA_CTX_H
+#define GPB_CLIENT_CUDA_CTX_H
+
+#include <stdbool.h>
+
+#include "cudaapi.h"
+
+struct cuda_ctx {
+	struct cuda_ctx *next;
+	CUdevice dev;
+	CUcontext ctx;
+	unsigned long long id; /* cuCtxGetId when made; 0 where the driver has none */
+	bool primary;          /* ctx is the primary context, retained by this record */
+	bool dead;             /* reset or destroyed: never used again */
+	unsigned long refs;    /* mappings, fences and registrations in it */
+};
+
+/*
+ * A reference to the process's live context of @dev, made if there is none
+ * (or the one there was died). Returns CUDA_SUCCESS, or the failed call's
+ * result with *what naming it.
+ */
+CUresult cuda_ctx_get(const struct cuda_api *api, CUdevice dev, struct cuda_ctx **out,
+                      const char **what);
+/* Drops a reference; the last lets go of a primary context's retain (a dead
+ * one's too: a reset does not release it). */
+void cuda_ctx_put(const struct cuda_api *api, struct cuda_ctx *c);
+/* Whether @c's context still lives; marks it dead for good when not. */
+bool cuda_ctx_alive(const struct cuda_api *api, struct cuda_ctx *c);
+/* Waits for the work queued in @c's context (cuCtxSynchronize, pushed and
+ * popped); nothing when it is dead. CUDA_SUCCESS or the driver's error. */
+CUresult cuda_ctx_sync(const struct cuda_api *api, struct cuda_ctx *c);
+/* cuda_ctx_sync() of every live context of the process. */
+void cuda_ctx_sync_all(const struct cuda_api *api);
+
+/* An event recorded on a stream in a context (gpb_free_async), holding a
+ * reference to the context. */
+struct cuda_fence {
+	struct cuda_ctx *c;
+	CUevent ev;
+};
+
+/* Records a fence on @stream in @c's context: CUDA_SUCCESS with *out set,
+ * or NULL when the context is dead (nothing queued there can still run);
+ * else the failed call's result, *what naming it. */
+CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstream stream,
+                           struct cuda_fence **out, const char **what);
+/* Whether the work before the fence has finished (or never will). */
+bool cuda_fence_done(const struct cuda_api *api, struct cuda_fence *f);
+/* Waits until it has. */
+void cuda_fence_wait(const struct cuda_api *api, struct cuda_fence *f);
+void cuda_fence_free(const struct cuda_api *api, struct cuda_fence *f);
+
+#endif

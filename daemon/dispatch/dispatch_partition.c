@@ -1,0 +1,294 @@
+/*
+ * dispatch_partition.c - partitions on the wire: partition_create and
+ * partition_destroy (admin), partitions (a user sees its own), and the
+ * token that hello may carry.
+ *
+ * The token is the only key to a partition: it is answered only to the
+ * administrator who creates the partition, never listed, and a hello with
+ * a wrong one (unknown, malformed, or another uid's) gets one answer.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch_internal.h"
+#include "log.h"
+
+#define NAME_EXPECTED "a string of 1-64 bytes of A-Z, a-z, 0-9, '.', '_' and '-'"
+
+static int get_name(struct dispatch_ctx *ctx, const char **name)
+{
+	int rc = proto_get_string(ctx->params, PROTO_F_NAME, PROTO_MAX_NAME, name);
+	if (rc == 0 && !broker_partition_name_valid(*name))
+		rc = -EINVAL;
+	return rc < 0 ? dispatch_param_error(ctx, rc, PROTO_F_NAME, NAME_EXPECTED) : 0;
+}
+
+/* "size": bytes per device, a decimal string or a whole JSON number. */
+static int get_size(struct dispatch_ctx *ctx, uint64_t *size)
+{
+	int64_t n;
+	int rc = proto_get_u64(ctx->params, PROTO_F_SIZE, 1, UINT64_MAX, size);
+	if (rc == -EINVAL && proto_get_int(ctx->params, PROTO_F_SIZE, 1, INT64_MAX, &n) == 0) {
+		*size = (uint64_t)n;
+		rc = 0;
+	}
+	return rc < 0 ? dispatch_param_error(ctx, rc, PROTO_F_SIZE,
+	                                     "bytes per device, at least 1 (a decimal string)")
+	              : 0;
+}
+
+static int bad_device(struct dispatch_ctx *ctx, const char *why)
+{
+	proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: %s", why);
+	snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_DEVICES);
+	return -EINVAL;
+}
+
+/* "devices": indices or UUIDs, each once (absent: every device); marks
+ * size on each in sizes[]. */
+static int get_devices(struct dispatch_ctx *ctx, uint64_t size, uint64_t *sizes)
+{
+	const struct broker *b = ctx->b;
+	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_DEVICES);
+	if (!devs) {
+		for (int i = 0; i < b->device_count; i++)
+			sizes[i] = size;
+		return 0;
+	}
+	if (!cJSON_IsArray(devs) || !cJSON_GetArraySize(devs))
+		return bad_device(ctx, "'devices' must be a non-empty array of device indices or "
+		                       "UUIDs");
+	const cJSON *d;
+	cJSON_ArrayForEach(d, devs)
+	{
+		int i = -ENODEV;
+		if (cJSON_IsString(d))
+			i = dispatch_device_by_uuid(b, d->valuestring);
+		else if (cJSON_IsNumber(d) && d->valuedouble >= 0 &&
+		         d->valuedouble < b->device_count && d->valuedouble == (int)d->valuedouble)
+			i = (int)d->valuedouble;
+		if (i < 0)
+			return bad_device(ctx, "no such device in 'devices'");
+		if (sizes[i])
+			return bad_device(ctx, "a device is named twice in 'devices'");
+		sizes[i] = size;
+	}
+	return 0;
+}
+
+static void refusal_error(struct dispatch_ctx *ctx, const struct broker_partition_refusal *w)
+{
+	char more[96] = "";
+	if (w->used)
+		snprintf(more, sizeof(more), "; sessions outside partitions hold %llu",
+		         (unsigned long long)w->used);
+	proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
+	                "device %d: asked %llu, available %llu (capacity %llu, partitions %llu)%s",
+	                w->device, (unsigned long long)w->asked, (unsigned long long)w->available,
+	                (unsigned long long)w->capacity, (unsigned long long)w->partitions, more);
+	ctx->data = cJSON_CreateObject();
+	if (ctx->data && (proto_add_number(ctx->data, PROTO_F_DEVICE, w->device) ||
+	                  proto_add_u64(ctx->data, PROTO_F_ASKED, w->asked) ||
+	                  proto_add_u64(ctx->data, PROTO_F_AVAILABLE, w->available) ||
+	                  proto_add_u64(ctx->data, PROTO_F_CAPACITY, w->capacity) ||
+	                  proto_add_u64(ctx->data, PROTO_F_PARTITIONS, w->partitions) ||
+	                  proto_add_u64(ctx->data, PROTO_F_USED, w->used))) {
+		cJSON_Delete(ctx->data);
+		ctx->data = NULL;
+	}
+}
+
+static int create_error(struct dispatch_ctx *ctx, int rc, const char *name,
+                        const struct broker_partition_refusal *why)
+{
+	switch (rc) {
+	case -EEXIST:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: a partition named %s exists", name);
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_NAME);
+		return rc;
+	case -ENOSPC:
+		refusal_error(ctx, why);
+		return rc;
+	case -EMFILE:
+		proto_error_set(&ctx->err, PROTO_E_LIMIT, "limit reached: at most %d partitions",
+		                BROKER_MAX_PARTITIONS);
+		return rc;
+	case -EIO:
+		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: no random token");
+		return rc;
+	default:
+		return rc == -ENOMEM ? rc
+		                     : dispatch_param_error(ctx, rc, PROTO_F_NAME, NAME_EXPECTED);
+	}
+}
+
+/* name, uid, sessions and devices [{device, size, used, free}] of p. */
+static int partition_json(const struct broker *b, cJSON *o, const struct broker_partition *p,
+                          bool figures)
+{
+	cJSON *devs;
+	if (!cJSON_AddStringToObject(o, PROTO_F_NAME, p->name) ||
+	    proto_add_number(o, PROTO_F_UID, p->uid) ||
+	    (figures && proto_add_number(o, PROTO_F_SESSIONS, p->sessions)) ||
+	    !(devs = cJSON_AddArrayToObject(o, PROTO_F_DEVICES)))
+		return -ENOMEM;
+	for (int i = 0; i < b->device_count; i++) {
+		if (!p->size[i])
+			continue;
+		cJSON *d = proto_array_add_object(devs);
+		if (!d || proto_add_number(d, PROTO_F_DEVICE, i) ||
+		    proto_add_u64(d, PROTO_F_SIZE, p->size[i]) ||
+		    (figures &&
+		     (proto_add_u64(d, PROTO_F_USED, broker_partition_used(p, i)) ||
+		      proto_add_u64(d, PROTO_F_FREE, policy_device_available(&p->policy, i)))))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int dispatch_partition_create(struct dispatch_ctx *ctx)
+{
+	const char *name;
+	int64_t uid;
+	uint64_t size, sizes[BACKEND_MAX_DEVICES] = {0};
+	int rc = get_name(ctx, &name);
+	if (rc < 0)
+		return rc;
+	rc = proto_get_int(ctx->params, PROTO_F_UID, 0, UINT32_MAX - 1, &uid);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, PROTO_F_UID, "a uid (0 to 4294967294)");
+	if ((rc = get_size(ctx, &size)) < 0 || (rc = get_devices(ctx, size, sizes)) < 0)
+		return rc;
+	struct broker_partition *p;
+	struct broker_partition_refusal why;
+	rc = broker_partition_create(ctx->b, name, (uid_t)uid, sizes, &p, &why);
+	if (rc < 0)
+		return create_error(ctx, rc, name, &why);
+	log_info("session %llu (uid %u): partition %s for uid %u", (unsigned long long)ctx->s->id,
+	         (unsigned)ctx->s->uid, p->name, (unsigned)p->uid);
+	cJSON *r = dispatch_result(ctx);
+	rc = r && !partition_json(ctx->b, r, p, false) &&
+	             !proto_add_hex(r, PROTO_F_TOKEN, p->token, sizeof(p->token))
+	         ? 0
+	         : -ENOMEM;
+	if (rc < 0) {
+		/* Nobody could learn its token: it must not stay. */
+		unsigned n;
+		uint64_t bytes;
+		broker_partition_destroy(ctx->b, p, &n, &bytes);
+	}
+	return rc;
+}
+
+int dispatch_partition_destroy(struct dispatch_ctx *ctx)
+{
+	const char *name;
+	int rc = get_name(ctx, &name);
+	if (rc < 0)
+		return rc;
+	struct broker *b = ctx->b;
+	struct broker_partition *p = broker_partition_find(b, name);
+	if (!p) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such partition");
+		return -ENOENT;
+	}
+	if (ctx->s->part == p) {
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: a client cannot destroy the partition it is in");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_NAME);
+		return -EINVAL;
+	}
+	/* Its sessions hear why before their connections end. */
+	struct session **ending = calloc(p->sessions ? p->sessions : 1, sizeof(*ending));
+	if (!ending)
+		return -ENOMEM;
+	unsigned n = 0, sessions;
+	uint64_t reclaimed;
+	struct list *pos;
+	list_for_each(pos, &b->sessions) {
+		struct session *s = list_entry(pos, struct session, link);
+		if (s->part != p || n >= p->sessions)
+			continue;
+		cJSON *data = cJSON_CreateObject();
+		if (data && !cJSON_AddStringToObject(data, PROTO_F_NAME, p->name)) {
+			cJSON_Delete(data);
+			data = NULL;
+		}
+		dispatch_send_event(ctx->d, s, PROTO_EV_PARTITION_DESTROYED, data);
+		ending[n++] = s;
+	}
+	cJSON *r = dispatch_result(ctx);
+	if (!r || !cJSON_AddStringToObject(r, PROTO_F_NAME, p->name)) {
+		free(ending);
+		return -ENOMEM;
+	}
+	log_info("session %llu (uid %u): destroys partition %s", (unsigned long long)ctx->s->id,
+	         (unsigned)ctx->s->uid, p->name);
+	broker_partition_destroy(b, p, &sessions, &reclaimed);
+	for (unsigned i = 0; i < n; i++) {
+		if (ctx->d->close)
+			ctx->d->close(ctx->d->send_ctx, ending[i], "its partition was destroyed");
+	}
+	free(ending);
+	if (proto_add_number(r, PROTO_F_SESSIONS, sessions) ||
+	    proto_add_u64(r, PROTO_F_RECLAIMED, reclaimed))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_partitions(struct dispatch_ctx *ctx)
+{
+	const struct broker *b = ctx->b;
+	cJSON *r = dispatch_result(ctx), *arr;
+	if (!r || !(arr = cJSON_AddArrayToObject(r, PROTO_F_PARTITIONS)))
+		return -ENOMEM;
+	unsigned hidden = 0;
+	uint64_t hidden_size = 0;
+	const struct list *pos;
+	list_for_each(pos, &b->partitions) {
+		const struct broker_partition *p =
+		    list_entry(pos, const struct broker_partition, link);
+		/* Another user's partition: only counted. */
+		if (!broker_sees(ctx->s, p->uid)) {
+			hidden++;
+			for (int i = 0; i < b->device_count; i++)
+				hidden_size += p->size[i];
+			continue;
+		}
+		cJSON *o = proto_array_add_object(arr);
+		if (!o || partition_json(b, o, p, true))
+			return -ENOMEM;
+	}
+	cJSON *others = cJSON_AddObjectToObject(r, PROTO_F_OTHERS);
+	if (!others || proto_add_number(others, PROTO_F_PARTITIONS, hidden) ||
+	    proto_add_u64(others, PROTO_F_SIZE, hidden_size))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_hello_token(struct dispatch_ctx *ctx)
+{
+	int rc;
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_TOKEN);
+	if (!t)
+		return 0;
+	if (!cJSON_IsString(t))
+		return dispatch_param_error(ctx, -EINVAL, PROTO_F_TOKEN, "64 lowercase hex digits");
+	unsigned char token[BROKER_TOKEN_BYTES];
+	rc = proto_hex_decode(t->valuestring, token, sizeof(token));
+	if (rc == 0)
+		rc = broker_partition_join(ctx->b, ctx->s, token);
+	explicit_bzero(token, sizeof(token));
+	if (rc < 0) {
+		log_info("session %llu (pid %d uid %u): invalid partition token",
+		         (unsigned long long)ctx->s->id, (int)ctx->s->pid, (unsigned)ctx->s->uid);
+		proto_error_set(&ctx->err, PROTO_E_PERMISSION, "invalid partition token");
+		return -EPERM;
+	}
+	log_info("session %llu (pid %d uid %u): in partition %s", (unsigned long long)ctx->s->id,
+	         (int)ctx->s->pid, (unsigned)ctx->s->uid, ctx->s->part->name);
+	return 0;
+}

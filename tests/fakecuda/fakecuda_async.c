@@ -1,0 +1,412 @@
+/*
+ * fakecuda_async.c - the fake libcuda.so.1's streams, events and the work
+ * queued on them.
+ *
+ * A real device runs queued work later, in its own time; a program that
+ * frees or unmaps memory, or tells someone else it may reuse it, before the
+ * work queued on it has finished has a race that only shows under load. The
+ * fake makes that race certain: the *Async copies and memsets and host
+ * functions (cuLaunchHostFunc) are queued and run only when something
+ * synchronises with them - cuStreamSynchronize, cuCtxSynchronize,
+ * cuEventSynchronize, or a synchronous copy or memset, which waits for the
+ * context's blocking streams as the legacy default stream does. Closing an
+ * IPC mapping or freeing memory that queued work still touches is counted
+ * as a violation (fakecuda_violations) and that work is dropped; work that
+ * finds its memory gone when it runs is one too. cuStreamQuery and
+ * cuEventQuery answer CUDA_ERROR_NOT_READY while the work they cover is
+ * queued: with nothing to synchronise, it stays queued forever, which is
+ * what a caller that polls must live with.
+ *
+ * Stream-ordered allocation (cuMemAllocFromPoolAsync, cuMemFreeAsync) stays
+ * immediate (fakecuda_pool.c): the daemon synchronises right after it.
+ * Apart from fakecuda.c to keep each file short; see the comment at its top.
+ */
+#include "fakecuda_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STREAM_MAGIC 0x57eea400u
+#define EVENT_MAGIC  0xe7e47000u
+
+struct fake_stream {
+	uint32_t magic;
+	struct fake_ctx *ctx;
+	bool blocking; /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
+};
+
+struct fake_event {
+	uint32_t magic;
+	struct fake_ctx *ctx;
+	struct fake_stream *stream; /* NULL: the legacy default stream */
+	uint64_t seq;               /* work up to this one must have run */
+};
+
+enum fake_op_kind { OP_COPY, OP_MEMSET, OP_HOST_FN };
+
+struct fake_op {
+	struct fake_op *next;
+	uint64_t seq;
+	struct fake_ctx *ctx;
+	struct fake_stream *stream; /* NULL: the legacy default stream */
+	enum fake_op_kind kind;
+	uintptr_t device_side; /* the device memory it touches (0: none) */
+	void *dst;
+	const void *src;
+	size_t n;
+	unsigned char value;
+	CUhostFn fn;
+	void *data;
+};
+
+static pthread_mutex_t async_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_op *ops_head, **ops_tail = &ops_head;
+static uint64_t ops_seq;
+
+/* Whether op is among the work `stream` of ctx covers (NULL: the legacy
+ * stream, which covers every blocking stream's; `all`: everything). */
+static bool op_matches(const struct fake_op *op, struct fake_ctx *ctx,
+                       const struct fake_stream *stream, bool all, uint64_t upto)
+{
+	if (op->ctx != ctx || op->seq > upto)
+		return false;
+	if (all || op->stream == stream)
+		return true;
+	return !stream && (!op->stream || op->stream->blocking);
+}
+
+static void op_unlink(struct fake_op *op)
+{
+	for (struct fake_op **pp = &ops_head; *pp; pp = &(*pp)->next) {
+		if (*pp == op) {
+			*pp = op->next;
+			if (!*pp)
+				ops_tail = pp;
+			return;
+		}
+	}
+}
+
+static void op_run(struct fake_op *op)
+{
+	if (op->kind == OP_HOST_FN) {
+		op->fn(op->data);
+		return;
+	}
+	pthread_mutex_lock(&fake_lock);
+	CUresult ok = fake_copy_valid(op->device_side, op->n);
+	pthread_mutex_unlock(&fake_lock);
+	if (ok != CUDA_SUCCESS) {
+		fake_violation("queued work ran on memory at %#" PRIxPTR " no longer mapped",
+		               op->device_side);
+		return;
+	}
+	if (op->kind == OP_COPY)
+		memmove(op->dst, op->src, op->n);
+	else
+		memset(op->dst, op->value, op->n);
+}
+
+/* Runs, in queue order, the work of ctx that the stream covers up to seq
+ * `upto`. Each runs with the lock dropped: a host function may block. */
+static void ops_run(struct fake_ctx *ctx, const struct fake_stream *stream, bool all, uint64_t upto)
+{
+	for (;;) {
+		pthread_mutex_lock(&async_lock);
+		struct fake_op *op = ops_head;
+		while (op && !op_matches(op, ctx, stream, all, upto))
+			op = op->next;
+		if (op)
+			op_unlink(op);
+		pthread_mutex_unlock(&async_lock);
+		if (!op)
+			return;
+		op_run(op);
+		free(op);
+	}
+}
+
+static bool ops_pending(struct fake_ctx *ctx, const struct fake_stream *stream, uint64_t upto)
+{
+	bool found = false;
+	pthread_mutex_lock(&async_lock);
+	for (struct fake_op *op = ops_head; op && !found; op = op->next)
+		found = op_matches(op, ctx, stream, false, upto);
+	pthread_mutex_unlock(&async_lock);
+	return found;
+}
+
+void fake_async_drain(struct fake_ctx *ctx, bool blocking_only)
+{
+	ops_run(ctx, NULL, !blocking_only, UINT64_MAX);
+}
+
+void fake_async_forget_ctx(struct fake_ctx *ctx)
+{
+	pthread_mutex_lock(&async_lock);
+	for (struct fake_op **pp = &ops_head; *pp;) {
+		struct fake_op *op = *pp;
+		if (op->ctx == ctx) {
+			*pp = op->next;
+			free(op);
+		} else {
+			pp = &op->next;
+		}
+	}
+	ops_tail = &ops_head;
+	while (*ops_tail)
+		ops_tail = &(*ops_tail)->next;
+	pthread_mutex_unlock(&async_lock);
+}
+
+void fake_async_closing(uintptr_t base, uint64_t size, const char *what)
+{
+	unsigned dropped = 0;
+	pthread_mutex_lock(&async_lock);
+	for (struct fake_op **pp = &ops_head; *pp;) {
+		struct fake_op *op = *pp;
+		if (op->device_side && op->device_side >= base && op->device_side - base < size) {
+			*pp = op->next;
+			free(op);
+			dropped++;
+		} else {
+			pp = &op->next;
+		}
+	}
+	ops_tail = &ops_head;
+	while (*ops_tail)
+		ops_tail = &(*ops_tail)->next;
+	pthread_mutex_unlock(&async_lock);
+	for (unsigned i = 0; i < dropped; i++)
+		fake_violation("%s of memory at %#" PRIxPTR " with work still queued on it", what,
+		               base);
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+static CUresult stream_of(CUstream hstream, struct fake_stream **out)
+{
+	struct fake_stream *s = (struct fake_stream *)(void *)hstream;
+	if (s && s->magic != STREAM_MAGIC)
+		return CUDA_ERROR_INVALID_HANDLE;
+	/* A stream belongs to the context it was made in. */
+	if (s && s->ctx != fake_current())
+		return CUDA_ERROR_INVALID_HANDLE;
+	*out = s;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
+{
+	NEED_CONTEXT();
+	if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_stream *s = calloc(1, sizeof(*s));
+	if (!s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*s = (struct fake_stream){.magic = STREAM_MAGIC, .ctx = fake_current(), .blocking = !flags};
+	*stream = (CUstream)(void *)s;
+	return CUDA_SUCCESS;
+}
+
+/* Lenient where CUDA is not: the stream's work runs now (CUDA lets it run
+ * to completion after the call), so that the object can go. */
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream stream)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS || !s)
+		return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_INVALID_HANDLE;
+	ops_run(s->ctx, s, false, UINT64_MAX);
+	s->magic = 0;
+	free(s);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	ops_run(fake_current(), s, false, UINT64_MAX);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamQuery(CUstream stream)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return ops_pending(fake_current(), s, UINT64_MAX) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxSynchronize(void)
+{
+	NEED_CONTEXT();
+	INJECT("cuCtxSynchronize");
+	fake_async_drain(fake_current(), false);
+	return CUDA_SUCCESS;
+}
+
+/* ---- queued work -------------------------------------------------------------- */
+
+static CUresult enqueue(CUstream stream, struct fake_op op)
+{
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (op.kind != OP_HOST_FN) {
+		pthread_mutex_lock(&fake_lock);
+		rc = fake_copy_valid(op.device_side, op.n);
+		pthread_mutex_unlock(&fake_lock);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	struct fake_op *p = malloc(sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = op;
+	p->ctx = fake_current();
+	p->stream = s;
+	p->next = NULL;
+	pthread_mutex_lock(&async_lock);
+	p->seq = ++ops_seq;
+	*ops_tail = p;
+	ops_tail = &p->next;
+	pthread_mutex_unlock(&async_lock);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	NEED_CONTEXT();
+	return enqueue(s, (struct fake_op){.kind = OP_COPY,
+	                                   .device_side = (uintptr_t)dst,
+	                                   .dst = (void *)(uintptr_t)dst,
+	                                   .src = src,
+	                                   .n = n});
+}
+
+FAKE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	NEED_CONTEXT();
+	return enqueue(s, (struct fake_op){.kind = OP_COPY,
+	                                   .device_side = (uintptr_t)src,
+	                                   .dst = dst,
+	                                   .src = (const void *)(uintptr_t)src,
+	                                   .n = n});
+}
+
+FAKE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s)
+{
+	NEED_CONTEXT();
+	return enqueue(s, (struct fake_op){.kind = OP_MEMSET,
+	                                   .device_side = (uintptr_t)dst,
+	                                   .dst = (void *)(uintptr_t)dst,
+	                                   .n = n,
+	                                   .value = value});
+}
+
+FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
+{
+	NEED_CONTEXT();
+	if (!fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	return enqueue(s, (struct fake_op){.kind = OP_HOST_FN, .fn = fn, .data = data});
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+static struct fake_event *event_of(CUevent hevent)
+{
+	struct fake_event *e = (struct fake_event *)(void *)hevent;
+	return e && e->magic == EVENT_MAGIC ? e : NULL;
+}
+
+FAKE_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
+{
+	NEED_CONTEXT();
+	(void)flags;
+	struct fake_event *e = calloc(1, sizeof(*e));
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*e = (struct fake_event){.magic = EVENT_MAGIC, .ctx = fake_current()};
+	*event = (CUevent)(void *)e;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent event)
+{
+	NEED_INIT();
+	struct fake_event *e = event_of(event);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	e->magic = 0;
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+/* Captures the work queued on the stream so far; an event never recorded
+ * is complete, as in CUDA. */
+FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream)
+{
+	NEED_CONTEXT();
+	struct fake_event *e = event_of(event);
+	struct fake_stream *s;
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (e->ctx != fake_current())
+		return CUDA_ERROR_INVALID_HANDLE;
+	e->stream = s;
+	pthread_mutex_lock(&async_lock);
+	e->seq = ops_seq;
+	pthread_mutex_unlock(&async_lock);
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventQuery(CUevent event)
+{
+	NEED_INIT();
+	struct fake_event *e = event_of(event);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!e->ctx->active)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	return ops_pending(e->ctx, e->stream, e->seq) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventSynchronize(CUevent event)
+{
+	NEED_INIT();
+	struct fake_event *e = event_of(event);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!e->ctx->active)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	ops_run(e->ctx, e->stream, false, e->seq);
+	return CUDA_SUCCESS;
+}
+
+/* ---- for tests only ----------------------------------------------------------- */
+
+/* Work queued in this process and not run yet. */
+FAKE_EXPORT unsigned fakecuda_pending_work(void)
+{
+	unsigned n = 0;
+	pthread_mutex_lock(&async_lock);
+	for (struct fake_op *op = ops_head; op; op = op->next)
+		n++;
+	pthread_mutex_unlock(&async_lock);
+	return n;
+}

@@ -1,0 +1,284 @@
+/*
+ * test-ctx.c (gpu-ctx) - the client's CUDA contexts (issue 15, finding 5).
+ *
+ * Each case runs in a process of its own (the library's contexts and slab
+ * cache are per process), against one daemon:
+ *
+ * - reset: the application's primary context (retained and current, as
+ *   Numba has it) is reset with cuDevicePrimaryCtxReset, as Numba's
+ *   Device.reset does. The allocation mapped in it is not handed out as if
+ *   it lived: the copy helpers answer GPB_E_CONTEXT_RESET. Allocating again
+ *   works, in the primary context made anew, in the same (held) slab as
+ *   before and in a new one; everything frees without a violation.
+ * - own: a context of the application's own (cuCtxCreate) current at the
+ *   first mapping is the process's context of the device from then on: a
+ *   slab mapped later, with the primary context current, goes there too.
+ *   When the application destroys it (cuCtxDestroy), its allocations answer
+ *   GPB_E_CONTEXT_RESET and new ones go to the context current then.
+ * - twoctx: two connections and two contexts current at different times:
+ *   a slab is opened once per process, in one context; a second context's
+ *   own cuIpcOpenMemHandle of the same handle is refused (the fake says
+ *   CUDA_ERROR_ALREADY_MAPPED; on a GPU the driver's answer is printed).
+ *   When the last mapping goes, the process's context is let go: the next
+ *   mapping goes to the context current then.
+ */
+#include "gpu-common.h"
+
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#define SLAB  (8ull << 20)
+#define SIZE  (1ull << 20)
+#define LARGE (SLAB + SLAB / 2) /* a dedicated slab */
+
+static CUcontext ptr_ctx(const void *ptr)
+{
+	CUcontext ctx = NULL;
+	CHECK(cu.PointerGetAttribute != NULL);
+	CU(cu.PointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)(uintptr_t)ptr));
+	return ctx;
+}
+
+static CUcontext current(void)
+{
+	CUcontext ctx = NULL;
+	CU(cu.CtxGetCurrent(&ctx));
+	return ctx;
+}
+
+/* Writes pattern @seed through the library and reads it back: queued on
+ * the legacy stream of the context the memory is mapped in, which may not
+ * be the current one. */
+static void write_read(void *ptr, size_t n, unsigned seed)
+{
+	unsigned char *buf = malloc(n), *back = malloc(n);
+	CUcontext popped;
+	CHECK(buf && back);
+	gt_fill(buf, n, seed);
+	GPB(gpb_copy_to_device(ptr, buf, n, NULL));
+	GPB(gpb_copy_from_device(back, ptr, n, NULL));
+	CU(cu.CtxPushCurrent(ptr_ctx(ptr)));
+	CU(cu.CtxSynchronize());
+	CU(cu.CtxPopCurrent(&popped));
+	CHECK(memcmp(buf, back, n) == 0);
+	free(buf);
+	free(back);
+}
+
+/* A copy to @ptr must be refused as memory of a dead context. */
+static void expect_reset(void *ptr)
+{
+	unsigned char byte = 1;
+	int rc = gpb_copy_to_device(ptr, &byte, 1, NULL);
+	if (rc != GPB_E_CONTEXT_RESET)
+		GT_FAIL("gpb_copy_to_device into memory of a reset context = %s (%s), want "
+		        "GPB_E_CONTEXT_RESET",
+		        gpb_strerror(rc), gpb_last_error());
+	CHECK(strstr(gpb_last_error(), "reset or destroyed") != NULL);
+}
+
+static void expect_closed(void)
+{
+	struct gpb_mapping_stats st;
+	GPB(gpb_mapping_stats(&st));
+	CHECK(st.open_now == 0 && st.opens == st.closes);
+}
+
+static int case_reset(const char *socket)
+{
+	gpb_client *c = NULL;
+	struct gpb_allocation a, b, big;
+	CUdevice dev;
+	CUcontext gone;
+
+	CU(cu.DeviceGet(&dev, 0));
+	CHECK(cu.DevicePrimaryCtxReset != NULL);
+	gt_cuda_context(0);
+	GPB(gpb_connect(socket, "gpu-ctx-reset", &c));
+	uint64_t inst = gt_register(c, 0);
+	GPB(gpb_alloc(c, inst, SIZE, 0, &a));
+	CHECK(ptr_ctx(a.ptr) == current());
+	write_read(a.ptr, SIZE, 1);
+
+	/* Numba's Device.reset. */
+	CU(cu.DevicePrimaryCtxReset(dev));
+	expect_reset(a.ptr);
+
+	/* A new primary context: memory works again, in it. */
+	CU(cu.CtxPopCurrent(&gone));
+	gt_cuda_context(0);
+	GPB(gpb_alloc(c, inst, SIZE, 0, &b));
+	CHECK(b.slab == a.slab);
+	CHECK(ptr_ctx(b.ptr) == current());
+	write_read(b.ptr, SIZE, 2);
+	GPB(gpb_alloc(c, inst, LARGE, 0, &big));
+	CHECK(ptr_ctx(big.ptr) == current());
+	write_read(big.ptr, LARGE, 3);
+	/* The fake keeps a dead mapping's addresses; a GPU may reuse them. */
+	if (gt_fake())
+		expect_reset(a.ptr);
+
+	GPB(gpb_free(c, a.id));
+	GPB(gpb_free(c, b.id));
+	GPB(gpb_free(c, big.id));
+	expect_closed();
+	gpb_disconnect(c);
+	return 0;
+}
+
+static int case_own(const char *socket)
+{
+	gpb_client *c = NULL;
+	struct gpb_allocation a, big, d;
+	CUcontext own, popped;
+	CUdevice dev;
+
+	CU(cu.DeviceGet(&dev, 0));
+	CHECK(cu.CtxCreate != NULL && cu.CtxDestroy != NULL);
+	CU(cu.CtxCreate(&own, 0, dev));
+	GPB(gpb_connect(socket, "gpu-ctx-own", &c));
+	uint64_t inst = gt_register(c, 0);
+	GPB(gpb_alloc(c, inst, SIZE, 0, &a));
+	CHECK(ptr_ctx(a.ptr) == own);
+
+	/* The primary context current now: the next slab still goes to the
+	 * process's context of the device. */
+	CU(cu.CtxPopCurrent(&popped));
+	CHECK(popped == own);
+	gt_cuda_context(0);
+	CHECK(current() != own);
+	GPB(gpb_alloc(c, inst, LARGE, 0, &big));
+	CHECK(big.slab != a.slab);
+	if (ptr_ctx(big.ptr) != own)
+		GT_FAIL("a slab mapped with the primary context current went there, not to the "
+		        "process's context of the device (the one current at its first mapping)");
+	write_read(big.ptr, LARGE, 4);
+
+	/* The application destroys its context. */
+	CU(cu.CtxDestroy(own));
+	expect_reset(a.ptr);
+	expect_reset(big.ptr);
+	GPB(gpb_alloc(c, inst, SIZE, 0, &d));
+	CHECK(ptr_ctx(d.ptr) == current());
+	write_read(d.ptr, SIZE, 5);
+	GPB(gpb_free(c, a.id));
+	GPB(gpb_free(c, big.id));
+	GPB(gpb_free(c, d.id));
+	expect_closed();
+	gpb_disconnect(c);
+	return 0;
+}
+
+/* The handle the daemon sends with @id's slab to a connection new to it. */
+static void attach_raw(gpb_client *c, uint64_t id, CUipcMemHandle *h)
+{
+	char params[64], *json = NULL;
+	snprintf(params, sizeof(params), "{\"id\":\"%016llx\"}", (unsigned long long)id);
+	GPB(gpb_request(c, "attach", params, &json));
+	cJSON *r = cJSON_Parse(json);
+	gpb_string_free(json);
+	CHECK(r != NULL);
+	const cJSON *hex = cJSON_GetObjectItem(r, "handle");
+	CHECK(cJSON_IsString(hex) && strlen(hex->valuestring) == 2 * sizeof(h->reserved));
+	for (size_t i = 0; i < sizeof(h->reserved); i++) {
+		unsigned v;
+		CHECK(sscanf(hex->valuestring + 2 * i, "%2x", &v) == 1);
+		h->reserved[i] = (char)v;
+	}
+	cJSON_Delete(r);
+}
+
+static int case_twoctx(const char *socket)
+{
+	gpb_client *c1 = NULL, *c2 = NULL;
+	struct gpb_allocation x, y, z;
+	struct gpb_mapping_stats st;
+	CUcontext own, popped;
+	CUdevice dev;
+	CUipcMemHandle h;
+
+	CU(cu.DeviceGet(&dev, 0));
+	CHECK(cu.CtxCreate != NULL && cu.CtxDestroy != NULL);
+	GPB(gpb_connect(socket, "gpu-ctx-two-1", &c1));
+	GPB(gpb_connect(socket, "gpu-ctx-two-2", &c2));
+	uint64_t inst1 = gt_register(c1, 0), inst2 = gt_register(c2, 0);
+
+	CU(cu.CtxCreate(&own, 0, dev));
+	GPB(gpb_alloc(c1, inst1, SIZE, 0, &x));
+	CHECK(ptr_ctx(x.ptr) == own);
+
+	/* Another context current: the second connection gets the same slab
+	 * (mapped once) and a new one, both in the first context. */
+	CU(cu.CtxPopCurrent(&popped));
+	gt_cuda_context(0);
+	CUcontext primary = current();
+	/* Mapped by the library as gpb_attach() would (tracked alike). */
+	attach_raw(c2, x.id, &h);
+	GPB(gpb_mapping_stats(&st));
+	CHECK(st.opens == 1 && st.open_now == 1);
+	GPB(gpb_alloc(c2, inst2, LARGE, 0, &y));
+	if (ptr_ctx(y.ptr) != own)
+		GT_FAIL("with another context current a new slab was mapped there: the process "
+		        "then maps in two contexts of one device");
+
+	/* What the driver says to a second context opening the same handle. */
+	CUdeviceptr p2 = 0;
+	CUresult rc = cu.IpcOpenMemHandle(&p2, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	char name[64];
+	printf("cuIpcOpenMemHandle of a handle open in another context of this process: %s\n",
+	       cuda_api_error_name(&cu, rc, name, sizeof(name)));
+	if (gt_vmm())
+		CHECK(rc != CUDA_SUCCESS); /* vmm: the handle is a tag, and opens nothing */
+	else if (gt_fake())
+		CHECK(rc == CUDA_ERROR_ALREADY_MAPPED);
+	else if (rc == CUDA_SUCCESS)
+		CU(cu.IpcCloseMemHandle(p2));
+
+	GPB(gpb_detach(c2, x.id));
+	GPB(gpb_free(c2, y.id));
+	GPB(gpb_mapping_stats(&st));
+	CHECK(st.open_now == 1);
+	GPB(gpb_free(c1, x.id));
+	expect_closed();
+
+	/* The last mapping let go of the process's context: the next goes to
+	 * the one current now. */
+	GPB(gpb_alloc(c1, inst1, SIZE, 0, &z));
+	CHECK(ptr_ctx(z.ptr) == primary);
+	GPB(gpb_free(c1, z.id));
+	CU(cu.CtxDestroy(own));
+	gpb_disconnect(c2);
+	gpb_disconnect(c1);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	gt_require_gpu(argc, argv);
+	if (argc == 3 && strcmp(argv[1], "reset") == 0)
+		return case_reset(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "own") == 0)
+		return case_own(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "twoctx") == 0)
+		return case_twoctx(argv[2]);
+
+	struct gt_daemon d;
+	const char *extra[] = {"--slab-size", "8MiB", NULL};
+	gt_daemon_start(&d, "cuda", extra, NULL);
+	const char *cases[] = {"reset", "own", "twoctx"};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *args[] = {(char *)cases[i], d.socket, NULL};
+		int st = gt_wait(gt_spawn_self(args, NULL));
+		if (st != 0)
+			GT_FAIL("case %s exited %d", cases[i], st);
+	}
+	gpb_client *c = gt_connect(&d, "gpu-ctx");
+	CHECK(gt_status_used(c) == 0);
+	gpb_disconnect(c);
+	CHECK(gt_fake_violations() == 0);
+	gt_daemon_stop(&d);
+	printf("ok: a reset or destroyed context is detected and memory works again in a new "
+	       "one; one context per device per process\n");
+	return 0;
+}
