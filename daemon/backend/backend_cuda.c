@@ -306,7 +306,13 @@ static int cuda_init(struct backend *b, const struct backend_config *cfg)
 	b->slab_granularity = 2u << 20;
 	log_info("cuda: driver API %d.%d, serving %d of %d devices", cu->api.driver_version / 1000,
 	         cu->api.driver_version % 1000 / 10, cu->count, n);
-	cuda_dev_log_ipc_users();
+	/* Only where legacy handles are made: a vmm device sends none. */
+	for (int i = 0; i < cu->count; i++) {
+		if (!cu->dev[i].vmm_granularity) {
+			cuda_dev_log_ipc_users();
+			break;
+		}
+	}
 	return 0;
 fail:
 	cuda_api_unload(&cu->api);

@@ -101,6 +101,8 @@ static void transports(void)
 	gt_device_transport(c, 0, t, sizeof(t));
 	printf("transport %s: devices says %s\n", gt_transport(), t);
 	CHECK(strcmp(t, gt_vmm() ? "vmm" : "ipc") == 0);
+	/* Who can open legacy handles is said only where they are made. */
+	CHECK(gt_log_contains(&d, "legacy IPC handles (cuIpcOpenMemHandle) open") == !gt_vmm());
 	gpb_disconnect(c);
 	gt_daemon_stop(&d);
 	if (!gt_fake())
@@ -115,6 +117,7 @@ static void transports(void)
 	CHECK(strcmp(t, "ipc") == 0);
 	CHECK(gt_log_contains(&d, "transport ipc, not vmm: the device cannot export memory as "
 	                          "a POSIX file descriptor"));
+	CHECK(gt_log_contains(&d, "legacy IPC handles (cuIpcOpenMemHandle) open"));
 	gpb_disconnect(c);
 	gt_daemon_stop(&d);
 
