@@ -4,7 +4,9 @@
 # python test imports with pytest.importorskip is here as python3-MODULE
 # (test test-packages checks it), and under test.sh, which exports
 # GPB_TEST_PACKAGES=installed, such a test fails rather than skips.
-GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest python3-pip python3-numpy"
+# python3-venv and python3-numba: the frameworks suite (tests/frameworks:
+# a virtual environment from PyPI, and Debian's Numba 0.56).
+GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest python3-pip python3-numpy python3-venv python3-numba"
 # Only for the libFuzzer build of tools/fuzz.sh (clang 14 and its libFuzzer).
 GPB_FUZZ_PACKAGES="clang libclang-rt-14-dev"
 

@@ -16,9 +16,18 @@ pool of the current device (gpb_stats), which all of its clients share.
 
 ``attach()`` opens another process's broker allocation (same user) as a
 CuPy array, for example one a Numba kernel wrote through gpubroker.numba.
+
+Size 0 (``cupy.empty(0)``) is a null pointer and no broker allocation. The
+device is registered by its UUID, which the driver (``cuDeviceGetUuid_v2``
+through ctypes) gives whole; CuPy's own property is cut at a NUL byte.
+
+Tested with CuPy 14 (cupy-cuda13x): the allocator contract in the suite
+``frameworks`` (CuPy's runtime cannot start on the fake driver), arrays and
+kernels in the suite ``gpu`` (see the README).
 """
 
 import contextlib
+import ctypes
 import threading
 
 try:
@@ -35,8 +44,37 @@ def _current_device():
     return _cupy.cuda.runtime.getDevice()
 
 
+def _format_uuid(raw):
+    h = bytes(raw).hex()
+    return "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+
+
+def _driver_uuid(device):
+    """The UUID of CUDA device @device (an ordinal, as CuPy's and the
+    driver's agree: both honour CUDA_VISIBLE_DEVICES), asked of the driver
+    (cuDeviceGetUuid_v2, all 16 bytes), or None where it does not answer."""
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    dev = ctypes.c_int(0)
+    raw = (ctypes.c_ubyte * 16)()
+    get_uuid = getattr(cu, "cuDeviceGetUuid_v2", None) or getattr(cu, "cuDeviceGetUuid", None)
+    if (get_uuid is None or cu.cuInit(0) != 0
+            or cu.cuDeviceGet(ctypes.byref(dev), ctypes.c_int(device)) != 0
+            or get_uuid(ctypes.byref(raw), dev) != 0):
+        return None
+    return _format_uuid(raw)
+
+
 def _device_uuid(device):
-    """The device's UUID in nvidia-smi's form, or None where CuPy does not say."""
+    """The device's UUID in nvidia-smi's form, or None where neither the
+    driver nor CuPy says. The driver first: CuPy's property
+    (getDeviceProperties()["uuid"]) comes back cut at the first NUL byte,
+    which about one UUID in sixteen holds."""
+    uuid = _driver_uuid(device)
+    if uuid:
+        return uuid
     try:
         raw = _cupy.cuda.runtime.getDeviceProperties(device)["uuid"]
     except (KeyError, AttributeError, TypeError):
@@ -45,8 +83,7 @@ def _device_uuid(device):
         raw = raw.encode("latin-1")
     if not isinstance(raw, (bytes, bytearray)) or len(raw) != 16:
         return None
-    h = bytes(raw).hex()
-    return "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+    return _format_uuid(raw)
 
 
 class BrokerAllocator:
@@ -82,6 +119,10 @@ class BrokerAllocator:
 
     def __call__(self, size):
         device = _current_device()
+        if size == 0:
+            # What CuPy asks for an empty array: a null pointer, no memory,
+            # nothing for the broker (gpb_alloc refuses 0).
+            return _cupy.cuda.MemoryPointer(_cupy.cuda.UnownedMemory(0, 0, None, device), 0)
         a = self.client.alloc(self.instance(device), size)
         mem = _cupy.cuda.UnownedMemory(a.ptr, size, a, device)
         return _cupy.cuda.MemoryPointer(mem, 0)

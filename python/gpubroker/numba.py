@@ -38,6 +38,16 @@ process of the same user attaches that allocation through the broker
 (``gpb_attach``) and gives a ``MemoryPointer``. So ``DeviceNDArray.
 get_ipc_handle()`` works as usual, for processes of the same user, while the
 allocation lives in its maker's process.
+
+Out of memory: when the broker refuses an allocation (the device is full,
+or in active mode the instance's cap is reached), ``memalloc`` raises
+``OutOfDeviceMemoryError``: Numba's ``CudaAPIError`` with the code
+``CUDA_ERROR_OUT_OF_MEMORY``, as Numba's own manager raises, and a
+``MemoryError``.
+
+Tested with Debian's Numba 0.56 (its numba.cuda) and numba-cuda 0.30 on
+cuda-bindings 13 (both settings of ``NUMBA_CUDA_USE_NVIDIA_BINDING``): the
+suite ``frameworks`` (see the README).
 """
 
 import contextlib
@@ -46,14 +56,13 @@ import os
 import threading
 
 try:
-    from numba.core import config as _config
     from numba.cuda import HostOnlyCUDAMemoryManager, MemoryPointer
     from numba.cuda.cudadrv import driver as _driver
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("gpubroker.numba needs Numba with CUDA support (numba.cuda): %s" % e) from e
 
 from .client import Client
-from .errors import NotSupportedError, E_NOT_SUPPORTED
+from .errors import NotSupportedError, E_NOT_SUPPORTED, OutOfMemoryError, QuotaError
 
 _settings = {
     "socket": None,
@@ -73,7 +82,16 @@ def configure(socket=None, name=None, proportion=None, group=None):
 
 
 def _use_nv_binding():
-    return getattr(_driver, "USE_NV_BINDING", getattr(_config, "CUDA_USE_NVIDIA_BINDING", False))
+    """Whether Numba's driver speaks cuda-bindings' types (CUdeviceptr,
+    CUresult) rather than ctypes'. Numba's own numba.cuda and numba-cuda
+    before 0.21 choose by configuration (USE_NV_BINDING, from
+    NUMBA_CUDA_USE_NVIDIA_BINDING); numba-cuda 0.21 and later always call
+    through cuda-bindings, whatever the configuration says, and have no
+    USE_NV_BINDING."""
+    flag = getattr(_driver, "USE_NV_BINDING", None)
+    if flag is not None:
+        return bool(flag)
+    return getattr(_driver, "binding", None) is not None
 
 
 def _device_pointer(value):
@@ -81,6 +99,27 @@ def _device_pointer(value):
     if _use_nv_binding():
         return _driver.binding.CUdeviceptr(value)
     return ctypes.c_uint64(value)
+
+
+def _oom_code():
+    """CUDA_ERROR_OUT_OF_MEMORY as Numba's CudaAPIError carries it."""
+    if _use_nv_binding():
+        return _driver.binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+    from numba.cuda.cudadrv import enums
+    return enums.CUDA_ERROR_OUT_OF_MEMORY
+
+
+class OutOfDeviceMemoryError(_driver.CudaAPIError, MemoryError):
+    """Numba's out-of-memory error (a CudaAPIError whose code is
+    CUDA_ERROR_OUT_OF_MEMORY, what Numba's own manager raises and what
+    code catching it tests), raised when the broker refuses an allocation
+    for want of memory or over the instance's cap. A MemoryError too; the
+    broker's error (gpubroker.QuotaError or OutOfMemoryError) is
+    ``broker_error`` and the exception's cause."""
+
+    def __init__(self, broker_error):
+        super().__init__(_oom_code(), "gpubroker: %s" % broker_error)
+        self.broker_error = broker_error
 
 
 def _pointer_value(memory):
@@ -145,7 +184,10 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
     def memalloc(self, size):
         if size == 0:
             return MemoryPointer(self.context, _device_pointer(0), 0)
-        a = self._client.alloc(self._instance, size)
+        try:
+            a = self._client.alloc(self._instance, size)
+        except (QuotaError, OutOfMemoryError) as e:
+            raise OutOfDeviceMemoryError(e) from e
         with self._lock:
             self._live[a.ptr] = a
         return MemoryPointer(self.context, _device_pointer(a.ptr), size,

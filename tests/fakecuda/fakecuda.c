@@ -736,7 +736,7 @@ void fake_mem_destroy_ctx(struct fake_ctx *ctx)
 	}
 }
 
-/* The context and device of a pointer; nothing else is asked of the fake. */
+/* The context and device of a pointer here, the rest in fakecuda_copy.c. */
 FAKE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
 {
 	NEED_INIT();
@@ -745,7 +745,7 @@ FAKE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
 	struct fake_mem copy = m ? *m : (struct fake_mem){0};
 	pthread_mutex_unlock(&fake_lock);
 	if (!m)
-		return CUDA_ERROR_INVALID_VALUE;
+		return fake_pointer_attribute(data, attr, ptr, NULL);
 	switch (attr) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
 		*(CUcontext *)data = (CUcontext)(void *)copy.ctx;
@@ -753,8 +753,8 @@ FAKE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 		*(int *)data = copy.device;
 		return CUDA_SUCCESS;
-	default:
-		return CUDA_ERROR_INVALID_VALUE;
+	default: /* fakecuda_copy.c */
+		return fake_pointer_attribute(data, attr, ptr, &copy);
 	}
 }
 

@@ -15,7 +15,10 @@
  * finds its memory gone when it runs is one too. cuStreamQuery and
  * cuEventQuery answer CUDA_ERROR_NOT_READY while the work they cover is
  * queued: with nothing to synchronise, it stays queued forever, which is
- * what a caller that polls must live with.
+ * what a caller that polls must live with. Except as CUDA's rules for
+ * pageable host memory say: a copy from it takes the source at the call
+ * (the device side is written later), a copy into it returns only when it
+ * is done (the work queued before it on the stream runs first).
  *
  * Stream-ordered allocation (cuMemAllocFromPoolAsync, cuMemFreeAsync) stays
  * immediate (fakecuda_pool.c): the daemon synchronises right after it.
@@ -35,6 +38,7 @@ struct fake_stream {
 	uint32_t magic;
 	struct fake_ctx *ctx;
 	bool blocking; /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
+	int priority;  /* cuStreamCreateWithPriority's, clamped to the range */
 };
 
 struct fake_event {
@@ -52,11 +56,15 @@ struct fake_op {
 	struct fake_ctx *ctx;
 	struct fake_stream *stream; /* NULL: the legacy default stream */
 	enum fake_op_kind kind;
-	uintptr_t device_side; /* the device memory it touches (0: none) */
+	uintptr_t device_side;  /* the device memory it touches (0: none) */
+	uintptr_t device_side2; /* a copy's other side, when device memory too (0: none) */
 	void *dst;
 	const void *src;
 	size_t n;
 	unsigned char value;
+	uint32_t value_wide; /* cuMemsetD16/D32: n elements of `width` bytes */
+	unsigned width;
+	void *staged; /* a copy from pageable memory: src, taken at the call (freed with op) */
 	CUhostFn fn;
 	void *data;
 };
@@ -75,6 +83,12 @@ static bool op_matches(const struct fake_op *op, struct fake_ctx *ctx,
 	if (all || op->stream == stream)
 		return true;
 	return !stream && (!op->stream || op->stream->blocking);
+}
+
+static void op_free(struct fake_op *op)
+{
+	free(op->staged);
+	free(op);
 }
 
 static void op_unlink(struct fake_op *op)
@@ -97,6 +111,8 @@ static void op_run(struct fake_op *op)
 	}
 	pthread_mutex_lock(&fake_lock);
 	CUresult ok = fake_copy_valid(op->device_side, op->n);
+	if (ok == CUDA_SUCCESS && op->device_side2)
+		ok = fake_copy_valid(op->device_side2, op->n);
 	pthread_mutex_unlock(&fake_lock);
 	if (ok != CUDA_SUCCESS) {
 		fake_violation("queued work ran on memory at %#" PRIxPTR " no longer mapped",
@@ -105,6 +121,8 @@ static void op_run(struct fake_op *op)
 	}
 	if (op->kind == OP_COPY)
 		memmove(op->dst, op->src, op->n);
+	else if (op->width > 1)
+		fake_fill(op->dst, op->value_wide, op->width, op->n / op->width);
 	else
 		memset(op->dst, op->value, op->n);
 }
@@ -124,7 +142,7 @@ static void ops_run(struct fake_ctx *ctx, const struct fake_stream *stream, bool
 		if (!op)
 			return;
 		op_run(op);
-		free(op);
+		op_free(op);
 	}
 }
 
@@ -150,7 +168,7 @@ void fake_async_forget_ctx(struct fake_ctx *ctx)
 		struct fake_op *op = *pp;
 		if (op->ctx == ctx) {
 			*pp = op->next;
-			free(op);
+			op_free(op);
 		} else {
 			pp = &op->next;
 		}
@@ -167,9 +185,13 @@ void fake_async_closing(uintptr_t base, uint64_t size, const char *what)
 	pthread_mutex_lock(&async_lock);
 	for (struct fake_op **pp = &ops_head; *pp;) {
 		struct fake_op *op = *pp;
-		if (op->device_side && op->device_side >= base && op->device_side - base < size) {
+		bool touches =
+		    (op->device_side && op->device_side - base < size && op->device_side >= base) ||
+		    (op->device_side2 && op->device_side2 - base < size &&
+		     op->device_side2 >= base);
+		if (touches) {
 			*pp = op->next;
-			free(op);
+			op_free(op);
 			dropped++;
 		} else {
 			pp = &op->next;
@@ -247,6 +269,55 @@ FAKE_EXPORT CUresult cuStreamQuery(CUstream stream)
 	return ops_pending(fake_current(), s, UINT64_MAX) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
+/* An H100's range: 0 (least) to -5 (greatest). */
+#define FAKE_PRIORITY_LEAST    0
+#define FAKE_PRIORITY_GREATEST (-5)
+
+FAKE_EXPORT CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+	NEED_CONTEXT();
+	if (least)
+		*least = FAKE_PRIORITY_LEAST;
+	if (greatest)
+		*greatest = FAKE_PRIORITY_GREATEST;
+	return CUDA_SUCCESS;
+}
+
+/* Out of range priorities are clamped, as CUDA does. */
+FAKE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *stream, unsigned int flags, int priority)
+{
+	CUresult rc = cuStreamCreate(stream, flags);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct fake_stream *s = (struct fake_stream *)(void *)*stream;
+	s->priority = priority > FAKE_PRIORITY_LEAST      ? FAKE_PRIORITY_LEAST
+	              : priority < FAKE_PRIORITY_GREATEST ? FAKE_PRIORITY_GREATEST
+	                                                  : priority;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamGetFlags(CUstream stream, unsigned int *flags)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*flags = s && !s->blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamGetPriority(CUstream stream, int *priority)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*priority = s ? s->priority : FAKE_PRIORITY_LEAST;
+	return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuCtxSynchronize(void)
 {
 	NEED_CONTEXT();
@@ -266,22 +337,49 @@ static CUresult enqueue(CUstream stream, struct fake_op op)
 	if (op.kind != OP_HOST_FN) {
 		pthread_mutex_lock(&fake_lock);
 		rc = fake_copy_valid(op.device_side, op.n);
+		if (rc == CUDA_SUCCESS && op.device_side2)
+			rc = fake_copy_valid(op.device_side2, op.n);
 		pthread_mutex_unlock(&fake_lock);
 		if (rc != CUDA_SUCCESS)
 			return rc;
+	}
+	/* Pageable host memory (neither registered nor cuMemHostAlloc's): CUDA
+	 * stages a source at the call, and returns from a copy into it only
+	 * once the copy is done (the API's synchronisation rules). */
+	bool from_pageable = false, to_pageable = false;
+	if (op.kind == OP_COPY && !op.device_side2) {
+		uintptr_t host =
+		    op.device_side == (uintptr_t)op.dst ? (uintptr_t)op.src : (uintptr_t)op.dst;
+		uintptr_t b;
+		size_t sz;
+		unsigned f;
+		bool a;
+		bool pageable = !fake_host_lookup(host, &b, &sz, &f, &a);
+		from_pageable = pageable && host == (uintptr_t)op.src;
+		to_pageable = pageable && host == (uintptr_t)op.dst;
 	}
 	struct fake_op *p = malloc(sizeof(*p));
 	if (!p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*p = op;
+	if (from_pageable && op.n) {
+		if (!(p->staged = malloc(op.n))) {
+			free(p);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(p->staged, op.src, op.n);
+		p->src = p->staged;
+	}
 	p->ctx = fake_current();
 	p->stream = s;
 	p->next = NULL;
 	pthread_mutex_lock(&async_lock);
-	p->seq = ++ops_seq;
+	uint64_t seq = p->seq = ++ops_seq;
 	*ops_tail = p;
 	ops_tail = &p->next;
 	pthread_mutex_unlock(&async_lock);
+	if (to_pageable)
+		ops_run(p->ctx, s, false, seq);
 	return CUDA_SUCCESS;
 }
 
@@ -321,6 +419,30 @@ FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
 	if (!fn)
 		return CUDA_ERROR_INVALID_VALUE;
 	return enqueue(s, (struct fake_op){.kind = OP_HOST_FN, .fn = fn, .data = data});
+}
+
+CUresult fake_async_copy(CUstream s, void *dst, const void *src, size_t n, uintptr_t dev1,
+                         uintptr_t dev2)
+{
+	NEED_CONTEXT();
+	return enqueue(s, (struct fake_op){.kind = OP_COPY,
+	                                   .device_side = dev1,
+	                                   .device_side2 = dev2,
+	                                   .dst = dst,
+	                                   .src = src,
+	                                   .n = n});
+}
+
+CUresult fake_async_memset(CUstream s, uintptr_t dst, uint32_t value, unsigned width, size_t count)
+{
+	NEED_CONTEXT();
+	return enqueue(s, (struct fake_op){.kind = OP_MEMSET,
+	                                   .device_side = dst,
+	                                   .dst = (void *)dst,
+	                                   .n = count * width,
+	                                   .value = (unsigned char)value,
+	                                   .value_wide = value,
+	                                   .width = width});
 }
 
 /* ---- events ------------------------------------------------------------------- */
@@ -396,6 +518,21 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent event)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	ops_run(e->ctx, e->stream, false, e->seq);
 	return CUDA_SUCCESS;
+}
+
+/* Work queued on the stream after this waits for the event's work: the fake
+ * runs that work now (a device may run queued work at any time), which
+ * keeps the order without tracking dependencies between streams. */
+FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
+{
+	NEED_CONTEXT();
+	struct fake_stream *s;
+	CUresult rc = stream_of(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuEventSynchronize(event);
 }
 
 /* ---- for tests only ----------------------------------------------------------- */

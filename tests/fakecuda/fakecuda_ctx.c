@@ -295,16 +295,6 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, C
 	return CUDA_SUCCESS;
 }
 
-/* Every fake device reaches every other (one host memory behind them). */
-FAKE_EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
-{
-	NEED_INIT();
-	if (dev < 0 || dev >= fake_devices || peer < 0 || peer >= fake_devices)
-		return CUDA_ERROR_INVALID_DEVICE;
-	*can = dev != peer;
-	return CUDA_SUCCESS;
-}
-
 /* A context id, unique in this process (cuCtxGetId's are unique in it). */
 static uint64_t fake_ctx_ids;
 
@@ -477,6 +467,41 @@ FAKE_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx)
 	struct fake_ctx *c = fake_stack[--fake_depth];
 	if (pctx)
 		*pctx = (CUcontext)(void *)c;
+	return CUDA_SUCCESS;
+}
+
+/* Replaces the current context (the top of the stack); NULL pops it. */
+FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	NEED_INIT();
+	struct fake_ctx *c = (struct fake_ctx *)(void *)ctx;
+	if (c && (c->magic != CTX_MAGIC || !c->active))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!c) {
+		if (fake_depth)
+			fake_depth--;
+		return CUDA_SUCCESS;
+	}
+	if (fake_depth)
+		fake_stack[fake_depth - 1] = c;
+	else
+		fake_stack[fake_depth++] = c;
+	return CUDA_SUCCESS;
+}
+
+/* Every context speaks the API of cuCtxCreate_v2 (3.2), as a driver says of
+ * contexts made through it. */
+FAKE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+	NEED_INIT();
+	struct fake_ctx *c = ctx ? (struct fake_ctx *)(void *)ctx : fake_current();
+	if (!c || c->magic != CTX_MAGIC)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!c->active)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	if (!version)
+		return CUDA_ERROR_INVALID_VALUE;
+	*version = 3020;
 	return CUDA_SUCCESS;
 }
 

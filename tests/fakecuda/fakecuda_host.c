@@ -20,6 +20,7 @@ struct fake_host {
 	uintptr_t base;
 	size_t size;
 	unsigned flags;
+	bool allocated; /* by cuMemHostAlloc (fakecuda_copy.c), not registered */
 	struct fake_host *next;
 };
 
@@ -35,12 +36,8 @@ static struct fake_host *fake_host_find(uintptr_t p, size_t n)
 	return NULL;
 }
 
-FAKE_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
+CUresult fake_host_insert(void *p, size_t size, unsigned flags, bool allocated)
 {
-	NEED_CONTEXT();
-	INJECT("cuMemHostRegister");
-	if (!p || !size)
-		return CUDA_ERROR_INVALID_VALUE;
 	struct fake_host *h = calloc(1, sizeof(*h));
 	if (!h)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -52,27 +49,57 @@ FAKE_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int fla
 			return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
 		}
 	}
-	*h = (struct fake_host){(uintptr_t)p, size, flags, fake_hosts};
+	*h = (struct fake_host){(uintptr_t)p, size, flags, allocated, fake_hosts};
 	fake_hosts = h;
 	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuMemHostUnregister(void *p)
+CUresult fake_host_remove(void *p, bool allocated, size_t *size)
 {
-	NEED_CONTEXT();
 	pthread_mutex_lock(&fake_lock);
 	for (struct fake_host **pp = &fake_hosts; *pp; pp = &(*pp)->next) {
-		if ((*pp)->base == (uintptr_t)p) {
+		if ((*pp)->base == (uintptr_t)p && (*pp)->allocated == allocated) {
 			struct fake_host *h = *pp;
 			*pp = h->next;
 			pthread_mutex_unlock(&fake_lock);
+			if (size)
+				*size = h->size;
 			free(h);
 			return CUDA_SUCCESS;
 		}
 	}
 	pthread_mutex_unlock(&fake_lock);
-	return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	return allocated ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+bool fake_host_lookup(uintptr_t p, uintptr_t *base, size_t *size, unsigned *flags, bool *allocated)
+{
+	pthread_mutex_lock(&fake_lock);
+	struct fake_host *h = fake_host_find(p, 0);
+	if (h) {
+		*base = h->base;
+		*size = h->size;
+		*flags = h->flags;
+		*allocated = h->allocated;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return h != NULL;
+}
+
+FAKE_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
+{
+	NEED_CONTEXT();
+	INJECT("cuMemHostRegister");
+	if (!p || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake_host_insert(p, size, flags, false);
+}
+
+FAKE_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+	NEED_CONTEXT();
+	return fake_host_remove(p, false, NULL);
 }
 
 FAKE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int flags)
@@ -82,7 +109,7 @@ FAKE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, u
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
 	struct fake_host *h = fake_host_find((uintptr_t)p, 0);
-	bool mapped = h && (h->flags & CU_MEMHOSTREGISTER_DEVICEMAP);
+	bool mapped = h && (h->allocated || (h->flags & CU_MEMHOSTREGISTER_DEVICEMAP));
 	pthread_mutex_unlock(&fake_lock);
 	if (!mapped)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -95,7 +122,7 @@ CUresult fake_copy_valid(uintptr_t device_side, size_t n)
 {
 	struct fake_mem *m = fake_mem_find(device_side, n);
 	struct fake_host *h = m ? NULL : fake_host_find(device_side, n);
-	bool mapped = h && (h->flags & CU_MEMHOSTREGISTER_DEVICEMAP);
+	bool mapped = h && (h->allocated || (h->flags & CU_MEMHOSTREGISTER_DEVICEMAP));
 	return m || mapped ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -132,7 +159,7 @@ FAKE_EXPORT unsigned fakecuda_host_registrations(void)
 	unsigned n = 0;
 	pthread_mutex_lock(&fake_lock);
 	for (struct fake_host *h = fake_hosts; h; h = h->next)
-		n++;
+		n += !h->allocated;
 	pthread_mutex_unlock(&fake_lock);
 	return n;
 }

@@ -249,6 +249,31 @@ void fake_async_forget_ctx(struct fake_ctx *ctx);
  * it is a violation each, and dropped. */
 void fake_async_closing(uintptr_t base, uint64_t size, const char *what);
 
+/* ---- fakecuda_copy.c and what it uses of the others ------------------------- */
+
+/* Adds [p, + size) to this process's host memory known to CUDA: registered
+ * (cuMemHostRegister) or allocated (cuMemHostAlloc, mapped whatever its
+ * flags under unified addressing). CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+ * when it overlaps one (fakecuda_host.c). */
+CUresult fake_host_insert(void *p, size_t size, unsigned flags, bool allocated);
+/* Removes the registration (allocated false) or allocation starting at p,
+ * its size in *size (may be NULL): the refusal CUDA gives when there is none. */
+CUresult fake_host_remove(void *p, bool allocated, size_t *size);
+/* The host range that holds p: true and its base, size, flags, kind. */
+bool fake_host_lookup(uintptr_t p, uintptr_t *base, size_t *size, unsigned *flags, bool *allocated);
+/* Queues a copy whose sides dev1 and dev2 (0: host memory) must stay
+ * device memory until it runs; a memset of count elements of width bytes
+ * (fakecuda_async.c). */
+CUresult fake_async_copy(CUstream s, void *dst, const void *src, size_t n, uintptr_t dev1,
+                         uintptr_t dev2);
+CUresult fake_async_memset(CUstream s, uintptr_t dst, uint32_t value, unsigned width, size_t count);
+/* Writes count elements of width (1, 2, 4) bytes of value. */
+void fake_fill(void *dst, uint32_t value, unsigned width, size_t count);
+/* cuPointerGetAttribute past what fakecuda.c answers: m the device memory
+ * that holds ptr (a copy), or NULL when it is none. */
+CUresult fake_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
+                                const struct fake_mem *m);
+
 /* ---- for tests only (found with dlsym) ------------------------------------- */
 
 FAKE_EXPORT uint64_t fakecuda_violations(void);

@@ -576,9 +576,11 @@ static void broker_mapping(void)
 
 int main(int argc, char **argv)
 {
-	/* Two fake devices: peers to give access to. */
-	if (getenv("GPB_FAKE_CUDA"))
+	/* Two fake devices, peers: access to give. */
+	if (getenv("GPB_FAKE_CUDA")) {
 		setenv("FAKECUDA_DEVICES", "2", 0);
+		setenv("FAKECUDA_PEER", "1", 0);
+	}
 	gt_require_gpu(argc, argv);
 	if (argc == 3 && strcmp(argv[1], "hold") == 0)
 		return child_holds(atoi(argv[2]));

@@ -48,6 +48,26 @@ def test_arrays_come_from_the_broker_and_go_back(broker):
     assert cupy.cuda.get_allocator() == previous  # restored
 
 
+def test_empty_array_asks_nothing_of_the_broker(broker):
+    # CuPy asks the allocator for 0 bytes: a null pointer, no daemon call.
+    gcp, alloc, admin = broker
+    dev = admin.instance_info(alloc.instance()).device
+    before = admin.stats(dev).allocs
+    with gcp.using_allocator(alloc):
+        x = cupy.empty(0, dtype=cupy.float32)
+        assert x.size == 0 and x.data.ptr == 0
+        assert cupy.asnumpy(x).size == 0
+    assert admin.stats(dev).allocs == before
+
+
+def test_device_found_by_its_whole_uuid(broker):
+    # The driver's UUID (all 16 bytes, NULs included), not CuPy's property.
+    gcp, alloc, admin = broker
+    uuid = gcp._device_uuid(cupy.cuda.runtime.getDevice())
+    assert uuid and len(uuid) == len("GPU-") + 36
+    assert admin.device_index(uuid) == admin.instance_info(alloc.instance()).device
+
+
 def test_pool_statistics(broker):
     gcp, alloc, admin = broker
     with gcp.using_allocator(alloc):

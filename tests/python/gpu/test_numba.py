@@ -87,8 +87,12 @@ def test_memory_info_reflects_the_cap_in_active_mode(emm):
         assert info.total == cap
         assert cap <= admin.policy_info(admin.instance_info(mm.instance).device).capacity // 4 + 1
         assert info.free <= info.total
-        with pytest.raises(MemoryError):  # QuotaError: over the cap
+        with pytest.raises(MemoryError) as e:  # over the cap
             cuda.device_array(cap + (1 << 20), dtype="uint8")
+        # Numba's own out-of-memory error, the broker's as its cause.
+        from numba.cuda.cudadrv.driver import CudaAPIError
+        assert isinstance(e.value, CudaAPIError)
+        assert isinstance(e.value.broker_error, gpubroker.QuotaError)
     finally:
         admin.set_auto(mm.instance)
         admin.set_mode("passive")

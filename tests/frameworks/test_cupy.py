@@ -1,0 +1,156 @@
+"""gpubroker.cupy, the CuPy allocator, with the real CuPy imported, on the
+fake driver (suite frameworks).
+
+CuPy's runtime cannot start on the fake: libcudart asks the driver for
+cuGetExportTable (NVIDIA's private, undocumented tables), which the fake
+does not have, and cudaGetDeviceCount then fails with
+cudaErrorCallRequiresNewerDriver (test_runtime_cannot_start_on_the_fake
+checks that this is still so). So arrays, kernels and CuPy's own copies are
+the gpu suite's (tests/python/gpu/test_cupy.py); here the allocator's
+contract with CuPy's memory classes: UnownedMemory, MemoryPointer,
+set_allocator, using_allocator, the pool statistics, size 0, and the device
+found by its UUID. The current device, the one thing the bridge asks CuPy's
+runtime, is device 0 (patched)."""
+
+import ctypes
+import gc
+
+import pytest
+
+import cupy
+
+import gpubroker
+import gpubroker.cupy as gcp
+from conftest import MiB
+
+FAKE_UUID = "GPU-facecda0-0000-4000-8000-000000000000"  # NUL bytes 4 and 5
+
+
+def test_runtime_cannot_start_on_the_fake():
+    with pytest.raises(cupy.cuda.runtime.CUDARuntimeError) as e:
+        cupy.cuda.runtime.getDeviceCount()
+    assert "cudaErrorCallRequiresNewerDriver" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def broker(fake_daemon):
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gcp, "_current_device", lambda: 0)
+    alloc = gcp.BrokerAllocator(name="cupy-test")
+    with gpubroker.Client(fake_daemon.socket, "observer") as admin:
+        yield alloc, admin
+    alloc.close()
+    mp.undo()
+
+
+def test_size_zero_asks_nothing_of_the_daemon(fake_daemon):
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gcp, "_current_device", lambda: 0)
+    try:
+        alloc = gcp.BrokerAllocator(name="cupy-zero")
+        with gpubroker.Client(fake_daemon.socket, "observer") as admin:
+            before = admin.stats(0)
+            alloc.client.close()  # a daemon call would fail now
+            p = alloc(0)
+            assert isinstance(p, cupy.cuda.MemoryPointer)
+            assert isinstance(p.mem, cupy.cuda.UnownedMemory)
+            assert p.ptr == 0 and p.mem.size == 0 and p.device_id == 0
+            assert alloc._instances == {}  # not even registered
+            assert admin.stats(0).allocs == before.allocs
+    finally:
+        mp.undo()
+
+
+def test_uuid_comes_whole_from_the_driver(broker, monkeypatch):
+    alloc, admin = broker
+    # CuPy's property is cut at the first NUL: what it gives for the fake.
+    monkeypatch.setattr(cupy.cuda.runtime, "getDeviceProperties",
+                        lambda d: {"uuid": b"\xfa\xce\xcd\xa0"}, raising=False)
+    assert gcp._device_uuid(0) == FAKE_UUID
+    inst = alloc.instance(0)
+    assert admin.instance_info(inst).device == admin.device_index(FAKE_UUID)
+    # Without the driver's answer the cut property gives no UUID at all.
+    monkeypatch.setattr(gcp, "_driver_uuid", lambda d: None)
+    assert gcp._device_uuid(0) is None
+
+
+def test_allocations_are_broker_memory_in_cupy_classes(broker):
+    alloc, admin = broker
+    before = admin.instance_info(alloc.instance()).used
+    p = alloc(3 * MiB + 5)
+    assert isinstance(p, cupy.cuda.MemoryPointer) and isinstance(p.mem, cupy.cuda.UnownedMemory)
+    assert p.device_id == 0 and p.mem.size == 3 * MiB + 5
+    a = p.mem._owner  # the gpubroker.Allocation, alive while CuPy holds the memory
+    assert isinstance(a, gpubroker.Allocation) and a.ptr == p.ptr
+    assert admin.instance_info(alloc.instance()).used >= before + 3 * MiB + 5
+    # The bytes: written through the library, read through the driver.
+    a.write(b"gpubroker", offset=100)
+    cu = ctypes.CDLL("libcuda.so.1")
+    buf = ctypes.create_string_buffer(9)
+    view = p + 100  # MemoryPointer arithmetic keeps the memory
+    assert view.ptr == p.ptr + 100 and view.mem is p.mem
+    ctx = ctypes.c_void_p()
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0  # as CuPy's runtime would
+    assert cu.cuCtxPushCurrent_v2(ctx) == 0
+    try:
+        assert cu.cuMemcpyDtoH_v2(buf, ctypes.c_uint64(view.ptr), ctypes.c_size_t(9)) == 0
+    finally:
+        cu.cuCtxPopCurrent_v2(None)
+        cu.cuDevicePrimaryCtxRelease_v2(0)
+    assert buf.raw == b"gpubroker"
+    del p, view, a
+    gc.collect()
+    assert admin.instance_info(alloc.instance()).used == before
+
+
+def test_set_allocator_and_using_allocator(broker):
+    alloc, admin = broker
+    previous = cupy.cuda.get_allocator()
+    inst = alloc.instance()
+    with gcp.using_allocator(alloc) as got:
+        assert got is alloc and cupy.cuda.get_allocator() is alloc
+        mem = cupy.cuda.memory.alloc(MiB)  # CuPy's entry point, our allocator
+        assert isinstance(mem.mem, cupy.cuda.UnownedMemory)
+        assert admin.instance_info(inst).used >= MiB
+        del mem
+        gc.collect()
+        assert admin.instance_info(inst).used == 0
+    assert cupy.cuda.get_allocator() == previous  # restored
+    cupy.cuda.set_allocator(alloc)
+    try:
+        mem = cupy.cuda.memory.alloc(2 * MiB)
+        assert admin.instance_info(inst).used >= 2 * MiB
+        del mem
+        gc.collect()
+    finally:
+        cupy.cuda.set_allocator(previous)
+    assert admin.instance_info(inst).used == 0
+
+
+def test_pool_statistics_are_the_daemon_pool(broker):
+    alloc, admin = broker
+    keep = alloc(MiB)
+    dev = admin.instance_info(alloc.instance()).device
+    st = admin.stats(dev)
+    assert alloc.used_bytes() == st.used >= MiB
+    assert alloc.free_bytes() == st.free
+    assert alloc.total_bytes() == st.reserved == alloc.used_bytes() + alloc.free_bytes()
+    assert alloc.n_free_blocks() == st.free_blocks
+    assert alloc.get_limit() == alloc.mem_info().cap == admin.instance_info(alloc.instance()).cap
+    del keep
+    gc.collect()
+    assert alloc.used_bytes() == admin.stats(dev).used
+
+
+def test_quota_is_a_memory_error(broker):
+    alloc, admin = broker
+    admin.set_mode("active")
+    try:
+        admin.set_proportion(alloc.instance(), 0.1)
+        cap = admin.instance_info(alloc.instance()).cap
+        with pytest.raises(MemoryError):
+            alloc(cap + MiB)
+        assert admin.instance_info(alloc.instance()).used == 0
+    finally:
+        admin.set_auto(alloc.instance())
+        admin.set_mode("passive")

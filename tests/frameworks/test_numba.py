@@ -1,0 +1,219 @@
+"""gpubroker.numba, the Numba EMM plugin, under the real Numba on the fake
+driver (suite frameworks): numba-cuda with both settings of
+NUMBA_CUDA_USE_NVIDIA_BINDING and Debian's Numba 0.56. Memory paths only:
+the fake runs no kernels (those are the gpu suite's, tests/python/gpu)."""
+
+import gc
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from numba import cuda
+from numba.cuda.cudadrv import driver as numba_driver
+
+import gpubroker
+from conftest import MiB, harness
+
+OOM = "CUDA_ERROR_OUT_OF_MEMORY"
+
+
+@pytest.fixture(scope="module")
+def emm(fake_daemon):
+    from gpubroker.numba import GpubrokerMemoryManager
+
+    cuda.set_memory_manager(GpubrokerMemoryManager)
+    ctx = cuda.current_context()
+    mm = ctx.memory_manager
+    with gpubroker.Client(fake_daemon.socket, "observer") as admin:
+        yield ctx, mm, admin
+
+
+def used(admin, mm):
+    return admin.instance_info(mm.instance).used
+
+
+def broker_allocation(mm, devary):
+    """The broker allocation behind a device array (the plugin's record)."""
+    return mm._live[devary.__cuda_array_interface__["data"][0]]
+
+
+def test_plugin_is_the_context_memory_manager(emm):
+    ctx, mm, admin = emm
+    from gpubroker.numba import GpubrokerMemoryManager
+
+    assert isinstance(mm, GpubrokerMemoryManager) and mm.interface_version == 1
+    info = admin.instance_info(mm.instance)
+    assert info.name == "numba-%d" % os.getpid()
+    # Registered by UUID: the fake's holds NUL bytes (GPU-facecda0-0000-...).
+    assert admin.device_index(ctx.device.uuid) == info.device
+
+
+DTYPES = ["uint8", "int16", "int32", "int64", "float32", "float64", "complex128", "bool"]
+SHAPES = [(1,), (1000,), (7, 13), (4, 5, 6), (3, 1 << 16)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_round_trip(emm, dtype, shape):
+    _, mm, admin = emm
+    rng = np.random.default_rng(sum(shape) * 31 + DTYPES.index(dtype))
+    host = (rng.integers(0, 255, size=shape) * 1.25).astype(dtype)
+    before = used(admin, mm)
+    d = cuda.to_device(host)
+    assert used(admin, mm) >= before + host.nbytes  # the broker made it
+    # The device bytes, read through libgpubroker rather than Numba.
+    assert broker_allocation(mm, d).read(host.nbytes) == host.tobytes()
+    back = d.copy_to_host()
+    assert back.dtype == host.dtype and back.shape == host.shape
+    assert np.array_equal(back, host)
+    # copy_to_host into an array of ours, and a copy from the host onto it.
+    out = np.empty_like(host)
+    d.copy_to_host(out)
+    assert np.array_equal(out, host)
+    other = host[::-1].copy() if host.ndim == 1 else np.zeros_like(host)
+    d.copy_to_device(other)
+    assert np.array_equal(d.copy_to_host(), other)
+    del d
+    gc.collect()
+    assert used(admin, mm) == before
+
+
+def test_empty_array_needs_no_broker_memory(emm):
+    _, mm, admin = emm
+    st = admin.stats(admin.instance_info(mm.instance).device)
+    d = cuda.to_device(np.empty(0, dtype="float32"))
+    assert d.size == 0 and d.copy_to_host().size == 0
+    assert admin.stats(admin.instance_info(mm.instance).device).allocs == st.allocs
+
+
+def test_device_array_comes_and_goes(emm):
+    _, mm, admin = emm
+    before = used(admin, mm)
+    arr = cuda.device_array((256, 1024), dtype="float64")
+    assert used(admin, mm) >= before + 256 * 1024 * 8
+    arr.copy_to_device(np.full((256, 1024), 2.5))
+    assert (arr.copy_to_host() == 2.5).all()
+    del arr
+    gc.collect()
+    assert used(admin, mm) == before
+
+
+def test_memory_info_is_the_instance_view(emm):
+    ctx, mm, admin = emm
+    mine = mm.client.mem_info(mm.instance)
+    info = ctx.get_memory_info()
+    assert (info.total, info.free) == (mine.cap, mine.free)
+    arr = cuda.device_array(4 * MiB, dtype="uint8")
+    after = ctx.get_memory_info()
+    assert after.total == info.total and after.free <= info.free - 4 * MiB
+    del arr
+    gc.collect()
+
+
+def test_over_the_cap_in_active_mode(emm):
+    ctx, mm, admin = emm
+    dev = admin.instance_info(mm.instance).device
+    admin.set_mode("active")
+    try:
+        admin.set_proportion(mm.instance, 0.25)
+        cap = admin.instance_info(mm.instance).cap
+        assert cap <= admin.policy_info(dev).capacity // 4 + 1
+        assert ctx.get_memory_info().total == cap
+        before, st = used(admin, mm), admin.stats(dev)
+        with pytest.raises(numba_driver.CudaAPIError) as e:
+            cuda.device_array(cap + MiB, dtype="uint8")
+        # Numba's own out-of-memory error: the code its manager raises.
+        assert getattr(e.value.code, "name", None) == OOM or e.value.code == 2
+        assert isinstance(e.value, MemoryError)
+        assert isinstance(e.value.broker_error, gpubroker.QuotaError)
+        # The daemon is consistent: nothing held, and it still serves.
+        assert used(admin, mm) == before and admin.stats(dev).used == st.used
+        ok = cuda.device_array(MiB, dtype="uint8")
+        assert used(admin, mm) >= before + MiB
+        del ok
+        gc.collect()
+        assert used(admin, mm) == before
+    finally:
+        admin.set_auto(mm.instance)
+        admin.set_mode("passive")
+
+
+def test_defer_cleanup_holds_frees(emm):
+    _, mm, admin = emm
+    before = used(admin, mm)
+    with cuda.defer_cleanup():
+        arr = cuda.device_array(MiB, dtype="uint8")
+        del arr
+        gc.collect()
+        with cuda.defer_cleanup():  # nested: released with the outermost only
+            pass
+        assert used(admin, mm) >= before + MiB  # held back
+    assert used(admin, mm) == before
+
+
+def test_ipc_handle_opens_in_another_process(emm, fake_daemon):
+    _, mm, admin = emm
+    host = np.arange(1000, dtype="float32") * 3 + 7
+    arr = cuda.to_device(host)
+    handle = arr.get_ipc_handle()
+    code = textwrap.dedent("""
+        import pickle, sys
+        from numba import cuda
+        h = pickle.loads(bytes.fromhex(sys.argv[1]))
+        with h as child:
+            host = child.copy_to_host()
+        print(host.dtype, host.shape[0], float(host[0]), float(host[999]))
+        """)
+    r = harness.run_python(code, pickle.dumps(handle).hex())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["float32", "1000", "7.0", "3004.0"]
+    # The child's attachment ended with it; ours is intact.
+    assert np.array_equal(arr.copy_to_host(), host)
+
+
+CHILD = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    from numba import cuda
+    mm = cuda.current_context().memory_manager
+    print(type(mm).__module__ + "." + type(mm).__name__, flush=True)
+    keep = [cuda.to_device(np.ones(n, dtype="float64")) for n in (1000, 1 << 18, 1 << 20)]
+    keep.append(cuda.device_array((64, 64), dtype="int32"))
+    print(mm.instance, sum(k.nbytes for k in keep), flush=True)
+    if sys.argv[1] == "exit":
+        os._exit(0)  # no finalizer runs
+    sys.stdin.read()  # until killed
+    """)
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_allocations_return_when_the_process_ends(emm, fake_daemon, how):
+    # NUMBA_CUDA_MEMORY_MANAGER=gpubroker.numba: Numba imports the plugin.
+    _, mm, admin = emm
+    dev = admin.instance_info(mm.instance).device
+    before = admin.stats(dev)
+    env = dict(harness.child_env(), NUMBA_CUDA_MEMORY_MANAGER="gpubroker.numba")
+    p = subprocess.Popen([sys.executable, "-c", CHILD, how], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "gpubroker.numba.GpubrokerMemoryManager", \
+            p.stderr.read() if p.poll() is not None else ""
+        inst, nbytes = (int(v) for v in p.stdout.readline().split())
+        assert admin.instance_info(inst).used >= nbytes
+        assert admin.stats(dev).used >= before.used + nbytes
+        if how == "kill":
+            p.send_signal(signal.SIGKILL)
+        p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert harness.wait_until(lambda: admin.stats(dev).used == before.used), admin.stats(dev)
+    assert admin.stats(dev).live == before.live
+    with pytest.raises(gpubroker.NotFoundError):
+        admin.instance_info(inst)
