@@ -74,6 +74,21 @@ static const struct cuda_api_sym cuda_api_pool_syms[] = {
     SYM(MemPoolImportPointer, "cuMemPoolImportPointer", NULL),
 };
 
+static const struct cuda_api_sym cuda_api_vmm_syms[] = {
+    SYM(MemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL),
+    SYM(MemCreate, "cuMemCreate", NULL),
+    SYM(MemRelease, "cuMemRelease", NULL),
+    SYM(MemExportToShareableHandle, "cuMemExportToShareableHandle", NULL),
+    SYM(MemImportFromShareableHandle, "cuMemImportFromShareableHandle", NULL),
+    SYM(MemAddressReserve, "cuMemAddressReserve", NULL),
+    SYM(MemAddressFree, "cuMemAddressFree", NULL),
+    SYM(MemMap, "cuMemMap", NULL),
+    SYM(MemUnmap, "cuMemUnmap", NULL),
+    SYM(MemSetAccess, "cuMemSetAccess", NULL),
+    SYM(MemGetAccess, "cuMemGetAccess", NULL),
+    SYM(DeviceCanAccessPeer, "cuDeviceCanAccessPeer", NULL),
+};
+
 /* Each optional on its own (legacy-default-stream names, as above). */
 static const struct cuda_api_sym cuda_api_optional_syms[] = {
     SYM(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", NULL),
@@ -113,6 +128,17 @@ static const char *cuda_api_resolve(void *lib, const struct cuda_api_sym *syms, 
 	return NULL;
 }
 
+/* Resolves an optional group: all of it (true), or none (false). */
+static bool cuda_api_resolve_all(void *lib, const struct cuda_api_sym *syms, size_t n,
+                                 struct cuda_api *api)
+{
+	if (!cuda_api_resolve(lib, syms, n, api))
+		return true;
+	for (size_t i = 0; i < n; i++)
+		memset((char *)api + syms[i].offset, 0, sizeof(void (*)(void)));
+	return false;
+}
+
 int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *init_rc)
 {
 	memset(api, 0, sizeof(*api));
@@ -134,14 +160,12 @@ int cuda_api_load(struct cuda_api *api, char *why, size_t why_len, CUresult *ini
 		return -1;
 	}
 	/* Without every pool entry point, none: allocator "async" is then
-	 * refused rather than half there. */
-	const size_t npool = sizeof(cuda_api_pool_syms) / sizeof(cuda_api_pool_syms[0]);
-	api->has_pools = !cuda_api_resolve(lib, cuda_api_pool_syms, npool, api);
-	if (!api->has_pools) {
-		for (size_t i = 0; i < npool; i++)
-			memset((char *)api + cuda_api_pool_syms[i].offset, 0,
-			       sizeof(void (*)(void)));
-	}
+	 * refused rather than half there. Likewise VMM: transport ipc. */
+	api->has_pools =
+	    cuda_api_resolve_all(lib, cuda_api_pool_syms,
+	                         sizeof(cuda_api_pool_syms) / sizeof(cuda_api_pool_syms[0]), api);
+	api->has_vmm = cuda_api_resolve_all(
+	    lib, cuda_api_vmm_syms, sizeof(cuda_api_vmm_syms) / sizeof(cuda_api_vmm_syms[0]), api);
 	const size_t nopt = sizeof(cuda_api_optional_syms) / sizeof(cuda_api_optional_syms[0]);
 	for (size_t i = 0; i < nopt; i++)
 		cuda_api_resolve(lib, &cuda_api_optional_syms[i], 1, api);

@@ -69,6 +69,21 @@ struct cuda_api {
 	PFN_cuMemPoolExportPointer_v11020 MemPoolExportPointer;
 	PFN_cuMemPoolImportPointer_v11020 MemPoolImportPointer;
 
+	/* Virtual memory management (CUDA 10.2), for the "vmm" transport.
+	 * Optional: NULL when the driver lacks them (has_vmm false). */
+	bool has_vmm;
+	PFN_cuMemGetAllocationGranularity_v10020 MemGetAllocationGranularity;
+	PFN_cuMemCreate_v10020 MemCreate;
+	PFN_cuMemRelease_v10020 MemRelease;
+	PFN_cuMemExportToShareableHandle_v10020 MemExportToShareableHandle;
+	PFN_cuMemImportFromShareableHandle_v10020 MemImportFromShareableHandle;
+	PFN_cuMemAddressReserve_v10020 MemAddressReserve;
+	PFN_cuMemAddressFree_v10020 MemAddressFree;
+	PFN_cuMemMap_v10020 MemMap;
+	PFN_cuMemUnmap_v10020 MemUnmap;
+	PFN_cuMemSetAccess_v10020 MemSetAccess;
+	PFN_cuMemGetAccess_v10020 MemGetAccess;
+	PFN_cuDeviceCanAccessPeer_v4000 DeviceCanAccessPeer;
 	/* cuDeviceGetUuid before CUDA 11.4, which answers a MIG instance's
 	 * parent GPU (the _v2 above answers the instance): how a MIG instance
 	 * is told apart. Optional: NULL when the driver lacks it. */
@@ -95,8 +110,8 @@ struct cuda_api {
 
 /*
  * Loads libcuda.so.1 and every entry point above (the pool ones only where
- * the driver has all of them: has_pools; the optional ones where the
- * driver has them), then calls cuInit(0) and
+ * the driver has all of them: has_pools; the VMM ones likewise: has_vmm;
+ * the optional ones where the driver has them), then calls cuInit(0) and
  * cuDriverGetVersion. Returns 0, or -1 with the reason in why (the dlerror
  * text, the missing symbol, or the CUresult name of cuInit's failure) and
  * the api left unloaded. *init_rc (may be NULL) receives cuInit's result

@@ -49,6 +49,8 @@ static void usage(FILE *out)
 	    "      --socket-mode MODE     octal mode of the socket (default 0660)\n"
 	    "      --socket-group GROUP   group of the socket (default gpubroker, if it exists)\n"
 	    "  -b, --backend KIND         auto, sim or cuda (default auto)\n"
+	    "      --cuda-transport T     auto, vmm or ipc: how clients map cuda slabs\n"
+	    "                             (default auto: vmm where the device can)\n"
 	    "      --sim-devices N        simulated devices (default 1)\n"
 	    "      --sim-memory SIZE      memory per simulated device (default 16GiB)\n"
 	    "      --slab-size SIZE       pool slab size, a multiple of 2MiB (default 64MiB)\n"
@@ -78,6 +80,7 @@ static int parse_cmdline(int argc, char **argv, struct cmdline *cl)
 	    {"socket-mode", required_argument, NULL, 0},
 	    {"socket-group", required_argument, NULL, 0},
 	    {"backend", required_argument, NULL, 'b'},
+	    {"cuda-transport", required_argument, NULL, 0},
 	    {"sim-devices", required_argument, NULL, 0},
 	    {"sim-memory", required_argument, NULL, 0},
 	    {"slab-size", required_argument, NULL, 0},
@@ -227,7 +230,8 @@ int main(int argc, char **argv)
 	struct backend_config bcfg = {.sim_devices = cfg.sim_devices,
 	                              .sim_memory = cfg.sim_memory,
 	                              .reserve = cfg.reserve,
-	                              .reserve_explicit = cfg.set & (1ull << CONF_RESERVE)};
+	                              .reserve_explicit = cfg.set & (1ull << CONF_RESERVE),
+	                              .cuda_transport = cfg.cuda_transport};
 	struct backend *backend;
 	int rc = backend_create(cfg.backend, &bcfg, &backend);
 	if (rc < 0) {

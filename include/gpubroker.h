@@ -105,6 +105,10 @@ int gpb_connect(const char *path, const char *name, gpb_client **out);
  * Closes the connection, unmaps every slab this client mapped and frees the
  * client. The daemon releases every allocation and instance the connection
  * held. Pointers obtained through this client become invalid. NULL is a no-op.
+ * With cuda slabs it tells the daemon, after unmapping, that they are
+ * unmapped (the "goodbye" request, one round trip): a connection that ends
+ * without it (a killed process) keeps VMM slabs counted against their device
+ * until its process exits. May overwrite gpb_last_error().
  */
 void gpb_disconnect(gpb_client *client);
 

@@ -159,6 +159,7 @@ const char *const proto_fields[] = {
     PROTO_F_TOKEN,
     PROTO_F_TOTAL,
     PROTO_F_TOTALS,
+    PROTO_F_TRANSPORT,
     PROTO_F_TYPE,
     PROTO_F_UID,
     PROTO_F_UNCHUNKABLE,
@@ -169,6 +170,7 @@ const char *const proto_fields[] = {
     PROTO_F_VERSION,
     PROTO_F_VERSIONS,
     PROTO_F_VIOLATION,
+    PROTO_F_VMM,
     PROTO_F_WAIT_MS,
     PROTO_F_WAITED_MS,
     PROTO_F_WAITS,
@@ -182,7 +184,7 @@ const char *const proto_values[] = {
     PROTO_V_MODE_ACTIVE,   PROTO_V_MODE_PASSIVE,     PROTO_V_ALLOC_POOL,    PROTO_V_ALLOC_DIRECT,
     PROTO_V_ALLOC_ASYNC,   PROTO_V_BACKEND_SIM,      PROTO_V_BACKEND_CUDA,  PROTO_V_SERVER,
     PROTO_V_GROUP_DEFAULT, PROTO_V_LIMIT_MAX_QUEUED, PROTO_V_LIMIT_CLIENTS, PROTO_V_LIMIT_PER_UID,
-    PROTO_V_LIMIT_FILES,
+    PROTO_V_LIMIT_FILES,   PROTO_V_TRANSPORT_VMM,    PROTO_V_TRANSPORT_IPC, PROTO_V_TRANSPORT_MEMFD,
 };
 const unsigned proto_value_count = sizeof(proto_values) / sizeof(proto_values[0]);
 

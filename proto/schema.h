@@ -99,6 +99,7 @@ const char *proto_code_name(int code);
 #define PROTO_M_PARTITION_CREATE  "partition_create"
 #define PROTO_M_PARTITION_DESTROY "partition_destroy"
 #define PROTO_M_PARTITIONS        "partitions"
+#define PROTO_M_GOODBYE           "goodbye"
 
 enum proto_op_flags {
 	PROTO_OPF_BEFORE_HELLO = 1u << 0, /* allowed before the handshake (hello only) */
@@ -145,7 +146,8 @@ enum proto_op_flags {
 	X(INVALIDATE_DONE, 0)                                                                      \
 	X(PARTITION_CREATE, PROTO_OPF_ADMIN)                                                       \
 	X(PARTITION_DESTROY, PROTO_OPF_ADMIN)                                                      \
-	X(PARTITIONS, 0)
+	X(PARTITIONS, 0)                                                                           \
+	X(GOODBYE, 0)
 
 #define PROTO_OP_ENUM_(id, flags) PROTO_OP_##id,
 enum proto_op { PROTO_OPS(PROTO_OP_ENUM_) PROTO_OP_COUNT };
@@ -292,6 +294,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_TOKEN              "token"
 #define PROTO_F_TOTAL              "total"
 #define PROTO_F_TOTALS             "totals"
+#define PROTO_F_TRANSPORT          "transport"
 #define PROTO_F_TYPE               "type"
 #define PROTO_F_UID                "uid"
 #define PROTO_F_UNCHUNKABLE        "unchunkable"
@@ -302,6 +305,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_VERSION            "version"
 #define PROTO_F_VERSIONS           "versions"
 #define PROTO_F_VIOLATION          "violation"
+#define PROTO_F_VMM                "vmm"
 #define PROTO_F_WAIT_MS            "wait_ms"
 #define PROTO_F_WAITED_MS          "waited_ms"
 #define PROTO_F_WAITS              "waits"
@@ -471,6 +475,9 @@ extern const unsigned proto_event_count;
 #define PROTO_V_ALLOC_ASYNC      "async"
 #define PROTO_V_BACKEND_SIM      "sim" /* hello and status "backend" */
 #define PROTO_V_BACKEND_CUDA     "cuda"
+#define PROTO_V_TRANSPORT_VMM    "vmm" /* status and devices "transport" */
+#define PROTO_V_TRANSPORT_IPC    "ipc"
+#define PROTO_V_TRANSPORT_MEMFD  "memfd"
 #define PROTO_V_SERVER           "gpubrokerd" /* hello "server" */
 #define PROTO_V_GROUP_DEFAULT    "default"    /* the group of an instance that names none */
 #define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit", as are hello's limits and: */

@@ -53,12 +53,23 @@ int client_create(const char *path, gpb_client **out)
 
 void client_destroy(gpb_client *c)
 {
+	const struct slab_opener *opener = c->track.opener;
+	bool held = c->track.slabs.count > 0;
+
 	/* Unmapping first: once the socket closes the daemon releases what
 	 * the connection held and may free its slabs, and CUDA memory must
 	 * not be freed under an open IPC mapping, nor while work queued on it
 	 * may still run. */
 	client_pending_drop(c);
 	track_finish_all(&c->track);
+	track_finish(&c->track);
+	/* Then saying so: without goodbye the daemon keeps device memory
+	 * that a process can keep mapped (cuda VMM slabs) counted until this
+	 * process exits. The track is empty again for events read meanwhile;
+	 * a daemon that does not know goodbye, or is gone, changes nothing. */
+	track_init(&c->track, opener);
+	if (held && opener && opener->close_first)
+		client_call(c, PROTO_M_GOODBYE, cJSON_CreateObject(), NULL, NULL);
 	track_finish(&c->track);
 	hostmem_finish(c);
 	idmap_finish(&c->hosts);

@@ -1,7 +1,8 @@
 /*
- * cuda.c - the library's side of the cuda backend: opening slabs from their
- * legacy IPC handles or, with allocator "async", as pointers of a memory pool
- * the daemon shares, and the host copy helpers.
+ * cuda.c - the library's side of the cuda backend: opening slabs from the
+ * descriptor of their memory (transport "vmm", cuda_vmm.c), from their
+ * legacy IPC handles (transport "ipc") or, with allocator "async", as
+ * pointers of a memory pool the daemon shares, and the host copy helpers.
  *
  * The driver is loaded at run time (common/cudaapi.c), once per process and
  * only when a daemon with the cuda backend hands this process a slab: the
@@ -34,8 +35,8 @@
  * of the slab's user on the device comes as a descriptor with each slab
  * handle; the process imports each pool once (cuMemPoolImportFromShareableHandle;
  * pools told apart by the file the descriptor names) and keeps it while any
- * mapping from it lives, the descriptors of later slabs being closed unused. Each slab is cuMemPoolImportPointer of the
- * pool and its export data, released with cuMemFree, which is how an
+ * mapping from it lives, the descriptors of later slabs being closed unused. Each slab is
+ * cuMemPoolImportPointer of the pool and its export data, released with cuMemFree, which is how an
  * importer lets go of a pool pointer.
  */
 #include "error.h"
@@ -49,6 +50,7 @@
 #include <sys/stat.h>
 
 #include "cuda_ctx.h"
+#include "cuda_vmm.h"
 #include "cudaapi.h"
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
@@ -104,7 +106,9 @@ struct cuda_mapping {
 	CUdevice dev;
 	struct cuda_ctx *cctx; /* the process's context of dev (cuda_ctx.c) */
 	CUdeviceptr ptr;
-	struct cuda_pool *pool; /* a pool pointer's: its pool; else NULL */
+	struct cuda_pool *pool;             /* a pool pointer's: its pool; else NULL */
+	size_t vmm_mapped;                  /* transport vmm: the bytes mapped; else 0 */
+	uint8_t vmm_tag[PROTO_HANDLE_SIZE]; /* vmm: the slab's handle (cuda_vmm_keep) */
 };
 
 /* A reference to the pool fd names on the device, imported from fd when
@@ -177,9 +181,31 @@ static void cuda_pool_put(struct cuda_pool *p)
 }
 
 /* Maps the slab's memory into m->ptr (m's context current). */
-static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd, bool pool)
+static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd,
+                       const struct slab_target *where, uint64_t size)
 {
 	CUresult rc;
+	if (where->vmm) {
+		const char *what;
+		if (!cuda.has_vmm)
+			return error_set(GPB_E_BACKEND,
+			                 "the daemon serves VMM memory (transport vmm), but this "
+			                 "process's CUDA driver has no virtual memory management");
+		int kept;
+		if (cuda_vmm_keep(handle, fd, &kept) < 0)
+			return fd < 0 ? error_set(GPB_E_PROTOCOL,
+			                          "a vmm slab came without its descriptor")
+			              : error_set_errno(GPB_E_SYSTEM, errno,
+			                                "copy of a slab descriptor");
+		rc = cuda_vmm_map(&cuda, m->dev, kept, size, &m->ptr, &m->vmm_mapped, &what);
+		if (rc != CUDA_SUCCESS) {
+			cuda_vmm_unkeep(handle);
+			return cuda_error(rc, what);
+		}
+		memcpy(m->vmm_tag, handle, PROTO_HANDLE_SIZE);
+		return 0;
+	}
+	bool pool = where->pool;
 	if (!pool) {
 		CUipcMemHandle h;
 		memcpy(&h, handle, sizeof(h));
@@ -207,6 +233,12 @@ static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd, bo
 static int cuda_unimport(struct cuda_mapping *m, void *unused)
 {
 	(void)unused;
+	if (m->vmm_mapped) {
+		cuda_vmm_unmap(&cuda, m->ptr, m->vmm_mapped);
+		cuda_vmm_unkeep(m->vmm_tag);
+		m->vmm_mapped = 0;
+		return 0;
+	}
 	if (!m->pool) {
 		cuda.IpcCloseMemHandle(m->ptr);
 		return 0;
@@ -302,7 +334,7 @@ static int cuda_mapping_new(struct cuda_mapping **out)
 struct cuda_open_args {
 	const uint8_t *handle;
 	int fd;
-	bool pool;
+	const struct slab_target *where;
 	uint64_t size;
 };
 
@@ -315,9 +347,9 @@ static int cuda_open_here(struct cuda_mapping *m, void *arg)
 	CUresult rc;
 	int err;
 
-	err = cuda_import(m, a->handle, a->fd, a->pool);
-	if (err < 0)
-		return err;
+	err = cuda_import(m, a->handle, a->fd, a->where, a->size);
+	if (err < 0 || m->vmm_mapped)
+		return err; /* vmm: the range is the one this process reserved */
 	/* The handle maps a whole driver allocation: a block the driver
 	 * packed small allocations into, or a pool's segment, which may start
 	 * before the slab and hold more. It must contain the slab the daemon
@@ -339,8 +371,7 @@ static int cuda_open_here(struct cuda_mapping *m, void *arg)
 static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
                      void **base, void **priv)
 {
-	struct cuda_open_args args = {
-	    .handle = handle, .fd = fd, .pool = where->pool, .size = size};
+	struct cuda_open_args args = {.handle = handle, .fd = fd, .where = where, .size = size};
 	struct cuda_mapping *m;
 	int err;
 
@@ -374,6 +405,10 @@ static void cuda_close(void *base, uint64_t size, void *priv)
 		cuda_in_context(m, false, cuda_unimport, NULL);
 	else if (m->pool)
 		cuda_pool_put(m->pool);
+	else if (m->vmm_mapped)
+		/* The mapping may outlive the context (VMM ranges are the
+		 * process's): undone without one, harmless if it is gone. */
+		cuda_unimport(m, NULL);
 	cuda_mapping_free(m);
 }
 

@@ -13,9 +13,10 @@
  * goes away. The last put unmaps. All of this is protected by one mutex.
  *
  * How a handle becomes an address is the backend's business: an opener per
- * backend ("sim": mmap of a memfd received over the socket; "cuda":
- * cuIpcOpenMemHandle, or cuMemPoolImportPointer for allocator "async",
- * through the driver, loaded at run time, cuda.c).
+ * backend ("sim": mmap of a memfd received over the socket; "cuda": the
+ * descriptor received imported and mapped (transport "vmm", cuda_vmm.c),
+ * cuIpcOpenMemHandle (transport "ipc"), or cuMemPoolImportPointer for
+ * allocator "async", through the driver, loaded at run time, cuda.c).
  */
 #ifndef GPB_CLIENT_SLAB_H
 #define GPB_CLIENT_SLAB_H
@@ -33,6 +34,9 @@ struct slab_target {
 	/* cuda, allocator "async": the handle is a pool pointer's export data
 	 * and the descriptor (when >= 0) the device's memory pool. */
 	bool pool;
+	/* cuda, transport "vmm": the descriptor is the slab's memory, to
+	 * import and map; the handle only names the slab. */
+	bool vmm;
 };
 
 struct slab_opener {

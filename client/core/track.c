@@ -110,6 +110,7 @@ struct track_result {
 	const char *handle;
 	const char *device_uuid; /* with the handle, when the daemon sends it */
 	bool pool;               /* the descriptor is a memory pool (cuda async) */
+	bool vmm;                /* the descriptor is the slab's memory (cuda vmm) */
 	uint64_t label_hash;     /* a claim's label (0: none) and instance */
 	uint64_t instance;
 };
@@ -142,6 +143,10 @@ static int track_parse(const cJSON *result, struct track_result *r)
 	rc = proto_get_bool(result, PROTO_F_POOL, &r->pool);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'pool'");
+	r->vmm = false;
+	rc = proto_get_bool(result, PROTO_F_VMM, &r->vmm);
+	if ((rc < 0 && rc != -ENOENT) || (r->vmm && r->pool))
+		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'vmm'");
 	const char *label;
 	r->label_hash = r->instance = 0;
 	rc = proto_get_string(result, PROTO_F_LABEL, PROTO_MAX_NAME, &label);
@@ -205,8 +210,10 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 		*out = s;
 		return track_slab_live(s);
 	}
-	struct slab_target where = {
-	    .device = (int)r->device, .device_uuid = r->device_uuid, .pool = r->pool};
+	struct slab_target where = {.device = (int)r->device,
+	                            .device_uuid = r->device_uuid,
+	                            .pool = r->pool,
+	                            .vmm = r->vmm};
 	rc = slab_cache_get(t->opener, handle, fd, &where, r->slab_size, &map);
 	if (rc < 0)
 		return rc;

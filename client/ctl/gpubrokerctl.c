@@ -115,17 +115,22 @@ static cJSON *status_row(const cJSON *dev, const char *unused)
 static int print_status(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
-	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},      {PROTO_F_NAME, "NAME", CTL_TEXT},
-	    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},       {PROTO_F_LIMIT, "LIMIT", CTL_NUM},
-	    {PROTO_F_RESERVED, "RESERVED", CTL_SIZE}, {PROTO_F_USED, "USED", CTL_SIZE},
-	    {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},        {PROTO_F_NAME, "NAME", CTL_TEXT},
+	    {PROTO_F_TRANSPORT, "TRANSPORT", CTL_TEXT}, {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
+	    {PROTO_F_LIMIT, "LIMIT", CTL_NUM},          {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
+	    {PROTO_F_USED, "USED", CTL_SIZE},           {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
 	};
 	/* CSV: exact figures, the limit's two members as the daemon sends them. */
 	static const struct ctl_column csv_cols[] = {
-	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM}, {PROTO_F_NAME, "NAME", CTL_TEXT},
-	    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},  {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
-	    {PROTO_F_USED, "USED", CTL_SIZE},    {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
-	    {PROTO_F_LIMIT, "LIMIT", CTL_SIZE},  {PROTO_F_LIMIT_FRACTION, "FRACTION", CTL_TEXT},
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},
+	    {PROTO_F_NAME, "NAME", CTL_TEXT},
+	    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
+	    {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
+	    {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
+	    {PROTO_F_LIMIT, "LIMIT", CTL_SIZE},
+	    {PROTO_F_LIMIT_FRACTION, "FRACTION", CTL_TEXT},
+	    {PROTO_F_TRANSPORT, "TRANSPORT", CTL_TEXT},
 	};
 	static const struct {
 		const char *key, *label;
@@ -175,9 +180,10 @@ static int print_status(const cJSON *result, const struct ctl_options *o, bool h
 static int print_devices(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
-	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM}, {PROTO_F_NAME, "NAME", CTL_TEXT},
-	    {PROTO_F_UUID, "UUID", CTL_TEXT},    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
-	    {PROTO_F_FREE, "FREE", CTL_SIZE},    {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},        {PROTO_F_NAME, "NAME", CTL_TEXT},
+	    {PROTO_F_UUID, "UUID", CTL_TEXT},           {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
+	    {PROTO_F_FREE, "FREE", CTL_SIZE},           {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_TRANSPORT, "TRANSPORT", CTL_TEXT},
 	};
 
 	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);

@@ -28,7 +28,16 @@ struct backend_device_info {
 	 * reserve for clients' own contexts. 0 for sim. */
 	uint64_t in_use;
 	uint64_t reserve;
+	/* How a client maps the device's slabs: BACKEND_TRANSPORT_* ("vmm",
+	 * "ipc"; "memfd" for sim), shown by status and devices. */
+	char transport[8];
 };
+
+/* The cuda transports (backend_config.cuda_transport, key cuda_transport). */
+#define BACKEND_TRANSPORT_AUTO  "auto"                  /* vmm where the device can, else ipc */
+#define BACKEND_TRANSPORT_VMM   PROTO_V_TRANSPORT_VMM   /* cuMemCreate, a descriptor per slab */
+#define BACKEND_TRANSPORT_IPC   PROTO_V_TRANSPORT_IPC   /* cuMemAlloc, a legacy IPC handle */
+#define BACKEND_TRANSPORT_MEMFD PROTO_V_TRANSPORT_MEMFD /* sim: a sealed memfd per slab */
 
 /* slab_create flags. */
 #define BACKEND_SLAB_ASYNC 1u /* from the device's stream-ordered pool */
@@ -46,6 +55,9 @@ struct backend_slab {
 	 * backend. */
 	int fd;
 	bool pool;
+	/* cuda vmm: fd is the slab's own exported memory (owned by the slab),
+	 * imported with cuMemImportFromShareableHandle and mapped. */
+	bool vmm;
 };
 
 struct backend_config {
@@ -55,6 +67,8 @@ struct backend_config {
 	 * (reserve_explicit false) is bounded by a quarter of the device. */
 	uint64_t reserve;
 	bool reserve_explicit;
+	/* cuda: BACKEND_TRANSPORT_AUTO, _VMM or _IPC (NULL: auto). */
+	const char *cuda_transport;
 };
 
 /* The default reserve (`reserve`): room for the contexts of a few clients,

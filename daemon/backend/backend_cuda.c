@@ -15,11 +15,16 @@
  * the daemon's device index is then not the CUDA ordinal, which is why
  * devices are also addressed by UUID ("MIG-..." for a MIG instance).
  *
- * Slabs: one cuMemAlloc each, so that the slab's legacy IPC handle
+ * Transports (key cuda_transport, per device): "vmm" where the driver and
+ * the device can (backend_cuda_vmm.c: one cuMemCreate per slab, exported
+ * as a POSIX descriptor that travels with the grant), else legacy "ipc":
+ * one cuMemAlloc per slab, so that the slab's legacy IPC handle
  * (cuIpcGetMemHandle: 64 bytes naming the whole base allocation) is exactly
  * what a client opens; the broker sends (handle, offset) pairs. Never under
  * 2 MiB (slab_granularity): the driver packs smaller allocations into shared
  * 2 MiB blocks, and a handle opens the whole block, neighbours included.
+ * "auto" picks vmm and logs why a device gets ipc instead; "vmm" leaves
+ * out a device that cannot, with the reason; "ipc" never uses vmm.
  *
  * Scrubbing: the pool keeps slabs per uid and never moves a slab from one
  * uid to another, so the only moment device memory can change hands between
@@ -61,6 +66,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend_cuda.h"
 #include "backend_cuda_dev.h"
 #include "cudaapi.h"
 #include "log.h"
@@ -85,15 +91,19 @@ struct cuda_device {
 	CUstream stream;
 	struct cuda_upool *upools; /* one per uid that asked */
 	unsigned nupools;
+	int pool_fd;            /* the pool exported, sent with each async slab; -1 */
+	size_t vmm_granularity; /* transport vmm: cuMemCreate's; 0 = ipc */
 };
 
 struct cuda_slab {
 	struct backend_slab base; /* first: the broker only sees this */
 	CUdeviceptr ptr;
+	CUmemGenericAllocationHandle vmm; /* base.vmm: the physical memory */
 };
 
 struct cuda {
 	struct cuda_api api;
+	char transport[8]; /* BACKEND_TRANSPORT_AUTO, _VMM or _IPC */
 	int count;
 	struct cuda_device dev[BACKEND_MAX_DEVICES];
 };
@@ -146,6 +156,38 @@ static bool cuda_device_has_pools(const struct cuda_api *api, CUdevice dev)
 	       api->DeviceGetAttribute(&types, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
 	                               dev) == CUDA_SUCCESS &&
 	       (types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+}
+
+/* Picks the device's transport (cu->transport asks); false, with the
+ * reason logged, when "vmm" was asked for and the device cannot. */
+static bool cuda_device_transport(struct backend *b, int ordinal, struct cuda_device *d)
+{
+	struct cuda *cu = b->priv;
+	char why[160];
+	bool want_ipc = strcmp(cu->transport, BACKEND_TRANSPORT_IPC) == 0;
+
+	if (!want_ipc &&
+	    cuda_vmm_probe(&cu->api, d->dev, ordinal, &d->vmm_granularity, why, sizeof(why))) {
+		snprintf(d->info.transport, sizeof(d->info.transport), BACKEND_TRANSPORT_VMM);
+		return true;
+	}
+	d->vmm_granularity = 0;
+	snprintf(d->info.transport, sizeof(d->info.transport), BACKEND_TRANSPORT_IPC);
+	if (want_ipc) {
+		log_info("cuda: CUDA device %d: transport ipc (cuda_transport ipc): legacy IPC "
+		         "handles",
+		         ordinal);
+		return true;
+	}
+	if (strcmp(cu->transport, BACKEND_TRANSPORT_VMM) == 0) {
+		log_warn("cuda: CUDA device %d left out: cuda_transport is vmm, but %s", ordinal,
+		         why);
+		return false;
+	}
+	log_warn("cuda: CUDA device %d: transport ipc, not vmm: %s (legacy IPC handles: see "
+	         "docs/cuda.md for who can open them)",
+	         ordinal, why);
+	return true;
 }
 
 /* Describes one device into d; false (with a warning) when it is unusable. */
@@ -208,11 +250,15 @@ static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device 
 	}
 	d->info.total = total;
 	d->info.async = cuda_device_has_pools(api, d->dev);
+	if (!cuda_device_transport(b, ordinal, d)) {
+		api->DevicePrimaryCtxRelease(d->dev);
+		return false;
+	}
 	log_info("cuda: CUDA device %d (%s): %s, compute capability %d.%d, %llu MiB, %llu MiB "
-	         "free%s",
+	         "free, transport %s%s",
 	         ordinal, d->info.uuid, d->info.name, d->info.cc_major, d->info.cc_minor,
 	         (unsigned long long)(total >> 20), (unsigned long long)(free_bytes >> 20),
-	         d->info.async ? ", shareable memory pools" : "");
+	         d->info.transport, d->info.async ? ", shareable memory pools" : "");
 	cuda_dev_budget(ordinal, free_bytes, total, cfg, &d->info);
 	return true;
 fail:
@@ -228,6 +274,8 @@ static int cuda_init(struct backend *b, const struct backend_config *cfg)
 	int n = 0;
 	if (!cu)
 		return -ENOMEM;
+	snprintf(cu->transport, sizeof(cu->transport), "%s",
+	         cfg && cfg->cuda_transport ? cfg->cuda_transport : BACKEND_TRANSPORT_AUTO);
 	if (cuda_api_load(&cu->api, b->init_error, sizeof(b->init_error), NULL) < 0) {
 		free(cu);
 		return -ENODEV;
@@ -258,7 +306,13 @@ static int cuda_init(struct backend *b, const struct backend_config *cfg)
 	b->slab_granularity = 2u << 20;
 	log_info("cuda: driver API %d.%d, serving %d of %d devices", cu->api.driver_version / 1000,
 	         cu->api.driver_version % 1000 / 10, cu->count, n);
-	cuda_dev_log_ipc_users();
+	/* Only where legacy handles are made: a vmm device sends none. */
+	for (int i = 0; i < cu->count; i++) {
+		if (!cu->dev[i].vmm_granularity) {
+			cuda_dev_log_ipc_users();
+			break;
+		}
+	}
 	return 0;
 fail:
 	cuda_api_unload(&cu->api);
@@ -388,6 +442,14 @@ static void cuda_slab_free(struct backend *b, int device, struct cuda_slab *cs)
 {
 	struct cuda *cu = b->priv;
 	CUresult rc;
+	if (cs->base.vmm) {
+		/* Mapped by a client still (a killed one being torn down): the
+		 * driver keeps the memory until it lets go too. */
+		if ((rc = cuda_vmm_release(&cu->api, cs->vmm, cs->base.fd)) != CUDA_SUCCESS)
+			cuda_log(b, rc, device, "cuMemRelease");
+		cs->base.fd = -1;
+		return;
+	}
 	if (!cs->base.pool) {
 		if ((rc = cu->api.MemFree(cs->ptr)) != CUDA_SUCCESS)
 			cuda_log(b, rc, device, "cuMemFree");
@@ -423,6 +485,36 @@ static CUresult cuda_slab_alloc(struct backend *b, int device, struct cuda_slab 
 	return rc;
 }
 
+/* A VMM slab (transport vmm, not async) of size bytes: 0, -ENOMEM or -EIO. */
+static int cuda_slab_create_vmm(struct backend *b, int device, struct cuda_slab *cs)
+{
+	struct cuda *cu = b->priv;
+	struct cuda_device *d = &cu->dev[device];
+	const char *what;
+	int fd = -1;
+	int err = cuda_enter(b, device);
+	if (err < 0)
+		return err;
+	CUresult rc = cuda_vmm_create(&cu->api, d->ordinal, d->vmm_granularity, cs->base.size,
+	                              &cs->vmm, &fd, &what);
+	cuda_leave(b, device);
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY && strcmp(what, "cuMemCreate") == 0) {
+		log_debug("cuda: device %d: cuMemCreate of %llu bytes: out of memory", device,
+		          (unsigned long long)cs->base.size);
+		return -ENOMEM;
+	}
+	if (rc != CUDA_SUCCESS)
+		return cuda_fail(b, rc, device, what);
+	cs->base.vmm = true;
+	cs->base.fd = fd;
+	cs->base.id = b->next_slab_id++;
+	if (cuda_vmm_tag(cs->base.id, cs->base.size, cs->base.handle, PROTO_HANDLE_SIZE) < 0) {
+		cuda_slab_free(b, device, cs);
+		return -EIO;
+	}
+	return 0;
+}
+
 static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32_t uid,
                             unsigned flags, struct backend_slab **out)
 {
@@ -446,6 +538,18 @@ static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32
 		return -ENOMEM;
 	cs->base.size = size;
 	cs->base.pool = async;
+	cs->base.fd = -1;
+	if (!async && cu->dev[device].vmm_granularity) {
+		int err = cuda_slab_create_vmm(b, device, cs);
+		if (err < 0) {
+			free(cs);
+			return err;
+		}
+		cs->base.device = device;
+		cs->base.uid = uid;
+		*out = &cs->base;
+		return 0;
+	}
 	int err = cuda_enter(b, device);
 	if (err < 0) {
 		free(cs);

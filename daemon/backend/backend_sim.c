@@ -61,6 +61,7 @@ static int sim_device_info(struct backend *b, int device, struct backend_device_
 	/* Stable across restarts so scripts can address a sim device by UUID. */
 	snprintf(out->uuid, sizeof(out->uuid), "GPU-5117d000-0000-4000-8000-%012x", device);
 	out->total = sim->dev[device].total;
+	snprintf(out->transport, sizeof(out->transport), "%s", BACKEND_TRANSPORT_MEMFD);
 	return 0;
 }
 

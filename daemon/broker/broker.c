@@ -370,8 +370,12 @@ void broker_session_strip(struct broker *b, struct session *s)
 	struct list *pos, *tmp;
 	broker_waits_drop(b, s);
 	/* Evicted, its process lives on with its mappings: what it held is
-	 * kept from the backend with what was parting (broker_ghost_make). */
-	if (s->evicted)
+	 * kept from the backend with what was parting (broker_ghost_make).
+	 * Likewise a client that went without saying it unmapped its VMM
+	 * slabs (killed, or a process that closed the socket and kept the
+	 * mappings): that memory lives as long as its process maps it. */
+	bool linger = broker_session_lingers(s);
+	if (linger)
 		broker_parting_add(b, s, b->invalidate_epoch);
 	list_for_each_safe(pos, tmp, &s->allocs) {
 		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
@@ -384,7 +388,7 @@ void broker_session_strip(struct broker *b, struct session *s)
 	/* Empty, for a session that lives on (its partition was destroyed). */
 	idmap_finish(&s->attached);
 	idmap_init(&s->attached);
-	if (s->evicted)
+	if (linger)
 		broker_ghost_make(b, s);
 	else
 		broker_parting_drop(b, s);
@@ -556,7 +560,9 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
                               struct broker_grant *out)
 {
 	struct backend_slab *bs = pool_slab_backend(pool_block_slab(block));
-	(void)s;
+	/* A slab handed over after goodbye is mapped again. */
+	if (fresh)
+		s->unmapped = false;
 	out->device = bs->device;
 	out->slab_id = bs->id;
 	out->slab_size = bs->size;
@@ -565,6 +571,7 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
 	out->handle = fresh ? bs->handle : NULL;
 	out->fd = fresh ? bs->fd : -1;
 	out->pool = fresh && bs->pool;
+	out->vmm = fresh && bs->vmm;
 }
 
 /*

@@ -154,6 +154,8 @@ struct session {
 	struct broker_partition *part; /* the partition it joined in hello, or NULL */
 	bool ended;                    /* its partition was destroyed: it holds nothing, and its
 	                                  connection is ending */
+	bool unmapped;                 /* said goodbye: its client unmapped every slab it was
+	                                  given (until it is handed one again) */
 };
 
 /*
@@ -309,6 +311,7 @@ struct broker_grant {
 	const unsigned char *handle; /* set when this session did not hold the slab */
 	int fd;                      /* with handle, the descriptor to pass; else -1 */
 	bool pool;                   /* fd is the device's memory pool (cuda async) */
+	bool vmm;                    /* fd is the slab's VMM memory (cuda transport vmm) */
 };
 
 /* Takes ownership of backend. 0, -ENOMEM, -EINVAL (slab size). */
@@ -506,6 +509,16 @@ void broker_parting_drop(struct broker *b, struct session *s);
  * watch; at once without one, or without a pid).
  */
 void broker_ghost_make(struct broker *b, struct session *s);
+/*
+ * goodbye: the session's client says it has unmapped every slab it was
+ * given (and will close). Until it is handed a slab again, its close lets
+ * go of them at once; otherwise a session that ends holding slabs whose
+ * memory outlives the daemon's release while a process maps it (VMM:
+ * backend_slab.vmm) keeps them, as a ghost, until its process has exited,
+ * so they count against the device until every holder let go. Returns the
+ * number of slabs it holds.
+ */
+unsigned broker_session_goodbye(struct session *s);
 /* The ghost's process has exited: its slabs go, and waits are retried. */
 void broker_ghost_release(struct broker *b, struct broker_ghost *ghost);
 void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx);

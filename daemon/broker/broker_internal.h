@@ -39,6 +39,10 @@ void broker_policy_changed(struct broker *b);
 void broker_ghosts_drop(struct broker *b);
 /* Pins every slab s holds, as parting under epoch. */
 void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch);
+/* Whether s's slabs must outlive it until its process exits (a ghost):
+ * evicted, or ending without goodbye while it holds or has parting a slab
+ * whose memory a process can keep mapped past the daemon's release (VMM). */
+bool broker_session_lingers(const struct session *s);
 /* selfcheck of the parting slabs and retired pools: 0 or -EFAULT with msg. */
 int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len);
 /* The backend callbacks of an allocator strategy's pools. */

@@ -116,6 +116,33 @@ void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
 	}
 }
 
+unsigned broker_session_goodbye(struct session *s)
+{
+	s->unmapped = true;
+	return (unsigned)s->held.count;
+}
+
+bool broker_session_lingers(const struct session *s)
+{
+	if (s->evicted)
+		return true;
+	if (s->unmapped)
+		return false;
+	for (const struct broker_parting *p = s->parting; p; p = p->next) {
+		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		if (bs->vmm)
+			return true;
+	}
+	size_t it = 0;
+	struct session_slab *ss;
+	while ((ss = idmap_next(&s->held, &it, NULL))) {
+		const struct backend_slab *bs = pool_slab_backend(ss->slab);
+		if (bs->vmm)
+			return true;
+	}
+	return false;
+}
+
 static struct broker_retired *broker_retired_find(const struct broker *b, const struct pool *pool)
 {
 	struct list *pos;
@@ -178,7 +205,7 @@ void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx)
 
 static void broker_ghost_free(struct broker *b, struct broker_ghost *g)
 {
-	log_debug("session %llu (pid %d): evicted process gone: %u slabs let go",
+	log_debug("session %llu (pid %d): its process is gone: %u slabs let go",
 	          (unsigned long long)g->session, (int)g->pid, g->count);
 	list_remove(&g->link);
 	while (g->parting) {
@@ -207,7 +234,7 @@ void broker_ghost_make(struct broker *b, struct session *s)
 	struct broker_ghost *g = s->parting ? malloc(sizeof(*g)) : NULL;
 	if (!g) {
 		if (s->parting)
-			log_warn("session %llu: slabs not kept for its evicted process: out of "
+			log_warn("session %llu: slabs not kept for its process: out of "
 			         "memory",
 			         (unsigned long long)s->id);
 		broker_parting_drop(b, s);

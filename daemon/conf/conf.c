@@ -22,6 +22,7 @@ enum conf_type {
 	TYPE_SIZE,
 	TYPE_LEVEL,
 	TYPE_BACKEND,
+	TYPE_TRANSPORT,
 	TYPE_POLICY_MODE,
 	TYPE_LIMIT,
 	TYPE_ALLOCATOR,
@@ -42,6 +43,7 @@ struct conf_keydef {
 
 static const struct conf_keydef conf_keys[CONF_KEY_COUNT] = {
     [CONF_BACKEND] = {"backend", TYPE_BACKEND, true, 0, 0, FIELD(backend)},
+    [CONF_CUDA_TRANSPORT] = {"cuda_transport", TYPE_TRANSPORT, true, 0, 0, FIELD(cuda_transport)},
     [CONF_SOCKET] = {"socket", TYPE_STRING, true, 1, 0, FIELD(socket)},
     [CONF_SOCKET_MODE] = {"socket_mode", TYPE_MODE, true, 0, 0777, FIELD(socket_mode)},
     [CONF_SOCKET_GROUP] = {"socket_group", TYPE_STRING, true, 0, 0, FIELD(socket_group)},
@@ -86,6 +88,7 @@ void conf_defaults(struct conf *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	snprintf(cfg->backend, sizeof(cfg->backend), "auto");
+	snprintf(cfg->cuda_transport, sizeof(cfg->cuda_transport), "%s", BACKEND_TRANSPORT_AUTO);
 	snprintf(cfg->socket, sizeof(cfg->socket), "%s", GPB_DEFAULT_SOCKET);
 	cfg->socket_mode = 0660;
 	snprintf(cfg->socket_group, sizeof(cfg->socket_group), "gpubroker");
@@ -160,7 +163,8 @@ uint64_t conf_diff(const struct conf *a, const struct conf *b)
 		const struct conf_keydef *d = &conf_keys[k];
 		const char *fa = (const char *)a + d->offset, *fb = (const char *)b + d->offset;
 		bool text = d->type == TYPE_STRING || d->type == TYPE_BACKEND ||
-		            d->type == TYPE_LIMIT || d->type == TYPE_ALLOCATOR;
+		            d->type == TYPE_TRANSPORT || d->type == TYPE_LIMIT ||
+		            d->type == TYPE_ALLOCATOR;
 		bool differs = text ? strcmp(fa, fb) != 0 : memcmp(fa, fb, d->size) != 0;
 		if (differs)
 			changed |= 1ull << k;
@@ -313,6 +317,12 @@ static int conf_set_slot(struct conf *cfg, const char *key, const char *value,
 	case TYPE_BACKEND:
 		if (strcmp(value, "auto") && strcmp(value, "sim") && strcmp(value, "cuda"))
 			return conf_fail(err, key, "'%s' must be auto, sim or cuda", key);
+		memcpy(field, value, strlen(value) + 1);
+		break;
+	case TYPE_TRANSPORT:
+		if (strcmp(value, BACKEND_TRANSPORT_AUTO) && strcmp(value, BACKEND_TRANSPORT_VMM) &&
+		    strcmp(value, BACKEND_TRANSPORT_IPC))
+			return conf_fail(err, key, "'%s' must be auto, vmm or ipc", key);
 		memcpy(field, value, strlen(value) + 1);
 		break;
 	case TYPE_LEVEL: {

@@ -33,7 +33,8 @@ struct conf_rule {
 };
 
 struct conf {
-	char backend[8]; /* auto, sim, cuda */
+	char backend[8];        /* auto, sim, cuda */
+	char cuda_transport[8]; /* auto, vmm, ipc (BACKEND_TRANSPORT_*) */
 	char socket[1024];
 	mode_t socket_mode;
 	char socket_group[64]; /* group the socket is given when the daemon binds it */
@@ -84,6 +85,7 @@ enum conf_key {
 	CONF_MAX_OUTPUT_PER_CLIENT,
 	CONF_MAX_OUTPUT_TOTAL,
 	CONF_RESERVE,
+	CONF_CUDA_TRANSPORT,
 	CONF_KEY_COUNT
 };
 

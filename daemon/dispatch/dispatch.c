@@ -288,7 +288,8 @@ int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g
 		return -ENOMEM;
 	if (g->handle && g->fd >= 0) {
 		if (!cJSON_AddTrueToObject(r, PROTO_F_FD) ||
-		    (g->pool && !cJSON_AddTrueToObject(r, PROTO_F_POOL)))
+		    (g->pool && !cJSON_AddTrueToObject(r, PROTO_F_POOL)) ||
+		    (g->vmm && !cJSON_AddTrueToObject(r, PROTO_F_VMM)))
 			return -ENOMEM;
 		ctx->fd = g->fd;
 	}
@@ -695,6 +696,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_UNEXPORT] = dispatch_unexport,
     [PROTO_OP_OPEN] = dispatch_open,
     [PROTO_OP_INVALIDATE_DONE] = dispatch_invalidate_done,
+    [PROTO_OP_GOODBYE] = dispatch_goodbye,
     [PROTO_OP_PARTITION_CREATE] = dispatch_partition_create,
     [PROTO_OP_PARTITION_DESTROY] = dispatch_partition_destroy,
     [PROTO_OP_PARTITIONS] = dispatch_partitions,

@@ -117,6 +117,17 @@ int dispatch_invalidate_all(struct dispatch_ctx *ctx)
 	return 0;
 }
 
+/* The client has unmapped every slab of the connection, which is about to
+ * close: its VMM slabs need not outlive the session (broker_session_close). */
+int dispatch_goodbye(struct dispatch_ctx *ctx)
+{
+	unsigned slabs = broker_session_goodbye(ctx->s);
+	cJSON *r = dispatch_result(ctx);
+	if (!r || proto_add_u64(r, PROTO_F_SLABS, slabs))
+		return -ENOMEM;
+	return 0;
+}
+
 /* The client has closed what the invalidate events up to "epoch" released. */
 int dispatch_invalidate_done(struct dispatch_ctx *ctx)
 {

@@ -117,6 +117,7 @@ int dispatch_claim(struct dispatch_ctx *ctx);
 int dispatch_free_label(struct dispatch_ctx *ctx);
 int dispatch_invalidate_all(struct dispatch_ctx *ctx);
 int dispatch_invalidate_done(struct dispatch_ctx *ctx);
+int dispatch_goodbye(struct dispatch_ctx *ctx);
 
 /* A register/set_proportion/set_auto refusal by the policy, explained with
  * the device's figures: -32602 on "proportion". */

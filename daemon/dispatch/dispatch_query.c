@@ -118,7 +118,7 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-/* name, uuid, total, what was kept out of the capacity (in use at start,
+/* name, uuid, transport, total, what was kept out of the capacity (in use at start,
  * reserve), reserved, used of one device. */
 static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr, int i,
                            struct pool_stats *st)
@@ -131,6 +131,7 @@ static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr
 	if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_NAME, info->name) ||
 	    !cJSON_AddStringToObject(o, PROTO_F_UUID, info->uuid) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_TRANSPORT, info->transport) ||
 	    proto_add_u64(o, PROTO_F_TOTAL, s->part ? p->dev[i].total : info->total) ||
 	    proto_add_u64(o, PROTO_F_IN_USE_AT_START, s->part ? 0 : info->in_use) ||
 	    proto_add_u64(o, PROTO_F_RESERVE, s->part ? 0 : info->reserve) ||

@@ -140,10 +140,10 @@ static void test_status_policy(void **state)
 	cJSON_Delete(root);
 
 	assert_int_equal(ctl_at(d.socket, "--output", "csv", "status", NULL), 0);
-	assert_non_null(
-	    strstr(out, "device,name,total,reserved,used,orphaned,limit,limit_fraction\n"));
-	assert_non_null(strstr(out, ",536870912,\n"));
-	assert_non_null(strstr(out, ",,0.25\n"));
+	assert_non_null(strstr(
+	    out, "device,name,total,reserved,used,orphaned,limit,limit_fraction,transport\n"));
+	assert_non_null(strstr(out, ",536870912,,memfd\n"));
+	assert_non_null(strstr(out, ",,0.25,memfd\n"));
 
 	/* No limit again: "-", and null in json. */
 	assert_int_equal(ctl_at(d.socket, "set-limit", "none", NULL, NULL), 0);

@@ -699,7 +699,7 @@ static void test_cli(void **state)
 	    (char *)th_env("GPB_CTL"), "--socket", daemon_.socket, "-o", "csv", "devices", NULL};
 	char *envp[] = {env, NULL};
 	assert_int_equal(th_run(argv, envp, out, sizeof(out)), 0);
-	assert_non_null(strstr(out, ",67108864,67108864,0\n"));
+	assert_non_null(strstr(out, ",67108864,67108864,0,memfd\n"));
 
 	/* Errors: the daemon's (1), usage (2). */
 	assert_int_equal(

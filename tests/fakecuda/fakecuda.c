@@ -81,21 +81,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FAKE_MAX_RECORDS  4096
-#define FAKE_MAX_IMPORTER 8
-
 /* ---- shared state ---------------------------------------------------------- */
-
-struct fake_record {
-	int32_t owner; /* pid; 0 = free record */
-	int32_t device;
-	uint64_t size;
-	uint64_t serial;
-	int32_t importers[FAKE_MAX_IMPORTER]; /* pids that have it open (IPC) */
-	int32_t context; /* 1: the memory of owner's context on device (no file) */
-	uint32_t uid;    /* owner's effective uid */
-	uint64_t pidns;  /* owner's PID namespace */
-};
 
 struct fake_shared {
 	uint64_t next_serial;
@@ -111,13 +97,13 @@ static int fake_state_fd = -1;
 static struct fake_shared *fake_shared;
 static struct fake_mem *fake_mems;
 
-static void fake_lock_state(void)
+void fake_lock_state(void)
 {
 	while (flock(fake_state_fd, LOCK_EX) < 0 && errno == EINTR)
 		;
 }
 
-static void fake_unlock_state(void)
+void fake_unlock_state(void)
 {
 	flock(fake_state_fd, LOCK_UN);
 }
@@ -168,15 +154,23 @@ static bool fake_pid_maps(int32_t pid, const char *path)
 
 /* Drops the records of dead owners (the driver frees a process's memory
  * when it exits) and dead importers. State locked. */
-static void fake_reap(void)
+void fake_reap(void)
 {
 	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
 		struct fake_record *r = &fake_shared->rec[i];
 		if (!r->owner)
 			continue;
+		bool held = false;
 		for (int j = 0; j < FAKE_MAX_IMPORTER; j++) {
 			if (r->importers[j] && !fake_pid_alive(r->importers[j]))
 				r->importers[j] = 0;
+			held |= r->importers[j] != 0;
+		}
+		/* VMM memory lives while any process holds it, creator or not. */
+		if (r->vmm) {
+			if (!held)
+				memset(r, 0, sizeof(*r));
+			continue;
 		}
 		if (!fake_pid_alive(r->owner)) {
 			char path[300];
@@ -188,7 +182,7 @@ static void fake_reap(void)
 	}
 }
 
-static struct fake_record *fake_record_find(uint64_t serial)
+struct fake_record *fake_record_find(uint64_t serial)
 {
 	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
 		if (fake_shared->rec[i].owner && !fake_shared->rec[i].context &&
@@ -198,7 +192,7 @@ static struct fake_record *fake_record_find(uint64_t serial)
 	return NULL;
 }
 
-static uint64_t fake_used(int device)
+uint64_t fake_used(int device)
 {
 	uint64_t used = 0;
 	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
@@ -206,6 +200,16 @@ static uint64_t fake_used(int device)
 			used += fake_shared->rec[i].size;
 	}
 	return used;
+}
+
+struct fake_record *fake_records(void)
+{
+	return fake_shared ? fake_shared->rec : NULL;
+}
+
+uint64_t fake_new_serial_locked(void)
+{
+	return ++fake_shared->next_serial;
 }
 
 int fake_open_state(void)
@@ -223,7 +227,7 @@ int fake_open_state(void)
 		return -1;
 	/* Processes of other users share a state directory their test opened
 	 * to them: the fake, not file modes, decides who may open what. */
-	if (fchmod(fd, 0666) < 0) {
+	if (fchmod(fd, 0666) < 0 && errno != EPERM) { /* EPERM: another user's, opened already */
 		close(fd);
 		return -1;
 	}
@@ -276,6 +280,12 @@ struct fake_mem *fake_mem_find(uintptr_t p, uint64_t n)
 	return NULL;
 }
 
+void fake_mem_link(struct fake_mem *m)
+{
+	m->next = fake_mems;
+	fake_mems = m;
+}
+
 /* Walks this process's mappings: the first (m NULL) or the one after m. Lock
  * held. */
 struct fake_mem *fake_mem_next(struct fake_mem *m)
@@ -283,7 +293,7 @@ struct fake_mem *fake_mem_next(struct fake_mem *m)
 	return m ? m->next : fake_mems;
 }
 
-static void fake_mem_unlink(struct fake_mem *m)
+void fake_mem_unlink(struct fake_mem *m)
 {
 	for (struct fake_mem **pp = &fake_mems; *pp; pp = &(*pp)->next) {
 		if (*pp == m) {
@@ -358,8 +368,7 @@ CUresult fake_mem_alloc(int dev, size_t size, uint64_t pool, CUdeviceptr *dptr)
 	m->pool = pool;
 	m->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
-	m->next = fake_mems;
-	fake_mems = m;
+	fake_mem_link(m);
 	pthread_mutex_unlock(&fake_lock);
 	*dptr = (CUdeviceptr)m->base;
 	return CUDA_SUCCESS;
@@ -483,7 +492,7 @@ FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 		return sub_rc;
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || (m->imported ? !m->pool : m->base != (uintptr_t)dptr || m->packed)) {
+	if (!m || m->vmm || (m->imported ? !m->pool : m->base != (uintptr_t)dptr || m->packed)) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -559,7 +568,7 @@ FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	if (!sub)
 		m = fake_mem_find((uintptr_t)dptr, 1);
 	struct fake_handle h = {.magic = FAKE_MAGIC};
-	bool ok = m && !m->imported && !m->pool &&
+	bool ok = m && !m->imported && !m->pool && !m->vmm &&
 	          (sub ? base == (uintptr_t)dptr : m->base == (uintptr_t)dptr && !m->packed);
 	if (ok) {
 		h.serial = m->serial;
@@ -656,8 +665,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 	m->pool = pool;
 	m->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
-	m->next = fake_mems;
-	fake_mems = m;
+	fake_mem_link(m);
 	pthread_mutex_unlock(&fake_lock);
 	*pdptr = (CUdeviceptr)(m->base + h.offset);
 	return CUDA_SUCCESS;
@@ -666,6 +674,7 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
 	NEED_CONTEXT();
+	INJECT("cuIpcCloseMemHandle");
 	return fake_unimport(dptr);
 }
 
@@ -674,7 +683,7 @@ static CUresult fake_unimport(CUdeviceptr dptr)
 {
 	pthread_mutex_lock(&fake_lock);
 	struct fake_mem *m = fake_mem_find((uintptr_t)dptr, 1);
-	if (!m || !m->imported) {
+	if (!m || !m->imported || m->vmm) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -707,10 +716,11 @@ static void fake_unimport_record(uint64_t serial)
 
 void fake_mem_destroy_ctx(struct fake_ctx *ctx)
 {
+	fake_vmm_destroy_ctx(ctx);
 	for (;;) {
 		pthread_mutex_lock(&fake_lock);
 		struct fake_mem *m = fake_mems;
-		while (m && m->ctx != ctx)
+		while (m && (m->ctx != ctx || m->vmm))
 			m = m->next;
 		if (m)
 			fake_mem_unlink(m);
@@ -767,7 +777,7 @@ FAKE_EXPORT unsigned fakecuda_open_mappings(void)
 	unsigned n = 0;
 	pthread_mutex_lock(&fake_lock);
 	for (struct fake_mem *m = fake_mems; m; m = m->next)
-		n += m->imported;
+		n += m->imported || m->vmm;
 	pthread_mutex_unlock(&fake_lock);
 	return n;
 }

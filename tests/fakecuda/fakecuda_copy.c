@@ -21,6 +21,7 @@
 #include "fakecuda_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -61,13 +62,16 @@ FAKE_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *id)
 	return CUDA_SUCCESS;
 }
 
-/* No peer access between fake devices: nothing would enforce it. */
+/* No peer access between fake devices: nothing would enforce it, except
+ * VMM's per-device access (cuMemSetAccess / cuMemGetAccess record it):
+ * FAKECUDA_PEER=1 makes distinct devices peers, for that. */
 FAKE_EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
 {
 	NEED_INIT();
 	if (dev < 0 || dev >= fake_devices || peer < 0 || peer >= fake_devices)
 		return CUDA_ERROR_INVALID_DEVICE;
-	*can = 0;
+	const char *v = getenv("FAKECUDA_PEER");
+	*can = dev != peer && v && strcmp(v, "1") == 0;
 	return CUDA_SUCCESS;
 }
 

@@ -29,6 +29,14 @@ int fake_devices = 1;
 uint64_t fake_memory = 1ull << 30;
 bool fake_clean;
 bool fake_no_pools;
+bool fake_no_vmm;
+bool fake_no_vmm_fd;
+
+/* Calls per entry point name (those that INJECT), for fakecuda_calls(). */
+static struct {
+	const char *name;
+	uint64_t calls;
+} fake_counts[64];
 
 static struct fake_ctx fake_primary[FAKE_MAX_DEVICES];
 /* Every context cuCtxCreate made, destroyed ones too: kept (never freed) so
@@ -56,6 +64,8 @@ static const struct {
     {CUDA_ERROR_ECC_UNCORRECTABLE, "CUDA_ERROR_ECC_UNCORRECTABLE",
      "uncorrectable ECC error encountered"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
      "an illegal memory access was encountered"},
     {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
@@ -106,6 +116,14 @@ CUresult fake_injected(const char *name)
 {
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&fake_lock);
+	/* The names are string literals: kept by pointer. */
+	for (size_t i = 0; i < sizeof(fake_counts) / sizeof(fake_counts[0]); i++) {
+		if (!fake_counts[i].name || strcmp(fake_counts[i].name, name) == 0) {
+			fake_counts[i].name = name;
+			fake_counts[i].calls++;
+			break;
+		}
+	}
 	for (unsigned i = 0; i < fake_fail_count; i++) {
 		struct fake_fail *f = &fake_fails[i];
 		if (strcmp(f->name, name) == 0 && ++f->calls >= f->from)
@@ -113,6 +131,19 @@ CUresult fake_injected(const char *name)
 	}
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
+}
+
+FAKE_EXPORT uint64_t fakecuda_calls(const char *name)
+{
+	uint64_t n = 0;
+	pthread_mutex_lock(&fake_lock);
+	for (size_t i = 0; i < sizeof(fake_counts) / sizeof(fake_counts[0]) && fake_counts[i].name;
+	     i++) {
+		if (strcmp(fake_counts[i].name, name) == 0)
+			n = fake_counts[i].calls;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return n;
 }
 
 /* ---- contexts ------------------------------------------------------------------ */
@@ -166,6 +197,8 @@ FAKE_EXPORT CUresult cuInit(unsigned int flags)
 			fake_memory = strtoull(v, NULL, 10);
 		fake_clean = (v = getenv("FAKECUDA_CLEAN")) && strcmp(v, "1") == 0;
 		fake_no_pools = (v = getenv("FAKECUDA_NO_POOLS")) && strcmp(v, "1") == 0;
+		fake_no_vmm = (v = getenv("FAKECUDA_NO_VMM")) && strcmp(v, "1") == 0;
+		fake_no_vmm_fd = (v = getenv("FAKECUDA_NO_VMM_FD")) && strcmp(v, "1") == 0;
 		fake_strict_settings();
 		for (int i = 0; i < FAKE_MAX_DEVICES; i++)
 			fake_primary[i] =
@@ -248,6 +281,12 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, C
 		break;
 	case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
 		*value = fake_no_pools ? 0 : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+		break;
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+		*value = !fake_no_vmm;
+		break;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+		*value = !fake_no_vmm && !fake_no_vmm_fd;
 		break;
 	default:
 		*value = 0;

@@ -51,6 +51,8 @@ struct fake_mem {
 	bool packed;
 	uint64_t bump; /* packed, own: bytes handed out from the start */
 	unsigned live; /* packed, own: allocations in it not freed yet */
+	bool vmm;      /* a cuMemMap'ed range made accessible (fakecuda_vmm.c): neither
+	                  cuMemFree nor the IPC calls take it */
 };
 
 /* What an IPC handle (and a pool pointer's export data) holds. */
@@ -73,6 +75,8 @@ extern int fake_devices;
 extern uint64_t fake_memory;
 extern bool fake_clean;
 extern bool fake_no_pools;
+extern bool fake_no_vmm;    /* FAKECUDA_NO_VMM=1: no virtual memory management */
+extern bool fake_no_vmm_fd; /* FAKECUDA_NO_VMM_FD=1: VMM, but no POSIX descriptors */
 
 /* ---- fakecuda_strict.c: what makes the fake refuse what a driver refuses ---- */
 
@@ -167,6 +171,59 @@ CUresult fake_ctx_charge(int dev, bool open, uint64_t bytes, int mode);
  * cuIpcOpenMemHandle and cuMemPoolImportPointer. */
 CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *pdptr);
 
+/* Links a mapping into (or out of) this process's list, which
+ * fake_mem_find searches: the VMM ranges made accessible. Lock held. */
+void fake_mem_link(struct fake_mem *m);
+void fake_mem_unlink(struct fake_mem *m);
+
+/* ---- the state file (fakecuda.c), shared by every process ------------------ */
+
+#define FAKE_MAX_RECORDS  4096
+#define FAKE_MAX_IMPORTER 8
+
+/* One live allocation of any process. */
+struct fake_record {
+	int32_t owner; /* pid; 0 = free record (VMM: the creator, not the owner) */
+	int32_t vmm;   /* VMM physical memory: importers are its holders */
+	int32_t device;
+	uint64_t size;
+	uint64_t serial;
+	int32_t importers[FAKE_MAX_IMPORTER]; /* pids that have it open (IPC) */
+	int32_t context; /* 1: the memory of owner's context on device (no file) */
+	uint32_t uid;    /* owner's effective uid */
+	uint64_t pidns;  /* owner's PID namespace */
+};
+
+/* The state file's lock (flock: across processes), held around any use of
+ * the records. */
+void fake_lock_state(void);
+void fake_unlock_state(void);
+/* Drops the records of dead owners and importers. State locked. */
+void fake_reap(void);
+/* The records (FAKE_MAX_RECORDS; owner 0 = free), or NULL before cuInit. */
+struct fake_record *fake_records(void);
+/* The live allocation serial, or NULL. State locked. */
+struct fake_record *fake_record_find(uint64_t serial);
+/* Bytes of device in use, of every process. State locked. */
+uint64_t fake_used(int device);
+/* A new serial, the state locked. */
+uint64_t fake_new_serial_locked(void);
+
+/* VMM physical memory in the state file: held by every process that has a
+ * handle or a mapping of it, and counted by cuMemGetInfo until the last of
+ * them let go (or died). fake_vmm_record_new: the creator holds it;
+ * CUDA_ERROR_OUT_OF_MEMORY when the device is full. fake_vmm_hold: this
+ * process takes (hold) or drops its hold on serial; taking one on a record
+ * that is gone revives it (a descriptor kept the memory alive). */
+CUresult fake_vmm_record_new(int dev, uint64_t size, uint64_t *serial);
+void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold);
+
+/* ---- fakecuda_vmm.c -------------------------------------------------------- */
+
+/* A reset or destroyed context takes the VMM mappings made accessible in it
+ * (their ranges stay reserved, inaccessible). Lock not held. */
+void fake_vmm_destroy_ctx(struct fake_ctx *ctx);
+
 /* Counts a violation in the shared state (what fakecuda_violations() says)
  * and prints why on stderr. */
 void fake_violation(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -222,6 +279,10 @@ CUresult fake_pointer_attribute(void *data, CUpointer_attribute attr, CUdevicept
 FAKE_EXPORT uint64_t fakecuda_violations(void);
 FAKE_EXPORT unsigned fakecuda_open_mappings(void);
 FAKE_EXPORT unsigned fakecuda_host_registrations(void);
+/* Calls of entry point name in this process (those that can be injected). */
+FAKE_EXPORT uint64_t fakecuda_calls(const char *name);
+/* VMM physical allocations live in the state file, of every process. */
+FAKE_EXPORT unsigned fakecuda_vmm_live(void);
 FAKE_EXPORT unsigned fakecuda_imported_pools(uint64_t *ids, unsigned max);
 FAKE_EXPORT unsigned fakecuda_pending_work(void);
 

@@ -139,6 +139,17 @@ static const struct fake_proc fake_procs[] = {
     P(cuMemPoolImportFromShareableHandle, 11020, cuMemPoolImportFromShareableHandle),
     P(cuMemPoolExportPointer, 11020, cuMemPoolExportPointer),
     P(cuMemPoolImportPointer, 11020, cuMemPoolImportPointer),
+    P(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity),
+    P(cuMemCreate, 10020, cuMemCreate),
+    P(cuMemRelease, 10020, cuMemRelease),
+    P(cuMemExportToShareableHandle, 10020, cuMemExportToShareableHandle),
+    P(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle),
+    P(cuMemAddressReserve, 10020, cuMemAddressReserve),
+    P(cuMemAddressFree, 10020, cuMemAddressFree),
+    P(cuMemMap, 10020, cuMemMap),
+    P(cuMemUnmap, 10020, cuMemUnmap),
+    P(cuMemSetAccess, 10020, cuMemSetAccess),
+    P(cuMemGetAccess, 10020, cuMemGetAccess),
 };
 
 static bool fake_trace(void)

@@ -160,7 +160,8 @@ int main(int argc, char **argv)
 	char report[8192];
 	int len = snprintf(report, sizeof(report),
 	                   "# gpubroker cuda benchmark%s\n\n"
-	                   "- date: %s\n- device: %s%s\n- driver API: %d.%d\n- host: %s %s\n\n"
+	                   "- date: %s\n- device: %s%s\n- driver API: %d.%d\n- host: %s %s\n"
+	                   "- broker's cuda transport: %s (GPB_CUDA_TRANSPORT)\n\n"
 	                   "Median microseconds per cycle. broker = gpb_alloc + gpb_free "
 	                   "(slab held by another allocation; over 64 MiB a dedicated slab "
 	                   "each time); raw = cuMemAlloc + cuMemFree; ipc = cuMemAlloc + "
@@ -169,7 +170,8 @@ int main(int argc, char **argv)
 	                   "ipc / broker |\n|---:|---:|---:|---:|---:|---:|---:|\n",
 	                   quick ? " (quick)" : "", date, name,
 	                   gt_fake() ? " (FAKE DRIVER: not a GPU)" : "", cu.driver_version / 1000,
-	                   cu.driver_version % 1000 / 10, u.nodename, u.release);
+	                   cu.driver_version % 1000 / 10, u.nodename, u.release,
+	                   gt_vmm() ? "vmm" : "ipc");
 	for (int s = 0; s < nsizes && len < (int)sizeof(report) - 200; s++) {
 		len += snprintf(report + len, sizeof(report) - (size_t)len,
 		                "| %llu KiB | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n",

@@ -141,6 +141,48 @@ uint64_t gt_fake_violations(void)
 	return fn();
 }
 
+const char *gt_transport(void)
+{
+	const char *t = getenv("GPB_CUDA_TRANSPORT");
+	return t && *t ? t : "auto";
+}
+
+bool gt_vmm(void)
+{
+	const char *t = gt_transport();
+	int vmm = 0, fd = 0;
+	CUdevice dev;
+	if (strcmp(t, "auto") != 0)
+		return strcmp(t, "vmm") == 0;
+	return cu.has_vmm && cu.DeviceGet(&dev, 0) == CUDA_SUCCESS &&
+	       cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+	                             dev) == CUDA_SUCCESS &&
+	       cu.DeviceGetAttribute(
+	           &fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) ==
+	           CUDA_SUCCESS &&
+	       vmm == 1 && fd == 1;
+}
+
+const char *gt_slab_call(void)
+{
+	return gt_vmm() ? "cuMemCreate" : "cuMemAlloc";
+}
+
+const char *gt_open_call(void)
+{
+	return gt_vmm() ? "cuMemImportFromShareableHandle" : "cuIpcOpenMemHandle";
+}
+
+uint64_t gt_fake_calls(const char *name)
+{
+	uint64_t (*fn)(const char *);
+	void *sym = cu.lib ? dlsym(cu.lib, "fakecuda_calls") : NULL;
+	if (!sym)
+		return 0;
+	memcpy(&fn, &sym, sizeof(fn));
+	return fn(name);
+}
+
 void gt_cuda_context(int ordinal)
 {
 	CUdevice dev;
@@ -203,6 +245,10 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 	                      backend, "--log-level", "info"};
 	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
 		argv[n++] = base[i];
+	if (strcmp(gt_transport(), "auto") != 0) {
+		argv[n++] = "--cuda-transport";
+		argv[n++] = gt_transport();
+	}
 	for (int i = 0; extra && extra[i] && n < 70; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
@@ -361,6 +407,20 @@ void gt_status_backend(gpb_client *c, char *out, size_t len)
 	const cJSON *b = cJSON_GetObjectItem(r, "backend");
 	CHECK(cJSON_IsString(b));
 	snprintf(out, len, "%s", b->valuestring);
+	cJSON_Delete(r);
+}
+
+void gt_device_transport(gpb_client *c, int device, char *out, size_t len)
+{
+	char *json = NULL;
+	GPB(gpb_request(c, "devices", NULL, &json));
+	cJSON *r = cJSON_Parse(json);
+	gpb_string_free(json);
+	CHECK(r != NULL);
+	const cJSON *d = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "devices"), device);
+	const cJSON *t = cJSON_GetObjectItem(d, "transport");
+	CHECK(cJSON_IsString(t));
+	snprintf(out, len, "%s", t->valuestring);
 	cJSON_Delete(r);
 }
 

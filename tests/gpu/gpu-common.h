@@ -79,6 +79,26 @@ bool gt_fake(void);
 /* The fake's count of memory freed under a live importer (0 for a real driver). */
 uint64_t gt_fake_violations(void);
 
+/*
+ * The transport axis: $GPB_CUDA_TRANSPORT (vmm or ipc; unset: auto) is
+ * passed to every daemon as --cuda-transport, so that each test runs on
+ * either (Meson: cuda-fake-X and cuda-fake-ipc-X, gpu-X and gpu-ipc-X).
+ * gt_vmm() says whether this run's cuda slabs are VMM (auto: where device
+ * 0 reports VMM with POSIX descriptors, as the daemon decides); the other
+ * two name the driver call that makes a slab in the daemon and the one
+ * that maps it in a client, for the failure injections of the fake.
+ */
+const char *gt_transport(void);
+bool gt_vmm(void);
+const char *gt_slab_call(void);
+const char *gt_open_call(void);
+/* The "transport" that `devices` reports for @device. */
+void gt_device_transport(gpb_client *c, int device, char *out, size_t len);
+
+/* The fake's count of calls of entry point @name in this process (0 for a
+ * real driver). */
+uint64_t gt_fake_calls(const char *name);
+
 /* Retains the primary context of CUDA device @ordinal and makes it current
  * on this thread. */
 void gt_cuda_context(int ordinal);

@@ -6,12 +6,12 @@
  * - --backend cuda without a driver, with cuInit failing, or without a
  *   device: the daemon refuses to start and its log says why; --backend auto
  *   falls back to sim and says why.
- * - cuMemAlloc failing: -32010 with data.backend_error
+ * - cuMemAlloc (transport vmm: cuMemCreate) failing: -32010 with data.backend_error
  *   "CUDA_ERROR_ECC_UNCORRECTABLE", the message naming it, the log too; the
  *   daemon and the client's other memory live on.
  * - the scrub failing: -32010 naming it, and the slab given back.
- * - cuIpcOpenMemHandle failing in the client: GPB_E_BACKEND naming it, and
- *   the allocation given back to the daemon.
+ * - cuIpcOpenMemHandle (vmm: cuMemImportFromShareableHandle) failing in the client: GPB_E_BACKEND
+ * naming it, and the allocation given back to the daemon.
  */
 #include "gpu-common.h"
 
@@ -70,7 +70,9 @@ static int open_fails(const char *socket)
 	GPB(gpb_connect(socket, "gpu-errors-open", &c));
 	uint64_t inst = gt_register(c, 0);
 	int rc = gpb_alloc(c, inst, 4096, 0, &a);
-	if (rc != GPB_E_BACKEND || !strstr(gpb_last_error(), "cuIpcOpenMemHandle failed") ||
+	char want[96];
+	snprintf(want, sizeof(want), "%s failed", gt_open_call());
+	if (rc != GPB_E_BACKEND || !strstr(gpb_last_error(), want) ||
 	    !strstr(gpb_last_error(), "CUDA_ERROR_MAP_FAILED"))
 		GT_FAIL("gpb_alloc = %d (%s)", rc, gpb_last_error());
 	/* Given back: the daemon holds nothing for this client. */
@@ -110,8 +112,14 @@ int main(int argc, char **argv)
 	gpb_disconnect(c);
 	gt_daemon_stop(&d);
 
-	/* cuMemAlloc fails from its second call: the first slab is fine. */
-	const char *ecc[] = {"FAKECUDA_FAIL=cuMemAlloc@2=CUDA_ERROR_ECC_UNCORRECTABLE", NULL};
+	/* cuMemAlloc (vmm: cuMemCreate) fails from its second call: the first
+	 * slab is fine. */
+	char ecc_env[128], ecc_log[128];
+	snprintf(ecc_env, sizeof(ecc_env), "FAKECUDA_FAIL=%s@2=CUDA_ERROR_ECC_UNCORRECTABLE",
+	         gt_slab_call());
+	snprintf(ecc_log, sizeof(ecc_log), "%s failed: CUDA_ERROR_ECC_UNCORRECTABLE",
+	         gt_slab_call());
+	const char *ecc[] = {ecc_env, NULL};
 	const char *slab2m[] = {"--slab-size", "2MiB", NULL};
 	gt_daemon_start(&d, "cuda", slab2m, ecc);
 	int fd = raw_connect(&d);
@@ -140,7 +148,7 @@ int main(int argc, char **argv)
 	             "CUDA_ERROR_ECC_UNCORRECTABLE") != NULL);
 	const cJSON *be = cJSON_GetObjectItem(cJSON_GetObjectItem(err, "data"), "backend_error");
 	CHECK(cJSON_IsString(be) && strcmp(be->valuestring, "CUDA_ERROR_ECC_UNCORRECTABLE") == 0);
-	CHECK(gt_log_contains(&d, "cuMemAlloc failed: CUDA_ERROR_ECC_UNCORRECTABLE"));
+	CHECK(gt_log_contains(&d, ecc_log));
 	cJSON_Delete(e);
 	cJSON_Delete(r);
 	/* The daemon lives on, and so does the first allocation. */
@@ -170,7 +178,9 @@ int main(int argc, char **argv)
 
 	/* The client cannot open the handle: the allocation goes back. */
 	gt_daemon_start(&d, "cuda", slab2m, NULL);
-	setenv("FAKECUDA_FAIL", "cuIpcOpenMemHandle=CUDA_ERROR_MAP_FAILED", 1);
+	char open_fail[96];
+	snprintf(open_fail, sizeof(open_fail), "%s=CUDA_ERROR_MAP_FAILED", gt_open_call());
+	setenv("FAKECUDA_FAIL", open_fail, 1);
 	char *args[] = {"open-fails", d.socket, NULL};
 	pid_t pid = gt_spawn_self(args, NULL);
 	unsetenv("FAKECUDA_FAIL");

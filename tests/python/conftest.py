@@ -130,11 +130,14 @@ def have_gpu():
 @pytest.fixture(scope="module")
 def cuda_daemon():
     """gpubrokerd on the cuda backend, its socket in $GPUBROKER_SOCKET (the
-    default the Numba and CuPy bridges connect to); skips without a GPU."""
+    default the Numba and CuPy bridges connect to), on the transport
+    $GPB_CUDA_TRANSPORT names (vmm or ipc; unset: the daemon picks); skips
+    without a GPU."""
     why = have_gpu()
     if why:
         pytest.skip(why)
-    d = Daemon(backend="cuda").start()
+    transport = os.environ.get("GPB_CUDA_TRANSPORT")
+    d = Daemon(["--cuda-transport", transport] if transport else [], backend="cuda").start()
     old = os.environ.get("GPUBROKER_SOCKET")
     os.environ["GPUBROKER_SOCKET"] = d.socket
     yield d

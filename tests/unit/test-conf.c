@@ -47,6 +47,7 @@ static void test_every_key(void **state)
 {
 	const char *text = "# a comment\n"
 	                   "backend = sim\n"
+	                   "cuda_transport = ipc\n"
 	                   "socket = /tmp/x.sock   # trailing comment\n"
 	                   "socket_mode = 0600\n"
 	                   "socket_group = gpu\n"
@@ -76,6 +77,7 @@ static void test_every_key(void **state)
 	struct conf_error err;
 	assert_int_equal(parse(text, &cfg, &err), 0);
 	assert_string_equal(cfg.backend, "sim");
+	assert_string_equal(cfg.cuda_transport, "ipc");
 	assert_string_equal(cfg.socket, "/tmp/x.sock");
 	assert_int_equal(cfg.socket_mode, 0600);
 	assert_string_equal(cfg.socket_group, "gpu");

@@ -45,6 +45,7 @@ static const char *const not_names[] = {
     "errno",
     "libgpubroker",
     "max_host_memory",
+    "cuda_transport",
     "instance_id",
     "deferred",
     "set_manual_proportion",
