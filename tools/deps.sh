@@ -4,7 +4,9 @@
 # python test imports with pytest.importorskip is here as python3-MODULE
 # (test test-packages checks it), and under test.sh, which exports
 # GPB_TEST_PACKAGES=installed, such a test fails rather than skips.
-GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest python3-pip python3-numpy"
+# slurm-wlm, munge and libslurm-dev: the SPANK plugin (slurm/) builds
+# against spank.h, and the slurm suite runs a private Slurm with them.
+GPB_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest python3-pip python3-numpy slurm-wlm munge libslurm-dev"
 # Only for the libFuzzer build of tools/fuzz.sh (clang 14 and its libFuzzer).
 GPB_FUZZ_PACKAGES="clang libclang-rt-14-dev"
 

@@ -1,0 +1,348 @@
+#!/bin/sh
+# The slurm suite: a real single-node Slurm (slurmctld, slurmd, its own
+# munged) in a temporary folder, the SPANK plugin from this build in its
+# plugstack, a sim gpubrokerd on a temporary socket, and jobs that use them:
+#
+#   partition    srun --gpu-mem=1G: the client sees a 1 GiB device, can take
+#                1 GiB and not a chunk more, and its registrations follow the
+#                policy inside the partition (active mode: 1/4 and the rest)
+#   concurrent   two jobs (gpumem GRES, one also --gpu-mem) hold memory at
+#                once in partitions of their own, which `gpubrokerctl
+#                partitions` shows with their size and use; a third whose
+#                gpumem would overcommit the node stays PENDING (Resources)
+#                with no partition, and runs (and passes) once they are gone
+#   scancel      the two are ended by scancel (one by SIGKILL while it
+#                allocates and frees in a loop): no partition, no memory left
+#   sbatch       a batch job and the srun steps inside it share one partition
+#   broker-down  the broker stopped: a job with --gpu-mem fails to start with
+#                a message naming the socket, a job without runs; with
+#                fail_open in plugstack.conf the job runs without a partition
+#   leaks        at the end: no partition, nothing used, no token file
+#
+# Needs root (it runs Slurm's daemons): exit 77 otherwise. Slurm, munge and
+# libslurm-dev come from tools/deps.sh. Under AddressSanitizer it skips too:
+# slurmstepd (not instrumented) cannot load an instrumented plugin.
+# Everything it started is stopped on every exit (trap).
+#
+# Environment (set by meson): GPB_DAEMON GPB_CTL GPB_SPANK GPB_SLURM_CLIENT
+# [GPB_SANITIZE]. GPB_SLURM_KEEP=1 keeps the folder for a post-mortem.
+set -u
+: "${GPB_DAEMON:?run through meson test}" "${GPB_CTL:?}" "${GPB_SPANK:?}" "${GPB_SLURM_CLIENT:?}"
+if [ "$(id -u)" != 0 ]; then
+	echo "not root: Slurm's daemons and the plugin's job start run as root: skipped"
+	exit 77
+fi
+case ${GPB_SANITIZE:-none} in
+none | '') ;;
+*)
+	echo "sanitizer build ($GPB_SANITIZE): slurmstepd cannot load an instrumented plugin: skipped"
+	exit 77
+	;;
+esac
+for p in munged slurmctld slurmd srun sbatch squeue scancel scontrol sinfo python3; do
+	command -v "$p" >/dev/null 2>&1 || {
+		echo "FAIL: $p not found (tools/deps.sh installs slurm-wlm and munge)"
+		exit 1
+	}
+done
+unset GPUBROKER_SOCKET GPUBROKER_TOKEN SLURM_JOB_ID SLURM_JOBID SQUEUE_FORMAT
+
+start=$(date +%s)
+T=$(mktemp -d /tmp/gpb-slurm.XXXXXX) || exit 1
+chmod 755 "$T"
+export SLURM_CONF=$T/slurm.conf
+SOCK=$T/gpb/gpubroker.sock
+STATE=$T/gpbstate
+CLIENT=$GPB_SLURM_CLIENT
+GPB_PID=
+step=setup
+
+log() {
+	echo "[$(($(date +%s) - start))s] $*"
+}
+
+ctl() {
+	"$GPB_CTL" --socket "$SOCK" "$@"
+}
+
+pidof_file() {
+	[ -f "$1" ] && cat "$1" 2>/dev/null
+}
+
+stop_pid() { # stop_pid PID: SIGTERM, then SIGKILL after 5 s
+	[ -n "$1" ] || return 0
+	kill "$1" 2>/dev/null || return 0
+	i=0
+	while kill -0 "$1" 2>/dev/null && [ $i -lt 50 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	kill -9 "$1" 2>/dev/null
+	return 0
+}
+
+cleanup() {
+	rc=$?
+	trap - EXIT INT TERM
+	if [ -f "$T/slurmctld.pid" ]; then
+		ids=$(squeue -h -o %A 2>/dev/null)
+		[ -n "$ids" ] && scancel $ids 2>/dev/null
+		i=0
+		while [ -n "$(squeue -h -o %A 2>/dev/null)" ] && [ $i -lt 100 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+	fi
+	stop_pid "$(pidof_file "$T/slurmd.pid")"
+	stop_pid "$(pidof_file "$T/slurmctld.pid")"
+	stop_pid "$(pidof_file "$T/munge/munged.pid")"
+	stop_pid "$GPB_PID"
+	if [ "${GPB_SLURM_KEEP:-0}" = 1 ]; then
+		echo "kept $T"
+	else
+		rm -rf "$T"
+	fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+fail() {
+	echo "FAIL ($step): $*"
+	for f in slurmctld.log slurmd.log gpb/daemon.log; do
+		echo "--- $f (last 40 lines) ---"
+		tail -n 40 "$T/$f" 2>/dev/null
+	done
+	exit 1
+}
+
+# wait_for SECONDS WHAT COMMAND...: runs COMMAND every 0.1 s until it
+# succeeds; fails naming WHAT after SECONDS.
+wait_for() {
+	secs=$1 what=$2
+	shift 2
+	i=0
+	until "$@" >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -le $((secs * 10)) ] || fail "timed out after ${secs}s waiting for $what"
+		sleep 0.1
+	done
+}
+
+port_free() {
+	hex=$(printf '%04X' "$1")
+	! grep -q ":$hex 00000000:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+pick_port() {
+	while :; do
+		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 30000))
+		port_free "$p" && port_free $((p + 1)) && echo "$p" && return
+	done
+}
+
+# --- the broker ------------------------------------------------------------
+start_broker() {
+	"$GPB_DAEMON" --config /dev/null --socket "$SOCK" --socket-mode 0666 --backend sim \
+		--sim-memory 4GiB --log-level info >>"$T/gpb/daemon.log" 2>&1 &
+	GPB_PID=$!
+	wait_for 10 "gpubrokerd on $SOCK" ctl status
+	ctl set-mode active >/dev/null || fail "set-mode active"
+}
+mkdir -p "$T/gpb" "$T/state" "$T/spool" "$T/munge" "$T/out"
+start_broker
+
+# --- munge: its own key and socket -------------------------------------------
+chmod 700 "$T/munge"
+dd if=/dev/urandom of="$T/munge/munge.key" bs=1024 count=1 2>/dev/null
+chmod 400 "$T/munge/munge.key"
+munged --force --socket="$T/munge/munge.sock" --key-file="$T/munge/munge.key" \
+	--log-file="$T/munge/munged.log" --pid-file="$T/munge/munged.pid" \
+	--seed-file="$T/munge/munged.seed" || fail "munged did not start"
+chmod 711 "$T/munge"
+
+# --- Slurm ---------------------------------------------------------------
+host=$(hostname -s)
+port=$(pick_port)
+write_plugstack() {
+	echo "required $GPB_SPANK socket=$SOCK statedir=$STATE $*" >"$T/plugstack.conf"
+}
+write_plugstack
+cat >"$T/slurm.conf" <<EOF
+ClusterName=gpbtest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$T/munge/munge.sock
+StateSaveLocation=$T/state
+SlurmdSpoolDir=$T/spool
+SlurmctldPidFile=$T/slurmctld.pid
+SlurmdPidFile=$T/slurmd.pid
+SlurmctldLogFile=$T/slurmctld.log
+SlurmdLogFile=$T/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpumem
+PlugStackConfig=$T/plugstack.conf
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SchedulerType=sched/builtin
+ReturnToService=2
+SlurmdTimeout=30
+MessageTimeout=10
+KillWait=2
+MinJobAge=600
+InactiveLimit=0
+NodeName=gpbnode NodeAddr=127.0.0.1 CPUs=2 Gres=gpumem:4G State=UNKNOWN
+PartitionName=gpb Nodes=gpbnode Default=YES MaxTime=10 State=UP
+EOF
+echo "NodeName=gpbnode Name=gpumem Count=4G" >"$T/gres.conf"
+slurmctld -i || fail "slurmctld did not start"
+slurmd -N gpbnode || fail "slurmd did not start"
+node_idle() {
+	sinfo -h -n gpbnode -o %T | grep -qx idle
+}
+wait_for 30 "node gpbnode idle" node_idle
+log "Slurm up (ports $port, $((port + 1)))"
+
+# --- helpers over the broker's listings ------------------------------------
+# json_get COMMAND PYTHON-EXPRESSION: the expression over `d` (the JSON).
+json_get() {
+	ctl -o json "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print($2)"
+}
+partition_names() {
+	json_get partitions "' '.join(sorted(p['name'] for p in d['partitions']))"
+}
+# partition_field NAME EXPR: EXPR over `p`, the partition NAME.
+partition_field() {
+	json_get partitions "[$2 for p in d['partitions'] if p['name']=='$1'][0]"
+}
+device_used() {
+	json_get status "int(d['devices'][0]['used'])"
+}
+job_state() {
+	scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
+}
+job_reason() {
+	scontrol show job "$1" 2>/dev/null | sed -n 's/.*Reason=\([^ ]*\).*/\1/p'
+}
+job_gone() { # the job ended and its epilog ran (no longer COMPLETING)
+	[ -z "$(squeue -h -j "$1" -o %T 2>/dev/null)" ]
+}
+job_said() { # job_said ID WORD: its output has a line WORD
+	grep -qx "$2" "$T/out/$1.out" 2>/dev/null
+}
+has_partition() {
+	partition_names | tr ' ' '\n' | grep -qx "$1"
+}
+no_partitions() {
+	[ -z "$(partition_names)" ]
+}
+submit() { # submit SBATCH-ARGS... -- COMMAND: prints the job id
+	sbatch --parsable --time=5 --output="$T/out/%j.out" "$@"
+}
+
+GiB=1073741824
+
+# --- partition: srun --gpu-mem=1G --------------------------------------------
+step=partition
+out=$(srun --time=2 --gpu-mem=1G "$CLIENT" check $GiB 2>&1) ||
+	fail "srun --gpu-mem=1G gpb-slurm-client check: $out"
+echo "$out" | grep -qx ok || fail "the client did not finish its checks: $out"
+echo "$out" | grep -qx "total $GiB free $GiB" || fail "not a 1 GiB device: $out"
+log "partition: $(echo "$out" | tr '\n' ';')"
+
+# --- concurrent: two partitions, a third job held by the scheduler -------------
+step=concurrent
+a=$(submit --gres=gpumem:1G --wrap "exec $CLIENT hold 536870912") || fail "sbatch a"
+b=$(submit --gres=gpumem:1G --gpu-mem=1G --wrap "exec $CLIENT churn 805306368") ||
+	fail "sbatch b"
+wait_for 30 "job $a to hold its memory" job_said "$a" held
+wait_for 30 "job $b to allocate" job_said "$b" churning
+c=$(submit --gres=gpumem:3G --wrap "exec $CLIENT check 3221225472") || fail "sbatch c"
+names=$(partition_names)
+[ "$names" = "$(printf 'slurm-%s slurm-%s' "$a" "$b")" ] ||
+	fail "partitions '$names' while jobs $a and $b run (expected slurm-$a slurm-$b)"
+for j in "$a" "$b"; do
+	size=$(partition_field "slurm-$j" "int(p['devices'][0]['size'])")
+	[ "$size" = $GiB ] || fail "partition slurm-$j is $size bytes, not $GiB"
+	uid=$(partition_field "slurm-$j" "p['uid']")
+	[ "$uid" = 0 ] || fail "partition slurm-$j belongs to uid $uid, not the job's (0)"
+done
+used=$(partition_field "slurm-$a" "int(p['devices'][0]['used'])")
+[ "$used" = 536870912 ] || fail "partition slurm-$a uses $used bytes, not 536870912"
+table=$(ctl partitions)
+echo "$table" | grep -q "slurm-$a" || fail "'gpubrokerctl partitions' does not show slurm-$a: $table"
+log "partitions while $a and $b run:"
+echo "$table"
+# The third job: 1G + 1G + 3G > 4G of gpumem. Held, never started, no partition.
+pending_for_resources() {
+	[ "$(job_state "$c")" = PENDING ] && [ "$(job_reason "$c")" = Resources ]
+}
+wait_for 20 "job $c to pend for Resources" pending_for_resources
+sleep 1
+[ "$(job_state "$c")" = PENDING ] || fail "job $c is $(job_state "$c"), not PENDING"
+has_partition "slurm-$c" && fail "pending job $c has a partition"
+
+# --- scancel: a holder, and a churner killed mid-allocation --------------------
+step=scancel
+scancel "$a" || fail "scancel $a"
+scancel --signal=KILL "$b" || fail "scancel --signal=KILL $b"
+wait_for 30 "jobs $a and $b to end" job_gone "$a"
+wait_for 30 "job $b to end" job_gone "$b"
+for j in "$a" "$b"; do
+	has_partition "slurm-$j" && fail "partition slurm-$j outlived job $j"
+done
+# Job c gets the node's gpumem now, runs its checks on 3 GiB and ends.
+wait_for 30 "job $c to end" job_gone "$c"
+[ "$(job_state "$c")" = COMPLETED ] ||
+	fail "job $c is $(job_state "$c"): $(cat "$T/out/$c.out" 2>/dev/null)"
+job_said "$c" ok || fail "job $c: $(cat "$T/out/$c.out")"
+no_partitions || fail "partitions left after jobs $a $b $c: $(partition_names)"
+[ "$(device_used)" = 0 ] || fail "$(device_used) bytes still used after every job ended"
+log "concurrent, scancel: $a $b ended, $c pended then passed; no partition, 0 bytes used"
+
+# --- sbatch: steps of one job share its partition ------------------------------
+step=sbatch
+d=$(submit --gpu-mem=512M --wrap "echo \$GPUBROKER_TOKEN; srun sh -c 'echo \$GPUBROKER_TOKEN'; srun $CLIENT check 536870912") ||
+	fail "sbatch d"
+wait_for 30 "job $d to end" job_gone "$d"
+[ "$(job_state "$d")" = COMPLETED ] || fail "job $d is $(job_state "$d"): $(cat "$T/out/$d.out")"
+job_said "$d" ok || fail "job $d: $(cat "$T/out/$d.out")"
+tokens=$(grep -Ex '[0-9a-f]{64}' "$T/out/$d.out" | sort -u | wc -l)
+[ "$tokens" = 1 ] || fail "the batch step and its srun step saw $tokens tokens: $(cat "$T/out/$d.out")"
+no_partitions || fail "partition left after job $d: $(partition_names)"
+
+# --- broker-down: fail closed, and fail_open ------------------------------------
+step=broker-down
+stop_pid "$GPB_PID"
+GPB_PID=
+out=$(srun --time=1 --gpu-mem=1G true 2>&1) && fail "a --gpu-mem job started with the broker down: $out"
+echo "$out" | grep -q "$SOCK" || fail "the job's error does not name the socket $SOCK: $out"
+log "broker down, --gpu-mem job refused: $(echo "$out" | grep gpubroker | head -n 1)"
+out=$(srun --time=1 true 2>&1) || fail "a job without --gpu-mem failed with the broker down: $out"
+write_plugstack fail_open
+out=$(srun --time=1 --gpu-mem=1G sh -c 'echo "token=${GPUBROKER_TOKEN:-none}"' 2>&1) ||
+	fail "fail_open: the job did not start: $out"
+echo "$out" | grep -qx "token=none" || fail "fail_open: $out"
+echo "$out" | grep -q "fail_open" || fail "fail_open: the job was not told: $out"
+write_plugstack
+start_broker
+
+# --- leaks ------------------------------------------------------------------
+step=leaks
+no_partitions || fail "partitions left: $(partition_names)"
+left=$(ls "$STATE" 2>/dev/null | grep -c '\.token$')
+[ "$left" = 0 ] || fail "token files left in $STATE: $(ls "$STATE")"
+log "passed in $(($(date +%s) - start))s"
+exit 0
