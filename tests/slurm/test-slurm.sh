@@ -14,9 +14,12 @@
 #   scancel      the two are ended by scancel (one by SIGKILL while it
 #                allocates and frees in a loop): no partition, no memory left
 #   sbatch       a batch job and the srun steps inside it share one partition
+#   user         a job submitted as nobody: its partition is nobody's, and
+#                its client (as nobody) is in it
 #   broker-down  the broker stopped: a job with --gpu-mem fails to start with
 #                a message naming the socket, a job without runs; with
 #                fail_open in plugstack.conf the job runs without a partition
+#   epilog       gpubroker-slurm-epilog destroys a partition left behind
 #   leaks        at the end: no partition, nothing used, no token file
 #
 # Needs root (it runs Slurm's daemons): exit 77 otherwise. Slurm, munge and
@@ -25,9 +28,10 @@
 # Everything it started is stopped on every exit (trap).
 #
 # Environment (set by meson): GPB_DAEMON GPB_CTL GPB_SPANK GPB_SLURM_CLIENT
-# [GPB_SANITIZE]. GPB_SLURM_KEEP=1 keeps the folder for a post-mortem.
+# GPB_SLURM_EPILOG [GPB_SANITIZE]. GPB_SLURM_KEEP=1 keeps the folder for a post-mortem.
 set -u
 : "${GPB_DAEMON:?run through meson test}" "${GPB_CTL:?}" "${GPB_SPANK:?}" "${GPB_SLURM_CLIENT:?}"
+: "${GPB_SLURM_EPILOG:?}"
 if [ "$(id -u)" != 0 ]; then
 	echo "not root: Slurm's daemons and the plugin's job start run as root: skipped"
 	exit 77
@@ -323,6 +327,31 @@ tokens=$(grep -Ex '[0-9a-f]{64}' "$T/out/$d.out" | sort -u | wc -l)
 [ "$tokens" = 1 ] || fail "the batch step and its srun step saw $tokens tokens: $(cat "$T/out/$d.out")"
 no_partitions || fail "partition left after job $d: $(partition_names)"
 
+# --- user: a job of another uid owns its partition ------------------------------
+# The client and libgpubroker are copied where that user can read them (the
+# build tree may be under /root).
+step=user
+mkdir -p "$T/bin"
+cp "$CLIENT" "$T/bin/gpb-slurm-client"
+for lib in $(ldd "$CLIENT" | sed -n 's/.*libgpubroker[^ ]* => \([^ ]*\) .*/\1/p'); do
+	cp "$lib" "$T/bin/"
+done
+chmod 755 "$T/bin" "$T/bin"/*
+chmod 1777 "$T/out"
+e=$(submit --uid=nobody --gid="$(id -gn nobody)" --chdir="$T" --gpu-mem=256M \
+	--wrap "export LD_LIBRARY_PATH=$T/bin; $T/bin/gpb-slurm-client check 268435456 && exec $T/bin/gpb-slurm-client hold 67108864") ||
+	fail "sbatch --uid=nobody"
+wait_for 30 "job $e (uid nobody) to hold its memory" job_said "$e" held
+job_said "$e" ok || fail "job $e: $(cat "$T/out/$e.out")"
+uid=$(partition_field "slurm-$e" "p['uid']")
+[ "$uid" = "$(id -u nobody)" ] || fail "partition slurm-$e belongs to uid $uid, not nobody's"
+used=$(partition_field "slurm-$e" "int(p['devices'][0]['used'])")
+[ "$used" = 67108864 ] || fail "partition slurm-$e uses $used bytes, not 67108864"
+scancel "$e" || fail "scancel $e"
+wait_for 30 "job $e to end" job_gone "$e"
+no_partitions || fail "partition left after job $e: $(partition_names)"
+log "user: job $e ran as nobody in its own partition"
+
 # --- broker-down: fail closed, and fail_open ------------------------------------
 step=broker-down
 stop_pid "$GPB_PID"
@@ -338,6 +367,15 @@ echo "$out" | grep -qx "token=none" || fail "fail_open: $out"
 echo "$out" | grep -q "fail_open" || fail "fail_open: the job was not told: $out"
 write_plugstack
 start_broker
+
+# --- epilog: the node Epilog backstop destroys a partition left behind ----------
+step=epilog
+ctl partition-create slurm-999999 --uid 0 --size 64M >/dev/null || fail "partition-create"
+SLURM_JOB_ID=999999 GPUBROKER_SOCKET=$SOCK GPUBROKERCTL=$GPB_CTL "$GPB_SLURM_EPILOG" ||
+	fail "gpubroker-slurm-epilog exited $?"
+no_partitions || fail "gpubroker-slurm-epilog left $(partition_names)"
+SLURM_JOB_ID=999999 GPUBROKER_SOCKET=$SOCK GPUBROKERCTL=$GPB_CTL "$GPB_SLURM_EPILOG" ||
+	fail "gpubroker-slurm-epilog exited $? for a job without a partition"
 
 # --- leaks ------------------------------------------------------------------
 step=leaks
