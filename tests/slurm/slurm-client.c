@@ -14,6 +14,8 @@
  *   gpb-slurm-client churn SIZE   allocates and frees SIZE in a loop (says
  *                                 "churning" once), until killed
  *
+ * GPB_DEVICE: the broker's device index to register on (default 0).
+ *
  * Exit status 0 when every check holds, 1 (with the reason on stderr) when
  * one does not.
  */
@@ -40,7 +42,7 @@ static int instance(gpb_client *c, const char *name, double proportion, uint64_t
 
 	memset(&o, 0, sizeof(o));
 	o.name = name;
-	o.device = 0;
+	o.device = getenv("GPB_DEVICE") ? atoi(getenv("GPB_DEVICE")) : 0;
 	o.proportion = proportion;
 	return gpb_register(c, &o, id);
 }

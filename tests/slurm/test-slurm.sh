@@ -14,6 +14,8 @@
 #   scancel      the two are ended by scancel (one by SIGKILL while it
 #                allocates and frees in a loop): no partition, no memory left
 #   sbatch       a batch job and the srun steps inside it share one partition
+#   gpus         two jobs with a GPU GRES each (gpu:1, character devices
+#                made with mknod) get partitions on their own GPU only
 #   user         a job submitted as nobody: its partition is nobody's, and
 #                its client (as nobody) is in it
 #   broker-down  the broker stopped: a job with --gpu-mem fails to start with
@@ -148,7 +150,7 @@ pick_port() {
 # --- the broker ------------------------------------------------------------
 start_broker() {
 	"$GPB_DAEMON" --config /dev/null --socket "$SOCK" --socket-mode 0666 --backend sim \
-		--sim-memory 4GiB --log-level info >>"$T/gpb/daemon.log" 2>&1 &
+		--sim-devices 2 --sim-memory 4GiB --log-level info >>"$T/gpb/daemon.log" 2>&1 &
 	GPB_PID=$!
 	wait_for 10 "gpubrokerd on $SOCK" ctl status
 	ctl set-mode active >/dev/null || fail "set-mode active"
@@ -166,6 +168,14 @@ munged --force --socket="$T/munge/munge.sock" --key-file="$T/munge/munge.key" \
 chmod 711 "$T/munge"
 
 # --- Slurm ---------------------------------------------------------------
+# Two GPUs as GPU GRES: Slurm only needs character devices to count them
+# (the memory is the sim broker's); these are /dev/null's and /dev/zero's
+# numbers. Without mknod (no CAP_MKNOD) the node has no GPU GRES and the
+# gpus step is skipped.
+gres_gpu=
+if mknod "$T/dev-nvidia0" c 1 3 2>/dev/null && mknod "$T/dev-nvidia1" c 1 5 2>/dev/null; then
+	gres_gpu=1
+fi
 host=$(hostname -s)
 port=$(pick_port)
 write_plugstack() {
@@ -194,7 +204,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpumem
+GresTypes=gpumem${gres_gpu:+,gpu}
 PlugStackConfig=$T/plugstack.conf
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
@@ -207,10 +217,11 @@ MessageTimeout=10
 KillWait=2
 MinJobAge=600
 InactiveLimit=0
-NodeName=gpbnode NodeAddr=127.0.0.1 CPUs=2 Gres=gpumem:4G State=UNKNOWN
+NodeName=gpbnode NodeAddr=127.0.0.1 CPUs=2 Gres=gpumem:4G${gres_gpu:+,gpu:2} State=UNKNOWN
 PartitionName=gpb Nodes=gpbnode Default=YES MaxTime=10 State=UP
 EOF
 echo "NodeName=gpbnode Name=gpumem Count=4G" >"$T/gres.conf"
+[ -n "$gres_gpu" ] && echo "NodeName=gpbnode Name=gpu File=$T/dev-nvidia[0-1]" >>"$T/gres.conf"
 slurmctld -i || fail "slurmctld did not start"
 slurmd -N gpbnode || fail "slurmd did not start"
 node_idle() {
@@ -231,8 +242,8 @@ partition_names() {
 partition_field() {
 	json_get partitions "[$2 for p in d['partitions'] if p['name']=='$1'][0]"
 }
-device_used() {
-	json_get status "int(d['devices'][0]['used'])"
+device_used() { # over every device
+	json_get status "sum(int(x['used']) for x in d['devices'])"
 }
 job_state() {
 	scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
@@ -326,6 +337,30 @@ job_said "$d" ok || fail "job $d: $(cat "$T/out/$d.out")"
 tokens=$(grep -Ex '[0-9a-f]{64}' "$T/out/$d.out" | sort -u | wc -l)
 [ "$tokens" = 1 ] || fail "the batch step and its srun step saw $tokens tokens: $(cat "$T/out/$d.out")"
 no_partitions || fail "partition left after job $d: $(partition_names)"
+
+# --- gpus: a job with GPU GRES gets its partition on its GPUs only ---------------
+step=gpus
+if [ -n "$gres_gpu" ]; then
+	g1=$(submit --gres=gpu:1,gpumem:1G --wrap "GPB_DEVICE=\$SLURM_JOB_GPUS exec $CLIENT hold 134217728") ||
+		fail "sbatch g1"
+	g2=$(submit --gres=gpu:1,gpumem:1G --wrap "GPB_DEVICE=\$SLURM_JOB_GPUS exec $CLIENT hold 268435456") ||
+		fail "sbatch g2"
+	wait_for 30 "job $g1 to hold its memory" job_said "$g1" held
+	wait_for 30 "job $g2 to hold its memory" job_said "$g2" held
+	d1=$(partition_field "slurm-$g1" "' '.join(str(x['device']) for x in p['devices'])")
+	d2=$(partition_field "slurm-$g2" "' '.join(str(x['device']) for x in p['devices'])")
+	[ "$d1 $d2" = "0 1" ] || [ "$d1 $d2" = "1 0" ] ||
+		fail "jobs with one GPU each got partitions on devices '$d1' and '$d2'"
+	u1=$(partition_field "slurm-$g1" "int(p['devices'][0]['used'])")
+	[ "$u1" = 134217728 ] || fail "partition slurm-$g1 uses $u1 bytes, not 134217728"
+	log "gpus: job $g1 on device $d1, job $g2 on device $d2"
+	scancel "$g1" "$g2" || fail "scancel $g1 $g2"
+	wait_for 30 "job $g1 to end" job_gone "$g1"
+	wait_for 30 "job $g2 to end" job_gone "$g2"
+	no_partitions || fail "partitions left after jobs $g1 $g2: $(partition_names)"
+else
+	log "gpus: skipped (mknod is not permitted here, so the node has no GPU GRES)"
+fi
 
 # --- user: a job of another uid owns its partition ------------------------------
 # The client and libgpubroker are copied where that user can read them (the
