@@ -18,6 +18,10 @@
 #                made with mknod) get partitions on their own GPU only
 #   user         a job submitted as nobody: its partition is nobody's, and
 #                its client (as nobody) is in it
+#   refusals     a malformed --gpu-mem, one over the job's gpumem GRES, and
+#                one over the device fail the job, saying why
+#   leftover     a partition named as the job's but without the plugin's
+#                token file (an earlier job with the same id) is replaced
 #   broker-down  the broker stopped: a job with --gpu-mem fails to start with
 #                a message naming the socket, a job without runs; with
 #                fail_open in plugstack.conf the job runs without a partition
@@ -386,6 +390,31 @@ scancel "$e" || fail "scancel $e"
 wait_for 30 "job $e to end" job_gone "$e"
 no_partitions || fail "partition left after job $e: $(partition_names)"
 log "user: job $e ran as nobody in its own partition"
+
+# --- refusals: sizes the plugin or the broker will not take ----------------------
+step=refusals
+# refused WHAT PATTERN SRUN-ARGS...: the job must fail, its output match PATTERN
+refused() {
+	what=$1 pattern=$2
+	shift 2
+	out=$(srun --time=1 "$@" 2>&1) && fail "$what: the job ran: $out"
+	echo "$out" | grep -q -- "$pattern" || fail "$what: no '$pattern' in: $out"
+}
+refused "a malformed --gpu-mem" "gpu-mem=12Q: expected a size" --gpu-mem=12Q true
+refused "--gpu-mem over the job's gpumem GRES" "more than the job's gpumem GRES" \
+	--gres=gpumem:1G --gpu-mem=2G true
+refused "a partition over the device" "asked 5368709120, available 4294967296" \
+	--gpu-mem=5G true
+no_partitions || fail "partitions left after refused jobs: $(partition_names)"
+
+# --- leftover: a partition of the job's name without a token file is replaced ----
+step=leftover
+f=$(submit --hold --gpu-mem=256M --wrap "exec $CLIENT check 268435456") || fail "sbatch --hold"
+ctl partition-create "slurm-$f" --uid 0 --size 64M >/dev/null || fail "partition-create slurm-$f"
+scontrol release "$f" || fail "scontrol release $f"
+wait_for 30 "job $f to end" job_gone "$f"
+job_said "$f" ok || fail "job $f in place of a leftover partition: $(cat "$T/out/$f.out")"
+no_partitions || fail "partition left after job $f: $(partition_names)"
 
 # --- broker-down: fail closed, and fail_open ------------------------------------
 step=broker-down
