@@ -4,7 +4,6 @@
 #include "dispatch_internal.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -657,49 +656,6 @@ static int on_metrics(struct dispatch_ctx *ctx)
 	return rc;
 }
 
-/* Bytes of host memory the daemon's allocator has handed out and not had
- * back (glibc: mallinfo2), or -1 where that cannot be known. Exact where
- * RSS is not: freed memory stays resident, so a small leak hides in it. */
-static double heap_bytes(void)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
-	struct mallinfo2 mi = mallinfo2();
-	return (double)(mi.uordblks + mi.hblkhd);
-#else
-	return -1;
-#endif
-}
-
-/* Walks every pool, session, allocation, wait and policy structure
- * (broker_check) and reports the first inconsistency. */
-static int on_selfcheck(struct dispatch_ctx *ctx)
-{
-	char msg[128] = "";
-	if (broker_check(ctx->b, msg, sizeof(msg)) < 0) {
-		log_error("selfcheck: %s", msg);
-		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: selfcheck: %s", msg);
-		ctx->data = cJSON_CreateObject();
-		if (ctx->data)
-			cJSON_AddStringToObject(ctx->data, PROTO_F_VIOLATION, msg);
-		return -EFAULT;
-	}
-	const struct broker *b = ctx->b;
-	struct broker_parting_counts pc;
-	broker_parting_counts(b, &pc);
-	cJSON *r = dispatch_result(ctx);
-	if (!r || !cJSON_AddTrueToObject(r, PROTO_F_OK) ||
-	    proto_add_number(r, PROTO_F_SESSIONS, b->session_count) ||
-	    proto_add_number(r, PROTO_F_INSTANCES, (double)b->instance_count) ||
-	    proto_add_number(r, PROTO_F_ALLOCATIONS, (double)b->allocs.count) ||
-	    proto_add_number(r, PROTO_F_WAITS, b->wait_count) ||
-	    proto_add_number(r, PROTO_F_PARTING, (double)pc.parting) ||
-	    proto_add_number(r, PROTO_F_GHOSTS, pc.ghosts) ||
-	    proto_add_number(r, PROTO_F_RETIRED, pc.retired) ||
-	    proto_add_number(r, PROTO_F_HEAP_BYTES, heap_bytes()))
-		return -ENOMEM;
-	return 0;
-}
-
 static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_HELLO] = on_hello,
     [PROTO_OP_REGISTER] = on_register,
@@ -730,7 +686,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_FREE_LABEL] = dispatch_free_label,
     [PROTO_OP_INVALIDATE_ALL] = dispatch_invalidate_all,
     [PROTO_OP_SET_ALLOCATOR] = dispatch_set_allocator,
-    [PROTO_OP_SELFCHECK] = on_selfcheck,
+    [PROTO_OP_SELFCHECK] = dispatch_selfcheck,
     [PROTO_OP_EXPORT] = dispatch_export,
     [PROTO_OP_UNEXPORT] = dispatch_unexport,
     [PROTO_OP_OPEN] = dispatch_open,

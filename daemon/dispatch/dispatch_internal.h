@@ -49,6 +49,9 @@ int dispatch_stats(struct dispatch_ctx *ctx);
 int dispatch_status(struct dispatch_ctx *ctx);
 int dispatch_clients(struct dispatch_ctx *ctx);
 int dispatch_devices(struct dispatch_ctx *ctx);
+/* Walks every pool, session, allocation, wait and policy structure
+ * (broker_check) and reports the first inconsistency (admin). */
+int dispatch_selfcheck(struct dispatch_ctx *ctx);
 
 /* dispatch_vram.c */
 int dispatch_policy(struct dispatch_ctx *ctx);

@@ -304,6 +304,17 @@ static void test_token_joins(void **state)
 	assert_int_equal(u64_member(d, "used"), 256 * MiB);
 	assert_int_equal(u64_member(d, "free"), 0);
 	cJSON_Delete(r);
+	/* Its client is listed as inside it. */
+	r = request(admin, "clients", NULL, &rc);
+	const cJSON *cl;
+	int inside = 0;
+	cJSON_ArrayForEach(cl, cJSON_GetObjectItem(r, "clients"))
+	{
+		const cJSON *part = cJSON_GetObjectItem(cl, "partition");
+		inside += cJSON_IsString(part) && strcmp(part->valuestring, "job") == 0;
+	}
+	assert_int_equal(inside, 1);
+	cJSON_Delete(r);
 	assert_true(th_metric(admin, "gpubroker_partition_used_bytes{partition=\"job\",uid=\"0\","
 	                             "device=\"1\"}") == (double)(256 * MiB));
 	assert_int_equal(gpb_free(c, a.id), 0);

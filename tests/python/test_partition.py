@@ -70,3 +70,25 @@ def test_bad_token_refused(client, daemon, monkeypatch):
     with gpubroker.Client(daemon.socket) as c:
         assert c.request("partitions")["partitions"][0]["sessions"] == 0
     client.request("partition_destroy", {"name": "py-bad"})
+
+
+def test_groups_and_chunking_inside(client, daemon, monkeypatch):
+    # Stream groups and chunking fit the partition, not the device: 400 MB
+    # of arrays take two chunks in a 256 MiB partition, one outside (768 MiB).
+    from gpubroker import ArrayRequest
+    token = make_partition(client, "py-chunk", 256 * MiB, [0])
+    reqs = {"state": ArrayRequest((100000, 1000), "float32", chunk_axis=0)}
+    monkeypatch.setenv("GPUBROKER_TOKEN", token)
+    with gpubroker.Client(daemon.socket, "in-job") as c:
+        inst = c.register("solver", device=0, group="g")
+        assert c.group_info("g").available == 256 * MiB
+        ch, shapes = c.chunk_parameters(reqs, group="g")
+        assert ch.chunks == 2 and ch.chunk_bytes <= 256 * MiB
+        c.queue_request(inst, reqs)
+        got = c.allocate_queue(inst)
+        assert got.chunks == 2 and c.mem_info(inst).used == got.chunk_bytes
+    monkeypatch.delenv("GPUBROKER_TOKEN")
+    client.register("solver", device=0, group="g")
+    assert client.group_info("g").available == GiB - 256 * MiB
+    assert client.chunk_parameters(reqs, group="g")[0].chunks == 1
+    client.request("partition_destroy", {"name": "py-chunk"})
