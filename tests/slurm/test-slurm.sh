@@ -13,7 +13,8 @@
 #                with no partition, and runs (and passes) once they are gone
 #   scancel      the two are ended by scancel (one by SIGKILL while it
 #                allocates and frees in a loop): no partition, no memory left
-#   sbatch       a batch job and the srun steps inside it share one partition
+#   sbatch       a batch job and the srun steps inside it share one partition;
+#                salloc --gpu-mem passes the size on to its srun step
 #   gpus         two jobs with a GPU GRES each (gpu:1, character devices
 #                made with mknod) get partitions on their own GPU only
 #   user         a job submitted as nobody: its partition is nobody's, and
@@ -341,6 +342,11 @@ job_said "$d" ok || fail "job $d: $(cat "$T/out/$d.out")"
 tokens=$(grep -Ex '[0-9a-f]{64}' "$T/out/$d.out" | sort -u | wc -l)
 [ "$tokens" = 1 ] || fail "the batch step and its srun step saw $tokens tokens: $(cat "$T/out/$d.out")"
 no_partitions || fail "partition left after job $d: $(partition_names)"
+out=$(salloc --time=2 --gpu-mem=512M srun "$CLIENT" check 536870912 2>&1) ||
+	fail "salloc --gpu-mem=512M srun gpb-slurm-client check: $out"
+echo "$out" | grep -qx ok || fail "salloc: the client did not finish its checks: $out"
+no_partitions || fail "partition left after salloc: $(partition_names)"
+log "sbatch, salloc: steps share one partition; salloc passes --gpu-mem on"
 
 # --- gpus: a job with GPU GRES gets its partition on its GPUs only ---------------
 step=gpus
