@@ -19,6 +19,8 @@
 #                made with mknod) get partitions on their own GPU only
 #   user         a job submitted as nobody: its partition is nobody's, and
 #                its client (as nobody) is in it
+#   restarts     slurmd restarted under a job: its end still destroys the
+#                partition; the broker restarted: no partition, no token file
 #   refusals     a malformed --gpu-mem, one over the job's gpumem GRES, and
 #                one over the device fail the job, saying why
 #   leftover     a partition named as the job's but without the plugin's
@@ -397,6 +399,35 @@ wait_for 30 "job $e to end" job_gone "$e"
 no_partitions || fail "partition left after job $e: $(partition_names)"
 log "user: job $e ran as nobody in its own partition"
 
+# --- restarts: slurmd and the broker restarted under running jobs -----------------
+# slurmd (and so the plugin in it) restarted: the job's end still destroys
+# the partition. The broker restarted: its partitions are gone with it, and
+# the job's end finds nothing to destroy and removes the token file.
+step=restarts
+token_files() {
+	ls "$STATE" 2>/dev/null | grep -c '\.token$'
+}
+r=$(submit --gpu-mem=256M --wrap "exec $CLIENT hold 67108864") || fail "sbatch r"
+wait_for 30 "job $r to hold its memory" job_said "$r" held
+stop_pid "$(pidof_file "$T/slurmd.pid")"
+slurmd -N gpbnode || fail "slurmd did not start again"
+has_partition "slurm-$r" || fail "partition slurm-$r gone when slurmd restarted"
+scancel "$r" || fail "scancel $r"
+wait_for 60 "job $r to end under the new slurmd" job_gone "$r"
+no_partitions || fail "partition left after job $r (slurmd restarted): $(partition_names)"
+[ "$(token_files)" = 0 ] || fail "token file left after job $r: $(ls "$STATE")"
+r=$(submit --gpu-mem=256M --wrap "exec $CLIENT hold 67108864") || fail "sbatch r2"
+wait_for 30 "job $r to hold its memory" job_said "$r" held
+stop_pid "$GPB_PID"
+start_broker
+no_partitions || fail "a restarted broker has partitions: $(partition_names)"
+scancel "$r" || fail "scancel $r"
+wait_for 30 "job $r to end" job_gone "$r"
+no_partitions || fail "partition left after job $r (broker restarted): $(partition_names)"
+[ "$(token_files)" = 0 ] || fail "token file left after job $r: $(ls "$STATE")"
+wait_for 30 "node gpbnode idle" node_idle
+log "restarts: slurmd and the broker restarted under jobs; nothing left"
+
 # --- refusals: sizes the plugin or the broker will not take ----------------------
 step=refusals
 # refused WHAT PATTERN SRUN-ARGS...: the job must fail, its output match PATTERN
@@ -450,7 +481,6 @@ SLURM_JOB_ID=999999 GPUBROKER_SOCKET=$SOCK GPUBROKERCTL=$GPB_CTL "$GPB_SLURM_EPI
 # --- leaks ------------------------------------------------------------------
 step=leaks
 no_partitions || fail "partitions left: $(partition_names)"
-left=$(ls "$STATE" 2>/dev/null | grep -c '\.token$')
-[ "$left" = 0 ] || fail "token files left in $STATE: $(ls "$STATE")"
+[ "$(token_files)" = 0 ] || fail "token files left in $STATE: $(ls "$STATE")"
 log "passed in $(($(date +%s) - start))s"
 exit 0
