@@ -347,6 +347,9 @@ no_partitions || fail "partition left after job $d: $(partition_names)"
 out=$(salloc --time=2 --gpu-mem=512M srun "$CLIENT" check 536870912 2>&1) ||
 	fail "salloc --gpu-mem=512M srun gpb-slurm-client check: $out"
 echo "$out" | grep -qx ok || fail "salloc: the client did not finish its checks: $out"
+sid=$(echo "$out" | sed -n 's/.*Granted job allocation \([0-9]*\).*/\1/p')
+[ -n "$sid" ] || fail "salloc did not say its job id: $out"
+wait_for 30 "job $sid (salloc) to end" job_gone "$sid"
 no_partitions || fail "partition left after salloc: $(partition_names)"
 log "sbatch, salloc: steps share one partition; salloc passes --gpu-mem on"
 
