@@ -140,8 +140,8 @@ static int job_gres_count(const struct gpbs_conf *conf, uint32_t job_id, uint32_
 		return 0;
 	}
 	if (load(&msg, job_id, SHOW_DETAIL) != 0 || !msg) {
-		step_fail("gpubroker: cannot read job %" PRIu32 " from slurmctld: %s", job_id,
-		          slurm_strerror(slurm_get_errno()));
+		slurm_error("gpubroker: cannot read job %" PRIu32 " from slurmctld: %s", job_id,
+		            slurm_strerror(slurm_get_errno()));
 		return -1;
 	}
 	for (uint32_t i = 0; i < msg->record_count && !found; i++) {
@@ -151,8 +151,8 @@ static int job_gres_count(const struct gpbs_conf *conf, uint32_t job_id, uint32_
 			continue;
 		found = gpbs_gres_count(job->gres_detail_str[node_id], conf->gres, out);
 		if (found < 0)
-			step_fail("gpubroker: job %" PRIu32 ": cannot read the %s count in '%s'",
-			          job_id, conf->gres, job->gres_detail_str[node_id]);
+			slurm_error("gpubroker: job %" PRIu32 ": cannot read the %s count in '%s'",
+			            job_id, conf->gres, job->gres_detail_str[node_id]);
 	}
 	release(msg);
 	return found;
@@ -174,8 +174,17 @@ static int job_size(spank_t sp, const struct gpbs_conf *conf, uint32_t job_id, u
 	if (spank_get_item(sp, S_JOB_NODEID, &node_id) != ESPANK_SUCCESS)
 		node_id = 0;
 	has_gres = job_gres_count(conf, job_id, node_id, &gres);
-	if (has_gres < 0)
-		return -1;
+	if (has_gres < 0) {
+		/* Not knowing whether the job asked for gpumem must not fail
+		 * the jobs that did not: --gpu-mem still counts, the GRES is
+		 * not enforced, and the job is told. */
+		snprintf(step_notice, sizeof(step_notice),
+		         "gpubroker: job %" PRIu32 ": cannot read its %s GRES from slurmctld: %s",
+		         job_id, conf->gres,
+		         opt_given ? "--gpu-mem alone is enforced"
+		                   : "no GPU memory partition (see slurmd's log)");
+		return 0;
+	}
 	if (has_gres && opt_given && opt_size > gres) {
 		step_fail("gpubroker: --gpu-mem=%" PRIu64 " is more than the job's %s GRES "
 		          "(%" PRIu64 " bytes on this node)",

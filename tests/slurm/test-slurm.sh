@@ -283,6 +283,7 @@ out=$(srun --time=2 --gpu-mem=1G "$CLIENT" check $GiB 2>&1) ||
 echo "$out" | grep -qx ok || fail "the client did not finish its checks: $out"
 echo "$out" | grep -qx "total $GiB free $GiB" || fail "not a 1 GiB device: $out"
 log "partition: $(echo "$out" | tr '\n' ';')"
+wait_for 30 "the srun job's partition to go" no_partitions
 
 # --- concurrent: two partitions, a third job held by the scheduler -------------
 step=concurrent
