@@ -6,6 +6,7 @@
 #   partition    srun --gpu-mem=1G: the client sees a 1 GiB device, can take
 #                1 GiB and not a chunk more, and its registrations follow the
 #                policy inside the partition (active mode: 1/4 and the rest)
+#   python       the Python package in a job: a 512 MiB device, refused past it
 #   concurrent   two jobs (gpumem GRES, one also --gpu-mem) hold memory at
 #                once in partitions of their own, which `gpubrokerctl
 #                partitions` shows with their size and use; a third whose
@@ -37,7 +38,8 @@
 # Everything it started is stopped on every exit (trap).
 #
 # Environment (set by meson): GPB_DAEMON GPB_CTL GPB_SPANK GPB_SLURM_CLIENT
-# GPB_SLURM_EPILOG [GPB_SANITIZE]. GPB_SLURM_KEEP=1 keeps the folder for a post-mortem.
+# GPB_SLURM_EPILOG [GPB_PYTHON GPB_PYTHONPATH GPB_SLURM_PYCLIENT GPB_LIBRARY]
+# [GPB_SANITIZE]. GPB_SLURM_KEEP=1 keeps the folder for a post-mortem.
 set -u
 : "${GPB_DAEMON:?run through meson test}" "${GPB_CTL:?}" "${GPB_SPANK:?}" "${GPB_SLURM_CLIENT:?}"
 : "${GPB_SLURM_EPILOG:?}"
@@ -284,6 +286,19 @@ echo "$out" | grep -qx ok || fail "the client did not finish its checks: $out"
 echo "$out" | grep -qx "total $GiB free $GiB" || fail "not a 1 GiB device: $out"
 log "partition: $(echo "$out" | tr '\n' ';')"
 wait_for 30 "the srun job's partition to go" no_partitions
+
+# --- python: the package finds the partition by itself ---------------------------
+step=python
+if [ -n "${GPB_PYTHON:-}" ]; then
+	out=$(PYTHONPATH=$GPB_PYTHONPATH GPUBROKER_LIBRARY=$GPB_LIBRARY PYTHONDONTWRITEBYTECODE=1 \
+		srun --time=2 --gpu-mem=512M "$GPB_PYTHON" "$GPB_SLURM_PYCLIENT" 536870912 2>&1) ||
+		fail "srun --gpu-mem=512M python: $out"
+	echo "$out" | grep -qx "python ok" || fail "python: $out"
+	wait_for 30 "the python job's partition to go" no_partitions
+	log "python: the package sees its 512 MiB partition"
+else
+	log "python: skipped (built without the python package)"
+fi
 
 # --- concurrent: two partitions, a third job held by the scheduler -------------
 step=concurrent
