@@ -329,9 +329,11 @@ static int step_setup(spank_t sp, int ac, char **av)
 	gpbs_unlock(lock);
 	if (rc < 0)
 		return -1;
-	if (spank_setenv(sp, "GPUBROKER_TOKEN", token, 1) != ESPANK_SUCCESS ||
-	    (conf.socket[0] &&
-	     spank_setenv(sp, "GPUBROKER_SOCKET", conf.socket, 1) != ESPANK_SUCCESS)) {
+	rc = spank_setenv(sp, "GPUBROKER_TOKEN", token, 1) != ESPANK_SUCCESS ||
+	     (conf.socket[0] &&
+	      spank_setenv(sp, "GPUBROKER_SOCKET", conf.socket, 1) != ESPANK_SUCCESS);
+	explicit_bzero(token, sizeof(token)); /* the job's environment has its copy */
+	if (rc) {
 		step_fail("gpubroker: job %" PRIu32 ": cannot set GPUBROKER_TOKEN", job_id);
 		return -1;
 	}
@@ -378,7 +380,7 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 	}
 	gpbs_partition_name(job_id, name, sizeof(name));
 	had_token = gpbs_token_read(conf.statedir, job_id, token) == 0;
-	memset(token, 0, sizeof(token));
+	explicit_bzero(token, sizeof(token));
 	unsetenv("GPUBROKER_TOKEN");
 	rc = gpb_connect(conf_socket(&conf), "slurm-epilog", &c);
 	if (rc == 0) {

@@ -98,20 +98,31 @@ stop_pid() { # stop_pid PID: SIGTERM, then SIGKILL after 5 s
 
 cleanup() {
 	rc=$?
-	trap - EXIT INT TERM
-	if [ -f "$T/slurmctld.pid" ]; then
-		ids=$(squeue -h -o %A 2>/dev/null)
-		[ -n "$ids" ] && scancel $ids 2>/dev/null
-		i=0
-		while [ -n "$(squeue -h -o %A 2>/dev/null)" ] && [ $i -lt 100 ]; do
+	trap - EXIT INT TERM HUP PIPE
+	# Jobs first, but only from a controller that is there, and never
+	# for long.
+	if kill -0 "$(pidof_file "$T/slurmctld.pid")" 2>/dev/null; then
+		ids=$(timeout 10 squeue -h -o %A 2>/dev/null)
+		[ -n "$ids" ] && timeout 10 scancel $ids 2>/dev/null
+		end=$(($(date +%s) + 10))
+		while [ -n "$(timeout 5 squeue -h -o %A 2>/dev/null)" ] && [ "$(date +%s)" -lt $end ]; do
 			sleep 0.1
-			i=$((i + 1))
 		done
 	fi
 	stop_pid "$(pidof_file "$T/slurmd.pid")"
 	stop_pid "$(pidof_file "$T/slurmctld.pid")"
 	stop_pid "$(pidof_file "$T/munge/munged.pid")"
 	stop_pid "$GPB_PID"
+	# Whatever else this test started, through Slurm or not (job steps and
+	# tasks of a run cut short), carries its SLURM_CONF: nothing else does.
+	unset SLURM_CONF
+	for e in /proc/[0-9]*/environ; do
+		pid=${e#/proc/}
+		pid=${pid%/environ}
+		tr '\0' '\n' 2>/dev/null <"$e" | grep -qxF "SLURM_CONF=$T/slurm.conf" || continue
+		echo "cleanup: process $pid of this test was still running: killed"
+		kill -9 "$pid" 2>/dev/null
+	done
 	if [ "${GPB_SLURM_KEEP:-0}" = 1 ]; then
 		echo "kept $T"
 	else
@@ -120,7 +131,7 @@ cleanup() {
 	exit $rc
 }
 trap cleanup EXIT
-trap 'exit 1' INT TERM
+trap 'exit 1' INT TERM HUP PIPE
 
 fail() {
 	echo "FAIL ($step): $*"
@@ -132,26 +143,31 @@ fail() {
 }
 
 # wait_for SECONDS WHAT COMMAND...: runs COMMAND every 0.1 s until it
-# succeeds; fails naming WHAT after SECONDS.
+# succeeds; fails naming WHAT after SECONDS (of the clock: a Slurm command
+# that waits on a controller does not stretch it).
 wait_for() {
 	secs=$1 what=$2
 	shift 2
-	i=0
+	end=$(($(date +%s) + secs))
 	until "$@" >/dev/null 2>&1; do
-		i=$((i + 1))
-		[ $i -le $((secs * 10)) ] || fail "timed out after ${secs}s waiting for $what"
+		[ "$(date +%s)" -lt $end ] || fail "timed out after ${secs}s waiting for $what"
 		sleep 0.1
 	done
 }
 
+# A port no socket uses, in any state, below the kernel's ephemeral range
+# (where outgoing connections take theirs).
 port_free() {
 	hex=$(printf '%04X' "$1")
-	! grep -q ":$hex 00000000:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null
+	! awk -v p=":$hex" 'substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
+		/proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
 pick_port() {
+	low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+	[ "${low:-0}" -gt 12000 ] || low=32768
 	while :; do
-		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 30000))
+		p=$((10000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % (low - 10002)))
 		port_free "$p" && port_free $((p + 1)) && echo "$p" && return
 	done
 }
@@ -186,12 +202,13 @@ if mknod "$T/dev-nvidia0" c 1 3 2>/dev/null && mknod "$T/dev-nvidia1" c 1 5 2>/d
 	gres_gpu=1
 fi
 host=$(hostname -s)
-port=$(pick_port)
 write_plugstack() {
 	echo "required $GPB_SPANK socket=$SOCK statedir=$STATE $*" >"$T/plugstack.conf"
 }
 write_plugstack
-cat >"$T/slurm.conf" <<EOF
+write_slurm_conf() { # write_slurm_conf PORT: slurmctld on PORT, slurmd on PORT+1
+	port=$1
+	cat >"$T/slurm.conf" <<EOF
 ClusterName=gpbtest
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$port
@@ -229,9 +246,40 @@ InactiveLimit=0
 NodeName=gpbnode NodeAddr=127.0.0.1 CPUs=2 Gres=gpumem:4G${gres_gpu:+,gpu:2} State=UNKNOWN
 PartitionName=gpb Nodes=gpbnode Default=YES MaxTime=10 State=UP
 EOF
+}
 echo "NodeName=gpbnode Name=gpumem Count=4G" >"$T/gres.conf"
 [ -n "$gres_gpu" ] && echo "NodeName=gpbnode Name=gpu File=$T/dev-nvidia[0-1]" >>"$T/gres.conf"
-slurmctld -i || fail "slurmctld did not start"
+ctld_up() {
+	kill -0 "$(pidof_file "$T/slurmctld.pid")" 2>/dev/null &&
+		timeout 5 scontrol ping 2>/dev/null | grep -q UP
+}
+ctld_died() { # it wrote its pid file, and that process is gone
+	[ -s "$T/slurmctld.pid" ] && ! kill -0 "$(pidof_file "$T/slurmctld.pid")" 2>/dev/null
+}
+# The controller, on a fresh pair of ports when the first ones were taken
+# meanwhile (it forks, then dies of "Address already in use").
+try=0
+while :; do
+	try=$((try + 1))
+	# GPB_SLURM_PORT: the first try's port (to see this retry work).
+	if [ $try = 1 ] && [ -n "${GPB_SLURM_PORT:-}" ]; then
+		write_slurm_conf "$GPB_SLURM_PORT"
+	else
+		write_slurm_conf "$(pick_port)"
+	fi
+	rm -f "$T/slurmctld.pid"
+	slurmctld -i || fail "slurmctld did not start"
+	end=$(($(date +%s) + 15))
+	until ctld_up || ctld_died || [ "$(date +%s)" -ge $end ]; do
+		sleep 0.1
+	done
+	ctld_up && break
+	if ! grep -q "Address already in use" "$T/slurmctld.log" 2>/dev/null || [ $try -ge 5 ]; then
+		fail "slurmctld is not up"
+	fi
+	stop_pid "$(pidof_file "$T/slurmctld.pid")"
+	: >"$T/slurmctld.log"
+done
 slurmd -N gpbnode || fail "slurmd did not start"
 node_idle() {
 	sinfo -h -n gpbnode -o %T | grep -qx idle
