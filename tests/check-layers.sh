@@ -41,6 +41,7 @@ layout       client/layout     base public
 core         client/core       base proto schema common public
 library      client            core layout base proto schema common public
 ctl          client/ctl        proto schema public
+spank        slurm             conf public
 '
 # Modules that speak no JSON and run no event loop.
 no_json='common schema log pool policy backend broker conf'
@@ -126,7 +127,7 @@ fi
 
 # Every folder with sources is a module of the table (a new folder must say
 # where it stands).
-for d in common proto include daemon daemon/* client client/*; do
+for d in common proto include daemon daemon/* client client/* slurm; do
 	[ -d "$d" ] || continue
 	ls "$d"/*.[ch] >/dev/null 2>&1 || continue
 	echo "$layers" | awk -v d="$d" '$2 == d { found = 1 } END { exit !found }' ||
