@@ -28,6 +28,7 @@ void broker_limits_default(struct broker_limits *limits)
 	limits->max_allocations = 65536;
 	limits->write_high_water = 256u << 10;
 	limits->hello_timeout_ms = 10000;
+	limits->paused_timeout_ms = 10000;
 	limits->max_clients = 1024;
 	limits->max_inflight = 64;
 	limits->mode = POLICY_PASSIVE;

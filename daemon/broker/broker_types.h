@@ -28,16 +28,17 @@ struct broker_rule {
 #define BROKER_MAX_RULES 64
 
 struct broker_limits {
-	uint64_t slab_size;        /* pool slab bytes */
-	unsigned max_instances;    /* per connection */
-	unsigned max_allocations;  /* live allocations per connection */
-	uint64_t write_high_water; /* bytes of unsent replies before a client is paused */
-	unsigned hello_timeout_ms; /* a connection must say hello within this */
-	unsigned max_clients;      /* connections at once */
-	unsigned max_inflight;     /* requests of one connection waiting at once */
-	enum policy_mode mode;     /* VRAM policy mode at start (set_mode changes it live) */
-	double min_auto_share;     /* policy: least share of each auto instance, (0, 1] */
-	uint64_t max_host_memory;  /* pinned/mapped host memory, every client together */
+	uint64_t slab_size;         /* pool slab bytes */
+	unsigned max_instances;     /* per connection */
+	unsigned max_allocations;   /* live allocations per connection */
+	uint64_t write_high_water;  /* bytes of unsent replies before a client is paused */
+	unsigned hello_timeout_ms;  /* a connection must say hello within this */
+	unsigned paused_timeout_ms; /* a paused client must read within this */
+	unsigned max_clients;       /* connections at once */
+	unsigned max_inflight;      /* requests of one connection waiting at once */
+	enum policy_mode mode;      /* VRAM policy mode at start (set_mode changes it live) */
+	double min_auto_share;      /* policy: least share of each auto instance, (0, 1] */
+	uint64_t max_host_memory;   /* pinned/mapped host memory, every client together */
 };
 
 /* How device memory is handed out (cubie's set_allocator). */

@@ -7,7 +7,7 @@
  * from costing the daemon more than a known amount:
  *   - past write_high_water unsent bytes, the client is paused: its
  *     requests are not read, so no more replies are made for it; it is
- *     dropped if it stays paused SERVER_PAUSE_DROP_MS;
+ *     dropped if it stays paused paused_timeout_ms (10 s by default);
  *   - past max_output_per_client held (events and deferred replies still
  *     come while it is paused), it is dropped; the frame being written is
  *     not counted, so one large reply (a `clients` list, up to 16 MiB) to a
@@ -28,7 +28,6 @@
 
 /* A client paused for not reading its replies (write_high_water) is dropped
  * when it stays paused this long. */
-#define SERVER_PAUSE_DROP_MS 10000
 
 /* Adds delta (may be negative) to the server's total and its metric. */
 static void output_add(struct server *srv, ssize_t delta)
@@ -60,9 +59,9 @@ static void output_drop(struct conn *c, bool now, enum metrics_drop why)
 static void conn_on_pause_timeout(uv_timer_t *t)
 {
 	struct conn *c = t->data;
-	log_warn("session %llu (pid %d uid %u): dropped: still not reading its replies after %d s",
+	log_warn("session %llu (pid %d uid %u): dropped: still not reading its replies after %u ms",
 	         (unsigned long long)c->session->id, (int)c->session->pid,
-	         (unsigned)c->session->uid, SERVER_PAUSE_DROP_MS / 1000);
+	         (unsigned)c->session->uid, c->srv->broker->limits.paused_timeout_ms);
 	output_drop(c, true, METRICS_DROP_PAUSED);
 }
 
@@ -74,7 +73,8 @@ void conn_pause(struct conn *c)
 	          (unsigned long long)c->session->id);
 	c->paused = true;
 	uv_read_stop((uv_stream_t *)&c->pipe);
-	uv_timer_start(&c->pause_timer, conn_on_pause_timeout, SERVER_PAUSE_DROP_MS, 0);
+	uv_timer_start(&c->pause_timer, conn_on_pause_timeout,
+	               c->srv->broker->limits.paused_timeout_ms, 0);
 }
 
 static void conn_on_write(uv_write_t *req, int status)
