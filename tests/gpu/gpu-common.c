@@ -4,6 +4,7 @@
 #include "gpu-common.h"
 
 #include <dirent.h>
+#include <grp.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -84,6 +85,24 @@ static void gt_remove_fake_dir(void)
 	rmdir(gt_fake_dir);
 }
 
+bool gt_xuid(void)
+{
+	const char *v = getenv("GPB_DAEMON_UID");
+	return v && *v;
+}
+
+uid_t gt_daemon_uid(void)
+{
+	const char *v = getenv("GPB_DAEMON_UID");
+	char *end = NULL;
+	if (!v || !*v)
+		return geteuid();
+	unsigned long uid = strtoul(v, &end, 10);
+	if (*end || uid == 0 || uid >= 0xffffffffUL)
+		GT_FAIL("GPB_DAEMON_UID=%s: not a uid other than root's", v);
+	return (uid_t)uid;
+}
+
 bool gt_fake(void)
 {
 	return gt_is_fake;
@@ -100,6 +119,18 @@ void gt_require_gpu(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	gt_is_fake = f && strcmp(f, "1") == 0;
+	/* The test's own process decides; its children (roles re-run as
+	 * another user, say) inherit the decision. */
+	if (gt_xuid() && !getenv("GPB_XUID_DECIDED") && geteuid() != 0) {
+		printf("SKIP: GPB_DAEMON_UID=%s: starting the daemon as another uid than its "
+		       "clients needs root (this test runs as uid %u)\n",
+		       getenv("GPB_DAEMON_UID"), (unsigned)geteuid());
+		exit(GT_SKIP);
+	}
+	if (gt_xuid()) {
+		(void)gt_daemon_uid(); /* a bad value fails here, not in a child */
+		setenv("GPB_XUID_DECIDED", "1", 1);
+	}
 	if (!gt_is_fake && access("/dev/nvidiactl", F_OK) != 0) {
 		printf("SKIP: no /dev/nvidiactl: no NVIDIA driver on this machine\n");
 		exit(GT_SKIP);
@@ -109,6 +140,10 @@ void gt_require_gpu(int argc, char **argv)
 		snprintf(gt_fake_dir, sizeof(gt_fake_dir), "%s/gpb-fakecuda-XXXXXX",
 		         access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 		CHECK(mkdtemp(gt_fake_dir) != NULL);
+		/* The daemon of another uid shares the fake's state: one
+		 * driver serves every process of a machine. */
+		if (gt_xuid())
+			CHECK(chmod(gt_fake_dir, 0777) == 0);
 		setenv("FAKECUDA_DIR", gt_fake_dir, 1);
 		atexit(gt_remove_fake_dir);
 	}
@@ -230,6 +265,10 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 	CHECK(mkdtemp(d->dir) != NULL);
 	snprintf(d->socket, sizeof(d->socket), "%s/gpubroker.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
+	uid_t uid = gt_daemon_uid();
+	/* The daemon of another uid makes its socket here. */
+	if (gt_xuid())
+		CHECK(chown(d->dir, uid, (gid_t)uid) == 0);
 	const char *argv[72];
 	int n = 0;
 	/* `meson test --setup=valgrind` runs the daemon under valgrind too:
@@ -258,10 +297,20 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 	if (pid == 0) {
 		for (int i = 0; env && env[i]; i++)
 			putenv((char *)env[i]);
+		/* Opened before the uid switch: readable by the test whoever
+		 * the daemon runs as. */
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (fd >= 0) {
 			dup2(fd, STDERR_FILENO);
 			dup2(fd, STDOUT_FILENO);
+		}
+		if (gt_xuid()) {
+			gid_t gid = (gid_t)uid;
+			if (setgroups(1, &gid) < 0 || setgid(gid) < 0 || setuid(uid) < 0 ||
+			    geteuid() != uid) {
+				perror("gpu-common: the daemon's uid switch");
+				_exit(126);
+			}
 		}
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
@@ -291,6 +340,18 @@ static void gt_daemon_cleanup(struct gt_daemon *d)
 	rmdir(d->dir);
 }
 
+/* The axis is real: the daemon (or its wrapper) runs as gt_daemon_uid(). */
+static void gt_daemon_check_uid(const struct gt_daemon *d)
+{
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d", (int)d->pid);
+	CHECK(stat(path, &st) == 0);
+	if (st.st_uid != gt_daemon_uid())
+		GT_FAIL("gpubrokerd runs as uid %u, want %u", (unsigned)st.st_uid,
+		        (unsigned)gt_daemon_uid());
+}
+
 void gt_daemon_start(struct gt_daemon *d, const char *backend, const char *const *extra,
                      const char *const *env)
 {
@@ -303,8 +364,10 @@ void gt_daemon_start(struct gt_daemon *d, const char *backend, const char *const
 		bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 		if (fd >= 0)
 			close(fd);
-		if (ok)
+		if (ok) {
+			gt_daemon_check_uid(d);
 			return;
+		}
 		int st;
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			d->pid = 0;
