@@ -108,11 +108,88 @@ bool gt_fake(void)
 	return gt_is_fake;
 }
 
+#define GT_XUID_PROBE "gt-xuid-probe"
+
+/* The probe's child: a daemon of the other uid, one allocation of this
+ * (root) process through legacy IPC; "ok" or "refused: <error>". */
+static int gt_xuid_probe_run(void)
+{
+	struct gt_daemon d;
+	struct gpb_allocation a;
+	gt_daemon_start(&d, "cuda", NULL, NULL);
+	gpb_client *c = gt_connect(&d, "gpu-xuid-probe");
+	int rc = gpb_alloc(c, gt_register(c, 0), 1u << 20, 0, &a);
+	if (rc < 0) {
+		printf("refused: %s\n", gpb_last_error());
+		CHECK(gt_status_used(c) == 0);
+	} else {
+		GPB(gpb_free(c, a.id));
+		printf("ok\n");
+	}
+	gpb_disconnect(c);
+	/* Refused or not, the daemon keeps nothing of that client. */
+	c = gt_connect(&d, "gpu-xuid-probe-check");
+	gt_wait_slabs(c, 0, 0);
+	gpb_disconnect(c);
+	gt_daemon_stop(&d);
+	return 0;
+}
+
+/*
+ * Transport ipc on the uid axis: whether the driver opens a daemon's legacy
+ * handles in a process of another uid is its share policy, the one thing
+ * this axis cannot assume. A child asks once; where the driver refuses
+ * (the library's error names the daemon's user), the test is skipped with
+ * that answer, which is what the gpu suite's run of this axis settles; where
+ * it opens, the test runs across uids. The fake under
+ * FAKECUDA_IPC_POLICY=all (cuda-fake-ipc-xuid-X) opens by definition.
+ * GPB_XUID_EXPECT=refused (cuda-fake-ipc-xuid-refused: the fake's default
+ * policy) makes the refusal the test's pass and an open its failure.
+ */
+static void gt_xuid_ipc_policy(void)
+{
+	const char *p = getenv("FAKECUDA_IPC_POLICY");
+	char line[1024];
+	int out;
+	const char *expect = getenv("GPB_XUID_EXPECT");
+	bool want_refusal = expect && strcmp(expect, "refused") == 0;
+	if (!gt_xuid() || gt_vmm() || (gt_is_fake && p && strcmp(p, "all") == 0 && !want_refusal))
+		return;
+	char *args[] = {GT_XUID_PROBE, NULL};
+	pid_t pid = gt_spawn_self(args, &out);
+	bool got = gt_read_line(out, line, sizeof(line));
+	close(out);
+	if (gt_wait(pid) != 0 || !got)
+		GT_FAIL("the probe of legacy IPC across uids failed (%s)",
+		        got ? line : "no answer");
+	bool refused = strncmp(line, "refused: ", 9) == 0 && strstr(line, "daemon's user");
+	if (want_refusal) {
+		if (!refused)
+			GT_FAIL("legacy IPC across uids: want a refusal naming the daemon's user, "
+			        "got: %s",
+			        line);
+		printf("ok: a client of uid %u is refused the legacy handles of a daemon of uid "
+		       "%u, cleanly: %s\n",
+		       (unsigned)geteuid(), (unsigned)gt_daemon_uid(), line + 9);
+		exit(0);
+	}
+	if (refused) {
+		printf("SKIP: transport ipc, daemon of uid %u: the driver's share policy refuses "
+		       "legacy IPC handles to a client of uid %u: %s\n",
+		       (unsigned)gt_daemon_uid(), (unsigned)geteuid(), line + 9);
+		exit(GT_SKIP);
+	}
+	if (strcmp(line, "ok") != 0)
+		GT_FAIL("the probe of legacy IPC across uids: %s", line);
+	printf("transport ipc: a client of uid %u opens the legacy handles of a daemon of uid "
+	       "%u (the driver's share policy lets it)\n",
+	       (unsigned)geteuid(), (unsigned)gt_daemon_uid());
+}
+
 void gt_require_gpu(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
 	const char *f = getenv("GPB_FAKE_CUDA");
+	bool top = !getenv("GPB_XUID_DECIDED");
 	char why[256];
 	CUresult init_rc;
 	int n = 0;
@@ -121,7 +198,7 @@ void gt_require_gpu(int argc, char **argv)
 	gt_is_fake = f && strcmp(f, "1") == 0;
 	/* The test's own process decides; its children (roles re-run as
 	 * another user, say) inherit the decision. */
-	if (gt_xuid() && !getenv("GPB_XUID_DECIDED") && geteuid() != 0) {
+	if (gt_xuid() && top && geteuid() != 0) {
 		printf("SKIP: GPB_DAEMON_UID=%s: starting the daemon as another uid than its "
 		       "clients needs root (this test runs as uid %u)\n",
 		       getenv("GPB_DAEMON_UID"), (unsigned)geteuid());
@@ -164,6 +241,10 @@ void gt_require_gpu(int argc, char **argv)
 		printf("SKIP: the CUDA driver reports no device\n");
 		exit(GT_SKIP);
 	}
+	if (argc == 2 && strcmp(argv[1], GT_XUID_PROBE) == 0)
+		exit(gt_xuid_probe_run());
+	if (top)
+		gt_xuid_ipc_policy();
 }
 
 uint64_t gt_fake_violations(void)
