@@ -4,6 +4,7 @@
 #include "gpu-common.h"
 
 #include <dirent.h>
+#include <grp.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -84,22 +85,129 @@ static void gt_remove_fake_dir(void)
 	rmdir(gt_fake_dir);
 }
 
+bool gt_xuid(void)
+{
+	const char *v = getenv("GPB_DAEMON_UID");
+	return v && *v;
+}
+
+uid_t gt_daemon_uid(void)
+{
+	const char *v = getenv("GPB_DAEMON_UID");
+	char *end = NULL;
+	if (!v || !*v)
+		return geteuid();
+	unsigned long uid = strtoul(v, &end, 10);
+	if (*end || uid == 0 || uid >= 0xffffffffUL)
+		GT_FAIL("GPB_DAEMON_UID=%s: not a uid other than root's", v);
+	return (uid_t)uid;
+}
+
 bool gt_fake(void)
 {
 	return gt_is_fake;
 }
 
+#define GT_XUID_PROBE "gt-xuid-probe"
+
+/* The probe's child: a daemon of the other uid, one allocation of this
+ * (root) process through legacy IPC; "ok" or "refused: <error>". */
+static int gt_xuid_probe_run(void)
+{
+	struct gt_daemon d;
+	struct gpb_allocation a;
+	gt_daemon_start(&d, "cuda", NULL, NULL);
+	gpb_client *c = gt_connect(&d, "gpu-xuid-probe");
+	int rc = gpb_alloc(c, gt_register(c, 0), 1u << 20, 0, &a);
+	if (rc < 0) {
+		printf("refused: %s\n", gpb_last_error());
+		CHECK(gt_status_used(c) == 0);
+	} else {
+		GPB(gpb_free(c, a.id));
+		printf("ok\n");
+	}
+	gpb_disconnect(c);
+	/* Refused or not, the daemon keeps nothing of that client. */
+	c = gt_connect(&d, "gpu-xuid-probe-check");
+	gt_wait_slabs(c, 0, 0);
+	gpb_disconnect(c);
+	gt_daemon_stop(&d);
+	return 0;
+}
+
+/*
+ * Transport ipc on the uid axis: whether the driver opens a daemon's legacy
+ * handles in a process of another uid is its share policy, the one thing
+ * this axis cannot assume. A child asks once; where the driver refuses
+ * (the library's error names the daemon's user), the test is skipped with
+ * that answer, which is what the gpu suite's run of this axis settles; where
+ * it opens, the test runs across uids. The fake under
+ * FAKECUDA_IPC_POLICY=all (cuda-fake-ipc-xuid-X) opens by definition.
+ * GPB_XUID_EXPECT=refused (cuda-fake-ipc-xuid-refused: the fake's default
+ * policy) makes the refusal the test's pass and an open its failure.
+ */
+static void gt_xuid_ipc_policy(void)
+{
+	const char *p = getenv("FAKECUDA_IPC_POLICY");
+	char line[1024];
+	int out;
+	const char *expect = getenv("GPB_XUID_EXPECT");
+	bool want_refusal = expect && strcmp(expect, "refused") == 0;
+	if (!gt_xuid() || gt_vmm() || (gt_is_fake && p && strcmp(p, "all") == 0 && !want_refusal))
+		return;
+	char *args[] = {GT_XUID_PROBE, NULL};
+	pid_t pid = gt_spawn_self(args, &out);
+	bool got = gt_read_line(out, line, sizeof(line));
+	close(out);
+	if (gt_wait(pid) != 0 || !got)
+		GT_FAIL("the probe of legacy IPC across uids failed (%s)",
+		        got ? line : "no answer");
+	bool refused = strncmp(line, "refused: ", 9) == 0 && strstr(line, "daemon's user");
+	if (want_refusal) {
+		if (!refused)
+			GT_FAIL("legacy IPC across uids: want a refusal naming the daemon's user, "
+			        "got: %s",
+			        line);
+		printf("ok: a client of uid %u is refused the legacy handles of a daemon of uid "
+		       "%u, cleanly: %s\n",
+		       (unsigned)geteuid(), (unsigned)gt_daemon_uid(), line + 9);
+		exit(0);
+	}
+	if (refused) {
+		printf("SKIP: transport ipc, daemon of uid %u: the driver's share policy refuses "
+		       "legacy IPC handles to a client of uid %u: %s\n",
+		       (unsigned)gt_daemon_uid(), (unsigned)geteuid(), line + 9);
+		exit(GT_SKIP);
+	}
+	if (strcmp(line, "ok") != 0)
+		GT_FAIL("the probe of legacy IPC across uids: %s", line);
+	printf("transport ipc: a client of uid %u opens the legacy handles of a daemon of uid "
+	       "%u (the driver's share policy lets it)\n",
+	       (unsigned)geteuid(), (unsigned)gt_daemon_uid());
+}
+
 void gt_require_gpu(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
 	const char *f = getenv("GPB_FAKE_CUDA");
+	bool top = !getenv("GPB_XUID_DECIDED");
 	char why[256];
 	CUresult init_rc;
 	int n = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	gt_is_fake = f && strcmp(f, "1") == 0;
+	/* The test's own process decides; its children (roles re-run as
+	 * another user, say) inherit the decision. */
+	if (gt_xuid() && top && geteuid() != 0) {
+		printf("SKIP: GPB_DAEMON_UID=%s: starting the daemon as another uid than its "
+		       "clients needs root (this test runs as uid %u)\n",
+		       getenv("GPB_DAEMON_UID"), (unsigned)geteuid());
+		exit(GT_SKIP);
+	}
+	if (gt_xuid()) {
+		(void)gt_daemon_uid(); /* a bad value fails here, not in a child */
+		setenv("GPB_XUID_DECIDED", "1", 1);
+	}
 	if (!gt_is_fake && access("/dev/nvidiactl", F_OK) != 0) {
 		printf("SKIP: no /dev/nvidiactl: no NVIDIA driver on this machine\n");
 		exit(GT_SKIP);
@@ -109,6 +217,10 @@ void gt_require_gpu(int argc, char **argv)
 		snprintf(gt_fake_dir, sizeof(gt_fake_dir), "%s/gpb-fakecuda-XXXXXX",
 		         access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 		CHECK(mkdtemp(gt_fake_dir) != NULL);
+		/* The daemon of another uid shares the fake's state: one
+		 * driver serves every process of a machine. */
+		if (gt_xuid())
+			CHECK(chmod(gt_fake_dir, 0777) == 0);
 		setenv("FAKECUDA_DIR", gt_fake_dir, 1);
 		atexit(gt_remove_fake_dir);
 	}
@@ -129,6 +241,10 @@ void gt_require_gpu(int argc, char **argv)
 		printf("SKIP: the CUDA driver reports no device\n");
 		exit(GT_SKIP);
 	}
+	if (argc == 2 && strcmp(argv[1], GT_XUID_PROBE) == 0)
+		exit(gt_xuid_probe_run());
+	if (top)
+		gt_xuid_ipc_policy();
 }
 
 uint64_t gt_fake_violations(void)
@@ -230,6 +346,10 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 	CHECK(mkdtemp(d->dir) != NULL);
 	snprintf(d->socket, sizeof(d->socket), "%s/gpubroker.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
+	uid_t uid = gt_daemon_uid();
+	/* The daemon of another uid makes its socket here. */
+	if (gt_xuid())
+		CHECK(chown(d->dir, uid, (gid_t)uid) == 0);
 	const char *argv[72];
 	int n = 0;
 	/* `meson test --setup=valgrind` runs the daemon under valgrind too:
@@ -258,10 +378,20 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 	if (pid == 0) {
 		for (int i = 0; env && env[i]; i++)
 			putenv((char *)env[i]);
+		/* Opened before the uid switch: readable by the test whoever
+		 * the daemon runs as. */
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (fd >= 0) {
 			dup2(fd, STDERR_FILENO);
 			dup2(fd, STDOUT_FILENO);
+		}
+		if (gt_xuid()) {
+			gid_t gid = (gid_t)uid;
+			if (setgroups(1, &gid) < 0 || setgid(gid) < 0 || setuid(uid) < 0 ||
+			    geteuid() != uid) {
+				perror("gpu-common: the daemon's uid switch");
+				_exit(126);
+			}
 		}
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
@@ -291,6 +421,18 @@ static void gt_daemon_cleanup(struct gt_daemon *d)
 	rmdir(d->dir);
 }
 
+/* The axis is real: the daemon (or its wrapper) runs as gt_daemon_uid(). */
+static void gt_daemon_check_uid(const struct gt_daemon *d)
+{
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d", (int)d->pid);
+	CHECK(stat(path, &st) == 0);
+	if (st.st_uid != gt_daemon_uid())
+		GT_FAIL("gpubrokerd runs as uid %u, want %u", (unsigned)st.st_uid,
+		        (unsigned)gt_daemon_uid());
+}
+
 void gt_daemon_start(struct gt_daemon *d, const char *backend, const char *const *extra,
                      const char *const *env)
 {
@@ -303,8 +445,10 @@ void gt_daemon_start(struct gt_daemon *d, const char *backend, const char *const
 		bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 		if (fd >= 0)
 			close(fd);
-		if (ok)
+		if (ok) {
+			gt_daemon_check_uid(d);
 			return;
+		}
 		int st;
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			d->pid = 0;

@@ -92,6 +92,21 @@ const char *gt_transport(void);
 bool gt_vmm(void);
 const char *gt_slab_call(void);
 const char *gt_open_call(void);
+/*
+ * The uid axis: with $GPB_DAEMON_UID set (Meson: cuda-fake-xuid-X,
+ * cuda-fake-ipc-xuid-X, gpu-xuid-X, gpu-ipc-xuid-X) every daemon runs as
+ * that uid (and gid), as the service runs as user gpubroker, while this
+ * test stays root (an administrator's client; tests that need an ordinary
+ * client fork one). gt_require_gpu skips (77) when this process is not
+ * root. The daemon's socket directory is given to that uid, its log is
+ * opened by the test before the switch (readable here), and the fake's
+ * state directory is opened to every user, as one driver serves every
+ * process of a machine. gt_daemon_uid() is the uid the daemons run as
+ * (this process's euid off the axis).
+ */
+bool gt_xuid(void);
+uid_t gt_daemon_uid(void);
+
 /* The "transport" that `devices` reports for @device. */
 void gt_device_transport(gpb_client *c, int device, char *out, size_t len);
 

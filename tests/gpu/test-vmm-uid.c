@@ -3,8 +3,9 @@
  * reads back a VMM slab, and reaches nothing it was not granted (finding 1
  * of issue 15: with transport vmm the descriptor is the capability).
  *
- * Needs root: the daemon runs as this test's uid (root, as an operator's
- * gpubroker user would be a uid of its own), and the client is a child
+ * Needs root: the daemon runs as this test's uid (root), or on the uid axis
+ * (cuda-fake-xuid-vmm-uid) as uid 65533 as an operator's gpubroker user
+ * would be a uid of its own, so that three uids meet; the client is a child
  * that setuid()s to nobody (65534) once the socket (and, with the fake,
  * its state directory) is open to it. Skipped (77) when not root, and under
  * transport ipc (whether legacy IPC crosses uids is the driver's share

@@ -43,6 +43,18 @@ def daemon_env():
     return env
 
 
+def daemon_uid():
+    """$GPB_DAEMON_UID: the uid the daemons run as (None: this process's);
+    skips the test unless this process is root."""
+    v = os.environ.get("GPB_DAEMON_UID")
+    if not v:
+        return None
+    if os.geteuid() != 0:
+        pytest.skip("GPB_DAEMON_UID=%s: starting the daemon as another uid than its clients "
+                    "needs root (this test runs as uid %d)" % (v, os.geteuid()))
+    return int(v)
+
+
 class Daemon:
     """gpubrokerd on a socket of its own (sim: 2 devices of 1 GiB, 2 MiB
     slabs, unless @args say otherwise)."""
@@ -61,7 +73,17 @@ class Daemon:
         self.terminated = False
 
     def start(self, timeout=20.0):
-        self.proc = subprocess.Popen([env_path("GPUBROKERD")] + self.args, env=daemon_env())
+        # The uid axis (GPB_DAEMON_UID, as tests/gpu/gpu-common.h): the
+        # daemon runs as that uid, the test stays root.
+        uid = daemon_uid()
+        kw = {}
+        if uid is not None:
+            os.chown(self.dir, uid, uid)
+            kw = {"user": uid, "group": uid, "extra_groups": []}
+        self.proc = subprocess.Popen([env_path("GPUBROKERD")] + self.args, env=daemon_env(),
+                                     **kw)
+        if uid is not None:
+            assert os.stat("/proc/%d" % self.proc.pid).st_uid == uid
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -127,6 +149,25 @@ def have_gpu():
     return None
 
 
+def xuid_ipc_probe(d):
+    """Transport ipc, daemon of another uid: whether the driver opens its
+    legacy handles here is its share policy; where it refuses, the test is
+    skipped with the driver's answer (what gpu-python-ipc-xuid-X settles)."""
+    import gpubroker
+
+    with gpubroker.Client(d.socket, "xuid-probe") as c:
+        try:
+            c.alloc(c.register("xuid-probe", device=0), 1 << 20).free()
+        except gpubroker.BackendError as e:
+            if "daemon's user" not in str(e):
+                raise
+            d.stop()
+            d.cleanup()
+            pytest.skip("transport ipc, daemon of uid %s: the driver's share policy refuses "
+                        "legacy IPC handles to a client of uid %d: %s"
+                        % (os.environ["GPB_DAEMON_UID"], os.geteuid(), e))
+
+
 @pytest.fixture(scope="module")
 def cuda_daemon():
     """gpubrokerd on the cuda backend, its socket in $GPUBROKER_SOCKET (the
@@ -138,6 +179,8 @@ def cuda_daemon():
         pytest.skip(why)
     transport = os.environ.get("GPB_CUDA_TRANSPORT")
     d = Daemon(["--cuda-transport", transport] if transport else [], backend="cuda").start()
+    if daemon_uid() is not None and transport == "ipc":
+        xuid_ipc_probe(d)
     old = os.environ.get("GPUBROKER_SOCKET")
     os.environ["GPUBROKER_SOCKET"] = d.socket
     yield d
