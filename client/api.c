@@ -55,8 +55,12 @@ static cJSON *hello_params(const char *name)
 	/* A batch job's partition (the Slurm plugin puts the token in the
 	 * task's environment): every client of the job joins it by itself. */
 	const char *token = getenv("GPUBROKER_TOKEN");
+	/* Slabs stay mapped past their last allocation, up to the process's
+	 * bound (GPUBROKER_KEEP_SLABS): the next allocation there costs no
+	 * open. */
 	if ((name && !cJSON_AddStringToObject(params, PROTO_F_CLIENT, name)) ||
-	    (token && *token && !cJSON_AddStringToObject(params, PROTO_F_TOKEN, token))) {
+	    (token && *token && !cJSON_AddStringToObject(params, PROTO_F_TOKEN, token)) ||
+	    (slab_keep_max() > 0 && !cJSON_AddTrueToObject(params, PROTO_F_KEEP_SLABS))) {
 		cJSON_Delete(params);
 		return NULL;
 	}

@@ -120,6 +120,19 @@ out:
 	return rc;
 }
 
+/* Sends a `release` for each kept slab the track let go of (its mapping is
+ * closed already). Lock held. */
+static int memory_send_released(gpb_client *c)
+{
+	size_t n;
+	const uint64_t *ids = track_take_released(&c->track, &n);
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = conn_send_release(&c->conn, ids[i]);
+	return rc;
+}
+
 /*
  * Sends a free or detach of @id (@params consumed) and forgets the hold when
  * the daemon accepts it (fills *result_json when not NULL). With the cuda
@@ -157,6 +170,32 @@ static int memory_release_call(gpb_client *c, enum track_kind kind, const char *
 		track_release(&c->track, kind, id);
 	rc = client_result_json(rep.result, result_json);
 	proto_reply_finish(&rep);
+	if (rc == 0)
+		rc = memory_send_released(c);
+	return rc;
+}
+
+/*
+ * gpb_free of an allocation, without waiting for the daemon: this
+ * connection knows what it holds (memory_owned), so the daemon has no
+ * reason to refuse; if it does, conn.c keeps its error for the next call.
+ * The daemon reads requests in order, so the free is done before anything
+ * sent after it. Work queued on the memory is waited for first (unless
+ * @ordered: gpb_free_async's fence passed), and a slab that the free lets
+ * go of is closed first (cuda: the daemon may free it as soon as it hears).
+ * Lock held.
+ */
+static int memory_free_quiet(gpb_client *c, uint64_t id, bool ordered)
+{
+	int rc;
+
+	if (!ordered)
+		track_finish_work(&c->track, TRACK_ALLOC, id);
+	track_release_early(&c->track, TRACK_ALLOC, id);
+	track_release(&c->track, TRACK_ALLOC, id);
+	rc = conn_send_free(&c->conn, id);
+	if (rc == 0)
+		rc = memory_send_released(c);
 	return rc;
 }
 
@@ -192,6 +231,8 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
 	} else if (!memory_owned(c, kind, id)) {
 		rc = GPB_E_NOT_FOUND;
+	} else if (kind == TRACK_ALLOC) {
+		rc = memory_free_quiet(c, id, false);
 	} else {
 		rc = memory_release_call(c, kind, memory_undo_method[kind],
 		                         client_params_id(PROTO_F_ID, id), id, true, false, NULL);
@@ -333,6 +374,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 		return rc;
 	}
 	memory_release_freed(c, rep.result);
+	memory_send_released(c);
 	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, PROTO_F_FREED));
 	if (result_json && client_result_json(rep.result, result_json) < 0)
 		rc = GPB_E_NOMEM;
@@ -386,8 +428,7 @@ GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 static void memory_release_pending(gpb_client *c, uint64_t id)
 {
 	if (track_lookup(&c->track, TRACK_ALLOC, id))
-		memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE, client_params_id(PROTO_F_ID, id),
-		                    id, true, true, NULL);
+		memory_free_quiet(c, id, true);
 }
 
 GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
@@ -412,8 +453,7 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 		rc = GPB_E_NOT_FOUND;
 	} else if (!opener->fence || !e->slab->map) {
 		/* No streams (sim): nothing can be queued on the memory. */
-		rc = memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE,
-		                         client_params_id(PROTO_F_ID, id), id, true, true, NULL);
+		rc = memory_free_quiet(c, id, true);
 	} else if ((rc = opener->fence(e->slab->map->priv, stream, &fence)) == 0) {
 		p = fence ? malloc(sizeof(*p)) : NULL;
 		if (fence && !p) {
@@ -424,9 +464,7 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 		if (!p) {
 			/* Nothing left to wait for (or a dead context: nothing
 			 * queued there can run). */
-			rc = memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE,
-			                         client_params_id(PROTO_F_ID, id), id, true, true,
-			                         NULL);
+			rc = memory_free_quiet(c, id, true);
 		} else {
 			p->id = id;
 			p->fence = fence;

@@ -53,7 +53,12 @@ int client_enter(gpb_client *c)
 	conn_settle(&c->conn);
 	if (c->pending)
 		client_pending_poll(c);
-	return 0;
+	/* A free that did not wait for its reply was refused: this call
+	 * reports it, before it changes anything. */
+	int rc = conn_take_free_error(&c->conn);
+	if (rc < 0)
+		pthread_mutex_unlock(&c->lock);
+	return rc;
 }
 
 void client_pending_add(gpb_client *c, struct client_pending *p)

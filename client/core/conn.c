@@ -33,6 +33,14 @@
 #define CONN_READ_SIZE  16384
 /* The id prefix of invalidate_done requests; no exchange's id has it. */
 #define CONN_ACK_ID "inv-"
+/* The id prefixes of frees that do not wait (conn_send_free) and of
+ * releases of kept slabs: their replies are not waited for either. */
+#define CONN_FREE_ID    "f-"
+#define CONN_RELEASE_ID "rel-"
+/* Frees sent without reading between two non-blocking reads of what the
+ * daemon sent meanwhile (events, a free's error): the daemon stops reading
+ * from a client that leaves too much unread. */
+#define CONN_QUIET_PUMP 256
 
 static void conn_send_acks(struct conn *c);
 
@@ -161,6 +169,9 @@ void conn_finish(struct conn *c)
 	c->sock = c->evfd = c->epfd = -1;
 	conn_close_fds(c);
 	free(c->fds);
+	free(c->reclaimed);
+	c->reclaimed = NULL;
+	c->nreclaimed = c->reclaimed_cap = 0;
 	c->fds = NULL;
 	c->fd_cap = 0;
 	proto_framer_finish(&c->framer);
@@ -422,6 +433,30 @@ static void conn_invalidate(struct conn *c, uint64_t epoch)
 		c->invalidate_epoch = epoch;
 }
 
+/* A reclaim event: the slab is unmapped now, and its release sent once the
+ * frames at hand are handled (conn_send_acks). */
+static int conn_reclaim(struct conn *c, const cJSON *data)
+{
+	uint64_t slab;
+	int rc;
+
+	if (proto_get_id64(data, PROTO_F_SLAB, &slab) < 0)
+		return conn_fail(c, GPB_E_PROTOCOL, "a reclaim event without a valid 'slab'");
+	rc = c->on_reclaim(c->invalidate_ctx, slab);
+	if (rc < 0)
+		return conn_fail(c, rc, "%s", error_message());
+	if (c->nreclaimed == c->reclaimed_cap) {
+		size_t cap = c->reclaimed_cap ? 2 * c->reclaimed_cap : 8;
+		uint64_t *more = realloc(c->reclaimed, cap * sizeof(*more));
+		if (!more)
+			return conn_fail(c, GPB_E_NOMEM, "out of memory answering a reclaim event");
+		c->reclaimed = more;
+		c->reclaimed_cap = cap;
+	}
+	c->reclaimed[c->nreclaimed++] = slab;
+	return 0;
+}
+
 /* Applies an invalidate read behind the previous reply (conn_exchange). */
 static void conn_invalidate_deferred(struct conn *c)
 {
@@ -463,11 +498,30 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 				conn_invalidate(c, epoch);
 			}
 		}
+		if (strcmp(r.event, PROTO_EV_RECLAIM) == 0 && c->on_reclaim) {
+			rc = conn_reclaim(c, r.data);
+			if (rc < 0) {
+				proto_reply_finish(&r);
+				return rc;
+			}
+		}
 		rc = conn_queue_event(c, &r);
 		proto_reply_finish(&r);
 		return rc;
 	}
-	if (r.id && strncmp(r.id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1) == 0) {
+	if (r.id && strncmp(r.id, CONN_FREE_ID, sizeof(CONN_FREE_ID) - 1) == 0) {
+		/* A free that did not wait: only its failure is answered. */
+		if (r.code && !c->free_error) {
+			c->free_error = conn_reply_error(r.code, r.message);
+			snprintf(c->free_message, sizeof(c->free_message),
+			         "free (request %.16s): %s", r.id, error_message());
+		}
+		c->free_errors += r.code != 0;
+		proto_reply_finish(&r);
+		return 0;
+	}
+	if (r.id && (strncmp(r.id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1) == 0 ||
+	             strncmp(r.id, CONN_RELEASE_ID, sizeof(CONN_RELEASE_ID) - 1) == 0)) {
 		/* The answer to an invalidate_done: nothing waits for it (an
 		 * older daemon's "method not found" included). */
 		proto_reply_finish(&r);
@@ -529,6 +583,7 @@ int conn_pump(struct conn *c)
 
 	if (c->dead)
 		return conn_dead_error(c);
+	c->quiet_sends = 0;
 	rc = conn_process_buffered(c);
 	for (int i = 0; rc == 0 && i < CONN_PUMP_READS; i++) {
 		rc = conn_read(c, MSG_DONTWAIT);
@@ -596,6 +651,10 @@ static void conn_send_acks(struct conn *c)
 	size_t len;
 	char *frame;
 
+	while (!c->dead && c->nreclaimed) {
+		uint64_t slab = c->reclaimed[--c->nreclaimed];
+		conn_send_release(c, slab);
+	}
 	if (c->dead || c->invalidate_acked >= c->invalidate_epoch)
 		return;
 	/* First: conn_send() may pump, and so come back here. */
@@ -617,6 +676,67 @@ static void conn_send_acks(struct conn *c)
 	free(frame);
 }
 
+int conn_take_free_error(struct conn *c)
+{
+	int rc = c->free_error;
+
+	if (!rc)
+		return 0;
+	c->free_error = 0;
+	return error_set(rc, "%s", c->free_message);
+}
+
+/* Writes "<prefix><n>" for a request id into @buf (24 bytes at least). */
+static size_t conn_prefixed_id(char *buf, const char *prefix, uint64_t n)
+{
+	size_t len = strlen(prefix);
+
+	memcpy(buf, prefix, len);
+	conn_format_id(buf + len, n);
+	return strlen(buf);
+}
+
+/* Sends a frame @method with the params text @params (an object) under
+ * the id "<prefix><next id>", without waiting for its reply. */
+static int conn_send_quiet(struct conn *c, const char *prefix, const char *method,
+                           const char *params)
+{
+	char frame[256], id[32];
+	int n;
+
+	if (c->dead)
+		return conn_dead_error(c);
+	conn_prefixed_id(id, prefix, c->next_id++);
+	n = snprintf(frame, sizeof(frame),
+	             "{\"" PROTO_F_ID "\":\"%s\",\"" PROTO_F_METHOD "\":\"%s\",\"" PROTO_F_PARAMS
+	             "\":%s}\n",
+	             id, method, params);
+	if (n < 0 || (size_t)n >= sizeof(frame))
+		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
+	return conn_send(c, frame, (size_t)n);
+}
+
+int conn_send_free(struct conn *c, uint64_t id)
+{
+	char params[64];
+	int rc;
+
+	snprintf(params, sizeof(params),
+	         "{\"" PROTO_F_ID "\":\"%016" PRIx64 "\",\"" PROTO_F_REPLY "\":false}", id);
+	rc = conn_send_quiet(c, CONN_FREE_ID, PROTO_M_FREE, params);
+	if (rc == 0 && ++c->quiet_sends >= CONN_QUIET_PUMP)
+		rc = conn_pump(c);
+	return rc;
+}
+
+int conn_send_release(struct conn *c, uint64_t slab)
+{
+	char params[48];
+
+	snprintf(params, sizeof(params), "{\"" PROTO_F_SLAB "\":\"%016" PRIx64 "\"}", slab);
+	return conn_send_quiet(c, CONN_RELEASE_ID, PROTO_M_RELEASE, params);
+}
+
 static int conn_exchange(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep,
                          int *fd)
 {
@@ -635,6 +755,7 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 		cJSON_Delete(params);
 		return conn_dead_error(c);
 	}
+	c->quiet_sends = 0;
 	conn_format_id(id, c->next_id++);
 	frame = proto_encode_request(id, method, params, &len);
 	if (!frame)

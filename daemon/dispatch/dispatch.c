@@ -116,10 +116,15 @@ static int on_hello(struct dispatch_ctx *ctx)
 			cJSON_Delete(sup);
 		return -EPROTO;
 	}
+	bool keep = false;
+	rc = proto_get_bool(ctx->params, PROTO_F_KEEP_SLABS, &keep);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, PROTO_F_KEEP_SLABS, "a boolean");
 	rc = dispatch_hello_token(ctx);
 	if (rc < 0)
 		return rc;
 	struct session *s = ctx->s;
+	s->keep_slabs = keep;
 	s->hello = true;
 	snprintf(s->name, sizeof(s->name), "%s", client ? client : "");
 	const struct broker_limits *l = &ctx->b->limits;
@@ -130,6 +135,7 @@ static int on_hello(struct dispatch_ctx *ctx)
 	    proto_add_string(r, PROTO_F_BACKEND, ctx->b->backend->ops->name) ||
 	    proto_add_id64(r, PROTO_F_SESSION, s->id) || proto_add_number(r, PROTO_F_UID, s->uid) ||
 	    (s->part && proto_add_string(r, PROTO_F_PARTITION, s->part->name)) ||
+	    (keep && !cJSON_AddTrueToObject(r, PROTO_F_KEEP_SLABS)) ||
 	    !(lim = cJSON_AddObjectToObject(r, PROTO_F_LIMITS)) ||
 	    proto_add_number(lim, PROTO_F_MAX_FRAME, PROTO_MAX_FRAME) ||
 	    proto_add_number(lim, PROTO_F_MAX_REPLY, PROTO_MAX_REPLY) ||
@@ -293,6 +299,8 @@ int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g
 			return -ENOMEM;
 		ctx->fd = g->fd;
 	}
+	if (g->handle && g->keep && !cJSON_AddTrueToObject(r, PROTO_F_KEEP))
+		return -ENOMEM;
 	return 0;
 }
 
@@ -563,9 +571,20 @@ void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
 static int on_free(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
+	bool reply = true;
 	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
+	if (rc == 0) {
+		rc = proto_get_bool(ctx->params, PROTO_F_REPLY, &reply);
+		if (rc == -ENOENT)
+			rc = 0;
+		else if (rc < 0)
+			rc = dispatch_param_error(ctx, rc, PROTO_F_REPLY, "a boolean");
+	}
 	if (rc == 0)
 		rc = broker_free(ctx->b, ctx->s, id);
+	/* A free that does not wait for its reply gets one only when it
+	 * fails: the client learns of that from the error's id. */
+	ctx->quiet = rc == 0 && !reply;
 	if (rc < 0)
 		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "allocation");
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
@@ -697,6 +716,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_OPEN] = dispatch_open,
     [PROTO_OP_INVALIDATE_DONE] = dispatch_invalidate_done,
     [PROTO_OP_GOODBYE] = dispatch_goodbye,
+    [PROTO_OP_RELEASE] = dispatch_release,
     [PROTO_OP_PARTITION_CREATE] = dispatch_partition_create,
     [PROTO_OP_PARTITION_DESTROY] = dispatch_partition_destroy,
     [PROTO_OP_PARTITIONS] = dispatch_partitions,
@@ -741,7 +761,7 @@ void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, si
 		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
 	out->fd = -1;
 	out->deferred = false;
-	if (rc == 0 && ctx.deferred) {
+	if (rc == 0 && (ctx.deferred || ctx.quiet)) {
 		out->frame = NULL;
 		out->deferred = true;
 		cJSON_Delete(ctx.result);

@@ -17,6 +17,7 @@ struct dispatch_ctx {
 	cJSON *data;   /* optional error data */
 	int fd;        /* descriptor to pass with the result */
 	bool deferred; /* a handler will answer later (keeping what it needs, e.g. the id) */
+	bool quiet;    /* success goes unanswered (free with "reply": false) */
 	struct proto_error err;
 };
 
@@ -118,6 +119,8 @@ int dispatch_free_label(struct dispatch_ctx *ctx);
 int dispatch_invalidate_all(struct dispatch_ctx *ctx);
 int dispatch_invalidate_done(struct dispatch_ctx *ctx);
 int dispatch_goodbye(struct dispatch_ctx *ctx);
+/* release: the client let go of a slab it kept empty (dispatch_claim.c). */
+int dispatch_release(struct dispatch_ctx *ctx);
 
 /* A register/set_proportion/set_auto refusal by the policy, explained with
  * the device's figures: -32602 on "proportion". */
