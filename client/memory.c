@@ -418,6 +418,25 @@ GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *labe
 	return rc;
 }
 
+GPB_EXPORT int gpb_release_kept(gpb_client *c)
+{
+	int rc = client_enter(c);
+	size_t n;
+
+	if (rc < 0)
+		return rc;
+	if (c->conn.dead) {
+		rc = conn_dead_error(&c->conn);
+	} else {
+		n = track_release_idle(&c->track);
+		rc = memory_send_released(c);
+		if (rc == 0)
+			rc = n > INT32_MAX ? INT32_MAX : (int)n;
+	}
+	client_leave(c);
+	return rc;
+}
+
 GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 {
 	return memory_release(c, TRACK_ALLOC, id);

@@ -130,6 +130,37 @@ static void track_slab_drop(struct track *t, struct track_slab *s)
 	track_slab_forget(t, s);
 }
 
+size_t track_release_idle(struct track *t)
+{
+	struct track_slab *s;
+	size_t pos = 0, n = 0, k = 0;
+	uint64_t *ids;
+
+	while ((s = idmap_next(&t->slabs, &pos, NULL)))
+		n += s->idle;
+	if (!n)
+		return 0;
+	/* The map cannot lose entries while it is walked: ids first. */
+	ids = malloc(n * sizeof(*ids));
+	if (!ids)
+		return 0;
+	pos = 0;
+	while ((s = idmap_next(&t->slabs, &pos, NULL))) {
+		if (s->idle)
+			ids[k++] = s->id;
+	}
+	n = 0;
+	for (size_t i = 0; i < k; i++) {
+		if (!track_released_room(t))
+			break;
+		t->released[t->nreleased++] = ids[i];
+		track_slab_forget(t, idmap_get(&t->slabs, ids[i]));
+		n++;
+	}
+	free(ids);
+	return n;
+}
+
 int track_reclaim(struct track *t, uint64_t id)
 {
 	struct track_slab *s = idmap_get(&t->slabs, id);

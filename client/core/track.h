@@ -130,6 +130,10 @@ const uint64_t *track_take_released(struct track *t, size_t *n);
  */
 int track_reclaim(struct track *t, uint64_t id);
 
+/* Lets go of every slab kept idle (their mappings closed; their ids for
+ * track_take_released()). Returns how many. */
+size_t track_release_idle(struct track *t);
+
 /* FNV-1a of a label, never 0: what track entries keep of their label. */
 uint64_t track_label_hash(const char *label);
 /*
