@@ -470,6 +470,19 @@ static int on_alloc(struct dispatch_ctx *ctx)
 		return dispatch_param_error(ctx, rc, PROTO_F_WAIT_MS,
 		                            "an integer from 0 to 86400000 (milliseconds)");
 	struct broker_grant g;
+	rc = dispatch_alloc_device(ctx, instance, size, align, wait_ms, &g);
+	if (rc < 0 || ctx->deferred)
+		return rc;
+	rc = dispatch_grant_result(ctx, &g);
+	if (rc < 0)
+		broker_free(ctx->b, ctx->s, g.id); /* the client cannot be told of it */
+	return rc;
+}
+
+int dispatch_alloc_device(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size,
+                          uint64_t align, int64_t wait_ms, struct broker_grant *g)
+{
+	int rc;
 	/* A request that may wait does not overtake those already waiting on
 	 * its device: it joins the queue behind them. */
 	struct broker_instance *target = broker_instance_find(ctx->s, instance);
@@ -481,7 +494,7 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	    broker_waits_on(ctx->b, ctx->s, target->device))
 		rc = -ENOMEM;
 	else
-		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, &g);
+		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, g);
 	if ((rc == -ENOMEM || rc == -EDQUOT || rc == -EXFULL) && wait_ms > 0) {
 		/* A request larger than the device, or than the user's cap,
 		 * could never be served: say so now rather than after the wait. */
@@ -515,10 +528,7 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	}
 	if (rc < 0)
 		return alloc_error(ctx, rc, instance, size, 0);
-	rc = dispatch_grant_result(ctx, &g);
-	if (rc < 0)
-		broker_free(ctx->b, ctx->s, g.id); /* the client cannot be told of it */
-	return rc;
+	return 0;
 }
 
 /* The error's data becomes {key: value} alone (what a handler put there
@@ -729,14 +739,58 @@ void dispatch_error(int code, const char *message, struct dispatch_reply *out)
 	out->frame = proto_encode_error(NULL, code, message, NULL, &out->len);
 }
 
+/*
+ * The reply to a request a handler answered with rc (ctx filled), or none
+ * (deferred, or a quiet free), and its metrics. @id and @method as the
+ * request gave them (NULL when unreadable), @op its operation or -1.
+ */
+void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ctx *ctx, int rc,
+                       const char *id, const char *method, int op, const struct timespec *t0,
+                       struct dispatch_reply *out)
+{
+	struct timespec t1;
+	if (rc == -ENOMEM && !ctx->err.code)
+		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: out of memory");
+	out->fd = -1;
+	out->deferred = false;
+	if (rc == 0 && (ctx->deferred || ctx->quiet)) {
+		out->frame = NULL;
+		out->deferred = true;
+		cJSON_Delete(ctx->result);
+		cJSON_Delete(ctx->data);
+	} else if (rc == 0) {
+		out->frame = proto_encode_result(id, ctx->result, &out->len);
+		out->fd = out->frame ? ctx->fd : -1;
+		cJSON_Delete(ctx->data);
+	} else {
+		cJSON_Delete(ctx->result);
+		if (ctx->err.field[0])
+			dispatch_error_data(ctx, PROTO_F_FIELD, ctx->err.field);
+		else if (ctx->err.code == PROTO_E_METHOD && method &&
+		         strlen(method) <= PROTO_MAX_NAME)
+			dispatch_error_data(ctx, PROTO_F_METHOD, method);
+		log_debug("session %llu: %s: %s", (unsigned long long)s->id, method ? method : "?",
+		          ctx->err.message);
+		out->frame =
+		    proto_encode_error(id, ctx->err.code, ctx->err.message, ctx->data, &out->len);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	metrics_record(
+	    &d->metrics, op, rc < 0 ? ctx->err.code : ctx->deferred,
+	    (uint64_t)((t1.tv_sec - t0->tv_sec) * 1000000000LL + (t1.tv_nsec - t0->tv_nsec)));
+}
+
 void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, size_t len,
                     struct dispatch_reply *out)
 {
 	struct broker *b = d->b;
 	struct dispatch_ctx ctx = {.d = d, .b = b, .s = s, .fd = -1};
 	struct proto_request req;
-	struct timespec t0, t1;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* alloc and free in their canonical form: no cJSON tree either way. */
+	if (s->hello && dispatch_fast(&ctx, frame, len, &t0, out))
+		return;
 	int rc = proto_request_parse(frame, len, &req, &ctx.err);
 	if (rc == 0) {
 		ctx.params = req.params;
@@ -757,34 +811,6 @@ void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, si
 			rc = dispatch_handlers[req.op](&ctx);
 		}
 	}
-	if (rc == -ENOMEM && !ctx.err.code)
-		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
-	out->fd = -1;
-	out->deferred = false;
-	if (rc == 0 && (ctx.deferred || ctx.quiet)) {
-		out->frame = NULL;
-		out->deferred = true;
-		cJSON_Delete(ctx.result);
-		cJSON_Delete(ctx.data);
-	} else if (rc == 0) {
-		out->frame = proto_encode_result(req.id, ctx.result, &out->len);
-		out->fd = out->frame ? ctx.fd : -1;
-		cJSON_Delete(ctx.data);
-	} else {
-		cJSON_Delete(ctx.result);
-		if (ctx.err.field[0])
-			dispatch_error_data(&ctx, PROTO_F_FIELD, ctx.err.field);
-		else if (ctx.err.code == PROTO_E_METHOD && req.method &&
-		         strlen(req.method) <= PROTO_MAX_NAME)
-			dispatch_error_data(&ctx, PROTO_F_METHOD, req.method);
-		log_debug("session %llu: %s: %s", (unsigned long long)s->id,
-		          req.method ? req.method : "?", ctx.err.message);
-		out->frame =
-		    proto_encode_error(req.id, ctx.err.code, ctx.err.message, ctx.data, &out->len);
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	metrics_record(
-	    &d->metrics, req.op, rc < 0 ? ctx.err.code : ctx.deferred,
-	    (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
+	dispatch_reply_to(d, s, &ctx, rc, req.id, req.method, req.op, &t0, out);
 	proto_request_finish(&req);
 }

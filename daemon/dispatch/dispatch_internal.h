@@ -6,6 +6,8 @@
 
 #include "dispatch.h"
 
+#include <time.h>
+
 /* What a handler works with and produces: a result object or an error. */
 struct dispatch_ctx {
 	struct dispatch *d;
@@ -97,6 +99,24 @@ int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id);
 int dispatch_get_uid(struct dispatch_ctx *ctx, const char *key, uid_t *uid);
 /* Sets ctx->err for a broker error about what ("allocation", ...); returns rc. */
 int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what);
+
+/*
+ * alloc of device memory, its parameters read: the broker's allocation,
+ * a wait (ctx->deferred), or an error (ctx->err). 0 with *g filled unless
+ * deferred.
+ */
+int dispatch_alloc_device(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size,
+                          uint64_t align, int64_t wait_ms, struct broker_grant *g);
+/* The reply (or none) to a request a handler answered with rc, and its
+ * metrics: the tail of dispatch_frame(). */
+void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ctx *ctx, int rc,
+                       const char *id, const char *method, int op, const struct timespec *t0,
+                       struct dispatch_reply *out);
+/* dispatch_fast.c: alloc and free in their canonical form, decoded and
+ * answered without the cJSON tree (proto/codec.h). False when the frame is
+ * not one (nothing done: the general path takes it). */
+bool dispatch_fast(struct dispatch_ctx *ctx, const char *frame, size_t len,
+                   const struct timespec *t0, struct dispatch_reply *out);
 
 /* dispatch_partition.c */
 int dispatch_partition_create(struct dispatch_ctx *ctx);
