@@ -6,6 +6,7 @@
  */
 #include "memory.h"
 #include "client.h"
+#include "codec.h"
 #include "error.h"
 #include "export.h"
 #include "hostmem.h"
@@ -134,6 +135,44 @@ static int memory_send_released(gpb_client *c)
 }
 
 /*
+ * gpb_alloc's exchange: the request and, in the steady state (a slab this
+ * connection holds), the grant go without the cJSON tree (proto/codec.h);
+ * a grant that hands a slab over is read the general way. Lock held.
+ */
+static int memory_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                        uint32_t wait_ms, struct gpb_allocation *out)
+{
+	struct proto_fast_grant g;
+	struct track_prep prep;
+	struct proto_reply rep;
+	uint64_t id = 0;
+	int fd, rc;
+
+	if (c->conn.dead)
+		return conn_dead_error(&c->conn);
+	if (!c->track.opener)
+		return error_set(GPB_E_NOT_SUPPORTED,
+		                 "this libgpubroker cannot map memory of the '%s' backend",
+		                 c->backend);
+	rc = track_prepare(&c->track, TRACK_ALLOC, &prep);
+	if (rc < 0)
+		return rc;
+	rc = conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
+	if (rc == 1) {
+		rc = track_adopt_grant(&c->track, &prep, &g, out, &id);
+	} else if (rc == 0) {
+		rc = track_adopt(&c->track, TRACK_ALLOC, &prep, rep.result, fd, out, &id);
+		proto_reply_finish(&rep);
+	}
+	if (rc == GPB_E_PROTOCOL)
+		rc = conn_fail(&c->conn, rc, "%s", error_message());
+	else if (rc < 0 && id)
+		rc = memory_undo(c, TRACK_ALLOC, id, rc);
+	track_prep_release(&prep);
+	return rc;
+}
+
+/*
  * Sends a free or detach of @id (@params consumed) and forgets the hold when
  * the daemon accepts it (fills *result_json when not NULL). With the cuda
  * backend the work queued in the mapping's context is waited for first,
@@ -241,20 +280,6 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 	return rc;
 }
 
-static cJSON *alloc_params(uint64_t instance, uint64_t size, uint64_t alignment, uint32_t wait_ms)
-{
-	cJSON *params = cJSON_CreateObject();
-
-	if (!params || proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
-	    proto_add_u64(params, PROTO_F_SIZE, size) < 0 ||
-	    (alignment && proto_add_u64(params, PROTO_F_ALIGNMENT, alignment) < 0) ||
-	    (wait_ms && !cJSON_AddNumberToObject(params, PROTO_F_WAIT_MS, wait_ms))) {
-		cJSON_Delete(params);
-		return NULL;
-	}
-	return params;
-}
-
 GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                          struct gpb_allocation *out)
 {
@@ -288,8 +313,7 @@ GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, u
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < MEMORY_GRANULE)
 		alignment = MEMORY_GRANULE;
-	rc = memory_call(c, TRACK_ALLOC, PROTO_M_ALLOC,
-	                 alloc_params(instance, size, alignment, wait_ms), out, NULL);
+	rc = memory_alloc(c, instance, size, alignment, wait_ms, out);
 out:
 	client_leave(c);
 	return rc;

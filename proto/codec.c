@@ -508,14 +508,6 @@ static int grant_top(void *ctx, const char *k, size_t klen, enum scan_kind kind,
 	return 0;
 }
 
-static int grant_flag(struct grant_ctx *c, enum scan_kind kind, unsigned bit, bool *out)
-{
-	if ((kind != SCAN_TRUE && kind != SCAN_FALSE) || seen(&c->seen, bit) < 0)
-		return -EAGAIN;
-	*out = kind == SCAN_TRUE;
-	return 0;
-}
-
 static int grant_member(void *ctx, const char *k, size_t klen, enum scan_kind kind, const char *v,
                         size_t vlen)
 {
@@ -550,27 +542,9 @@ static int grant_member(void *ctx, const char *k, size_t klen, enum scan_kind ki
 		return kind == SCAN_STRING && seen(&c->seen, G_SIZE) == 0
 		           ? parse_u64(v, vlen, &g->size)
 		           : -EAGAIN;
-	if (key_is(k, klen, PROTO_F_HANDLE)) {
-		if (kind != SCAN_STRING || vlen != 2 * PROTO_HANDLE_SIZE ||
-		    seen(&c->seen, G_HANDLE) < 0)
-			return -EAGAIN;
-		memcpy(g->handle_hex, v, vlen);
-		g->handle_hex[vlen] = '\0';
-		return 0;
-	}
-	if (key_is(k, klen, PROTO_F_DEVICE_UUID)) {
-		/* Kept as a pointer into the frame would need a NUL: the
-		 * general path reads it (a fresh slab is not the hot path). */
-		return -EAGAIN;
-	}
-	if (key_is(k, klen, PROTO_F_FD))
-		return grant_flag(c, kind, G_FD, &g->fd);
-	if (key_is(k, klen, PROTO_F_POOL))
-		return grant_flag(c, kind, G_POOL, &g->pool);
-	if (key_is(k, klen, PROTO_F_VMM))
-		return grant_flag(c, kind, G_VMM, &g->vmm);
-	if (key_is(k, klen, PROTO_F_KEEP))
-		return grant_flag(c, kind, G_KEEP, &g->keep);
+	/* A grant that hands a slab over (its handle, device_uuid and
+	 * descriptor flags) is read the general way: it is not the steady
+	 * state, and the caller must take the descriptor with it. */
 	/* Anything else (a claim's label, a host allocation's type): the
 	 * general path. */
 	return -EAGAIN;

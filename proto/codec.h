@@ -52,8 +52,6 @@ struct proto_fast_grant {
 	const unsigned char *handle; /* PROTO_HANDLE_SIZE bytes, or NULL */
 	const char *device_uuid;     /* with handle */
 	bool fd, pool, vmm, keep;
-	/* decoding only: the handle as 128 hex digits, NUL-terminated */
-	char handle_hex[2 * PROTO_HANDLE_SIZE + 1];
 };
 
 /*
@@ -66,10 +64,11 @@ size_t proto_fast_grant_reply(char *buf, size_t cap, const char *id,
                               const struct proto_fast_grant *g);
 
 /*
- * Reads a success reply to request @want_id that carries a grant (the
- * frame without its newline). 0 with *out filled (handle_hex set, handle
- * NULL), or -EAGAIN: another frame (an event, an error, another id) or not
- * canonical (decode it the general way).
+ * Reads a success reply to request @want_id that carries a grant in a slab
+ * the connection holds already (no handle; the frame without its newline).
+ * 0 with *out filled (handle NULL), or -EAGAIN: another frame (an event, an
+ * error, another id, a grant handing a slab over) or not canonical (decode
+ * it the general way).
  */
 int proto_fast_grant_parse(const char *frame, size_t len, const char *want_id,
                            struct proto_fast_grant *out);

@@ -3,6 +3,7 @@
  * connection to gpubrokerd.
  */
 #include "conn.h"
+#include "codec.h"
 #include "error.h"
 
 #include <errno.h>
@@ -718,12 +719,15 @@ static int conn_send_quiet(struct conn *c, const char *prefix, const char *metho
 
 int conn_send_free(struct conn *c, uint64_t id)
 {
-	char params[64];
+	char rid[32], frame[128];
+	size_t len;
 	int rc;
 
-	snprintf(params, sizeof(params),
-	         "{\"" PROTO_F_ID "\":\"%016" PRIx64 "\",\"" PROTO_F_REPLY "\":false}", id);
-	rc = conn_send_quiet(c, CONN_FREE_ID, PROTO_M_FREE, params);
+	if (c->dead)
+		return conn_dead_error(c);
+	conn_prefixed_id(rid, CONN_FREE_ID, c->next_id++);
+	len = proto_fast_free_request(frame, sizeof(frame), rid, id, false);
+	rc = len ? conn_send(c, frame, len) : error_set(GPB_E_NOMEM, "cannot encode a 'free'");
 	if (rc == 0 && ++c->quiet_sends >= CONN_QUIET_PUMP)
 		rc = conn_pump(c);
 	return rc;
@@ -737,31 +741,20 @@ int conn_send_release(struct conn *c, uint64_t slab)
 	return conn_send_quiet(c, CONN_RELEASE_ID, PROTO_M_RELEASE, params);
 }
 
-static int conn_exchange(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep,
-                         int *fd)
+/*
+ * Sends @frame (@len bytes, the request @id) and reads until its reply.
+ * With @fast, a success reply that proto_fast_grant_parse() takes fills
+ * it and 1 is returned (no tree built); any other reply is decoded the
+ * general way into *rep (0). Errors as conn_call().
+ */
+static int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const char *id,
+                               struct proto_reply *rep, int *fd, struct proto_fast_grant *fast)
 {
 	struct proto_reply r;
-	char id[24];
-	bool has_fd = false;
-	size_t len;
-	char *frame;
+	bool has_fd = false, got_fast = false;
 	int rc;
 
-	memset(rep, 0, sizeof(*rep));
-	if (fd)
-		*fd = -1;
-	conn_invalidate_deferred(c);
-	if (c->dead) {
-		cJSON_Delete(params);
-		return conn_dead_error(c);
-	}
-	c->quiet_sends = 0;
-	conn_format_id(id, c->next_id++);
-	frame = proto_encode_request(id, method, params, &len);
-	if (!frame)
-		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
 	rc = conn_send(c, frame, len);
-	free(frame);
 	if (rc < 0)
 		return rc;
 
@@ -774,6 +767,12 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 			return conn_fail(c, GPB_E_PROTOCOL,
 			                 "frame from the daemon exceeds %u bytes", PROTO_MAX_REPLY);
 		if (rc == 1) {
+			/* A grant in its canonical form carries no handle, so
+			 * no descriptor either. */
+			if (fast && proto_fast_grant_parse(f, flen, id, fast) == 0) {
+				got_fast = true;
+				break;
+			}
 			rc = conn_handle_frame(c, f, flen, id, &r);
 			if (rc < 0)
 				return rc;
@@ -786,7 +785,7 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 			return rc;
 	}
 
-	if (r.result) {
+	if (!got_fast && r.result) {
 		rc = proto_get_bool(r.result, PROTO_F_FD, &has_fd);
 		if (rc < 0 && rc != -ENOENT) {
 			proto_reply_finish(&r);
@@ -817,6 +816,8 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	conn_process_buffered(c);
 	c->defer_invalidate = false;
 
+	if (got_fast)
+		return 1;
 	if (r.code) {
 		rc = conn_reply_error(r.code, r.message);
 		proto_reply_finish(&r);
@@ -828,6 +829,60 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	}
 	*rep = r;
 	return 0;
+}
+
+/* What every exchange does first: the connection settled and alive. */
+static int conn_exchange_start(struct conn *c, struct proto_reply *rep, int *fd)
+{
+	memset(rep, 0, sizeof(*rep));
+	if (fd)
+		*fd = -1;
+	conn_invalidate_deferred(c);
+	if (c->dead)
+		return conn_dead_error(c);
+	c->quiet_sends = 0;
+	return 0;
+}
+
+static int conn_exchange(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep,
+                         int *fd)
+{
+	char id[24];
+	size_t len;
+	char *frame;
+	int rc = conn_exchange_start(c, rep, fd);
+
+	if (rc < 0) {
+		cJSON_Delete(params);
+		return rc;
+	}
+	conn_format_id(id, c->next_id++);
+	frame = proto_encode_request(id, method, params, &len);
+	if (!frame)
+		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
+	rc = conn_exchange_frame(c, frame, len, id, rep, fd, NULL);
+	free(frame);
+	return rc;
+}
+
+int conn_call_alloc(struct conn *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                    uint32_t wait_ms, struct proto_fast_grant *fast, struct proto_reply *rep,
+                    int *fd)
+{
+	char id[24], frame[256];
+	size_t len;
+	int rc = conn_exchange_start(c, rep, fd);
+
+	if (rc < 0)
+		return rc;
+	conn_format_id(id, c->next_id++);
+	len =
+	    proto_fast_alloc_request(frame, sizeof(frame), id, instance, size, alignment, wait_ms);
+	if (!len)
+		return error_set(GPB_E_NOMEM, "cannot encode an 'alloc' request");
+	rc = conn_exchange_frame(c, frame, len, id, rep, fd, fast);
+	conn_send_acks(c);
+	return rc;
 }
 
 int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd)

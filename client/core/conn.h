@@ -84,6 +84,18 @@ void conn_finish(struct conn *c);
 int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd);
 
 /*
+ * gpb_alloc's exchange without the cJSON tree (proto/codec.h): the request
+ * written directly, and a grant in its canonical form read into @fast
+ * (returns 1). Any other reply is decoded the general way into *rep
+ * (returns 0: a fresh slab's grant, with its descriptor in *fd). Errors as
+ * conn_call(); an invalidate read meanwhile is answered as conn_call does.
+ */
+struct proto_fast_grant;
+int conn_call_alloc(struct conn *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                    uint32_t wait_ms, struct proto_fast_grant *fast, struct proto_reply *rep,
+                    int *fd);
+
+/*
  * gpb_free's request: sent, not waited for (the daemon answers only an
  * error, kept for conn_take_free_error()). Returns 0 or what killed the
  * connection.

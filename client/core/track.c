@@ -2,6 +2,7 @@
  * track.c - a connection's allocations, attachments and held slabs.
  */
 #include "track.h"
+#include "codec.h"
 #include "error.h"
 
 #include <errno.h>
@@ -331,22 +332,15 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 	return 0;
 }
 
-int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, const cJSON *result,
-                int fd, struct gpb_allocation *out, uint64_t *id)
+/* track_adopt() of a result read (@r). */
+static int track_adopt_result(struct track *t, enum track_kind kind, struct track_prep *prep,
+                              const struct track_result *rr, int fd, struct gpb_allocation *out)
 {
-	struct track_result r;
+	const struct track_result r = *rr;
 	struct track_entry *e;
 	struct track_slab *s = NULL;
 	int rc;
 
-	*id = 0;
-	rc = track_parse(result, &r);
-	if (rc < 0) {
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	*id = r.id;
 	rc = track_slab_get(t, prep, &r, fd, &s);
 	if (rc < 0)
 		return rc;
@@ -391,6 +385,41 @@ int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, 
 		out->offset = e->offset;
 	}
 	return 0;
+}
+
+int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, const cJSON *result,
+                int fd, struct gpb_allocation *out, uint64_t *id)
+{
+	struct track_result r;
+	int rc;
+
+	*id = 0;
+	rc = track_parse(result, &r);
+	if (rc < 0) {
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	*id = r.id;
+	return track_adopt_result(t, kind, prep, &r, fd, out);
+}
+
+int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_fast_grant *g,
+                      struct gpb_allocation *out, uint64_t *id)
+{
+	struct track_result r = {
+	    .id = g->id,
+	    .slab = g->slab,
+	    .slab_size = g->slab_size,
+	    .offset = g->offset,
+	    .size = g->size,
+	    .device = g->device,
+	};
+
+	*id = g->id;
+	if (r.offset > r.slab_size || r.size > r.slab_size - r.offset || r.size == 0)
+		return error_set(GPB_E_PROTOCOL, "allocation does not fit its slab");
+	return track_adopt_result(t, TRACK_ALLOC, prep, &r, -1, out);
 }
 
 bool track_release_early(struct track *t, enum track_kind kind, uint64_t id)

@@ -100,6 +100,12 @@ void track_prep_release(struct track_prep *prep);
 int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, const cJSON *result,
                 int fd, struct gpb_allocation *out, uint64_t *id);
 
+/* track_adopt() of an alloc's grant read by the typed codec (no handle:
+ * the connection holds its slab). */
+struct proto_fast_grant;
+int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_fast_grant *g,
+                      struct gpb_allocation *out, uint64_t *id);
+
 /* The entry for @id, or NULL. */
 struct track_entry *track_lookup(struct track *t, enum track_kind kind, uint64_t id);
 
