@@ -22,12 +22,12 @@
 
 /* Targets (issue 7) and the regression guard: a check fails only when a
  * figure is three times further from its target than the target allows. */
-#define P1_TARGET       1.0   /* lib p50 (and p99) / bare p50 (p99) at most (issue 18) */
-#define P2_TARGET       0.8   /* lib / bare throughput with 8 processes, at least (issue 18) */
-#define P3_TARGET       0.9   /* capacity live at the first OOM, at least */
-#define P4_TARGET       2.0   /* random-free op at 1M live / pointer-chase floor, at most */
-#define P4_E2E_TARGET   1.1   /* round trip with footprint_n live / none live, at most */
-#define P5_TARGET       1.0   /* slab opens per 1000 alloc+free, at most (issue 18) */
+#define P1_TARGET       1.0 /* lib p50 (and p99) / bare p50 (p99) at most (issue 18) */
+#define P2_TARGET       0.8 /* lib / bare throughput with 8 processes, at least (issue 18) */
+#define P3_TARGET       0.9 /* capacity live at the first OOM, at least */
+#define P4_TARGET       2.0 /* random-free op at 1M live / pointer-chase floor, at most */
+#define P4_E2E_TARGET   1.1 /* round trip with footprint_n live / none live, at most */
+#define P5_TARGET       1.0 /* slab opens per 1000 alloc+free, at most (issue 18) */
 #define P5_PAIRS        10000
 #define P7_TARGET_BYTES 128.0 /* daemon bytes per live allocation, at most */
 #define P7_TARGET_IDLE  (10.0 * 1024 * 1024)
@@ -143,8 +143,8 @@ static void run_chase(const struct config *cfg, struct results *r)
 	for (unsigned k = 0; k < cfg->scale_repeats; k++)
 		v[k] = bench_chase_ns(r->pool_bytes, cfg->scale_ops);
 	r->chase_ns = bench_median(v, cfg->scale_repeats);
-	bench_log("pointer chase over %llu bytes: %.1f ns/load",
-	          (unsigned long long)r->pool_bytes, r->chase_ns);
+	bench_log("pointer chase over %llu bytes: %.1f ns/load", (unsigned long long)r->pool_bytes,
+	          r->chase_ns);
 }
 
 static void rt_block(double *out, unsigned n, void (*fn)(void *), void *arg)
@@ -499,9 +499,10 @@ static int report(const struct config *cfg, const struct results *r)
 	       cfg->footprint_n >= 1000000 ? verdict(r->e2e_many / r->e2e_few <= P4_E2E_TARGET)
 	                                   : "");
 	for (int p = 0; p < BENCH_PATTERNS; p++)
-		printf("| P5 | slab opens (maps) per 1000 alloc+free, sim: %s | %.2f | — | — | ≤ 1 | "
-		       "%s |\n",
-		       bench_pattern_names[p], r->opens[p], verdict(r->opens[p] <= P5_TARGET));
+		printf(
+		    "| P5 | slab opens (maps) per 1000 alloc+free, sim: %s | %.2f | — | — | ≤ 1 | "
+		    "%s |\n",
+		    bench_pattern_names[p], r->opens[p], verdict(r->opens[p] <= P5_TARGET));
 	printf("| P7 | daemon memory per live allocation (%u allocations) | %.0f B | — | — | "
 	       "≤ 128 B | %s |\n",
 	       cfg->footprint_n, r->bytes_per_alloc,
