@@ -159,7 +159,6 @@ struct session {
 	bool keep_slabs;               /* hello's keep_slabs: holds its slabs past their last
 	                                  allocation, until asked for them (reclaim) or
 	                                  told (release) */
-	uint64_t reclaims;             /* reclaim events sent to it */
 };
 
 /*
@@ -251,6 +250,8 @@ struct broker_stats {
 	 * served, timed out or cancelled (its connection closed, its instance
 	 * went away, the daemon stopped) once it leaves the queue. */
 	uint64_t waits_started, waits_served, waits_timed_out, waits_cancelled;
+	/* Kept slabs asked back (reclaim events sent). */
+	uint64_t reclaims;
 };
 
 struct broker {
@@ -406,10 +407,9 @@ int broker_open(struct broker *b, struct session *s, uid_t owner, const char *na
  * allocations or attachments in it.
  */
 int broker_release(struct broker *b, struct session *s, uint64_t slab_id);
-/* Counters of kept slabs (status, metrics): slabs kept empty now, their
- * bytes, reclaim events sent to the sessions connected. */
+/* Slabs kept empty now by the sessions, and their bytes (metrics). */
 struct broker_keep_counts {
-	uint64_t kept, kept_bytes, reclaims;
+	uint64_t kept, kept_bytes;
 };
 void broker_keep_counts(const struct broker *b, struct broker_keep_counts *out);
 

@@ -134,7 +134,7 @@ unsigned broker_reclaim_device(struct broker *b, int device)
 				continue;
 			}
 			session_unkeep(b, s, ids[i]);
-			s->reclaims++;
+			b->stats.reclaims++;
 			asked++;
 			struct broker_event ev = {.type = BROKER_EVENT_RECLAIM, .s = s};
 			ev.reclaim.slab = ids[i];
@@ -177,6 +177,5 @@ void broker_keep_counts(const struct broker *b, struct broker_keep_counts *out)
 			out->kept++;
 			out->kept_bytes += pool_slab_size(ss->slab);
 		}
-		out->reclaims += s->reclaims;
 	}
 }

@@ -59,7 +59,14 @@ static void test_keep_reuse(void **state)
 	/* Accounting: nothing used, the kept slab reserved. */
 	assert_int_equal(th_status_used(c), 0);
 	assert_true(th_status_field(c, "reserved") >= 2 * MIB);
+	assert_true(th_metric(c, "gpubroker_kept_slabs") == 1);
+	assert_true(th_metric(c, "gpubroker_kept_bytes") == 2 * MIB);
 	th_selfcheck(c, NULL);
+	/* Let go: closed here, then the daemon's. */
+	assert_int_equal(gpb_release_kept(c), 1);
+	assert_int_equal(gpb_mapping_stats(&ms), 0);
+	assert_int_equal(ms.open_now, 0);
+	assert_true(th_metric(c, "gpubroker_kept_slabs") == 0);
 	gpb_disconnect(c);
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
@@ -128,6 +135,7 @@ static void test_reclaim_pressure(void **state)
 	assert_int_equal(w.rc, 0);
 	assert_int_equal(gpb_mapping_stats(&ms1), 0);
 	assert_int_equal(ms1.closes - ms0.closes, 1);
+	assert_true(th_metric(cb, "gpubroker_reclaims_total") >= 1);
 	assert_int_equal(th_status_used(cb), 1024 * MIB);
 	assert_int_equal(gpb_free(cb, w.a.id), 0);
 	/* A allocates again: the slab is handed over afresh. */
