@@ -157,7 +157,13 @@ static int memory_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_
 	rc = track_prepare(&c->track, TRACK_ALLOC, &prep);
 	if (rc < 0)
 		return rc;
+	uint64_t reclaims = c->conn.reclaims;
 	rc = conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
+	/* Refused for room while the daemon asked this connection for slabs
+	 * it kept (answered already): once more, which the released slabs may
+	 * serve. */
+	if (rc == GPB_E_OUT_OF_MEMORY && c->conn.reclaims != reclaims)
+		rc = conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
 	if (rc == 1) {
 		rc = track_adopt_grant(&c->track, &prep, &g, out, &id);
 	} else if (rc == 0) {

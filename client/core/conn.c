@@ -455,7 +455,17 @@ static int conn_reclaim(struct conn *c, const cJSON *data)
 		c->reclaimed_cap = cap;
 	}
 	c->reclaimed[c->nreclaimed++] = slab;
+	c->reclaims++;
 	return 0;
+}
+
+/* Answers the reclaim events read so far (their slabs are unmapped). */
+static void conn_send_releases(struct conn *c)
+{
+	while (!c->dead && c->nreclaimed) {
+		uint64_t slab = c->reclaimed[--c->nreclaimed];
+		conn_send_release(c, slab);
+	}
 }
 
 /* Applies an invalidate read behind the previous reply (conn_exchange). */
@@ -652,10 +662,7 @@ static void conn_send_acks(struct conn *c)
 	size_t len;
 	char *frame;
 
-	while (!c->dead && c->nreclaimed) {
-		uint64_t slab = c->reclaimed[--c->nreclaimed];
-		conn_send_release(c, slab);
-	}
+	conn_send_releases(c);
 	if (c->dead || c->invalidate_acked >= c->invalidate_epoch)
 		return;
 	/* First: conn_send() may pump, and so come back here. */
@@ -778,6 +785,9 @@ static int conn_exchange_frame(struct conn *c, const char *frame, size_t len, co
 				return rc;
 			if (rc == 1)
 				break;
+			/* Answered at once: the reply waited for may be an
+			 * allocation waiting for this very slab. */
+			conn_send_releases(c);
 			continue;
 		}
 		rc = conn_read(c, 0);

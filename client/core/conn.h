@@ -58,6 +58,7 @@ struct conn {
 	/* Slabs to `release` once the frames at hand are handled. */
 	uint64_t *reclaimed;
 	size_t nreclaimed, reclaimed_cap;
+	uint64_t reclaims; /* reclaim events answered, ever */
 	/* A free sent without waiting (conn_send_free) that the daemon
 	 * refused: its error, returned by the connection's next call. */
 	int free_error;

@@ -148,6 +148,30 @@ static void test_reclaim_pressure(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/* A client's own kept slab stands in the way of its next, large
+ * allocation: the library answers the reclaim as it reads it, and the
+ * allocation is served (retried once without waiting; served while it
+ * waits). */
+static void test_reclaim_self(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation a, big;
+	(void)state;
+	static const char *const extra[] = {"--sim-devices", "1", NULL};
+	th_daemon_start(&d, extra);
+	gpb_client *c = th_client(&d, "self");
+	uint64_t inst = reg(c);
+	for (int wait = 0; wait < 2; wait++) {
+		assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a), 0);
+		assert_int_equal(gpb_free(c, a.id), 0);
+		assert_int_equal(gpb_alloc_wait(c, inst, 1024 * MIB, 0, wait ? 5000 : 0, &big), 0);
+		assert_int_equal(gpb_free(c, big.id), 0);
+	}
+	assert_true(th_metric(c, "gpubroker_reclaims_total") == 2);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 /* A free is processed before anything sent after it: an alloc right behind
  * the free of the whole device gets the room, every time. */
 static void test_free_order(void **state)
@@ -207,9 +231,8 @@ static void test_free_error_next_call(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_keep_reuse),
-	    cmocka_unit_test(test_reclaim_pressure),
-	    cmocka_unit_test(test_free_order),
+	    cmocka_unit_test(test_keep_reuse),           cmocka_unit_test(test_reclaim_pressure),
+	    cmocka_unit_test(test_reclaim_self),         cmocka_unit_test(test_free_order),
 	    cmocka_unit_test(test_free_error_next_call),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
