@@ -4,6 +4,7 @@
  */
 #include "conn.h"
 #include "codec.h"
+#include "conn_internal.h"
 #include "error.h"
 
 #include <errno.h>
@@ -34,16 +35,6 @@
 #define CONN_READ_SIZE  16384
 /* The id prefix of invalidate_done requests; no exchange's id has it. */
 #define CONN_ACK_ID "inv-"
-/* The id prefixes of frees that do not wait (conn_send_free) and of
- * releases of kept slabs: their replies are not waited for either. */
-#define CONN_FREE_ID    "f-"
-#define CONN_RELEASE_ID "rel-"
-/* Frees sent without reading between two non-blocking reads of what the
- * daemon sent meanwhile (events, a free's error): the daemon stops reading
- * from a client that leaves too much unread. */
-#define CONN_QUIET_PUMP 256
-
-static void conn_send_acks(struct conn *c);
 
 static void conn_close_fds(struct conn *c)
 {
@@ -434,40 +425,6 @@ static void conn_invalidate(struct conn *c, uint64_t epoch)
 		c->invalidate_epoch = epoch;
 }
 
-/* A reclaim event: the slab is unmapped now, and its release sent once the
- * frames at hand are handled (conn_send_acks). */
-static int conn_reclaim(struct conn *c, const cJSON *data)
-{
-	uint64_t slab;
-	int rc;
-
-	if (proto_get_id64(data, PROTO_F_SLAB, &slab) < 0)
-		return conn_fail(c, GPB_E_PROTOCOL, "a reclaim event without a valid 'slab'");
-	rc = c->on_reclaim(c->invalidate_ctx, slab);
-	if (rc < 0)
-		return conn_fail(c, rc, "%s", error_message());
-	if (c->nreclaimed == c->reclaimed_cap) {
-		size_t cap = c->reclaimed_cap ? 2 * c->reclaimed_cap : 8;
-		uint64_t *more = realloc(c->reclaimed, cap * sizeof(*more));
-		if (!more)
-			return conn_fail(c, GPB_E_NOMEM, "out of memory answering a reclaim event");
-		c->reclaimed = more;
-		c->reclaimed_cap = cap;
-	}
-	c->reclaimed[c->nreclaimed++] = slab;
-	c->reclaims++;
-	return 0;
-}
-
-/* Answers the reclaim events read so far (their slabs are unmapped). */
-static void conn_send_releases(struct conn *c)
-{
-	while (!c->dead && c->nreclaimed) {
-		uint64_t slab = c->reclaimed[--c->nreclaimed];
-		conn_send_release(c, slab);
-	}
-}
-
 /* Applies an invalidate read behind the previous reply (conn_exchange). */
 static void conn_invalidate_deferred(struct conn *c)
 {
@@ -608,7 +565,7 @@ int conn_pump(struct conn *c)
 
 /* ---- writing and exchanges ------------------------------------------------ */
 
-static int conn_send(struct conn *c, const char *buf, size_t len)
+int conn_write_frame(struct conn *c, const char *buf, size_t len)
 {
 	while (len) {
 		/* MSG_NOSIGNAL: a daemon that went away must not kill the
@@ -638,7 +595,7 @@ static int conn_send(struct conn *c, const char *buf, size_t len)
 
 /* A request id in decimal, without snprintf: that costs about 700
  * instructions, and runs twice per alloc+free. @buf holds 21 bytes. */
-static void conn_format_id(char *buf, uint64_t v)
+void conn_format_id(char *buf, uint64_t v)
 {
 	char tmp[20], *p = tmp + sizeof(tmp);
 	size_t n;
@@ -655,7 +612,7 @@ static void conn_format_id(char *buf, uint64_t v)
 /* Tells the daemon that the slabs of the invalidate events read so far are
  * closed, under an id no exchange uses: its reply is dropped as it comes. A
  * failure kills the connection, which lets the slabs go as well. */
-static void conn_send_acks(struct conn *c)
+void conn_send_acks(struct conn *c)
 {
 	char id[sizeof(CONN_ACK_ID) + 20];
 	cJSON *params;
@@ -665,7 +622,7 @@ static void conn_send_acks(struct conn *c)
 	conn_send_releases(c);
 	if (c->dead || c->invalidate_acked >= c->invalidate_epoch)
 		return;
-	/* First: conn_send() may pump, and so come back here. */
+	/* First: conn_write_frame() may pump, and so come back here. */
 	c->invalidate_acked = c->invalidate_epoch;
 	memcpy(id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1);
 	conn_format_id(id + sizeof(CONN_ACK_ID) - 1, c->invalidate_acked);
@@ -680,72 +637,8 @@ static void conn_send_acks(struct conn *c)
 		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
 		return;
 	}
-	conn_send(c, frame, len);
+	conn_write_frame(c, frame, len);
 	free(frame);
-}
-
-int conn_take_free_error(struct conn *c)
-{
-	int rc = c->free_error;
-
-	if (!rc)
-		return 0;
-	c->free_error = 0;
-	return error_set(rc, "%s", c->free_message);
-}
-
-/* Writes "<prefix><n>" for a request id into @buf (24 bytes at least). */
-static size_t conn_prefixed_id(char *buf, const char *prefix, uint64_t n)
-{
-	size_t len = strlen(prefix);
-
-	memcpy(buf, prefix, len);
-	conn_format_id(buf + len, n);
-	return strlen(buf);
-}
-
-/* Sends a frame @method with the params text @params (an object) under
- * the id "<prefix><next id>", without waiting for its reply. */
-static int conn_send_quiet(struct conn *c, const char *prefix, const char *method,
-                           const char *params)
-{
-	char frame[256], id[32];
-	int n;
-
-	if (c->dead)
-		return conn_dead_error(c);
-	conn_prefixed_id(id, prefix, c->next_id++);
-	n = snprintf(frame, sizeof(frame),
-	             "{\"" PROTO_F_ID "\":\"%s\",\"" PROTO_F_METHOD "\":\"%s\",\"" PROTO_F_PARAMS
-	             "\":%s}\n",
-	             id, method, params);
-	if (n < 0 || (size_t)n >= sizeof(frame))
-		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
-	return conn_send(c, frame, (size_t)n);
-}
-
-int conn_send_free(struct conn *c, uint64_t id)
-{
-	char rid[32], frame[128];
-	size_t len;
-	int rc;
-
-	if (c->dead)
-		return conn_dead_error(c);
-	conn_prefixed_id(rid, CONN_FREE_ID, c->next_id++);
-	len = proto_fast_free_request(frame, sizeof(frame), rid, id, false);
-	rc = len ? conn_send(c, frame, len) : error_set(GPB_E_NOMEM, "cannot encode a 'free'");
-	if (rc == 0 && ++c->quiet_sends >= CONN_QUIET_PUMP)
-		rc = conn_pump(c);
-	return rc;
-}
-
-int conn_send_release(struct conn *c, uint64_t slab)
-{
-	char params[48];
-
-	snprintf(params, sizeof(params), "{\"" PROTO_F_SLAB "\":\"%016" PRIx64 "\"}", slab);
-	return conn_send_quiet(c, CONN_RELEASE_ID, PROTO_M_RELEASE, params);
 }
 
 /*
@@ -754,14 +647,14 @@ int conn_send_release(struct conn *c, uint64_t slab)
  * it and 1 is returned (no tree built); any other reply is decoded the
  * general way into *rep (0). Errors as conn_call().
  */
-static int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const char *id,
-                               struct proto_reply *rep, int *fd, struct proto_fast_grant *fast)
+int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const char *id,
+                        struct proto_reply *rep, int *fd, struct proto_fast_grant *fast)
 {
 	struct proto_reply r;
 	bool has_fd = false, got_fast = false;
 	int rc;
 
-	rc = conn_send(c, frame, len);
+	rc = conn_write_frame(c, frame, len);
 	if (rc < 0)
 		return rc;
 
@@ -842,7 +735,7 @@ static int conn_exchange_frame(struct conn *c, const char *frame, size_t len, co
 }
 
 /* What every exchange does first: the connection settled and alive. */
-static int conn_exchange_start(struct conn *c, struct proto_reply *rep, int *fd)
+int conn_exchange_start(struct conn *c, struct proto_reply *rep, int *fd)
 {
 	memset(rep, 0, sizeof(*rep));
 	if (fd)
@@ -872,26 +765,6 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
 	rc = conn_exchange_frame(c, frame, len, id, rep, fd, NULL);
 	free(frame);
-	return rc;
-}
-
-int conn_call_alloc(struct conn *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                    uint32_t wait_ms, struct proto_fast_grant *fast, struct proto_reply *rep,
-                    int *fd)
-{
-	char id[24], frame[256];
-	size_t len;
-	int rc = conn_exchange_start(c, rep, fd);
-
-	if (rc < 0)
-		return rc;
-	conn_format_id(id, c->next_id++);
-	len =
-	    proto_fast_alloc_request(frame, sizeof(frame), id, instance, size, alignment, wait_ms);
-	if (!len)
-		return error_set(GPB_E_NOMEM, "cannot encode an 'alloc' request");
-	rc = conn_exchange_frame(c, frame, len, id, rep, fd, fast);
-	conn_send_acks(c);
 	return rc;
 }
 

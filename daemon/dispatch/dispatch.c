@@ -626,70 +626,6 @@ static int on_detach(struct dispatch_ctx *ctx)
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
-static int on_reload(struct dispatch_ctx *ctx)
-{
-	char message[sizeof(ctx->err.message)];
-	if (!ctx->d->reload) {
-		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED, "reload is not available here");
-		return -EOPNOTSUPP;
-	}
-	cJSON *r = dispatch_result(ctx);
-	if (!r)
-		return -ENOMEM;
-	if (ctx->d->reload(ctx->d->reload_ctx, r, message, sizeof(message)) < 0) {
-		proto_error_set(&ctx->err, PROTO_E_PARAMS, "%s", message);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/* Ends another client's connection: it hears an `evicted` event, gets what
- * was queued for it, and everything it held is reclaimed as on any close. */
-static int on_evict(struct dispatch_ctx *ctx)
-{
-	uint64_t id;
-	int rc = proto_get_id64(ctx->params, PROTO_F_SESSION, &id);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_SESSION, "16 lowercase hex digits");
-	if (id == ctx->s->id) {
-		proto_error_set(&ctx->err, PROTO_E_PARAMS,
-		                "invalid params: a client cannot evict itself");
-		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_SESSION);
-		return -EINVAL;
-	}
-	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &ctx->b->sessions) {
-		struct session *s = list_entry(pos, struct session, link);
-		if (s->id != id)
-			continue;
-		cJSON *data = cJSON_CreateObject();
-		if (data)
-			cJSON_AddStringToObject(data, PROTO_F_REASON,
-			                        "evicted by an administrator");
-		dispatch_send_event(ctx->d, s, PROTO_EV_EVICTED, data);
-		/* Its process may still have its slabs mapped after the close. */
-		s->evicted = true;
-		if (ctx->d->close)
-			ctx->d->close(ctx->d->send_ctx, s, "evicted by an administrator");
-		return dispatch_result(ctx) ? 0 : -ENOMEM;
-	}
-	proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such client");
-	return -ENOENT;
-}
-
-static int on_metrics(struct dispatch_ctx *ctx)
-{
-	char *text;
-	size_t len;
-	int rc = metrics_render(&ctx->d->metrics, ctx->b, ctx->s, &text, &len);
-	if (rc < 0)
-		return rc;
-	cJSON *r = dispatch_result(ctx);
-	rc = r && cJSON_AddStringToObject(r, PROTO_F_TEXT, text) ? 0 : -ENOMEM;
-	free(text);
-	return rc;
-}
-
 static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_HELLO] = on_hello,
     [PROTO_OP_REGISTER] = on_register,
@@ -703,9 +639,9 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_STATUS] = dispatch_status,
     [PROTO_OP_CLIENTS] = dispatch_clients,
     [PROTO_OP_DEVICES] = dispatch_devices,
-    [PROTO_OP_RELOAD] = on_reload,
-    [PROTO_OP_METRICS] = on_metrics,
-    [PROTO_OP_EVICT] = on_evict,
+    [PROTO_OP_RELOAD] = dispatch_reload,
+    [PROTO_OP_METRICS] = dispatch_metrics,
+    [PROTO_OP_EVICT] = dispatch_evict,
     [PROTO_OP_POLICY] = dispatch_policy,
     [PROTO_OP_SET_PROPORTION] = dispatch_set_proportion,
     [PROTO_OP_SET_AUTO] = dispatch_set_auto,

@@ -52,6 +52,12 @@ int dispatch_stats(struct dispatch_ctx *ctx);
 int dispatch_status(struct dispatch_ctx *ctx);
 int dispatch_clients(struct dispatch_ctx *ctx);
 int dispatch_devices(struct dispatch_ctx *ctx);
+/* reload (admin): the server's reload hook. */
+int dispatch_reload(struct dispatch_ctx *ctx);
+/* evict (admin): ends another client's connection. */
+int dispatch_evict(struct dispatch_ctx *ctx);
+/* metrics: the Prometheus text (metrics.c). */
+int dispatch_metrics(struct dispatch_ctx *ctx);
 /* Walks every pool, session, allocation, wait and policy structure
  * (broker_check) and reports the first inconsistency (admin). */
 int dispatch_selfcheck(struct dispatch_ctx *ctx);
