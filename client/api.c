@@ -471,7 +471,7 @@ GPB_EXPORT int gpb_dispatch(gpb_client *c)
 	void *data;
 	int rc, n = 0;
 
-	rc = client_enter(c);
+	rc = client_enter_events(c);
 	if (rc < 0)
 		return rc;
 	rc = conn_pump(&c->conn);

@@ -167,8 +167,9 @@ int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t ali
  * daemon, which reads a connection's requests in order, has freed it before
  * it reads the client's next request (an allocation right behind sees the
  * room). Should the daemon still refuse the free, the first call on this
- * client that starts after the library read the refusal (it comes in with
- * the next reply) fails with its error instead of doing anything.
+ * client (other than gpb_dispatch(), which delivers events regardless)
+ * that starts after the library read the refusal (it comes in with the
+ * next reply) fails with its error instead of doing anything.
  * The slab the allocation was in stays mapped (kept) when it empties, up
  * to GPUBROKER_KEEP_SLABS slabs per process (default 4; 0: none kept), so
  * that the next allocation there costs no open; see gpb_release_kept().
