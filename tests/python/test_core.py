@@ -238,6 +238,10 @@ def test_mapping_stats(client):
     assert gpubroker.mapping_stats().opens == after.opens
     b.free()
     client.unregister(a_inst)
+    # Let go: unmapped now, and given back to the daemon.
+    assert client.release_kept() >= 1
+    assert gpubroker.mapping_stats().closes == before.closes + 1
+    assert client.release_kept() == 0
 
 
 def test_device_uuid_registration(client):
