@@ -30,11 +30,13 @@ static const char *const memory_undo_method[TRACK_KINDS] = {
 /*
  * The daemon committed an allocation or attachment that this process cannot
  * use (its slab could not be mapped): give it back, so that both sides agree
- * on which slabs the connection holds. Returns @err with its message kept.
- * If even that fails the two sides disagree for good: drop the connection,
- * which makes the daemon release everything it held.
+ * on which slabs the connection holds. A daemon that keeps emptied slabs
+ * for this connection keeps @slab (0: unknown) after that free too, though
+ * this library never took it: it is released as well. Returns @err with its
+ * message kept. If even that fails the two sides disagree for good: drop the
+ * connection, which makes the daemon release everything it held.
  */
-static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err)
+static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, uint64_t slab, int err)
 {
 	char saved[256];
 
@@ -42,7 +44,19 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err
 	if (client_call_id(c, memory_undo_method[kind], PROTO_F_ID, id) < 0)
 		conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64 ": %s", id,
 		          error_message());
+	else if (slab && !track_holds_slab(&c->track, slab))
+		conn_send_release(&c->conn, slab); /* refused when not kept: dropped */
 	return error_set(err, "%s", saved);
+}
+
+/* The slab a grant names, or 0. */
+static uint64_t memory_grant_slab(const cJSON *result)
+{
+	uint64_t slab = 0;
+
+	if (proto_get_id64(result, PROTO_F_SLAB, &slab) < 0)
+		slab = 0;
+	return slab;
 }
 
 /* Host memory: an alloc's params or reply, a claim's reply ("type" pinned
@@ -102,14 +116,14 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 		if (proto_get_id64(rep.result, PROTO_F_ID, &id) < 0)
 			rc = conn_fail(&c->conn, GPB_E_PROTOCOL, "reply without a valid 'id'");
 		else
-			rc = memory_undo(c, kind, id, rc);
+			rc = memory_undo(c, kind, id, memory_grant_slab(rep.result), rc);
 		goto out_reply;
 	}
 	rc = track_adopt(&c->track, kind, &prep, rep.result, fd, out, &id);
 	if (rc == GPB_E_PROTOCOL)
 		rc = conn_fail(&c->conn, rc, "%s", error_message());
 	else if (rc < 0)
-		rc = memory_undo(c, kind, id, rc);
+		rc = memory_undo(c, kind, id, memory_grant_slab(rep.result), rc);
 	if (rc < 0 && result_json) {
 		free(*result_json);
 		*result_json = NULL;
@@ -164,16 +178,19 @@ static int memory_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_
 	 * serve. */
 	if (rc == GPB_E_OUT_OF_MEMORY && c->conn.reclaims != reclaims)
 		rc = conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
+	uint64_t slab = 0;
 	if (rc == 1) {
+		slab = g.slab;
 		rc = track_adopt_grant(&c->track, &prep, &g, out, &id);
 	} else if (rc == 0) {
+		slab = memory_grant_slab(rep.result);
 		rc = track_adopt(&c->track, TRACK_ALLOC, &prep, rep.result, fd, out, &id);
 		proto_reply_finish(&rep);
 	}
 	if (rc == GPB_E_PROTOCOL)
 		rc = conn_fail(&c->conn, rc, "%s", error_message());
 	else if (rc < 0 && id)
-		rc = memory_undo(c, TRACK_ALLOC, id, rc);
+		rc = memory_undo(c, TRACK_ALLOC, id, slab, rc);
 	track_prep_release(&prep);
 	return rc;
 }
