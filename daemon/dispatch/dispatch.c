@@ -268,11 +268,24 @@ static int on_unregister(struct dispatch_ctx *ctx)
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
+void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
+                         bool attach)
+{
+	if (attach)
+		broker_detach(b, s, g->id);
+	else
+		broker_free(b, s, g->id);
+	/* A slab handed over by this grant is not the client's either: a
+	 * session that keeps emptied slabs would keep it. */
+	if (g->handle)
+		broker_release(b, s, g->slab_id);
+}
+
 int dispatch_attach_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
 {
 	int rc = dispatch_grant_result(ctx, g);
 	if (rc < 0)
-		broker_detach(ctx->b, ctx->s, g->id); /* the client cannot be told of it */
+		dispatch_grant_undo(ctx->b, ctx->s, g, true); /* the client cannot be told of it */
 	return rc;
 }
 
@@ -475,7 +488,8 @@ static int on_alloc(struct dispatch_ctx *ctx)
 		return rc;
 	rc = dispatch_grant_result(ctx, &g);
 	if (rc < 0)
-		broker_free(ctx->b, ctx->s, g.id); /* the client cannot be told of it */
+		dispatch_grant_undo(ctx->b, ctx->s, &g,
+		                    false); /* the client cannot be told of it */
 	return rc;
 }
 
@@ -563,7 +577,7 @@ void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
 	ctx.result = NULL;
 	if (rc == 0) {
 		/* The client cannot be told about this memory: give it back. */
-		broker_free(b, w->s, g->id);
+		dispatch_grant_undo(b, w->s, g, false);
 		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
 	} else {
 		uint64_t now = broker_now_ms();

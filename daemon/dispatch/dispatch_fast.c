@@ -67,7 +67,8 @@ static bool fast_alloc(struct dispatch_ctx *ctx, const struct proto_fast_req *r,
 	size_t len = 0;
 	char *frame = fast_grant_frame(ctx, &g, &len);
 	if (!frame) {
-		broker_free(ctx->b, ctx->s, g.id); /* the client cannot be told of it */
+		dispatch_grant_undo(ctx->b, ctx->s, &g,
+		                    false); /* the client cannot be told of it */
 		dispatch_reply_to(ctx->d, ctx->s, ctx, -ENOMEM, r->id, PROTO_M_ALLOC,
 		                  PROTO_OP_ALLOC, t0, out);
 		return true;

@@ -82,6 +82,11 @@ int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **
  * alike) with ctx->err set. */
 int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
                         struct policy_group_info *gi);
+/* Gives back what a grant the client cannot be told of committed: the
+ * allocation (or the attachment), and the slab when the grant handed it
+ * over (a session with keep_slabs would keep it). */
+void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
+                         bool attach);
 /* The result of an alloc: the grant (and the descriptor to pass). */
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
 /* The same for an attachment (attach, open); when the reply cannot be
