@@ -117,6 +117,14 @@ void bench_lib_pair(struct bench_lib *l);
 
 #define BENCH_ALLOC_SIZE (1u << 20)
 
+/* P5: the slab opens (gpb_mapping_stats) per 1000 alloc+free of the three
+ * patterns of issue 18, each on a fresh connection that holds nothing
+ * else: ping-pong, random churn of 1000 live, and a Numba-style loop
+ * (alloc, write, read back, free). */
+enum bench_open_pattern { BENCH_PINGPONG, BENCH_CHURN, BENCH_NUMBA, BENCH_PATTERNS };
+extern const char *const bench_pattern_names[BENCH_PATTERNS];
+double bench_opens_per_1000(const char *socket, enum bench_open_pattern p, unsigned pairs);
+
 /* Allocates @n allocations of 256 bytes over a raw pipelined connection
  * and returns the daemon's RSS growth per allocation (bytes). With @keep
  * the connection (and so the allocations) stays open: *keep is its fd. */
@@ -149,5 +157,16 @@ void bench_fragmentation(uint64_t capacity, uint64_t seed, struct bench_frag *ou
 /* Mean ns per pool operation (half an alloc+free pair) in a random churn at
  * @live live allocations; @lifo biases frees to the newest allocations. */
 double bench_pool_op_ns(unsigned live, unsigned ops, bool lifo);
+
+/* The bytes of host memory the pool holds with @live live allocations of
+ * the churn's sizes (resident memory before and after filling): its
+ * working set. */
+uint64_t bench_pool_bytes(unsigned live);
+
+/* P4's floor: mean ns per load of a pointer chase through @bytes of memory
+ * in one random cycle of 64-byte nodes (every load a dependent, cold one
+ * once @bytes exceeds the caches): the memory latency of this machine for
+ * that working set. */
+double bench_chase_ns(uint64_t bytes, unsigned loads);
 
 #endif

@@ -50,6 +50,60 @@ void bench_lib_pair(struct bench_lib *l)
 		bench_die("gpb_free: %s", gpb_last_error());
 }
 
+/* ---- opens per pattern ------------------------------------------------------ */
+
+const char *const bench_pattern_names[BENCH_PATTERNS] = {
+    [BENCH_PINGPONG] = "ping-pong with an otherwise empty slab",
+    [BENCH_CHURN] = "random churn of 1000 live",
+    [BENCH_NUMBA] = "Numba-style loop (alloc, write, read, free)",
+};
+
+double bench_opens_per_1000(const char *socket, enum bench_open_pattern p, unsigned pairs)
+{
+	struct bench_lib l;
+	struct gpb_mapping_stats s0, s1;
+	struct bench_rng rng = {.s = 18};
+	uint64_t *live = NULL;
+	unsigned nlive = p == BENCH_CHURN ? 1000 : 0;
+	struct gpb_allocation a;
+	char buf[4096];
+
+	bench_lib_open(&l, socket, false);
+	live = bench_xmalloc((nlive + 1) * sizeof(*live));
+	for (unsigned i = 0; i < nlive; i++) {
+		if (gpb_alloc(l.c, l.instance, 256 + bench_rng_below(&rng, 65536), 0, &a) < 0)
+			bench_die("gpb_alloc: %s", gpb_last_error());
+		live[i] = a.id;
+	}
+	/* Counted from here: the first open of the pattern's slab included. */
+	if (gpb_mapping_stats(&s0) < 0)
+		bench_die("gpb_mapping_stats: %s", gpb_last_error());
+	for (unsigned i = 0; i < pairs; i++) {
+		uint64_t size = p == BENCH_CHURN ? 256 + bench_rng_below(&rng, 65536) : 4096;
+		if (gpb_alloc(l.c, l.instance, size, 0, &a) < 0)
+			bench_die("gpb_alloc: %s", gpb_last_error());
+		if (p == BENCH_NUMBA) {
+			memset(buf, (int)i, sizeof(buf));
+			if (gpb_copy_to_device(a.ptr, buf, sizeof(buf), NULL) < 0 ||
+			    gpb_copy_from_device(buf, a.ptr, sizeof(buf), NULL) < 0)
+				bench_die("copy: %s", gpb_last_error());
+		}
+		uint64_t victim = a.id;
+		if (p == BENCH_CHURN) {
+			unsigned k = (unsigned)bench_rng_below(&rng, nlive);
+			victim = live[k];
+			live[k] = a.id;
+		}
+		if (gpb_free(l.c, victim) < 0)
+			bench_die("gpb_free: %s", gpb_last_error());
+	}
+	if (gpb_mapping_stats(&s1) < 0)
+		bench_die("gpb_mapping_stats: %s", gpb_last_error());
+	free(live);
+	bench_lib_close(&l);
+	return 1000.0 * (double)(s1.opens - s0.opens) / pairs;
+}
+
 /* ---- throughput ----------------------------------------------------------- */
 
 #define MAX_PROCS 256

@@ -15,6 +15,8 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,4 +251,75 @@ double bench_pool_op_ns(unsigned live, unsigned ops, bool lifo)
 	free(sizes);
 	free(victims);
 	return (double)(t1 - t0) / (2.0 * (ops - warm));
+}
+
+/* Resident bytes of this process (the pool's arenas are mmap'd, which
+ * malloc statistics do not see). */
+static uint64_t rss_bytes(void)
+{
+	unsigned long size = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (!f || fscanf(f, "%lu %lu", &size, &resident) != 2)
+		bench_die("cannot read /proc/self/statm");
+	fclose(f);
+	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+uint64_t bench_pool_bytes(unsigned live)
+{
+	struct fake_backend fb = {.capacity = 1ull << 62};
+	struct bench_rng rng = {.s = 42 + live};
+	uint64_t r0 = rss_bytes(), r1;
+	struct pool *pool = pool_create(NULL, &fake_ops, &fb);
+	struct pool_block *b;
+
+	if (!pool)
+		bench_die("pool_create failed");
+	for (unsigned i = 0; i < live; i++) {
+		if (pool_alloc(pool, 1000, bench_rng_loguniform(&rng, MIN_SIZE, MAX_SIZE), 0, &b) <
+		    0)
+			bench_die("pool_alloc failed while filling");
+	}
+	r1 = rss_bytes();
+	pool_destroy(pool);
+	return r1 > r0 ? r1 - r0 : 0;
+}
+
+#define CHASE_NODE 64 /* a cache line: one load per node */
+
+double bench_chase_ns(uint64_t bytes, unsigned loads)
+{
+	size_t n = bytes / CHASE_NODE < 2 ? 2 : (size_t)(bytes / CHASE_NODE);
+	uint32_t *order = bench_xmalloc(n * sizeof(*order));
+	char *mem = bench_xmalloc(n * CHASE_NODE);
+	struct bench_rng rng = {.s = 7};
+	uint64_t t0, t1;
+	size_t at = 0;
+
+	/* One random cycle through every node (Sattolo), so that no load can
+	 * be predicted or prefetched and none is skipped. */
+	for (size_t i = 0; i < n; i++)
+		order[i] = (uint32_t)i;
+	for (size_t i = n - 1; i > 0; i--) {
+		size_t j = (size_t)bench_rng_below(&rng, i);
+		uint32_t t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (size_t i = 0; i < n; i++)
+		*(uint64_t *)(mem + (size_t)order[i] * CHASE_NODE) =
+		    (uint64_t)order[(i + 1) % n] * CHASE_NODE;
+	free(order);
+	/* Once round (warm the TLB as a long-lived pool would have it), then
+	 * the timed loads. */
+	for (size_t i = 0; i < n && i < loads; i++)
+		at = *(volatile uint64_t *)(mem + at);
+	t0 = bench_now_ns();
+	for (unsigned i = 0; i < loads; i++)
+		at = *(volatile uint64_t *)(mem + at);
+	t1 = bench_now_ns();
+	if (at == UINT64_MAX)
+		bench_die("unreachable");
+	free(mem);
+	return (double)(t1 - t0) / loads;
 }

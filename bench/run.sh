@@ -4,6 +4,8 @@
 #
 #   bench/run.sh [BUILD_DIR]        (default: build; configured if missing)
 #
+# GPB_BENCH_OUT names another output file (several runs to compare).
+#
 # gpb-bench starts its own gpubrokerd (sim) and its own echo server on
 # sockets in a fresh /tmp directory, so nothing else needs to be running.
 # Takes about two minutes. bench/README.md says what each row measures.
@@ -22,7 +24,7 @@ ninja -C "$build" bench/gpb-bench daemon/gpubrokerd >/dev/null
 
 date=$(date -u +%Y-%m-%d)
 mkdir -p bench/results
-out=bench/results/$date-sim.md
+out=${GPB_BENCH_OUT:-bench/results/$date-sim.md}
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT INT TERM
 

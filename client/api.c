@@ -55,8 +55,12 @@ static cJSON *hello_params(const char *name)
 	/* A batch job's partition (the Slurm plugin puts the token in the
 	 * task's environment): every client of the job joins it by itself. */
 	const char *token = getenv("GPUBROKER_TOKEN");
+	/* Slabs stay mapped past their last allocation, up to the process's
+	 * bound (GPUBROKER_KEEP_SLABS): the next allocation there costs no
+	 * open. */
 	if ((name && !cJSON_AddStringToObject(params, PROTO_F_CLIENT, name)) ||
-	    (token && *token && !cJSON_AddStringToObject(params, PROTO_F_TOKEN, token))) {
+	    (token && *token && !cJSON_AddStringToObject(params, PROTO_F_TOKEN, token)) ||
+	    (slab_keep_max() > 0 && !cJSON_AddTrueToObject(params, PROTO_F_KEEP_SLABS))) {
 		cJSON_Delete(params);
 		return NULL;
 	}
@@ -467,7 +471,7 @@ GPB_EXPORT int gpb_dispatch(gpb_client *c)
 	void *data;
 	int rc, n = 0;
 
-	rc = client_enter(c);
+	rc = client_enter_events(c);
 	if (rc < 0)
 		return rc;
 	rc = conn_pump(&c->conn);

@@ -6,6 +6,7 @@
  */
 #include "memory.h"
 #include "client.h"
+#include "codec.h"
 #include "error.h"
 #include "export.h"
 #include "hostmem.h"
@@ -29,11 +30,13 @@ static const char *const memory_undo_method[TRACK_KINDS] = {
 /*
  * The daemon committed an allocation or attachment that this process cannot
  * use (its slab could not be mapped): give it back, so that both sides agree
- * on which slabs the connection holds. Returns @err with its message kept.
- * If even that fails the two sides disagree for good: drop the connection,
- * which makes the daemon release everything it held.
+ * on which slabs the connection holds. A daemon that keeps emptied slabs
+ * for this connection keeps @slab (0: unknown) after that free too, though
+ * this library never took it: it is released as well. Returns @err with its
+ * message kept. If even that fails the two sides disagree for good: drop the
+ * connection, which makes the daemon release everything it held.
  */
-static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err)
+static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, uint64_t slab, int err)
 {
 	char saved[256];
 
@@ -41,7 +44,19 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, int err
 	if (client_call_id(c, memory_undo_method[kind], PROTO_F_ID, id) < 0)
 		conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64 ": %s", id,
 		          error_message());
+	else if (slab && !track_holds_slab(&c->track, slab))
+		conn_send_release(&c->conn, slab); /* refused when not kept: dropped */
 	return error_set(err, "%s", saved);
+}
+
+/* The slab a grant names, or 0. */
+static uint64_t memory_grant_slab(const cJSON *result)
+{
+	uint64_t slab = 0;
+
+	if (proto_get_id64(result, PROTO_F_SLAB, &slab) < 0)
+		slab = 0;
+	return slab;
 }
 
 /* Host memory: an alloc's params or reply, a claim's reply ("type" pinned
@@ -101,14 +116,14 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 		if (proto_get_id64(rep.result, PROTO_F_ID, &id) < 0)
 			rc = conn_fail(&c->conn, GPB_E_PROTOCOL, "reply without a valid 'id'");
 		else
-			rc = memory_undo(c, kind, id, rc);
+			rc = memory_undo(c, kind, id, memory_grant_slab(rep.result), rc);
 		goto out_reply;
 	}
 	rc = track_adopt(&c->track, kind, &prep, rep.result, fd, out, &id);
 	if (rc == GPB_E_PROTOCOL)
 		rc = conn_fail(&c->conn, rc, "%s", error_message());
 	else if (rc < 0)
-		rc = memory_undo(c, kind, id, rc);
+		rc = memory_undo(c, kind, id, memory_grant_slab(rep.result), rc);
 	if (rc < 0 && result_json) {
 		free(*result_json);
 		*result_json = NULL;
@@ -116,6 +131,66 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 out_reply:
 	proto_reply_finish(&rep);
 out:
+	track_prep_release(&prep);
+	return rc;
+}
+
+/* Sends a `release` for each kept slab the track let go of (its mapping is
+ * closed already). Lock held. */
+static int memory_send_released(gpb_client *c)
+{
+	size_t n;
+	const uint64_t *ids = track_take_released(&c->track, &n);
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = conn_send_release(&c->conn, ids[i]);
+	return rc;
+}
+
+/*
+ * gpb_alloc's exchange: the request and, in the steady state (a slab this
+ * connection holds), the grant go without the cJSON tree (proto/codec.h);
+ * a grant that hands a slab over is read the general way. Lock held.
+ */
+static int memory_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                        uint32_t wait_ms, struct gpb_allocation *out)
+{
+	struct proto_fast_grant g;
+	struct track_prep prep;
+	struct proto_reply rep;
+	uint64_t id = 0;
+	int fd, rc;
+
+	if (c->conn.dead)
+		return conn_dead_error(&c->conn);
+	if (!c->track.opener)
+		return error_set(GPB_E_NOT_SUPPORTED,
+		                 "this libgpubroker cannot map memory of the '%s' backend",
+		                 c->backend);
+	rc = track_prepare(&c->track, TRACK_ALLOC, &prep);
+	if (rc < 0)
+		return rc;
+	uint64_t reclaims = c->conn.reclaims;
+	rc = conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
+	/* Refused for room while the daemon asked this connection for slabs
+	 * it kept (answered already): once more, which the released slabs may
+	 * serve. */
+	if (rc == GPB_E_OUT_OF_MEMORY && c->conn.reclaims != reclaims)
+		rc = conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
+	uint64_t slab = 0;
+	if (rc == 1) {
+		slab = g.slab;
+		rc = track_adopt_grant(&c->track, &prep, &g, out, &id);
+	} else if (rc == 0) {
+		slab = memory_grant_slab(rep.result);
+		rc = track_adopt(&c->track, TRACK_ALLOC, &prep, rep.result, fd, out, &id);
+		proto_reply_finish(&rep);
+	}
+	if (rc == GPB_E_PROTOCOL)
+		rc = conn_fail(&c->conn, rc, "%s", error_message());
+	else if (rc < 0 && id)
+		rc = memory_undo(c, TRACK_ALLOC, id, slab, rc);
 	track_prep_release(&prep);
 	return rc;
 }
@@ -157,6 +232,32 @@ static int memory_release_call(gpb_client *c, enum track_kind kind, const char *
 		track_release(&c->track, kind, id);
 	rc = client_result_json(rep.result, result_json);
 	proto_reply_finish(&rep);
+	if (rc == 0)
+		rc = memory_send_released(c);
+	return rc;
+}
+
+/*
+ * gpb_free of an allocation, without waiting for the daemon: this
+ * connection knows what it holds (memory_owned), so the daemon has no
+ * reason to refuse; if it does, conn.c keeps its error for the next call.
+ * The daemon reads requests in order, so the free is done before anything
+ * sent after it. Work queued on the memory is waited for first (unless
+ * @ordered: gpb_free_async's fence passed), and a slab that the free lets
+ * go of is closed first (cuda: the daemon may free it as soon as it hears).
+ * Lock held.
+ */
+static int memory_free_quiet(gpb_client *c, uint64_t id, bool ordered)
+{
+	int rc;
+
+	if (!ordered)
+		track_finish_work(&c->track, TRACK_ALLOC, id);
+	track_release_early(&c->track, TRACK_ALLOC, id);
+	track_release(&c->track, TRACK_ALLOC, id);
+	rc = conn_send_free(&c->conn, id);
+	if (rc == 0)
+		rc = memory_send_released(c);
 	return rc;
 }
 
@@ -192,26 +293,14 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
 	} else if (!memory_owned(c, kind, id)) {
 		rc = GPB_E_NOT_FOUND;
+	} else if (kind == TRACK_ALLOC) {
+		rc = memory_free_quiet(c, id, false);
 	} else {
 		rc = memory_release_call(c, kind, memory_undo_method[kind],
 		                         client_params_id(PROTO_F_ID, id), id, true, false, NULL);
 	}
 	client_leave(c);
 	return rc;
-}
-
-static cJSON *alloc_params(uint64_t instance, uint64_t size, uint64_t alignment, uint32_t wait_ms)
-{
-	cJSON *params = cJSON_CreateObject();
-
-	if (!params || proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
-	    proto_add_u64(params, PROTO_F_SIZE, size) < 0 ||
-	    (alignment && proto_add_u64(params, PROTO_F_ALIGNMENT, alignment) < 0) ||
-	    (wait_ms && !cJSON_AddNumberToObject(params, PROTO_F_WAIT_MS, wait_ms))) {
-		cJSON_Delete(params);
-		return NULL;
-	}
-	return params;
 }
 
 GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
@@ -247,8 +336,7 @@ GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, u
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < MEMORY_GRANULE)
 		alignment = MEMORY_GRANULE;
-	rc = memory_call(c, TRACK_ALLOC, PROTO_M_ALLOC,
-	                 alloc_params(instance, size, alignment, wait_ms), out, NULL);
+	rc = memory_alloc(c, instance, size, alignment, wait_ms, out);
 out:
 	client_leave(c);
 	return rc;
@@ -333,6 +421,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 		return rc;
 	}
 	memory_release_freed(c, rep.result);
+	memory_send_released(c);
 	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, PROTO_F_FREED));
 	if (result_json && client_result_json(rep.result, result_json) < 0)
 		rc = GPB_E_NOMEM;
@@ -376,6 +465,25 @@ GPB_EXPORT int gpb_free_label(gpb_client *c, uint64_t instance, const char *labe
 	return rc;
 }
 
+GPB_EXPORT int gpb_release_kept(gpb_client *c)
+{
+	int rc = client_enter(c);
+	size_t n;
+
+	if (rc < 0)
+		return rc;
+	if (c->conn.dead) {
+		rc = conn_dead_error(&c->conn);
+	} else {
+		n = track_release_idle(&c->track);
+		rc = memory_send_released(c);
+		if (rc == 0)
+			rc = n > INT32_MAX ? INT32_MAX : (int)n;
+	}
+	client_leave(c);
+	return rc;
+}
+
 GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 {
 	return memory_release(c, TRACK_ALLOC, id);
@@ -386,8 +494,7 @@ GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 static void memory_release_pending(gpb_client *c, uint64_t id)
 {
 	if (track_lookup(&c->track, TRACK_ALLOC, id))
-		memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE, client_params_id(PROTO_F_ID, id),
-		                    id, true, true, NULL);
+		memory_free_quiet(c, id, true);
 }
 
 GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
@@ -412,8 +519,7 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 		rc = GPB_E_NOT_FOUND;
 	} else if (!opener->fence || !e->slab->map) {
 		/* No streams (sim): nothing can be queued on the memory. */
-		rc = memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE,
-		                         client_params_id(PROTO_F_ID, id), id, true, true, NULL);
+		rc = memory_free_quiet(c, id, true);
 	} else if ((rc = opener->fence(e->slab->map->priv, stream, &fence)) == 0) {
 		p = fence ? malloc(sizeof(*p)) : NULL;
 		if (fence && !p) {
@@ -424,9 +530,7 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 		if (!p) {
 			/* Nothing left to wait for (or a dead context: nothing
 			 * queued there can run). */
-			rc = memory_release_call(c, TRACK_ALLOC, PROTO_M_FREE,
-			                         client_params_id(PROTO_F_ID, id), id, true, true,
-			                         NULL);
+			rc = memory_free_quiet(c, id, true);
 		} else {
 			p->id = id;
 			p->fence = fence;

@@ -162,10 +162,32 @@ int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t ali
  * Device memory (cuda backend): waits for the work queued in the CUDA
  * context the allocation is mapped in (cuCtxSynchronize) before the daemon
  * hears of the free; see gpb_free_async() for a free that does not wait.
+ * Device memory is freed without waiting for the daemon's reply: the
+ * library checks that the allocation is this client's itself, and the
+ * daemon, which reads a connection's requests in order, has freed it before
+ * it reads the client's next request (an allocation right behind sees the
+ * room). Should the daemon still refuse the free, the first call on this
+ * client (other than gpb_dispatch(), which delivers events regardless)
+ * that starts after the library read the refusal (it comes in with the
+ * next reply) fails with its error instead of doing anything.
+ * The slab the allocation was in stays mapped (kept) when it empties, up
+ * to GPUBROKER_KEEP_SLABS slabs per process (default 4; 0: none kept), so
+ * that the next allocation there costs no open; see gpb_release_kept().
  * Errors: GPB_E_NOT_FOUND (unknown, already freed, queued by
- * gpb_free_async(), or not this client's), GPB_E_DAEMON_GONE.
+ * gpb_free_async(), or not this client's), GPB_E_DAEMON_GONE, and the
+ * error of an earlier free the daemon refused (above).
  */
 int gpb_free(gpb_client *client, uint64_t id);
+
+/**
+ * Unmaps the slabs this client keeps mapped with nothing in them (see
+ * gpb_free()) and gives them back to the daemon, which may return them to
+ * the device. The daemon also asks for them by itself when a device is
+ * short of memory (a `reclaim` event, answered as the library reads it, in
+ * any call on this client or gpb_dispatch()). Returns how many slabs it let
+ * go of (0 or more), or GPB_E_DAEMON_GONE.
+ */
+int gpb_release_kept(gpb_client *client);
 
 /**
  * Frees an allocation (device memory) once the work queued on @stream
@@ -697,8 +719,8 @@ const char *gpb_version(void);
  * mappings go with it: the library notices at its next use of them, its
  * copy helpers answer GPB_E_CONTEXT_RESET for their pointers, gpb_free()
  * of them works (there is nothing left to close), and new allocations,
- * in the same slabs too, are mapped in the context current then. The library loads libcuda.so.1 at run time; it never
- * links it. With the simulated backend ptr is host memory.
+ * in the same slabs too, are mapped in the context current then. The library loads libcuda.so.1 at
+ * run time; it never links it. With the simulated backend ptr is host memory.
  */
 
 /**

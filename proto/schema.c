@@ -94,6 +94,8 @@ const char *const proto_fields[] = {
     PROTO_F_IN_USE_AT_START,
     PROTO_F_INSTANCE,
     PROTO_F_INSTANCES,
+    PROTO_F_KEEP,
+    PROTO_F_KEEP_SLABS,
     PROTO_F_LABEL,
     PROTO_F_LARGEST_FREE,
     PROTO_F_LIMIT,
@@ -137,6 +139,7 @@ const char *const proto_fields[] = {
     PROTO_F_QUEUED,
     PROTO_F_REASON,
     PROTO_F_RECLAIMED,
+    PROTO_F_REPLY,
     PROTO_F_REQUEST_BYTES,
     PROTO_F_REQUESTED,
     PROTO_F_REQUESTS,
@@ -185,6 +188,7 @@ const char *const proto_values[] = {
     PROTO_V_ALLOC_ASYNC,   PROTO_V_BACKEND_SIM,      PROTO_V_BACKEND_CUDA,  PROTO_V_SERVER,
     PROTO_V_GROUP_DEFAULT, PROTO_V_LIMIT_MAX_QUEUED, PROTO_V_LIMIT_CLIENTS, PROTO_V_LIMIT_PER_UID,
     PROTO_V_LIMIT_FILES,   PROTO_V_TRANSPORT_VMM,    PROTO_V_TRANSPORT_IPC, PROTO_V_TRANSPORT_MEMFD,
+    PROTO_V_REASON_MEMORY,
 };
 const unsigned proto_value_count = sizeof(proto_values) / sizeof(proto_values[0]);
 

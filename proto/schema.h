@@ -100,6 +100,7 @@ const char *proto_code_name(int code);
 #define PROTO_M_PARTITION_DESTROY "partition_destroy"
 #define PROTO_M_PARTITIONS        "partitions"
 #define PROTO_M_GOODBYE           "goodbye"
+#define PROTO_M_RELEASE           "release"
 
 enum proto_op_flags {
 	PROTO_OPF_BEFORE_HELLO = 1u << 0, /* allowed before the handshake (hello only) */
@@ -147,7 +148,8 @@ enum proto_op_flags {
 	X(PARTITION_CREATE, PROTO_OPF_ADMIN)                                                       \
 	X(PARTITION_DESTROY, PROTO_OPF_ADMIN)                                                      \
 	X(PARTITIONS, 0)                                                                           \
-	X(GOODBYE, 0)
+	X(GOODBYE, 0)                                                                              \
+	X(RELEASE, 0)
 
 #define PROTO_OP_ENUM_(id, flags) PROTO_OP_##id,
 enum proto_op { PROTO_OPS(PROTO_OP_ENUM_) PROTO_OP_COUNT };
@@ -229,6 +231,8 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_IN_USE_AT_START    "in_use_at_start"
 #define PROTO_F_INSTANCE           "instance"
 #define PROTO_F_INSTANCES          "instances"
+#define PROTO_F_KEEP               "keep"
+#define PROTO_F_KEEP_SLABS         "keep_slabs"
 #define PROTO_F_LABEL              "label"
 #define PROTO_F_LARGEST_FREE       "largest_free"
 #define PROTO_F_LIMIT              "limit"
@@ -272,6 +276,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_QUEUED             "queued"
 #define PROTO_F_REASON             "reason"
 #define PROTO_F_RECLAIMED          "reclaimed"
+#define PROTO_F_REPLY              "reply"
 #define PROTO_F_REQUEST_BYTES      "request_bytes"
 #define PROTO_F_REQUESTED          "requested"
 #define PROTO_F_REQUESTS           "requests"
@@ -367,7 +372,8 @@ enum proto_presence {
 	X(HANDLE, HEX, PROTO_OPTIONAL)                                                             \
 	X(DEVICE_UUID, STRING, PROTO_OPTIONAL)                                                     \
 	X(FD, TRUE, PROTO_OPTIONAL)                                                                \
-	X(POOL, TRUE, PROTO_OPTIONAL)
+	X(POOL, TRUE, PROTO_OPTIONAL)                                                              \
+	X(KEEP, TRUE, PROTO_OPTIONAL)
 
 /* alloc of host memory ("pinned", "mapped"), and the claim of a host array. */
 #define PROTO_HOST_RESULT(X)                                                                       \
@@ -376,8 +382,11 @@ enum proto_presence {
 	X(SIZE, U64, PROTO_REQUIRED)                                                               \
 	X(FD, TRUE, PROTO_REQUIRED)
 
-/* free (and detach); the result is {}. */
-#define PROTO_FREE_PARAMS(X) X(ID, ID64, PROTO_REQUIRED)
+/* free (and detach); the result is {}, none at all for a free with
+ * "reply": false that succeeds. */
+#define PROTO_FREE_PARAMS(X)                                                                       \
+	X(ID, ID64, PROTO_REQUIRED)                                                                \
+	X(REPLY, BOOL, PROTO_OPTIONAL)
 
 /* A member of a message list, for tables and tests. */
 struct proto_member {
@@ -411,6 +420,7 @@ extern const unsigned proto_message_count;
 #define PROTO_EV_ALLOCATION_READY    "allocation_ready"
 #define PROTO_EV_INVALIDATE          "invalidate"
 #define PROTO_EV_PARTITION_DESTROYED "partition_destroyed"
+#define PROTO_EV_RECLAIM             "reclaim"
 
 /* Each event's data, as the message lists above. */
 #define PROTO_SHUTDOWN_DATA(X) X(REASON, STRING, PROTO_REQUIRED)
@@ -438,6 +448,9 @@ extern const unsigned proto_message_count;
 	X(REASON, STRING, PROTO_REQUIRED)                                                          \
 	X(EPOCH, U64, PROTO_REQUIRED)
 #define PROTO_PARTITION_DESTROYED_DATA(X) X(NAME, STRING, PROTO_REQUIRED)
+#define PROTO_RECLAIM_DATA(X)                                                                      \
+	X(SLAB, ID64, PROTO_REQUIRED)                                                              \
+	X(REASON, STRING, PROTO_REQUIRED)
 
 /* No members (an event whose data holds no array of objects). */
 #define PROTO_NO_MEMBERS(X)
@@ -450,7 +463,8 @@ extern const unsigned proto_message_count;
 	X(CAP_CHANGED, PROTO_CAP_CHANGED_DATA, PROTO_NO_MEMBERS)                                   \
 	X(ALLOCATION_READY, PROTO_ALLOCATION_READY_DATA, PROTO_READY_ARRAY)                        \
 	X(INVALIDATE, PROTO_INVALIDATE_DATA, PROTO_NO_MEMBERS)                                     \
-	X(PARTITION_DESTROYED, PROTO_PARTITION_DESTROYED_DATA, PROTO_NO_MEMBERS)
+	X(PARTITION_DESTROYED, PROTO_PARTITION_DESTROYED_DATA, PROTO_NO_MEMBERS)                   \
+	X(RECLAIM, PROTO_RECLAIM_DATA, PROTO_NO_MEMBERS)
 
 struct proto_event_info {
 	const char *name;                 /* PROTO_EV_* */
@@ -492,6 +506,8 @@ extern const unsigned proto_event_count;
 /* invalidate's "reason": the method that released everything. */
 #define PROTO_V_REASON_INVALIDATE_ALL PROTO_M_INVALIDATE_ALL
 #define PROTO_V_REASON_SET_ALLOCATOR  PROTO_M_SET_ALLOCATOR
+/* reclaim's "reason": the device is short of memory. */
+#define PROTO_V_REASON_MEMORY "memory"
 
 /* The values above but the aliases, in schema.c's table. */
 extern const char *const proto_values[];

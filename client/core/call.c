@@ -44,7 +44,7 @@ static void client_pending_poll(gpb_client *c)
 }
 
 /* Validates the client and takes its lock; clears the last error. */
-int client_enter(gpb_client *c)
+int client_enter_events(gpb_client *c)
 {
 	error_clear();
 	if (!c)
@@ -54,6 +54,20 @@ int client_enter(gpb_client *c)
 	if (c->pending)
 		client_pending_poll(c);
 	return 0;
+}
+
+int client_enter(gpb_client *c)
+{
+	int rc = client_enter_events(c);
+
+	if (rc < 0)
+		return rc;
+	/* A free that did not wait for its reply was refused: this call
+	 * reports it, before it changes anything. */
+	rc = conn_take_free_error(&c->conn);
+	if (rc < 0)
+		pthread_mutex_unlock(&c->lock);
+	return rc;
 }
 
 void client_pending_add(gpb_client *c, struct client_pending *p)

@@ -28,6 +28,16 @@ static void client_invalidate(void *client)
 	hostmem_finish(c);
 }
 
+/* conn's on_reclaim hook: the daemon wants back a slab this connection
+ * keeps empty. Work queued in it finishes before it is unmapped. Lock held. */
+static int client_reclaim(void *client, uint64_t slab)
+{
+	gpb_client *c = client;
+
+	track_finish_all(&c->track);
+	return track_reclaim(&c->track, slab);
+}
+
 int client_create(const char *path, gpb_client **out)
 {
 	gpb_client *c = calloc(1, sizeof(*c));
@@ -46,6 +56,7 @@ int client_create(const char *path, gpb_client **out)
 	hostmem_init(c);
 	c->pending_tail = &c->pending;
 	c->conn.on_invalidate = client_invalidate;
+	c->conn.on_reclaim = client_reclaim;
 	c->conn.invalidate_ctx = c;
 	*out = c;
 	return 0;

@@ -65,8 +65,13 @@ void client_destroy(gpb_client *c);
 /* call.c: calls on it. */
 
 /* Validates @c and takes its lock; clears the thread's last error. Frees
- * the queued gpb_free_async() allocations whose fences have passed. */
+ * the queued gpb_free_async() allocations whose fences have passed. The
+ * refusal of a free that did not wait (conn_take_free_error) is returned
+ * instead, the lock not taken. */
 int client_enter(gpb_client *c);
+/* client_enter() that leaves such a refusal for the next call: for
+ * gpb_dispatch(), which must deliver the events (an eviction) all the same. */
+int client_enter_events(gpb_client *c);
 
 /* Queues @id to be freed once @fence passes (consumed). Lock held. */
 void client_pending_add(gpb_client *c, struct client_pending *p);

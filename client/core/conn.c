@@ -3,6 +3,8 @@
  * connection to gpubrokerd.
  */
 #include "conn.h"
+#include "codec.h"
+#include "conn_internal.h"
 #include "error.h"
 
 #include <errno.h>
@@ -33,8 +35,6 @@
 #define CONN_READ_SIZE  16384
 /* The id prefix of invalidate_done requests; no exchange's id has it. */
 #define CONN_ACK_ID "inv-"
-
-static void conn_send_acks(struct conn *c);
 
 static void conn_close_fds(struct conn *c)
 {
@@ -161,6 +161,9 @@ void conn_finish(struct conn *c)
 	c->sock = c->evfd = c->epfd = -1;
 	conn_close_fds(c);
 	free(c->fds);
+	free(c->reclaimed);
+	c->reclaimed = NULL;
+	c->nreclaimed = c->reclaimed_cap = 0;
 	c->fds = NULL;
 	c->fd_cap = 0;
 	proto_framer_finish(&c->framer);
@@ -463,11 +466,30 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 				conn_invalidate(c, epoch);
 			}
 		}
+		if (strcmp(r.event, PROTO_EV_RECLAIM) == 0 && c->on_reclaim) {
+			rc = conn_reclaim(c, r.data);
+			if (rc < 0) {
+				proto_reply_finish(&r);
+				return rc;
+			}
+		}
 		rc = conn_queue_event(c, &r);
 		proto_reply_finish(&r);
 		return rc;
 	}
-	if (r.id && strncmp(r.id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1) == 0) {
+	if (r.id && strncmp(r.id, CONN_FREE_ID, sizeof(CONN_FREE_ID) - 1) == 0) {
+		/* A free that did not wait: only its failure is answered. */
+		if (r.code && !c->free_error) {
+			c->free_error = conn_reply_error(r.code, r.message);
+			snprintf(c->free_message, sizeof(c->free_message),
+			         "free (request %.16s): %s", r.id, error_message());
+		}
+		c->free_errors += r.code != 0;
+		proto_reply_finish(&r);
+		return 0;
+	}
+	if (r.id && (strncmp(r.id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1) == 0 ||
+	             strncmp(r.id, CONN_RELEASE_ID, sizeof(CONN_RELEASE_ID) - 1) == 0)) {
 		/* The answer to an invalidate_done: nothing waits for it (an
 		 * older daemon's "method not found" included). */
 		proto_reply_finish(&r);
@@ -529,6 +551,7 @@ int conn_pump(struct conn *c)
 
 	if (c->dead)
 		return conn_dead_error(c);
+	c->quiet_sends = 0;
 	rc = conn_process_buffered(c);
 	for (int i = 0; rc == 0 && i < CONN_PUMP_READS; i++) {
 		rc = conn_read(c, MSG_DONTWAIT);
@@ -542,7 +565,7 @@ int conn_pump(struct conn *c)
 
 /* ---- writing and exchanges ------------------------------------------------ */
 
-static int conn_send(struct conn *c, const char *buf, size_t len)
+int conn_write_frame(struct conn *c, const char *buf, size_t len)
 {
 	while (len) {
 		/* MSG_NOSIGNAL: a daemon that went away must not kill the
@@ -572,7 +595,7 @@ static int conn_send(struct conn *c, const char *buf, size_t len)
 
 /* A request id in decimal, without snprintf: that costs about 700
  * instructions, and runs twice per alloc+free. @buf holds 21 bytes. */
-static void conn_format_id(char *buf, uint64_t v)
+void conn_format_id(char *buf, uint64_t v)
 {
 	char tmp[20], *p = tmp + sizeof(tmp);
 	size_t n;
@@ -589,16 +612,17 @@ static void conn_format_id(char *buf, uint64_t v)
 /* Tells the daemon that the slabs of the invalidate events read so far are
  * closed, under an id no exchange uses: its reply is dropped as it comes. A
  * failure kills the connection, which lets the slabs go as well. */
-static void conn_send_acks(struct conn *c)
+void conn_send_acks(struct conn *c)
 {
 	char id[sizeof(CONN_ACK_ID) + 20];
 	cJSON *params;
 	size_t len;
 	char *frame;
 
+	conn_send_releases(c);
 	if (c->dead || c->invalidate_acked >= c->invalidate_epoch)
 		return;
-	/* First: conn_send() may pump, and so come back here. */
+	/* First: conn_write_frame() may pump, and so come back here. */
 	c->invalidate_acked = c->invalidate_epoch;
 	memcpy(id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1);
 	conn_format_id(id + sizeof(CONN_ACK_ID) - 1, c->invalidate_acked);
@@ -613,34 +637,24 @@ static void conn_send_acks(struct conn *c)
 		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
 		return;
 	}
-	conn_send(c, frame, len);
+	conn_write_frame(c, frame, len);
 	free(frame);
 }
 
-static int conn_exchange(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep,
-                         int *fd)
+/*
+ * Sends @frame (@len bytes, the request @id) and reads until its reply.
+ * With @fast, a success reply that proto_fast_grant_parse() takes fills
+ * it and 1 is returned (no tree built); any other reply is decoded the
+ * general way into *rep (0). Errors as conn_call().
+ */
+int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const char *id,
+                        struct proto_reply *rep, int *fd, struct proto_fast_grant *fast)
 {
 	struct proto_reply r;
-	char id[24];
-	bool has_fd = false;
-	size_t len;
-	char *frame;
+	bool has_fd = false, got_fast = false;
 	int rc;
 
-	memset(rep, 0, sizeof(*rep));
-	if (fd)
-		*fd = -1;
-	conn_invalidate_deferred(c);
-	if (c->dead) {
-		cJSON_Delete(params);
-		return conn_dead_error(c);
-	}
-	conn_format_id(id, c->next_id++);
-	frame = proto_encode_request(id, method, params, &len);
-	if (!frame)
-		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
-	rc = conn_send(c, frame, len);
-	free(frame);
+	rc = conn_write_frame(c, frame, len);
 	if (rc < 0)
 		return rc;
 
@@ -653,11 +667,20 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 			return conn_fail(c, GPB_E_PROTOCOL,
 			                 "frame from the daemon exceeds %u bytes", PROTO_MAX_REPLY);
 		if (rc == 1) {
+			/* A grant in its canonical form carries no handle, so
+			 * no descriptor either. */
+			if (fast && proto_fast_grant_parse(f, flen, id, fast) == 0) {
+				got_fast = true;
+				break;
+			}
 			rc = conn_handle_frame(c, f, flen, id, &r);
 			if (rc < 0)
 				return rc;
 			if (rc == 1)
 				break;
+			/* Answered at once: the reply waited for may be an
+			 * allocation waiting for this very slab. */
+			conn_send_releases(c);
 			continue;
 		}
 		rc = conn_read(c, 0);
@@ -665,7 +688,7 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 			return rc;
 	}
 
-	if (r.result) {
+	if (!got_fast && r.result) {
 		rc = proto_get_bool(r.result, PROTO_F_FD, &has_fd);
 		if (rc < 0 && rc != -ENOENT) {
 			proto_reply_finish(&r);
@@ -696,6 +719,8 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	conn_process_buffered(c);
 	c->defer_invalidate = false;
 
+	if (got_fast)
+		return 1;
 	if (r.code) {
 		rc = conn_reply_error(r.code, r.message);
 		proto_reply_finish(&r);
@@ -707,6 +732,40 @@ static int conn_exchange(struct conn *c, const char *method, cJSON *params, stru
 	}
 	*rep = r;
 	return 0;
+}
+
+/* What every exchange does first: the connection settled and alive. */
+int conn_exchange_start(struct conn *c, struct proto_reply *rep, int *fd)
+{
+	memset(rep, 0, sizeof(*rep));
+	if (fd)
+		*fd = -1;
+	conn_invalidate_deferred(c);
+	if (c->dead)
+		return conn_dead_error(c);
+	c->quiet_sends = 0;
+	return 0;
+}
+
+static int conn_exchange(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep,
+                         int *fd)
+{
+	char id[24];
+	size_t len;
+	char *frame;
+	int rc = conn_exchange_start(c, rep, fd);
+
+	if (rc < 0) {
+		cJSON_Delete(params);
+		return rc;
+	}
+	conn_format_id(id, c->next_id++);
+	frame = proto_encode_request(id, method, params, &len);
+	if (!frame)
+		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
+	rc = conn_exchange_frame(c, frame, len, id, rep, fd, NULL);
+	free(frame);
+	return rc;
 }
 
 int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd)

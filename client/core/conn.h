@@ -52,6 +52,19 @@ struct conn {
 	 * the connection's next use (its epoch answered only then). */
 	uint64_t invalidate_deferred;
 	bool invalidate_pending, defer_invalidate;
+	/* Called when a `reclaim` event is read: the daemon wants back a
+	 * slab this connection keeps empty. 0, or GPB_E_PROTOCOL. */
+	int (*on_reclaim)(void *ctx, uint64_t slab);
+	/* Slabs to `release` once the frames at hand are handled. */
+	uint64_t *reclaimed;
+	size_t nreclaimed, reclaimed_cap;
+	uint64_t reclaims; /* reclaim events answered, ever */
+	/* A free sent without waiting (conn_send_free) that the daemon
+	 * refused: its error, returned by the connection's next call. */
+	int free_error;
+	char free_message[160];
+	uint64_t free_errors; /* how many, ever */
+	unsigned quiet_sends; /* frees sent since the socket was last read */
 };
 
 /* Connects to @path (not NULL). Returns GPB_E_CONNECT, GPB_E_PERMISSION,
@@ -70,6 +83,31 @@ void conn_finish(struct conn *c);
  * then empty). Any failure of the stream kills the connection.
  */
 int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd);
+
+/*
+ * gpb_alloc's exchange without the cJSON tree (proto/codec.h): the request
+ * written directly, and a grant in its canonical form read into @fast
+ * (returns 1). Any other reply is decoded the general way into *rep
+ * (returns 0: a fresh slab's grant, with its descriptor in *fd). Errors as
+ * conn_call(); an invalidate read meanwhile is answered as conn_call does.
+ */
+struct proto_fast_grant;
+int conn_call_alloc(struct conn *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                    uint32_t wait_ms, struct proto_fast_grant *fast, struct proto_reply *rep,
+                    int *fd);
+
+/*
+ * gpb_free's request: sent, not waited for (the daemon answers only an
+ * error, kept for conn_take_free_error()). Returns 0 or what killed the
+ * connection.
+ */
+int conn_send_free(struct conn *c, uint64_t id);
+/* Tells the daemon that this connection let go of slab @slab, which it
+ * kept empty (its mapping closed already); the reply is dropped. */
+int conn_send_release(struct conn *c, uint64_t slab);
+/* The error of a free sent earlier, as a GPB_E_* with its message set
+ * (once), or 0. */
+int conn_take_free_error(struct conn *c);
 
 /* Applies an invalidate event read right behind the previous reply (held
  * back so that the caller could apply that reply first) and answers it.

@@ -24,6 +24,9 @@ static struct slab_map *slab_list;
 static pthread_once_t slab_once = PTHREAD_ONCE_INIT;
 /* gpb_mapping_stats(): what the handle cache saves is visible here. */
 static uint64_t slab_opens, slab_closes, slab_open_now;
+/* Slabs kept mapped empty, and how many may be (-1: not read yet). */
+static unsigned slab_kept;
+static long slab_kept_max = -1;
 
 /*
  * A child forked while another thread held slab_lock would inherit it locked
@@ -297,5 +300,39 @@ void slab_cache_counts(uint64_t *opens, uint64_t *closes, uint64_t *open_now)
 	*opens = slab_opens;
 	*closes = slab_closes;
 	*open_now = slab_open_now;
+	pthread_mutex_unlock(&slab_lock);
+}
+
+unsigned slab_keep_max(void)
+{
+	pthread_mutex_lock(&slab_lock);
+	if (slab_kept_max < 0) {
+		const char *v = getenv("GPUBROKER_KEEP_SLABS");
+		char *end = NULL;
+		long n = v && *v ? strtol(v, &end, 10) : -1;
+		slab_kept_max = n >= 0 && n <= 65536 && end && *end == '\0' ? n : SLAB_KEEP_DEFAULT;
+	}
+	unsigned max = (unsigned)slab_kept_max;
+	pthread_mutex_unlock(&slab_lock);
+	return max;
+}
+
+bool slab_keep_get(void)
+{
+	unsigned max = slab_keep_max();
+	bool ok;
+
+	pthread_mutex_lock(&slab_lock);
+	ok = slab_kept < max;
+	slab_kept += ok;
+	pthread_mutex_unlock(&slab_lock);
+	return ok;
+}
+
+void slab_keep_put(void)
+{
+	pthread_mutex_lock(&slab_lock);
+	if (slab_kept)
+		slab_kept--;
 	pthread_mutex_unlock(&slab_lock);
 }

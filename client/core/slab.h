@@ -141,6 +141,18 @@ void slab_cache_finish(struct slab_map *map);
  */
 int slab_cache_copy(void *dst, const void *src, size_t n, bool to_device, void *stream);
 
+/*
+ * Slabs kept mapped with nothing in them (the daemon's keep_slabs): at most
+ * GPUBROKER_KEEP_SLABS per process (default SLAB_KEEP_DEFAULT; 0 turns
+ * keeping off), so that an idle process does not sit on device memory it
+ * may never use again. slab_keep_get() takes one of those places (false
+ * when they are all taken), slab_keep_put() gives it back.
+ */
+#define SLAB_KEEP_DEFAULT 4
+unsigned slab_keep_max(void);
+bool slab_keep_get(void);
+void slab_keep_put(void);
+
 /* Process-wide counts: slabs opened, closed, and open now. */
 void slab_cache_counts(uint64_t *opens, uint64_t *closes, uint64_t *open_now);
 

@@ -2,6 +2,7 @@
  * track.c - a connection's allocations, attachments and held slabs.
  */
 #include "track.h"
+#include "codec.h"
 #include "error.h"
 
 #include <errno.h>
@@ -14,6 +15,8 @@
 void track_init(struct track *t, const struct slab_opener *opener)
 {
 	t->opener = opener;
+	t->released = NULL;
+	t->nreleased = t->released_cap = 0;
 	idmap_init(&t->slabs);
 	for (int k = 0; k < TRACK_KINDS; k++)
 		idmap_init(&t->entries[k]);
@@ -33,6 +36,8 @@ void track_finish(struct track *t)
 	}
 	pos = 0;
 	while ((s = idmap_next(&t->slabs, &pos, NULL))) {
+		if (s->idle)
+			slab_keep_put();
 		if (s->map)
 			slab_cache_put(s->map);
 		if (s->dead)
@@ -40,6 +45,16 @@ void track_finish(struct track *t)
 		free(s);
 	}
 	idmap_finish(&t->slabs);
+	free(t->released);
+	t->released = NULL;
+	t->nreleased = t->released_cap = 0;
+}
+
+const uint64_t *track_take_released(struct track *t, size_t *n)
+{
+	*n = t->nreleased;
+	t->nreleased = 0;
+	return t->released;
 }
 
 int track_prepare(struct track *t, enum track_kind kind, struct track_prep *prep)
@@ -67,11 +82,25 @@ struct track_entry *track_lookup(struct track *t, enum track_kind kind, uint64_t
 	return idmap_get(&t->entries[kind], id);
 }
 
-/* Lets go of a slab this connection no longer has anything in. */
-static void track_slab_drop(struct track *t, struct track_slab *s)
+/* Room for one more id in t->released: false when out of memory. */
+static bool track_released_room(struct track *t)
 {
-	if (s->holds)
-		return;
+	if (t->nreleased < t->released_cap)
+		return true;
+	size_t cap = t->released_cap ? 2 * t->released_cap : 8;
+	uint64_t *more = realloc(t->released, cap * sizeof(*more));
+	if (!more)
+		return false;
+	t->released = more;
+	t->released_cap = cap;
+	return true;
+}
+
+/* Unmaps a slab this connection no longer has anything in. */
+static void track_slab_forget(struct track *t, struct track_slab *s)
+{
+	if (s->idle)
+		slab_keep_put();
 	idmap_remove(&t->slabs, s->id);
 	/* NULL: closed already, by track_release_early(). */
 	if (s->map)
@@ -79,6 +108,72 @@ static void track_slab_drop(struct track *t, struct track_slab *s)
 	if (s->dead)
 		slab_cache_put(s->dead);
 	free(s);
+}
+
+/* Lets go of a slab this connection no longer has anything in, or keeps it
+ * mapped: where the daemon keeps it too, while the process is within its
+ * bound (or no `release` could be queued for it). */
+static void track_slab_drop(struct track *t, struct track_slab *s)
+{
+	if (s->holds)
+		return;
+	if (s->keep && !s->idle) {
+		if (slab_keep_get()) {
+			s->idle = true;
+			return;
+		}
+		if (!track_released_room(t))
+			return; /* kept past the bound: better than a disagreement */
+		t->released[t->nreleased++] = s->id;
+	}
+	if (s->keep && s->idle)
+		return;
+	track_slab_forget(t, s);
+}
+
+size_t track_release_idle(struct track *t)
+{
+	struct track_slab *s;
+	size_t pos = 0, n = 0, k = 0;
+	uint64_t *ids;
+
+	while ((s = idmap_next(&t->slabs, &pos, NULL)))
+		n += s->idle;
+	if (!n)
+		return 0;
+	/* The map cannot lose entries while it is walked: ids first. */
+	ids = malloc(n * sizeof(*ids));
+	if (!ids)
+		return 0;
+	pos = 0;
+	while ((s = idmap_next(&t->slabs, &pos, NULL))) {
+		if (s->idle)
+			ids[k++] = s->id;
+	}
+	n = 0;
+	for (size_t i = 0; i < k; i++) {
+		if (!track_released_room(t))
+			break;
+		t->released[t->nreleased++] = ids[i];
+		track_slab_forget(t, idmap_get(&t->slabs, ids[i]));
+		n++;
+	}
+	free(ids);
+	return n;
+}
+
+int track_reclaim(struct track *t, uint64_t id)
+{
+	struct track_slab *s = idmap_get(&t->slabs, id);
+
+	if (!s)
+		return 0;
+	if (s->holds)
+		return error_set(GPB_E_PROTOCOL,
+		                 "the daemon asked back slab %016" PRIx64 " while it holds memory",
+		                 id);
+	track_slab_forget(t, s);
+	return 0;
 }
 
 /*
@@ -111,6 +206,7 @@ struct track_result {
 	const char *device_uuid; /* with the handle, when the daemon sends it */
 	bool pool;               /* the descriptor is a memory pool (cuda async) */
 	bool vmm;                /* the descriptor is the slab's memory (cuda vmm) */
+	bool keep;               /* the daemon keeps the slab past its last hold */
 	uint64_t label_hash;     /* a claim's label (0: none) and instance */
 	uint64_t instance;
 };
@@ -143,6 +239,10 @@ static int track_parse(const cJSON *result, struct track_result *r)
 	rc = proto_get_bool(result, PROTO_F_POOL, &r->pool);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'pool'");
+	r->keep = false;
+	rc = proto_get_bool(result, PROTO_F_KEEP, &r->keep);
+	if (rc < 0 && rc != -ENOENT)
+		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'keep'");
 	r->vmm = false;
 	rc = proto_get_bool(result, PROTO_F_VMM, &r->vmm);
 	if ((rc < 0 && rc != -ENOENT) || (r->vmm && r->pool))
@@ -224,28 +324,23 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 	s->mark = 0;
 	s->map = map;
 	s->dead = NULL;
+	s->keep = r->keep;
+	s->idle = false;
 	/* Reserved by track_prepare(): cannot fail. */
 	idmap_put(&t->slabs, s->id, s);
 	*out = s;
 	return 0;
 }
 
-int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, const cJSON *result,
-                int fd, struct gpb_allocation *out, uint64_t *id)
+/* track_adopt() of a result read (@r). */
+static int track_adopt_result(struct track *t, enum track_kind kind, struct track_prep *prep,
+                              const struct track_result *rr, int fd, struct gpb_allocation *out)
 {
-	struct track_result r;
+	const struct track_result r = *rr;
 	struct track_entry *e;
 	struct track_slab *s = NULL;
 	int rc;
 
-	*id = 0;
-	rc = track_parse(result, &r);
-	if (rc < 0) {
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	*id = r.id;
 	rc = track_slab_get(t, prep, &r, fd, &s);
 	if (rc < 0)
 		return rc;
@@ -276,7 +371,10 @@ int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, 
 		e->instance = r.instance;
 		idmap_put(&t->entries[kind], e->id, e);
 	}
-	s->holds++;
+	if (s->holds++ == 0 && s->idle) {
+		s->idle = false;
+		slab_keep_put();
+	}
 
 	if (out) {
 		out->id = e->id;
@@ -289,11 +387,49 @@ int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, 
 	return 0;
 }
 
+int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, const cJSON *result,
+                int fd, struct gpb_allocation *out, uint64_t *id)
+{
+	struct track_result r;
+	int rc;
+
+	*id = 0;
+	rc = track_parse(result, &r);
+	if (rc < 0) {
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	*id = r.id;
+	return track_adopt_result(t, kind, prep, &r, fd, out);
+}
+
+int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_fast_grant *g,
+                      struct gpb_allocation *out, uint64_t *id)
+{
+	struct track_result r = {
+	    .id = g->id,
+	    .slab = g->slab,
+	    .slab_size = g->slab_size,
+	    .offset = g->offset,
+	    .size = g->size,
+	    .device = g->device,
+	};
+
+	*id = g->id;
+	if (r.offset > r.slab_size || r.size > r.slab_size - r.offset || r.size == 0)
+		return error_set(GPB_E_PROTOCOL, "allocation does not fit its slab");
+	return track_adopt_result(t, TRACK_ALLOC, prep, &r, -1, out);
+}
+
 bool track_release_early(struct track *t, enum track_kind kind, uint64_t id)
 {
 	struct track_entry *e = idmap_get(&t->entries[kind], id);
 
-	if (!e || !t->opener || !t->opener->close_first || !e->slab->map || e->slab->holds != 1)
+	/* A slab the daemon keeps outlives this release: nothing to close
+	 * (past the process's bound it is closed before its `release`). */
+	if (!e || !t->opener || !t->opener->close_first || !e->slab->map || e->slab->holds != 1 ||
+	    e->slab->keep)
 		return false;
 	/* This release is the connection's last hold on the slab. */
 	slab_cache_put(e->slab->map);
@@ -331,10 +467,10 @@ size_t track_release_label_early(struct track *t, const char *label, uint64_t in
 	}
 	pos = 0;
 	while ((s = idmap_next(&t->slabs, &pos, NULL)))
-		n += s->mark && s->map && s->mark == s->holds;
+		n += s->mark && s->map && s->mark == s->holds && !s->keep;
 	pos = 0;
 	while ((s = idmap_next(&t->slabs, &pos, NULL))) {
-		if (n <= cap && s->mark && s->map && s->mark == s->holds) {
+		if (n <= cap && s->mark && s->map && s->mark == s->holds && !s->keep) {
 			*closed++ = s->id;
 			slab_cache_put(s->map);
 			s->map = NULL;

@@ -33,6 +33,11 @@ struct track_slab {
 	 * let go, so that the old pointers get a clear error. Else NULL. */
 	struct slab_map *dead;
 	uint64_t mark; /* scratch of track_release_label_early(), 0 at rest */
+	/* The daemon keeps the slab for this connection past its last hold
+	 * (the grant said "keep"): it stays mapped, "idle" while empty (one
+	 * of the process's slab_keep_get() places), until the daemon asks for
+	 * it (reclaim) or the process is past its bound (then released). */
+	bool keep, idle;
 };
 
 struct track_entry {
@@ -56,6 +61,10 @@ struct track_entry {
 struct track {
 	/* NULL when this library cannot map the backend's slabs. */
 	const struct slab_opener *opener;
+	/* Kept slabs this connection let go of, whose `release` is still to
+	 * be sent (track_take_released), and their number. */
+	uint64_t *released;
+	size_t nreleased, released_cap;
 	struct idmap slabs;
 	struct idmap entries[TRACK_KINDS];
 };
@@ -91,6 +100,12 @@ void track_prep_release(struct track_prep *prep);
 int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, const cJSON *result,
                 int fd, struct gpb_allocation *out, uint64_t *id);
 
+/* track_adopt() of an alloc's grant read by the typed codec (no handle:
+ * the connection holds its slab). */
+struct proto_fast_grant;
+int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_fast_grant *g,
+                      struct gpb_allocation *out, uint64_t *id);
+
 /* The entry for @id, or NULL. */
 struct track_entry *track_lookup(struct track *t, enum track_kind kind, uint64_t id);
 
@@ -109,6 +124,21 @@ void track_release(struct track *t, enum track_kind kind, uint64_t id);
  * drop the connection if the daemon refuses the release.
  */
 bool track_release_early(struct track *t, enum track_kind kind, uint64_t id);
+
+/* The slabs let go of since the last call ((*n of them; the array is the
+ * track's, valid until its next change): the caller sends a `release` for
+ * each, after their mappings were closed. */
+const uint64_t *track_take_released(struct track *t, size_t *n);
+/*
+ * The daemon asks for slab @id back (reclaim event): unmaps it. 0, also
+ * when this connection does not hold it (answered all the same), or
+ * GPB_E_PROTOCOL when it still has memory in it.
+ */
+int track_reclaim(struct track *t, uint64_t id);
+
+/* Lets go of every slab kept idle (their mappings closed; their ids for
+ * track_take_released()). Returns how many. */
+size_t track_release_idle(struct track *t);
 
 /* FNV-1a of a label, never 0: what track entries keep of their label. */
 uint64_t track_label_hash(const char *label);

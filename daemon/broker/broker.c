@@ -5,9 +5,11 @@
  * allocations; an allocation owns its pool block. The allocation table maps
  * ids to allocations for the whole daemon so that free and attach are O(1).
  *
- * A session "holds" a slab while it has allocations or attachments in it.
- * The client library keeps the same count, so both sides know without an
- * extra message when the slab's handle (and sim descriptor) must be sent again.
+ * A session "holds" a slab while it has allocations or attachments in it,
+ * and, when it asked for keep_slabs, after its last one went, until it lets
+ * go (release) or is asked to (reclaim, broker_keep.c). The client library
+ * keeps the same count, so both sides know without an extra message when
+ * the slab's handle (and sim descriptor) must be sent again.
  */
 #include "broker.h"
 #include "broker_internal.h"
@@ -217,29 +219,6 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 	return s;
 }
 
-/* Counts one more allocation or attachment of s in slab. Returns 1 when the
- * session did not hold the slab before (the client must be given it), 0, or
- * -ENOMEM. */
-static int session_hold(struct session *s, struct pool_slab *slab)
-{
-	uint64_t slab_id = ((struct backend_slab *)pool_slab_backend(slab))->id;
-	struct session_slab *ss = idmap_get(&s->held, slab_id);
-	if (ss) {
-		ss->refs++;
-		return 0;
-	}
-	ss = malloc(sizeof(*ss));
-	if (!ss)
-		return -ENOMEM;
-	ss->refs = 1;
-	ss->slab = slab;
-	if (idmap_put(&s->held, slab_id, ss) < 0) {
-		free(ss);
-		return -ENOMEM;
-	}
-	return 1;
-}
-
 /* pool_prefer: a slab the session holds, which its client has mapped. */
 static bool session_holds_slab(void *ctx, const struct pool_slab *slab)
 {
@@ -247,13 +226,6 @@ static bool session_holds_slab(void *ctx, const struct pool_slab *slab)
 	const struct backend_slab *bs = pool_slab_backend(slab);
 
 	return idmap_get(&s->held, bs->id) != NULL;
-}
-
-static void session_release(struct session *s, uint64_t slab_id)
-{
-	struct session_slab *ss = idmap_get(&s->held, slab_id);
-	if (ss && --ss->refs == 0)
-		free(idmap_remove(&s->held, slab_id));
 }
 
 static bool broker_uid_connected(const struct broker *b, uid_t uid)
@@ -278,7 +250,7 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 		broker_exports_drop_alloc(b, a);
 	/* An unclaimed allocation was never counted as a hold on its slab. */
 	if (!a->unclaimed)
-		session_release(s, bs->id);
+		session_release(b, s, bs->id);
 	a->inst->used -= size;
 	a->inst->live--;
 	s->used -= size;
@@ -305,7 +277,7 @@ void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a)
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
 	int device = bs->device;
-	session_release(s, bs->id);
+	session_release(b, s, bs->id);
 	pool_slab_unpin(b->dev[device].pool, slab);
 	if (--a->holders || !a->orphan)
 		return;
@@ -389,6 +361,7 @@ void broker_session_strip(struct broker *b, struct session *s)
 	/* Empty, for a session that lives on (its partition was destroyed). */
 	idmap_finish(&s->attached);
 	idmap_init(&s->attached);
+	session_unkeep_all(b, s);
 	if (linger)
 		broker_ghost_make(b, s);
 	else
@@ -561,6 +534,8 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
                               struct broker_grant *out)
 {
 	struct backend_slab *bs = pool_slab_backend(pool_block_slab(block));
+	const struct session_slab *ss = fresh ? idmap_get(&s->held, bs->id) : NULL;
+	out->keep = ss && ss->keep;
 	/* A slab handed over after goodbye is mapped again. */
 	if (fresh)
 		s->unmapped = false;
@@ -628,6 +603,10 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 	 * not be sent, nor opened again. */
 	const struct pool_prefer pref = {session_holds_slab, s};
 	rc = pool_alloc_prefer(pool, s->uid, size, align, s->held.count ? &pref : NULL, &a->block);
+	if (rc == -ENOMEM)
+		/* Slabs kept empty by clients are asked back: a retry (a wait)
+		 * finds them once their clients have answered. */
+		broker_reclaim_device(b, inst->device);
 	if (rc < 0)
 		goto fail;
 	/* Should the pool ever hand out more than the rounded size, the
@@ -638,10 +617,10 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 		goto fail;
 	}
 	struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
-	int fresh = hold ? session_hold(s, pool_block_slab(a->block)) : 0;
+	int fresh = hold ? session_hold(b, s, pool_block_slab(a->block)) : 0;
 	if (fresh < 0 || idmap_put(&b->allocs, a->id, a) < 0) {
 		if (fresh >= 0 && hold)
-			session_release(s, bs->id);
+			session_unhold(b, s, bs->id, fresh == 1);
 		pool_free(pool, a->block);
 		rc = -EAGAIN;
 		goto fail;
@@ -700,7 +679,7 @@ int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker
 		return -ENOENT;
 	if (!a->unclaimed)
 		return -EEXIST;
-	int fresh = session_hold(s, pool_block_slab(a->block));
+	int fresh = session_hold(b, s, pool_block_slab(a->block));
 	if (fresh < 0)
 		return -EAGAIN;
 	a->unclaimed = false;
@@ -746,11 +725,11 @@ int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
 		return -EMFILE;
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
-	int fresh = session_hold(s, slab);
+	int fresh = session_hold(b, s, slab);
 	if (fresh < 0)
 		return -EAGAIN;
 	if (idmap_put(&s->attached, a->id, a) < 0) {
-		session_release(s, bs->id);
+		session_unhold(b, s, bs->id, fresh == 1);
 		return -EAGAIN;
 	}
 	pool_slab_pin(slab);

@@ -156,6 +156,9 @@ struct session {
 	                                  connection is ending */
 	bool unmapped;                 /* said goodbye: its client unmapped every slab it was
 	                                  given (until it is handed one again) */
+	bool keep_slabs;               /* hello's keep_slabs: holds its slabs past their last
+	                                  allocation, until asked for them (reclaim) or
+	                                  told (release) */
 };
 
 /*
@@ -201,6 +204,9 @@ enum broker_event_type {
 	/* A waiting allocation ended: served (rc 0, grant set), timed out
 	 * (-ETIMEDOUT) or failed; its deferred reply is due. */
 	BROKER_EVENT_WAIT_DONE,
+	/* The broker needs back a slab the session keeps empty: its client
+	 * must unmap it and answer with release. */
+	BROKER_EVENT_RECLAIM,
 };
 
 struct broker_event {
@@ -221,6 +227,10 @@ struct broker_event {
 			int rc;
 			const struct broker_grant *grant;
 		} wait_done;
+		struct {
+			uint64_t slab;
+			const char *reason;
+		} reclaim;
 	};
 };
 
@@ -240,6 +250,8 @@ struct broker_stats {
 	 * served, timed out or cancelled (its connection closed, its instance
 	 * went away, the daemon stopped) once it leaves the queue. */
 	uint64_t waits_started, waits_served, waits_timed_out, waits_cancelled;
+	/* Kept slabs asked back (reclaim events sent). */
+	uint64_t reclaims;
 };
 
 struct broker {
@@ -312,6 +324,8 @@ struct broker_grant {
 	int fd;                      /* with handle, the descriptor to pass; else -1 */
 	bool pool;                   /* fd is the device's memory pool (cuda async) */
 	bool vmm;                    /* fd is the slab's VMM memory (cuda transport vmm) */
+	bool keep;                   /* with handle: the session keeps the slab past its
+	                                last allocation (keep_slabs, allocator pool) */
 };
 
 /* Takes ownership of backend. 0, -ENOMEM, -EINVAL (slab size). */
@@ -384,6 +398,20 @@ int broker_unexport(struct broker *b, struct session *s, const char *name);
  * for s: answered alike), then as broker_attach(). */
 int broker_open(struct broker *b, struct session *s, uid_t owner, const char *name,
                 struct broker_grant *out);
+
+/*
+ * release: s's client has unmapped slab_id, which it kept empty (on its own,
+ * or answering a reclaim event): the slab is let go (back to the pool,
+ * which may return it to the backend) and waits are retried. -ENOENT when
+ * s neither keeps it empty nor was asked for it, -EBUSY when s still has
+ * allocations or attachments in it.
+ */
+int broker_release(struct broker *b, struct session *s, uint64_t slab_id);
+/* Slabs kept empty now by the sessions, and their bytes (metrics). */
+struct broker_keep_counts {
+	uint64_t kept, kept_bytes;
+};
+void broker_keep_counts(const struct broker *b, struct broker_keep_counts *out);
 
 /* Installs the receiver of events (replacing any). */
 void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx);

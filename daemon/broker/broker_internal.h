@@ -8,11 +8,39 @@
 #include "broker.h"
 
 /* One slab a session holds (session->held, keyed by the backend slab's id):
- * how many of its allocations and attachments are there. */
+ * how many of its allocations and attachments are there. With keep, the
+ * session keeps the slab when refs falls to 0 (its client keeps it
+ * mapped), pinned in the pool until released or reclaimed. */
 struct session_slab {
 	uint64_t refs;
 	struct pool_slab *slab;
+	bool keep;
 };
+
+/* broker_keep.c: the slabs sessions hold. */
+
+/* Counts one more allocation or attachment of s in slab. Returns 1 when the
+ * session did not hold the slab before (the client must be given it), 0, or
+ * -ENOMEM. */
+int session_hold(struct broker *b, struct session *s, struct pool_slab *slab);
+/* One hold fewer; the last keeps the slab (pinned) when the session keeps
+ * slabs, else lets go of it. */
+void session_release(struct broker *b, struct session *s, uint64_t slab_id);
+/* Undoes a session_hold() whose grant never reached the client: a fresh
+ * hold (@fresh) goes entirely. */
+void session_unhold(struct broker *b, struct session *s, uint64_t slab_id, bool fresh);
+/* Lets go of every slab s keeps empty (its session ends, or everything
+ * was released). */
+void session_unkeep_all(struct broker *b, struct session *s);
+/* The device is short of memory: every slab a session keeps empty there is
+ * asked back (reclaim event), pinned until its client answers. Returns how
+ * many were asked for. */
+unsigned broker_reclaim_device(struct broker *b, int device);
+/* broker_reset.c: a slab s's client is asked to unmap, pinned ("parting")
+ * until it answers release. 0 or -ENOMEM. */
+int broker_parting_add_slab(struct broker *b, struct session *s, struct pool_slab *slab);
+/* Lets go of the reclaimed slab_id of s: true when there was one. */
+bool broker_parting_release_slab(struct broker *b, struct session *s, uint64_t slab_id);
 
 /* s's allocation id, or NULL (unknown, freed, another session's). */
 struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id);

@@ -74,6 +74,7 @@ struct broker_parting {
 	struct pool *pool; /* the slab's: current or retired */
 	struct pool_slab *slab;
 	uint64_t epoch; /* of the invalidate event that released it */
+	bool reclaim;   /* a reclaim event's: let go by release, not by an epoch */
 };
 
 /* What an evicted session kept from the backend until its process exits. */
@@ -109,6 +110,7 @@ void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
 		p->pool = b->dev[bs->device].pool;
 		p->slab = ss->slab;
 		p->epoch = epoch;
+		p->reclaim = false;
 		p->next = s->parting;
 		s->parting = p;
 		s->parting_count++;
@@ -180,7 +182,7 @@ static unsigned broker_parting_release(struct broker *b, struct session *s, uint
 	unsigned n = 0;
 	while (*pp) {
 		struct broker_parting *p = *pp;
-		if (p->epoch > epoch) {
+		if (p->epoch > epoch || (p->reclaim && epoch != UINT64_MAX)) {
 			pp = &p->next;
 			continue;
 		}
@@ -190,6 +192,38 @@ static unsigned broker_parting_release(struct broker *b, struct session *s, uint
 	}
 	s->parting_count -= n;
 	return n;
+}
+
+int broker_parting_add_slab(struct broker *b, struct session *s, struct pool_slab *slab)
+{
+	const struct backend_slab *bs = pool_slab_backend(slab);
+	struct broker_parting *p = malloc(sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->pool = b->dev[bs->device].pool;
+	p->slab = slab;
+	p->epoch = b->invalidate_epoch;
+	p->reclaim = true;
+	p->next = s->parting;
+	s->parting = p;
+	s->parting_count++;
+	pool_slab_pin(slab);
+	return 0;
+}
+
+bool broker_parting_release_slab(struct broker *b, struct session *s, uint64_t slab_id)
+{
+	for (struct broker_parting **pp = &s->parting; *pp; pp = &(*pp)->next) {
+		struct broker_parting *p = *pp;
+		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		if (!p->reclaim || bs->id != slab_id)
+			continue;
+		*pp = p->next;
+		s->parting_count--;
+		broker_parting_free(b, p);
+		return true;
+	}
+	return false;
 }
 
 void broker_parting_drop(struct broker *b, struct session *s)
@@ -356,6 +390,7 @@ static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *att
 		 * for this map, and nothing is left to keep. */
 		idmap_finish(&s->attached);
 		idmap_init(&s->attached);
+		session_unkeep_all(b, s);
 		list_for_each(ipos, &s->instances)
 			broker_queue_clear(list_entry(ipos, struct broker_instance, link));
 	}

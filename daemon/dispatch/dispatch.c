@@ -116,10 +116,15 @@ static int on_hello(struct dispatch_ctx *ctx)
 			cJSON_Delete(sup);
 		return -EPROTO;
 	}
+	bool keep = false;
+	rc = proto_get_bool(ctx->params, PROTO_F_KEEP_SLABS, &keep);
+	if (rc < 0 && rc != -ENOENT)
+		return dispatch_param_error(ctx, rc, PROTO_F_KEEP_SLABS, "a boolean");
 	rc = dispatch_hello_token(ctx);
 	if (rc < 0)
 		return rc;
 	struct session *s = ctx->s;
+	s->keep_slabs = keep;
 	s->hello = true;
 	snprintf(s->name, sizeof(s->name), "%s", client ? client : "");
 	const struct broker_limits *l = &ctx->b->limits;
@@ -130,6 +135,7 @@ static int on_hello(struct dispatch_ctx *ctx)
 	    proto_add_string(r, PROTO_F_BACKEND, ctx->b->backend->ops->name) ||
 	    proto_add_id64(r, PROTO_F_SESSION, s->id) || proto_add_number(r, PROTO_F_UID, s->uid) ||
 	    (s->part && proto_add_string(r, PROTO_F_PARTITION, s->part->name)) ||
+	    (keep && !cJSON_AddTrueToObject(r, PROTO_F_KEEP_SLABS)) ||
 	    !(lim = cJSON_AddObjectToObject(r, PROTO_F_LIMITS)) ||
 	    proto_add_number(lim, PROTO_F_MAX_FRAME, PROTO_MAX_FRAME) ||
 	    proto_add_number(lim, PROTO_F_MAX_REPLY, PROTO_MAX_REPLY) ||
@@ -262,11 +268,24 @@ static int on_unregister(struct dispatch_ctx *ctx)
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
+void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
+                         bool attach)
+{
+	if (attach)
+		broker_detach(b, s, g->id);
+	else
+		broker_free(b, s, g->id);
+	/* A slab handed over by this grant is not the client's either: a
+	 * session that keeps emptied slabs would keep it. */
+	if (g->handle)
+		broker_release(b, s, g->slab_id);
+}
+
 int dispatch_attach_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
 {
 	int rc = dispatch_grant_result(ctx, g);
 	if (rc < 0)
-		broker_detach(ctx->b, ctx->s, g->id); /* the client cannot be told of it */
+		dispatch_grant_undo(ctx->b, ctx->s, g, true); /* the client cannot be told of it */
 	return rc;
 }
 
@@ -293,6 +312,8 @@ int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g
 			return -ENOMEM;
 		ctx->fd = g->fd;
 	}
+	if (g->handle && g->keep && !cJSON_AddTrueToObject(r, PROTO_F_KEEP))
+		return -ENOMEM;
 	return 0;
 }
 
@@ -462,6 +483,20 @@ static int on_alloc(struct dispatch_ctx *ctx)
 		return dispatch_param_error(ctx, rc, PROTO_F_WAIT_MS,
 		                            "an integer from 0 to 86400000 (milliseconds)");
 	struct broker_grant g;
+	rc = dispatch_alloc_device(ctx, instance, size, align, wait_ms, &g);
+	if (rc < 0 || ctx->deferred)
+		return rc;
+	rc = dispatch_grant_result(ctx, &g);
+	if (rc < 0)
+		dispatch_grant_undo(ctx->b, ctx->s, &g,
+		                    false); /* the client cannot be told of it */
+	return rc;
+}
+
+int dispatch_alloc_device(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size,
+                          uint64_t align, int64_t wait_ms, struct broker_grant *g)
+{
+	int rc;
 	/* A request that may wait does not overtake those already waiting on
 	 * its device: it joins the queue behind them. */
 	struct broker_instance *target = broker_instance_find(ctx->s, instance);
@@ -473,7 +508,7 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	    broker_waits_on(ctx->b, ctx->s, target->device))
 		rc = -ENOMEM;
 	else
-		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, &g);
+		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, g);
 	if ((rc == -ENOMEM || rc == -EDQUOT || rc == -EXFULL) && wait_ms > 0) {
 		/* A request larger than the device, or than the user's cap,
 		 * could never be served: say so now rather than after the wait. */
@@ -507,10 +542,7 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	}
 	if (rc < 0)
 		return alloc_error(ctx, rc, instance, size, 0);
-	rc = dispatch_grant_result(ctx, &g);
-	if (rc < 0)
-		broker_free(ctx->b, ctx->s, g.id); /* the client cannot be told of it */
-	return rc;
+	return 0;
 }
 
 /* The error's data becomes {key: value} alone (what a handler put there
@@ -545,7 +577,7 @@ void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
 	ctx.result = NULL;
 	if (rc == 0) {
 		/* The client cannot be told about this memory: give it back. */
-		broker_free(b, w->s, g->id);
+		dispatch_grant_undo(b, w->s, g, false);
 		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
 	} else {
 		uint64_t now = broker_now_ms();
@@ -563,9 +595,20 @@ void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
 static int on_free(struct dispatch_ctx *ctx)
 {
 	uint64_t id;
+	bool reply = true;
 	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
+	if (rc == 0) {
+		rc = proto_get_bool(ctx->params, PROTO_F_REPLY, &reply);
+		if (rc == -ENOENT)
+			rc = 0;
+		else if (rc < 0)
+			rc = dispatch_param_error(ctx, rc, PROTO_F_REPLY, "a boolean");
+	}
 	if (rc == 0)
 		rc = broker_free(ctx->b, ctx->s, id);
+	/* A free that does not wait for its reply gets one only when it
+	 * fails: the client learns of that from the error's id. */
+	ctx->quiet = rc == 0 && !reply;
 	if (rc < 0)
 		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "allocation");
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
@@ -597,70 +640,6 @@ static int on_detach(struct dispatch_ctx *ctx)
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
-static int on_reload(struct dispatch_ctx *ctx)
-{
-	char message[sizeof(ctx->err.message)];
-	if (!ctx->d->reload) {
-		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED, "reload is not available here");
-		return -EOPNOTSUPP;
-	}
-	cJSON *r = dispatch_result(ctx);
-	if (!r)
-		return -ENOMEM;
-	if (ctx->d->reload(ctx->d->reload_ctx, r, message, sizeof(message)) < 0) {
-		proto_error_set(&ctx->err, PROTO_E_PARAMS, "%s", message);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/* Ends another client's connection: it hears an `evicted` event, gets what
- * was queued for it, and everything it held is reclaimed as on any close. */
-static int on_evict(struct dispatch_ctx *ctx)
-{
-	uint64_t id;
-	int rc = proto_get_id64(ctx->params, PROTO_F_SESSION, &id);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_SESSION, "16 lowercase hex digits");
-	if (id == ctx->s->id) {
-		proto_error_set(&ctx->err, PROTO_E_PARAMS,
-		                "invalid params: a client cannot evict itself");
-		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_SESSION);
-		return -EINVAL;
-	}
-	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &ctx->b->sessions) {
-		struct session *s = list_entry(pos, struct session, link);
-		if (s->id != id)
-			continue;
-		cJSON *data = cJSON_CreateObject();
-		if (data)
-			cJSON_AddStringToObject(data, PROTO_F_REASON,
-			                        "evicted by an administrator");
-		dispatch_send_event(ctx->d, s, PROTO_EV_EVICTED, data);
-		/* Its process may still have its slabs mapped after the close. */
-		s->evicted = true;
-		if (ctx->d->close)
-			ctx->d->close(ctx->d->send_ctx, s, "evicted by an administrator");
-		return dispatch_result(ctx) ? 0 : -ENOMEM;
-	}
-	proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such client");
-	return -ENOENT;
-}
-
-static int on_metrics(struct dispatch_ctx *ctx)
-{
-	char *text;
-	size_t len;
-	int rc = metrics_render(&ctx->d->metrics, ctx->b, ctx->s, &text, &len);
-	if (rc < 0)
-		return rc;
-	cJSON *r = dispatch_result(ctx);
-	rc = r && cJSON_AddStringToObject(r, PROTO_F_TEXT, text) ? 0 : -ENOMEM;
-	free(text);
-	return rc;
-}
-
 static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_HELLO] = on_hello,
     [PROTO_OP_REGISTER] = on_register,
@@ -674,9 +653,9 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_STATUS] = dispatch_status,
     [PROTO_OP_CLIENTS] = dispatch_clients,
     [PROTO_OP_DEVICES] = dispatch_devices,
-    [PROTO_OP_RELOAD] = on_reload,
-    [PROTO_OP_METRICS] = on_metrics,
-    [PROTO_OP_EVICT] = on_evict,
+    [PROTO_OP_RELOAD] = dispatch_reload,
+    [PROTO_OP_METRICS] = dispatch_metrics,
+    [PROTO_OP_EVICT] = dispatch_evict,
     [PROTO_OP_POLICY] = dispatch_policy,
     [PROTO_OP_SET_PROPORTION] = dispatch_set_proportion,
     [PROTO_OP_SET_AUTO] = dispatch_set_auto,
@@ -697,6 +676,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
     [PROTO_OP_OPEN] = dispatch_open,
     [PROTO_OP_INVALIDATE_DONE] = dispatch_invalidate_done,
     [PROTO_OP_GOODBYE] = dispatch_goodbye,
+    [PROTO_OP_RELEASE] = dispatch_release,
     [PROTO_OP_PARTITION_CREATE] = dispatch_partition_create,
     [PROTO_OP_PARTITION_DESTROY] = dispatch_partition_destroy,
     [PROTO_OP_PARTITIONS] = dispatch_partitions,
@@ -709,14 +689,58 @@ void dispatch_error(int code, const char *message, struct dispatch_reply *out)
 	out->frame = proto_encode_error(NULL, code, message, NULL, &out->len);
 }
 
+/*
+ * The reply to a request a handler answered with rc (ctx filled), or none
+ * (deferred, or a quiet free), and its metrics. @id and @method as the
+ * request gave them (NULL when unreadable), @op its operation or -1.
+ */
+void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ctx *ctx, int rc,
+                       const char *id, const char *method, int op, const struct timespec *t0,
+                       struct dispatch_reply *out)
+{
+	struct timespec t1;
+	if (rc == -ENOMEM && !ctx->err.code)
+		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: out of memory");
+	out->fd = -1;
+	out->deferred = false;
+	if (rc == 0 && (ctx->deferred || ctx->quiet)) {
+		out->frame = NULL;
+		out->deferred = true;
+		cJSON_Delete(ctx->result);
+		cJSON_Delete(ctx->data);
+	} else if (rc == 0) {
+		out->frame = proto_encode_result(id, ctx->result, &out->len);
+		out->fd = out->frame ? ctx->fd : -1;
+		cJSON_Delete(ctx->data);
+	} else {
+		cJSON_Delete(ctx->result);
+		if (ctx->err.field[0])
+			dispatch_error_data(ctx, PROTO_F_FIELD, ctx->err.field);
+		else if (ctx->err.code == PROTO_E_METHOD && method &&
+		         strlen(method) <= PROTO_MAX_NAME)
+			dispatch_error_data(ctx, PROTO_F_METHOD, method);
+		log_debug("session %llu: %s: %s", (unsigned long long)s->id, method ? method : "?",
+		          ctx->err.message);
+		out->frame =
+		    proto_encode_error(id, ctx->err.code, ctx->err.message, ctx->data, &out->len);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	metrics_record(
+	    &d->metrics, op, rc < 0 ? ctx->err.code : ctx->deferred,
+	    (uint64_t)((t1.tv_sec - t0->tv_sec) * 1000000000LL + (t1.tv_nsec - t0->tv_nsec)));
+}
+
 void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, size_t len,
                     struct dispatch_reply *out)
 {
 	struct broker *b = d->b;
 	struct dispatch_ctx ctx = {.d = d, .b = b, .s = s, .fd = -1};
 	struct proto_request req;
-	struct timespec t0, t1;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* alloc and free in their canonical form: no cJSON tree either way. */
+	if (s->hello && dispatch_fast(&ctx, frame, len, &t0, out))
+		return;
 	int rc = proto_request_parse(frame, len, &req, &ctx.err);
 	if (rc == 0) {
 		ctx.params = req.params;
@@ -737,34 +761,6 @@ void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, si
 			rc = dispatch_handlers[req.op](&ctx);
 		}
 	}
-	if (rc == -ENOMEM && !ctx.err.code)
-		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
-	out->fd = -1;
-	out->deferred = false;
-	if (rc == 0 && ctx.deferred) {
-		out->frame = NULL;
-		out->deferred = true;
-		cJSON_Delete(ctx.result);
-		cJSON_Delete(ctx.data);
-	} else if (rc == 0) {
-		out->frame = proto_encode_result(req.id, ctx.result, &out->len);
-		out->fd = out->frame ? ctx.fd : -1;
-		cJSON_Delete(ctx.data);
-	} else {
-		cJSON_Delete(ctx.result);
-		if (ctx.err.field[0])
-			dispatch_error_data(&ctx, PROTO_F_FIELD, ctx.err.field);
-		else if (ctx.err.code == PROTO_E_METHOD && req.method &&
-		         strlen(req.method) <= PROTO_MAX_NAME)
-			dispatch_error_data(&ctx, PROTO_F_METHOD, req.method);
-		log_debug("session %llu: %s: %s", (unsigned long long)s->id,
-		          req.method ? req.method : "?", ctx.err.message);
-		out->frame =
-		    proto_encode_error(req.id, ctx.err.code, ctx.err.message, ctx.data, &out->len);
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	metrics_record(
-	    &d->metrics, req.op, rc < 0 ? ctx.err.code : ctx.deferred,
-	    (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
+	dispatch_reply_to(d, s, &ctx, rc, req.id, req.method, req.op, &t0, out);
 	proto_request_finish(&req);
 }

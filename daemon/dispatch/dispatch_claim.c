@@ -144,3 +144,22 @@ int dispatch_invalidate_done(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	return 0;
 }
+
+int dispatch_release(struct dispatch_ctx *ctx)
+{
+	uint64_t slab;
+	int rc = dispatch_get_id(ctx, PROTO_F_SLAB, &slab);
+	if (rc < 0)
+		return rc;
+	rc = broker_release(ctx->b, ctx->s, slab);
+	if (rc == -EBUSY) {
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: this connection still has memory in slab %016llx",
+		                (unsigned long long)slab);
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_SLAB);
+		return rc;
+	}
+	if (rc < 0)
+		return dispatch_broker_error(ctx, rc, "kept slab");
+	return dispatch_result(ctx) ? 0 : -ENOMEM;
+}

@@ -56,6 +56,18 @@ static void dispatch_invalidate(struct dispatch *d, const struct broker_event *e
 	dispatch_send_event(d, ev->s, PROTO_EV_INVALIDATE, data);
 }
 
+static void dispatch_reclaim(struct dispatch *d, const struct broker_event *ev)
+{
+	cJSON *data = cJSON_CreateObject();
+	if (!data || proto_add_id64(data, PROTO_F_SLAB, ev->reclaim.slab) ||
+	    !cJSON_AddStringToObject(data, PROTO_F_REASON, ev->reclaim.reason)) {
+		dispatch_event_dropped(ev->s, PROTO_EV_RECLAIM);
+		cJSON_Delete(data);
+		return;
+	}
+	dispatch_send_event(d, ev->s, PROTO_EV_RECLAIM, data);
+}
+
 /* broker_event_fn */
 static void dispatch_on_event(void *ctx, const struct broker_event *ev)
 {
@@ -69,6 +81,9 @@ static void dispatch_on_event(void *ctx, const struct broker_event *ev)
 		break;
 	case BROKER_EVENT_WAIT_DONE:
 		dispatch_wait_done(d, ev->wait_done.w, ev->wait_done.rc, ev->wait_done.grant);
+		break;
+	case BROKER_EVENT_RECLAIM:
+		dispatch_reclaim(d, ev);
 		break;
 	}
 }

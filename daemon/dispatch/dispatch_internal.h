@@ -6,6 +6,8 @@
 
 #include "dispatch.h"
 
+#include <time.h>
+
 /* What a handler works with and produces: a result object or an error. */
 struct dispatch_ctx {
 	struct dispatch *d;
@@ -17,6 +19,7 @@ struct dispatch_ctx {
 	cJSON *data;   /* optional error data */
 	int fd;        /* descriptor to pass with the result */
 	bool deferred; /* a handler will answer later (keeping what it needs, e.g. the id) */
+	bool quiet;    /* success goes unanswered (free with "reply": false) */
 	struct proto_error err;
 };
 
@@ -49,6 +52,12 @@ int dispatch_stats(struct dispatch_ctx *ctx);
 int dispatch_status(struct dispatch_ctx *ctx);
 int dispatch_clients(struct dispatch_ctx *ctx);
 int dispatch_devices(struct dispatch_ctx *ctx);
+/* reload (admin): the server's reload hook. */
+int dispatch_reload(struct dispatch_ctx *ctx);
+/* evict (admin): ends another client's connection. */
+int dispatch_evict(struct dispatch_ctx *ctx);
+/* metrics: the Prometheus text (metrics.c). */
+int dispatch_metrics(struct dispatch_ctx *ctx);
 /* Walks every pool, session, allocation, wait and policy structure
  * (broker_check) and reports the first inconsistency (admin). */
 int dispatch_selfcheck(struct dispatch_ctx *ctx);
@@ -73,6 +82,11 @@ int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **
  * alike) with ctx->err set. */
 int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
                         struct policy_group_info *gi);
+/* Gives back what a grant the client cannot be told of committed: the
+ * allocation (or the attachment), and the slab when the grant handed it
+ * over (a session with keep_slabs would keep it). */
+void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
+                         bool attach);
 /* The result of an alloc: the grant (and the descriptor to pass). */
 int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
 /* The same for an attachment (attach, open); when the reply cannot be
@@ -97,6 +111,24 @@ int dispatch_get_uid(struct dispatch_ctx *ctx, const char *key, uid_t *uid);
 /* Sets ctx->err for a broker error about what ("allocation", ...); returns rc. */
 int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what);
 
+/*
+ * alloc of device memory, its parameters read: the broker's allocation,
+ * a wait (ctx->deferred), or an error (ctx->err). 0 with *g filled unless
+ * deferred.
+ */
+int dispatch_alloc_device(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size,
+                          uint64_t align, int64_t wait_ms, struct broker_grant *g);
+/* The reply (or none) to a request a handler answered with rc, and its
+ * metrics: the tail of dispatch_frame(). */
+void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ctx *ctx, int rc,
+                       const char *id, const char *method, int op, const struct timespec *t0,
+                       struct dispatch_reply *out);
+/* dispatch_fast.c: alloc and free in their canonical form, decoded and
+ * answered without the cJSON tree (proto/codec.h). False when the frame is
+ * not one (nothing done: the general path takes it). */
+bool dispatch_fast(struct dispatch_ctx *ctx, const char *frame, size_t len,
+                   const struct timespec *t0, struct dispatch_reply *out);
+
 /* dispatch_partition.c */
 int dispatch_partition_create(struct dispatch_ctx *ctx);
 int dispatch_partition_destroy(struct dispatch_ctx *ctx);
@@ -118,6 +150,8 @@ int dispatch_free_label(struct dispatch_ctx *ctx);
 int dispatch_invalidate_all(struct dispatch_ctx *ctx);
 int dispatch_invalidate_done(struct dispatch_ctx *ctx);
 int dispatch_goodbye(struct dispatch_ctx *ctx);
+/* release: the client let go of a slab it kept empty (dispatch_claim.c). */
+int dispatch_release(struct dispatch_ctx *ctx);
 
 /* A register/set_proportion/set_auto refusal by the policy, explained with
  * the device's figures: -32602 on "proportion". */

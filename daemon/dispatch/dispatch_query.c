@@ -289,3 +289,67 @@ int dispatch_selfcheck(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	return 0;
 }
+
+int dispatch_reload(struct dispatch_ctx *ctx)
+{
+	char message[sizeof(ctx->err.message)];
+	if (!ctx->d->reload) {
+		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED, "reload is not available here");
+		return -EOPNOTSUPP;
+	}
+	cJSON *r = dispatch_result(ctx);
+	if (!r)
+		return -ENOMEM;
+	if (ctx->d->reload(ctx->d->reload_ctx, r, message, sizeof(message)) < 0) {
+		proto_error_set(&ctx->err, PROTO_E_PARAMS, "%s", message);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Ends another client's connection: it hears an `evicted` event, gets what
+ * was queued for it, and everything it held is reclaimed as on any close. */
+int dispatch_evict(struct dispatch_ctx *ctx)
+{
+	uint64_t id;
+	int rc = proto_get_id64(ctx->params, PROTO_F_SESSION, &id);
+	if (rc < 0)
+		return dispatch_param_error(ctx, rc, PROTO_F_SESSION, "16 lowercase hex digits");
+	if (id == ctx->s->id) {
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: a client cannot evict itself");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_SESSION);
+		return -EINVAL;
+	}
+	struct list *pos, *tmp;
+	list_for_each_safe(pos, tmp, &ctx->b->sessions) {
+		struct session *s = list_entry(pos, struct session, link);
+		if (s->id != id)
+			continue;
+		cJSON *data = cJSON_CreateObject();
+		if (data)
+			cJSON_AddStringToObject(data, PROTO_F_REASON,
+			                        "evicted by an administrator");
+		dispatch_send_event(ctx->d, s, PROTO_EV_EVICTED, data);
+		/* Its process may still have its slabs mapped after the close. */
+		s->evicted = true;
+		if (ctx->d->close)
+			ctx->d->close(ctx->d->send_ctx, s, "evicted by an administrator");
+		return dispatch_result(ctx) ? 0 : -ENOMEM;
+	}
+	proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such client");
+	return -ENOENT;
+}
+
+int dispatch_metrics(struct dispatch_ctx *ctx)
+{
+	char *text;
+	size_t len;
+	int rc = metrics_render(&ctx->d->metrics, ctx->b, ctx->s, &text, &len);
+	if (rc < 0)
+		return rc;
+	cJSON *r = dispatch_result(ctx);
+	rc = r && cJSON_AddStringToObject(r, PROTO_F_TEXT, text) ? 0 : -ENOMEM;
+	free(text);
+	return rc;
+}

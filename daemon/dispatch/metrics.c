@@ -339,6 +339,22 @@ static void metrics_waits(struct mbuf *m, const struct broker *b)
 	}
 }
 
+/* Slabs kept mapped by clients with nothing in them (issue 18): reserved
+ * on the devices, not used. */
+static void metrics_kept(struct mbuf *m, const struct broker *b)
+{
+	struct broker_keep_counts k;
+	broker_keep_counts(b, &k);
+	mbuf_header(m, "gpubroker_kept_slabs", "gauge",
+	            "Slabs clients keep mapped with nothing in them (reserved, not used).");
+	mbuf_printf(m, "gpubroker_kept_slabs %llu\n", (unsigned long long)k.kept);
+	mbuf_header(m, "gpubroker_kept_bytes", "gauge", "Bytes of those slabs.");
+	mbuf_printf(m, "gpubroker_kept_bytes %llu\n", (unsigned long long)k.kept_bytes);
+	mbuf_header(m, "gpubroker_reclaims_total", "counter",
+	            "Kept slabs asked back because a device was short of memory.");
+	mbuf_printf(m, "gpubroker_reclaims_total %llu\n", (unsigned long long)b->stats.reclaims);
+}
+
 static void metrics_requests(struct mbuf *m, const struct metrics *mt)
 {
 	mbuf_header(m, "gpubroker_requests_total", "counter", "Requests answered, by result.");
@@ -421,6 +437,7 @@ int metrics_render(const struct metrics *mt, const struct broker *b, const struc
 	            (unsigned long long)b->stats.connections_total);
 	metrics_connections(&m, mt);
 	metrics_waits(&m, b);
+	metrics_kept(&m, b);
 	metrics_requests(&m, mt);
 	if (m.err) {
 		free(m.text);

@@ -423,6 +423,11 @@ uint32_t pool_slab_uid(const struct pool_slab *slab)
 	return slab->uid;
 }
 
+bool pool_slab_dedicated(const struct pool_slab *slab)
+{
+	return slab->dedicated;
+}
+
 void pool_slab_pin(struct pool_slab *slab)
 {
 	/* A pinned empty slab is held for its pin, not as cache. */

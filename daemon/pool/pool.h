@@ -137,6 +137,8 @@ struct pool_slab *pool_block_slab(const struct pool_block *block);
 void *pool_slab_backend(const struct pool_slab *slab); /* what ops->create returned */
 uint64_t pool_slab_size(const struct pool_slab *slab);
 uint32_t pool_slab_uid(const struct pool_slab *slab);
+/* Whether the slab was made for one request larger than large_threshold. */
+bool pool_slab_dedicated(const struct pool_slab *slab);
 /* Pins keep a slab from being returned to the backend (e.g. while a client
  * still has it mapped). Unpinning an empty slab may return it. */
 void pool_slab_pin(struct pool_slab *slab);

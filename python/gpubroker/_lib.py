@@ -203,6 +203,7 @@ _PROTOTYPES = {
     "gpb_alloc_wait": (c_int, [c_void_p, c_u64, c_u64, c_u64, ctypes.c_uint32, P(gpb_allocation)]),
     "gpb_free": (c_int, [c_void_p, c_u64]),
     "gpb_free_async": (c_int, [c_void_p, c_u64, c_void_p]),
+    "gpb_release_kept": (c_int, [c_void_p]),
     "gpb_attach": (c_int, [c_void_p, c_u64, P(gpb_allocation)]),
     "gpb_detach": (c_int, [c_void_p, c_u64]),
     "gpb_export": (c_int, [c_void_p, c_u64, c_char_p, ctypes.c_int64]),

@@ -303,6 +303,13 @@ class Client:
         else:
             self._call("detach", attachment)
 
+    def release_kept(self):
+        """Unmaps the slabs this client keeps mapped with nothing in them
+        (an emptied slab stays mapped for the next allocation, up to
+        GPUBROKER_KEEP_SLABS per process) and gives them back to the daemon
+        (gpb_release_kept). Returns how many."""
+        return self._call("release_kept")
+
     def mem_info(self, instance):
         """Memory as @instance sees it (gpb_mem_info): a MemInfo."""
         out = _lib.gpb_mem_info()

@@ -30,6 +30,66 @@ struct result {
 	double broker_us, raw_us, ipc_us;
 };
 
+/* P5 (issue 18): opens per 1000 alloc+free of three patterns, each on a
+ * connection that holds nothing else: the library's count
+ * (gpb_mapping_stats) and the driver's (the fake counts its own calls). */
+enum { PINGPONG, CHURN, NUMBA, PATTERNS };
+static const char *const pattern_names[PATTERNS] = {
+    "ping-pong with an otherwise empty slab",
+    "random churn of 1000 live",
+    "Numba-style loop (alloc, write, read, free)",
+};
+#define P5_PAIRS 2000
+
+struct opens {
+	double lib, driver; /* per 1000 alloc+free */
+};
+
+static struct opens pattern_opens(const struct gt_daemon *d, int p)
+{
+	gpb_client *c = gt_connect(d, "gpu-bench-opens");
+	uint64_t inst = gt_register(c, 0);
+	static uint64_t live[1000];
+	unsigned nlive = p == CHURN ? 1000 : 0, seed = 18;
+	struct gpb_allocation a;
+	struct gpb_mapping_stats s0, s1;
+	char buf[4096];
+
+	for (unsigned i = 0; i < nlive; i++) {
+		seed = seed * 1103515245u + 12345u;
+		GPB(gpb_alloc(c, inst, 256 + seed % 65536, 0, &a));
+		live[i] = a.id;
+	}
+	GPB(gpb_mapping_stats(&s0));
+	uint64_t d0 = gt_fake_calls(gt_open_call());
+	for (int i = 0; i < P5_PAIRS; i++) {
+		seed = seed * 1103515245u + 12345u;
+		GPB(gpb_alloc(c, inst, p == CHURN ? 256 + seed % 65536 : 4096, 0, &a));
+		if (p == NUMBA) {
+			memset(buf, i, sizeof(buf));
+			GPB(gpb_copy_to_device(a.ptr, buf, sizeof(buf), NULL));
+			GPB(gpb_copy_from_device(buf, a.ptr, sizeof(buf), NULL));
+			CU(cu.StreamSynchronize(NULL));
+			CHECK((unsigned char)buf[0] == (unsigned char)i);
+		}
+		uint64_t victim = a.id;
+		if (p == CHURN) {
+			unsigned k = (seed >> 8) % nlive;
+			victim = live[k];
+			live[k] = a.id;
+		}
+		GPB(gpb_free(c, victim));
+	}
+	GPB(gpb_mapping_stats(&s1));
+	struct opens o = {
+	    .lib = 1000.0 * (double)(s1.opens - s0.opens) / P5_PAIRS,
+	    .driver = 1000.0 * (double)(gt_fake_calls(gt_open_call()) - d0) / P5_PAIRS,
+	};
+	CHECK(gpb_release_kept(c) >= 0);
+	gpb_disconnect(c);
+	return o;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -144,7 +204,18 @@ int main(int argc, char **argv)
 	}
 	CHECK(write(to_child[1], "quit\n", 5) == 5);
 	CHECK(gt_wait(child) == 0);
+	/* Nothing mapped in this process any more: each pattern opens its
+	 * slab afresh, counted. */
 	GPB(gpb_free(c, anchor.id));
+	CHECK(gpb_release_kept(c) >= 0);
+	struct opens opens[PATTERNS];
+	for (int p = 0; p < PATTERNS; p++) {
+		opens[p] = pattern_opens(&d, p);
+		/* Issue 18's target: at most 1 open per 1000 alloc+free. */
+		CHECK(opens[p].lib <= 1.0);
+		if (gt_fake())
+			CHECK(opens[p].driver <= 1.0);
+	}
 	gpb_disconnect(c);
 	gt_daemon_stop(&d);
 
@@ -179,6 +250,16 @@ int main(int argc, char **argv)
 		                res[s].broker_us, res[s].raw_us, res[s].ipc_us,
 		                res[s].raw_us / res[s].broker_us, res[s].ipc_us / res[s].broker_us);
 	}
+	len += snprintf(
+	    report + len, sizeof(report) - (size_t)len,
+	    "\nSlab opens per 1000 alloc+free (%d pairs, a connection that holds "
+	    "nothing else; target at most 1):\n\n| pattern | library (gpb_mapping_stats) | "
+	    "driver (%s calls%s) |\n|---|---:|---:|\n",
+	    P5_PAIRS, gt_open_call(), gt_fake() ? ", the fake's count" : ": not counted");
+	for (int p = 0; p < PATTERNS && len < (int)sizeof(report) - 200; p++)
+		len +=
+		    snprintf(report + len, sizeof(report) - (size_t)len, "| %s | %.2f | %.2f |\n",
+		             pattern_names[p], opens[p].lib, opens[p].driver);
 	fputs(report, stdout);
 	if (argc == 2) {
 		FILE *f = fopen(argv[1], "w");

@@ -94,6 +94,11 @@ int main(int argc, char **argv)
 	GPB(gpb_mapping_stats(&st));
 	CHECK(st.open_now == 1);
 	CHECK(gpb_free_label(c, inst, "small") == 1);
+	/* Kept mapped (issue 18) until let go: closed before the daemon may
+	 * free it. */
+	GPB(gpb_mapping_stats(&st));
+	CHECK(st.open_now == 1);
+	CHECK(gpb_release_kept(c) == 1);
 	GPB(gpb_mapping_stats(&st));
 	CHECK(st.open_now == 0);
 

@@ -150,6 +150,8 @@ static void async_frees(gpb_client *c, uint64_t inst, CUstream s)
 	CHECK(open_now() == 1);
 	CHECK(gt_fake_violations() == 0);
 	GPB(gpb_free(c, keep.id));
+	CHECK(open_now() == 1); /* kept (issue 18) until let go */
+	CHECK(gpb_release_kept(c) == 1);
 	CHECK(open_now() == 0);
 }
 

@@ -74,6 +74,8 @@ int main(int argc, char **argv)
 	CHECK(gt_status_used(o) == 0);
 
 	struct gpb_mapping_stats st;
+	CHECK(gpb_release_kept(c) >= 0); /* kept (issue 18) until let go */
+	CHECK(gpb_release_kept(o) >= 0);
 	GPB(gpb_mapping_stats(&st));
 	CHECK(st.open_now == 0);
 	gpb_disconnect(o);

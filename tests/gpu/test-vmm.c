@@ -549,6 +549,7 @@ static void broker_mapping(void)
 	GPB(gpb_mapping_stats(&s));
 	CHECK(s.opens - s0.opens == 1);
 	GPB(gpb_free(c, keep.id));
+	CHECK(gpb_release_kept(c) == 1); /* kept (issue 18) until let go */
 	GPB(gpb_mapping_stats(&s));
 	CHECK(s.closes - s0.closes == 1 && s.open_now == 0);
 	for (int i = 0; i < NCALLS; i++)

@@ -499,18 +499,36 @@ static int oom_request(struct broker *b, struct session *s, long n, const char *
  * handle having been sent. Every point at which cJSON can fail is tried,
  * until the request succeeds.
  */
-static void test_dispatch_grant_out_of_memory(void **state)
+/* hello, asking the daemon to keep emptied slabs for the session. */
+static void hello_keep(struct broker *b, struct session *s)
+{
+	struct reply r;
+	request(b, s, &r,
+	        "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1],"
+	        "\"keep_slabs\":true}}");
+	result_of(&r, "h");
+	reply_done(&r);
+	assert_true(s->hello && s->keep_slabs);
+}
+
+static void grant_out_of_memory(bool keep)
 {
 	char frame[256];
 	bool alloc_done = false, attach_done = false;
-	(void)state;
 	for (long n = 0; n < 1000 && !(alloc_done && attach_done); n++) {
 		struct broker *b = broker_new(64 * MiB, 0, 0);
 		struct session *s = open_session(b, UID_A, 1);
 		struct session *t = open_session(b, UID_A, 2);
 		struct reply r;
-		hello(b, s, "owner");
-		hello(b, t, "attacher");
+		if (keep) {
+			/* Given back, a slab the grant handed over is not kept
+			 * either: the client never took it. */
+			hello_keep(b, s);
+			hello_keep(b, t);
+		} else {
+			hello(b, s, "owner");
+			hello(b, t, "attacher");
+		}
 		request(b, s, &r,
 		        "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"x\"}}");
 		uint64_t inst = jid(result_of(&r, "r"), "instance");
@@ -548,6 +566,13 @@ static void test_dispatch_grant_out_of_memory(void **state)
 		broker_done(b);
 	}
 	assert_true(alloc_done && attach_done);
+}
+
+static void test_dispatch_grant_out_of_memory(void **state)
+{
+	(void)state;
+	grant_out_of_memory(false);
+	grant_out_of_memory(true);
 }
 
 int main(void)

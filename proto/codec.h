@@ -1,0 +1,83 @@
+/*
+ * codec.h - typed codecs for the hot path's frames (alloc, free and the
+ * grant that answers an alloc), without the cJSON tree.
+ *
+ * Why: building, printing, parsing and freeing a cJSON tree was most of
+ * both sides' instructions per alloc+free (bench/results/2026-11-21-sim.md).
+ * These codecs read and write the documented JSON directly, from the
+ * message lists of schema.h (PROTO_ALLOC_PARAMS, PROTO_FREE_PARAMS,
+ * PROTO_GRANT_RESULT).
+ *
+ * The decoders take only the canonical form: one flat object per level,
+ * no blanks, no escapes, printable ASCII, every member of the message's
+ * list at most once and nothing else, every value well-formed. Anything
+ * else is -EAGAIN: the caller decodes the frame the general way (cJSON),
+ * which accepts every valid frame and words every refusal. So a frame
+ * means the same on both paths; the fast one only skips work. The encoders
+ * write exactly the bytes cJSON_PrintUnformatted() writes for the same
+ * object (test-proto-fast checks both).
+ *
+ * No cJSON here: the daemon's and the library's hot paths link this alone.
+ */
+#ifndef GPB_PROTO_CODEC_H
+#define GPB_PROTO_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "schema.h"
+
+/* An alloc or free request, decoded. */
+struct proto_fast_req {
+	int op; /* PROTO_OP_ALLOC or PROTO_OP_FREE */
+	char id[PROTO_MAX_ID + 1];
+	/* alloc */
+	uint64_t instance, size, alignment;
+	bool has_alignment;
+	int64_t wait_ms; /* 0 when absent */
+	/* free */
+	uint64_t free_id;
+	bool reply; /* "reply": true when absent */
+};
+
+/* 0, or -EAGAIN: not in the canonical form (decode it the general way). */
+int proto_fast_request(const char *frame, size_t len, struct proto_fast_req *out);
+
+/* An alloc's grant, as the reply carries it (PROTO_GRANT_RESULT). */
+struct proto_fast_grant {
+	uint64_t id;
+	int device;
+	uint64_t slab, slab_size, offset, size;
+	const unsigned char *handle; /* PROTO_HANDLE_SIZE bytes, or NULL */
+	const char *device_uuid;     /* with handle */
+	bool fd, pool, vmm, keep;
+};
+
+/*
+ * Writes the success reply to request @id carrying @g, newline included
+ * and NUL-terminated, into @buf (@cap bytes). Returns its length (without
+ * the NUL), or 0 when it does not fit or
+ * @id / device_uuid need escaping (encode it the general way then).
+ */
+size_t proto_fast_grant_reply(char *buf, size_t cap, const char *id,
+                              const struct proto_fast_grant *g);
+
+/*
+ * Reads a success reply to request @want_id that carries a grant in a slab
+ * the connection holds already (no handle; the frame without its newline).
+ * 0 with *out filled (handle NULL), or -EAGAIN: another frame (an event, an
+ * error, another id, a grant handing a slab over) or not canonical (decode
+ * it the general way).
+ */
+int proto_fast_grant_parse(const char *frame, size_t len, const char *want_id,
+                           struct proto_fast_grant *out);
+
+/* The request frames the library sends on the hot path, newline included
+ * and NUL-terminated, into @buf: their length, or 0 when they do not fit. */
+size_t proto_fast_alloc_request(char *buf, size_t cap, const char *id, uint64_t instance,
+                                uint64_t size, uint64_t alignment, uint32_t wait_ms);
+size_t proto_fast_free_request(char *buf, size_t cap, const char *id, uint64_t alloc_id,
+                               bool reply);
+
+#endif
