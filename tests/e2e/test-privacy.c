@@ -161,11 +161,15 @@ static const char *jstring(const cJSON *o, const char *key)
 
 /* gpubrokerctl ARGS with stderr joined to stdout, as the user running it:
  * its exit status, its output in out. */
+/* The users run a copy every user may reach (th_copy_make), made by setup:
+ * the build tree may not be theirs to reach (a clone under /root). */
+static struct th_copy ctl_copy;
+
 static int run_ctl(const char *socket, const char *args, char *out, size_t cap)
 {
-	char cmd[512];
-	snprintf(cmd, sizeof(cmd), "exec '%s' --socket '%s' %s 2>&1", th_env("GPB_CTL"), socket,
-	         args);
+	char cmd[768];
+	snprintf(cmd, sizeof(cmd), "LD_LIBRARY_PATH='%s' exec '%s' --socket '%s' %s 2>&1",
+	         ctl_copy.dir, ctl_copy.program, socket, args);
 	FILE *p = popen(cmd, "r");
 	if (!p)
 		return -1;
@@ -179,12 +183,16 @@ static int setup(void **state)
 {
 	(void)state;
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	return sh == MAP_FAILED ? -1 : 0;
+	if (sh == MAP_FAILED)
+		return -1;
+	th_copy_make(&ctl_copy, "GPB_CTL");
+	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
+	th_copy_remove(&ctl_copy);
 	munmap(sh, sizeof(*sh));
 	return 0;
 }

@@ -186,6 +186,102 @@ static void gt_xuid_ipc_policy(void)
 	       (unsigned)geteuid(), (unsigned)gt_daemon_uid());
 }
 
+/*
+ * What a process of another uid execs or loads (the daemon, this program,
+ * the fake libcuda.so.1, libgpubroker, valgrind's suppressions) may lie in a
+ * tree that uid cannot reach: a clone under /root (mode 0700). Such files
+ * are copied into one folder under /tmp that every user may read, made by
+ * the first gt_stage() of this process and removed at its exit; the
+ * libraries go there first, and gt_stage_use() puts the folder first on
+ * the search path of the process that switched uid.
+ */
+static char gt_stage_dir[64];
+static pid_t gt_stage_owner;
+
+static void gt_stage_remove(void)
+{
+	if (getpid() != gt_stage_owner)
+		return; /* a forked child: the folder is its parent's */
+	DIR *dir = opendir(gt_stage_dir);
+	if (!dir)
+		return;
+	for (struct dirent *e; (e = readdir(dir));) {
+		char path[PATH_MAX];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", gt_stage_dir, e->d_name);
+		unlink(path);
+	}
+	closedir(dir);
+	rmdir(gt_stage_dir);
+}
+
+static void gt_stage_file(const char *from, const char *to, mode_t mode)
+{
+	char buf[65536];
+	ssize_t n;
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		GT_FAIL("staging %s: %s", from, strerror(errno));
+	int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+	if (out < 0)
+		GT_FAIL("staging %s as %s: %s", from, to, strerror(errno));
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		CHECK(write(out, buf, (size_t)n) == n);
+	CHECK(n == 0);
+	CHECK(fchmod(out, mode) == 0); /* whatever the umask */
+	close(in);
+	CHECK(close(out) == 0);
+}
+
+/* Copies path into the stage under its own name (once), the copy's path in
+ * out; mode 0755 for programs, 0644 for the rest. */
+static void gt_stage_copy(const char *path, mode_t mode, char *out, size_t len)
+{
+	const char *name = strrchr(path, '/');
+	CHECK(name != NULL);
+	CHECK((size_t)snprintf(out, len, "%s%s", gt_stage_dir, name) < len);
+	if (access(out, F_OK) != 0)
+		gt_stage_file(path, out, mode);
+}
+
+void gt_stage(const char *path, char *out, size_t len)
+{
+	if (!gt_stage_dir[0] || gt_stage_owner != getpid()) {
+		char lib[PATH_MAX];
+		Dl_info info;
+		snprintf(gt_stage_dir, sizeof(gt_stage_dir), "/tmp/gpb-stage-XXXXXX");
+		CHECK(mkdtemp(gt_stage_dir) != NULL);
+		gt_stage_owner = getpid();
+		atexit(gt_stage_remove);
+		CHECK(chmod(gt_stage_dir, 0755) == 0);
+		/* The file as loaded: its name there is the soname asked for. */
+		CHECK(dladdr((const void *)gpb_connect, &info) != 0 && info.dli_fname);
+		gt_stage_copy(info.dli_fname, 0644, lib, sizeof(lib));
+		if (gt_is_fake) {
+			void *sym = dlsym(cu.lib, "fakecuda_violations");
+			CHECK(sym && dladdr(sym, &info) != 0 && info.dli_fname);
+			gt_stage_copy(info.dli_fname, 0644, lib, sizeof(lib));
+		}
+	}
+	gt_stage_copy(path, 0755, out, len);
+}
+
+void gt_stage_self(char *out, size_t len)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	CHECK(n > 0);
+	self[n] = '\0';
+	gt_stage(self, out, len);
+}
+
+void gt_stage_use(void)
+{
+	if (gt_stage_dir[0])
+		setenv("LD_LIBRARY_PATH", gt_stage_dir, 1);
+}
+
 void gt_require_gpu(int argc, char **argv)
 {
 	const char *f = getenv("GPB_FAKE_CUDA");
@@ -339,8 +435,12 @@ static void gt_daemon_path(char *out, size_t len)
 static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const char *const *extra,
                              const char *const *env)
 {
-	char daemon[PATH_MAX];
+	char daemon[PATH_MAX], staged[PATH_MAX], supp[PATH_MAX + 16];
 	gt_daemon_path(daemon, sizeof(daemon));
+	if (gt_xuid()) {
+		gt_stage(daemon, staged, sizeof(staged));
+		snprintf(daemon, sizeof(daemon), "%s", staged);
+	}
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "/tmp/gpb-gpu-XXXXXX");
 	CHECK(mkdtemp(d->dir) != NULL);
@@ -359,8 +459,15 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 	snprintf(wrapper, sizeof(wrapper), "%s", getenv("GPB_DAEMON_WRAPPER") ?: "");
 	char *save = NULL;
 	for (char *w = strtok_r(wrapper, " \t", &save); w && n < 24;
-	     w = strtok_r(NULL, " \t", &save))
+	     w = strtok_r(NULL, " \t", &save)) {
+		static const char opt[] = "--suppressions=";
+		if (gt_xuid() && strncmp(w, opt, sizeof(opt) - 1) == 0) {
+			gt_stage(w + sizeof(opt) - 1, staged, sizeof(staged));
+			snprintf(supp, sizeof(supp), "%s%s", opt, staged);
+			w = supp;
+		}
 		argv[n++] = w;
+	}
 	const char *base[] = {daemon,  "--socket",    d->socket, "--backend",
 	                      backend, "--log-level", "info"};
 	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
@@ -392,6 +499,7 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 				perror("gpu-common: the daemon's uid switch");
 				_exit(126);
 			}
+			gt_stage_use();
 		}
 		execv(argv[0], (char *const *)argv);
 		_exit(127);

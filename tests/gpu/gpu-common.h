@@ -106,6 +106,18 @@ const char *gt_open_call(void);
  */
 bool gt_xuid(void);
 uid_t gt_daemon_uid(void);
+/*
+ * For what a process of another uid runs: the tree of this test may be
+ * out of its reach (a clone under /root). gt_stage copies the file at path
+ * (a program) into a folder under /tmp that every user may read, with
+ * libgpubroker and the fake libcuda.so.1 beside it, and puts the copy's
+ * path in out; gt_stage_self does so for this program. The folder goes at
+ * this process's exit. gt_stage_use, in the child after its uid switch,
+ * puts the folder first on the library search path. Failures fail the test.
+ */
+void gt_stage(const char *path, char *out, size_t len);
+void gt_stage_self(char *out, size_t len);
+void gt_stage_use(void);
 
 /* The "transport" that `devices` reports for @device. */
 void gt_device_transport(gpb_client *c, int device, char *out, size_t len);
