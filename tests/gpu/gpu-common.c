@@ -483,6 +483,9 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
+		/* Before env: a test's own LD_LIBRARY_PATH there wins. */
+		if (gt_xuid())
+			gt_stage_use();
 		for (int i = 0; env && env[i]; i++)
 			putenv((char *)env[i]);
 		/* Opened before the uid switch: readable by the test whoever
@@ -499,7 +502,6 @@ static pid_t gt_daemon_spawn(struct gt_daemon *d, const char *backend, const cha
 				perror("gpu-common: the daemon's uid switch");
 				_exit(126);
 			}
-			gt_stage_use();
 		}
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
