@@ -185,6 +185,7 @@ CHILD = textwrap.dedent("""
     keep = [cuda.to_device(np.ones(n, dtype="float64")) for n in (1000, 1 << 18, 1 << 20)]
     keep.append(cuda.device_array((64, 64), dtype="int32"))
     print(mm.instance, sum(k.nbytes for k in keep), flush=True)
+    sys.stdin.readline()  # the parent has seen the memory held
     if sys.argv[1] == "exit":
         os._exit(0)  # no finalizer runs
     sys.stdin.read()  # until killed
@@ -206,6 +207,10 @@ def test_allocations_return_when_the_process_ends(emm, fake_daemon, how):
         inst, nbytes = (int(v) for v in p.stdout.readline().split())
         assert admin.instance_info(inst).used >= nbytes
         assert admin.stats(dev).used >= before.used + nbytes
+        # Only now may the child go: exiting at once raced these checks
+        # with the daemon's reclaim (seen once in a fresh-clone CI run).
+        p.stdin.write("go\n")
+        p.stdin.flush()
         if how == "kill":
             p.send_signal(signal.SIGKILL)
         p.wait(60)
