@@ -69,20 +69,26 @@ void gt_fail_exit(void)
 	exit(1);
 }
 
-static void gt_remove_fake_dir(void)
+/* Removes folder and the files in it (the fake's state, a stage). */
+static void gt_remove_dir(const char *folder)
 {
-	DIR *dir = opendir(gt_fake_dir);
+	DIR *dir = opendir(folder);
 	if (!dir)
 		return;
 	for (struct dirent *e; (e = readdir(dir));) {
 		char path[PATH_MAX];
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", gt_fake_dir, e->d_name);
+		snprintf(path, sizeof(path), "%s/%s", folder, e->d_name);
 		unlink(path);
 	}
 	closedir(dir);
-	rmdir(gt_fake_dir);
+	rmdir(folder);
+}
+
+static void gt_remove_fake_dir(void)
+{
+	gt_remove_dir(gt_fake_dir);
 }
 
 bool gt_xuid(void)
@@ -202,18 +208,7 @@ static void gt_stage_remove(void)
 {
 	if (getpid() != gt_stage_owner)
 		return; /* a forked child: the folder is its parent's */
-	DIR *dir = opendir(gt_stage_dir);
-	if (!dir)
-		return;
-	for (struct dirent *e; (e = readdir(dir));) {
-		char path[PATH_MAX];
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", gt_stage_dir, e->d_name);
-		unlink(path);
-	}
-	closedir(dir);
-	rmdir(gt_stage_dir);
+	gt_remove_dir(gt_stage_dir);
 }
 
 static void gt_stage_file(const char *from, const char *to, mode_t mode)
