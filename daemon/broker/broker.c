@@ -688,6 +688,16 @@ int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker
 	return 0;
 }
 
+void broker_unclaim(struct broker *b, struct session *s, const struct broker_grant *g)
+{
+	struct broker_alloc *a = broker_alloc_owned(b, s, g->id);
+	if (!a || a->unclaimed)
+		return;
+	/* A handle in the grant: the claim made the session hold the slab. */
+	session_unhold(b, s, g->slab_id, g->handle != NULL);
+	a->unclaimed = true;
+}
+
 /* An allocation this session owns; NULL for unknown and foreign ids alike. */
 struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id)
 {

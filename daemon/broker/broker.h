@@ -487,6 +487,10 @@ int broker_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t
  * descriptor when the session did not hold the slab). -ENOENT (unknown or
  * another session's), -EEXIST (claimed already), -EAGAIN (host memory). */
 int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out);
+/* Undoes the broker_claim() that made g when its client could not be told
+ * (the reply could not be built): the allocation is unclaimed again and the
+ * slab held only as before, so the claim can be asked again. */
+void broker_unclaim(struct broker *b, struct session *s, const struct broker_grant *g);
 /*
  * Host memory for a queued array of inst (broker_host.c): as
  * broker_host_alloc() for its owner's session, made unclaimed and labelled;
@@ -498,6 +502,8 @@ int broker_host_alloc_queued(struct broker *b, struct broker_instance *inst, uin
  * another session's), -EEXIST (claimed already, or not made by
  * allocate_queue). */
 int broker_host_claim(struct broker *b, struct session *s, uint64_t id, struct broker_host **out);
+/* Undoes broker_host_claim(), as broker_unclaim(). */
+void broker_host_unclaim(struct broker_host *h);
 /* Drops an instance's queued requests. */
 void broker_queue_clear(struct broker_instance *inst);
 /*

@@ -112,6 +112,11 @@ int broker_host_claim(struct broker *b, struct session *s, uint64_t id, struct b
 	return 0;
 }
 
+void broker_host_unclaim(struct broker_host *h)
+{
+	h->unclaimed = true;
+}
+
 static void host_release(struct broker *b, struct session *s, struct broker_host *h)
 {
 	idmap_remove(&b->hosts, h->id);

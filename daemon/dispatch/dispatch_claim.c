@@ -29,6 +29,9 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 			    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, h->label) ||
 			     proto_add_id64(ctx->result, PROTO_F_INSTANCE, h->instance) < 0))
 				rc = -ENOMEM;
+			/* Not told of it, the client may ask again. */
+			if (rc < 0)
+				broker_host_unclaim(h);
 			return rc;
 		}
 	}
@@ -42,16 +45,18 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 	if (rc < 0)
 		return -ENOMEM;
 	rc = dispatch_grant_result(ctx, &g);
-	if (rc < 0)
-		return rc;
 	/* The library closes a slab before free_label lets the daemon free
 	 * it: it needs to know which of its allocations a label covers. */
 	const struct broker_alloc *a = idmap_get(&ctx->b->allocs, id);
-	if (a && a->label &&
+	if (rc == 0 && a && a->label &&
 	    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, a->label) ||
 	     proto_add_id64(ctx->result, PROTO_F_INSTANCE, a->inst->id) < 0))
-		return -ENOMEM;
-	return 0;
+		rc = -ENOMEM;
+	/* The client cannot be told of it: unclaimed again, it may ask again
+	 * (or free it by id or label), rather than hold what it never got. */
+	if (rc < 0)
+		broker_unclaim(ctx->b, ctx->s, &g);
+	return rc;
 }
 
 int dispatch_free_label(struct dispatch_ctx *ctx)
