@@ -71,6 +71,9 @@ enum gpb_error {
 	 * destroyed (cuDevicePrimaryCtxReset, e.g. Numba's Device.reset, or
 	 * cuCtxDestroy): the mapping went with it; free the allocation. */
 	GPB_E_CONTEXT_RESET = -26,
+	/** The name is taken: an export name this user already exports, a
+	 * partition name that exists (the daemon's -32011 "exists"). */
+	GPB_E_EXISTS = -27,
 };
 
 /** Returns a static, human-readable name for an error code. Never NULL. */
@@ -284,9 +287,10 @@ int gpb_detach(gpb_client *client, uint64_t id);
  * larger than the daemon's slab size or under the "direct" allocator.
  * @name is copied.
  * Errors: GPB_E_INVALID (name not 1-64 bytes, uid out of range, allocation
- * already exported, name taken by this user, or another uid for a pooled
- * allocation: gpb_last_error() says which), GPB_E_NOT_FOUND (not this
- * connection's allocation), GPB_E_DAEMON_GONE.
+ * already exported, or another uid for a pooled allocation:
+ * gpb_last_error() says which), GPB_E_EXISTS (this user already exports
+ * @name), GPB_E_NOT_FOUND (not this connection's allocation),
+ * GPB_E_DAEMON_GONE.
  */
 int gpb_export(gpb_client *client, uint64_t id, const char *name, int64_t uid);
 
@@ -648,8 +652,8 @@ int gpb_request(gpb_client *client, const char *method, const char *params_json,
  * device), and writes its token (64 lowercase hex digits and a NUL) into
  * @token, which only this call ever returns.
  * Errors: GPB_E_PERMISSION (not an administrator), GPB_E_INVALID (name,
- * size 0, a device unknown or named twice, a name that exists),
- * GPB_E_OUT_OF_MEMORY (a device cannot guarantee @size: the message gives
+ * size 0, a device unknown or named twice), GPB_E_EXISTS (a partition of
+ * that name exists), GPB_E_OUT_OF_MEMORY (a device cannot guarantee @size: the message gives
  * the figures), GPB_E_LIMIT, GPB_E_DAEMON_GONE.
  */
 int gpb_partition_create(gpb_client *client, const char *name, uint32_t uid, uint64_t size,

@@ -51,7 +51,8 @@
 	X(SHUTTING_DOWN, -32007, "shutting_down")     /* the daemon is stopping */                 \
 	X(TIMEOUT, -32008, "timeout")                 /* a wait ran out */                         \
 	X(NOT_SUPPORTED, -32009, "not_supported")     /* valid request the backend cannot serve */ \
-	X(BACKEND, -32010, "backend_error")           /* the device or driver failed */
+	X(BACKEND, -32010, "backend_error")           /* the device or driver failed */            \
+	X(EXISTS, -32011, "exists")                   /* the name is taken */
 
 #define PROTO_CODE_ENUM_(id, code, name) PROTO_E_##id = (code),
 enum proto_code { PROTO_CODES(PROTO_CODE_ENUM_) };

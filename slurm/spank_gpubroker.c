@@ -216,15 +216,6 @@ static int job_devices(spank_t sp, int *devices)
 }
 
 /*
- * Whether a failed gpb_partition_create said the name exists (the daemon's
- * "exists" answer, PROTOCOL.md, "Partitions").
- */
-static int create_said_exists(int rc)
-{
-	return rc == GPB_E_INVALID && strstr(gpb_last_error(), "exists") != NULL;
-}
-
-/*
  * Creates the job's partition, or finds the one an earlier step of the job
  * made. Under the job's lock: the first step creates, the others read its
  * token. A partition whose token file is gone (a leftover of an earlier
@@ -253,7 +244,7 @@ static int partition_get(gpb_client *c, const struct gpbs_conf *conf, uint32_t j
 			           job_id, name, size, uid);
 			return 0;
 		}
-		if (!create_said_exists(rc))
+		if (rc != GPB_E_EXISTS)
 			break;
 		if (gpbs_token_read(conf->statedir, job_id, token) == 0)
 			return 0;

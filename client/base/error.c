@@ -69,6 +69,8 @@ GPB_EXPORT const char *gpb_strerror(int err)
 		return "not even one warp fits the shared memory budget";
 	case GPB_E_CONTEXT_RESET:
 		return "the CUDA context of this memory was reset or destroyed";
+	case GPB_E_EXISTS:
+		return "the name is taken";
 	default:
 		return "unknown error";
 	}

@@ -221,6 +221,9 @@ static int conn_reply_error(int code, const char *message)
 	case PROTO_E_BACKEND:
 		err = GPB_E_BACKEND;
 		break;
+	case PROTO_E_EXISTS:
+		err = GPB_E_EXISTS;
+		break;
 	case PROTO_E_STATE:
 	default:
 		/* -32000 (bad_state), -32603 (internal_error) and codes this

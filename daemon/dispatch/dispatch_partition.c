@@ -105,8 +105,7 @@ static int create_error(struct dispatch_ctx *ctx, int rc, const char *name,
 {
 	switch (rc) {
 	case -EEXIST:
-		proto_error_set(&ctx->err, PROTO_E_PARAMS,
-		                "invalid params: a partition named %s exists", name);
+		proto_error_set(&ctx->err, PROTO_E_EXISTS, "a partition named %s exists", name);
 		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_NAME);
 		return rc;
 	case -ENOSPC:

@@ -36,8 +36,7 @@ int dispatch_export(struct dispatch_ctx *ctx)
 		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_ID);
 		return rc;
 	case -EEXIST:
-		proto_error_set(&ctx->err, PROTO_E_PARAMS,
-		                "invalid params: this user already exports that name");
+		proto_error_set(&ctx->err, PROTO_E_EXISTS, "this user already exports that name");
 		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_NAME);
 		return rc;
 	case -EPERM:

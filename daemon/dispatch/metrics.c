@@ -47,6 +47,7 @@ static const int metrics_codes[METRICS_OUTCOMES] = {
     PROTO_E_TIMEOUT,
     PROTO_E_NOT_SUPPORTED,
     PROTO_E_BACKEND,
+    PROTO_E_EXISTS,
 };
 
 static int metrics_outcome(int code)

@@ -13,7 +13,7 @@
 #include "proto.h"
 
 /* Request outcomes: ok, deferred (waiting), and one per error code. */
-#define METRICS_OUTCOMES 18
+#define METRICS_OUTCOMES 19
 /* Request duration histogram upper bounds, in seconds. */
 #define METRICS_BUCKETS 10
 

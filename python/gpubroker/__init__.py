@@ -19,7 +19,7 @@ from . import dtypes, errors, layout
 from .allocation import Allocation
 from .client import Client
 from .errors import (BackendError, BrokerPermissionError, BrokerTimeoutError, ConnectError,
-                     ContextResetError,
+                     ContextResetError, ExistsError,
                      DaemonGoneError, GpubrokerError, HostMemoryError, InvalidError,
                      LayoutAliasCycleError, LayoutAliasLocationError,
                      LayoutAliasPersistentError, LayoutAliasUnknownError,
@@ -35,7 +35,7 @@ from .records import (ArrayRequest, Chunking, Event, GroupInfo, InstanceInfo, Ma
 __all__ = [
     "Allocation", "ArrayRequest", "BackendError", "BrokerPermissionError",
     "BrokerTimeoutError", "Chunking", "Client", "ConnectError", "ContextResetError",
-    "DaemonGoneError", "Event",
+    "DaemonGoneError", "Event", "ExistsError",
     "GpubrokerError", "GroupInfo", "HostMemoryError", "InstanceInfo", "InvalidError",
     "KernelBlock", "Layout", "LayoutAliasCycleError", "LayoutAliasLocationError",
     "LayoutAliasPersistentError", "LayoutAliasUnknownError", "LayoutBuffer",

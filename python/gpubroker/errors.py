@@ -30,6 +30,7 @@ E_LAYOUT_ALIAS_CYCLE = -23
 E_LAYOUT_ALIAS_LOCATION = -24
 E_LAYOUT_NO_FIT = -25
 E_CONTEXT_RESET = -26
+E_EXISTS = -27
 
 
 class GpubrokerError(Exception):
@@ -169,6 +170,11 @@ class ContextResetError(GpubrokerError):
     current then."""
 
 
+class ExistsError(GpubrokerError, FileExistsError):
+    """GPB_E_EXISTS: the name is taken (an export name this user already
+    exports, a partition name that exists)."""
+
+
 _BY_CODE = {
     E_INVALID: InvalidError,
     E_NOMEM: HostMemoryError,
@@ -196,6 +202,7 @@ _BY_CODE = {
     E_LAYOUT_ALIAS_LOCATION: LayoutAliasLocationError,
     E_LAYOUT_NO_FIT: LayoutNoFitError,
     E_CONTEXT_RESET: ContextResetError,
+    E_EXISTS: ExistsError,
 }
 
 

@@ -33,6 +33,7 @@ static bool expected(int rc, bool exhausting)
 	case GPB_E_NOT_FOUND:
 	case GPB_E_INVALID:
 	case GPB_E_TIMEOUT:
+	case GPB_E_EXISTS: /* export names are drawn from a small set */
 		return true;
 	case GPB_E_BACKEND:
 	case GPB_E_DAEMON_GONE:

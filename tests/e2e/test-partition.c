@@ -587,7 +587,7 @@ static void test_bad_inputs(void **state)
 	expect_refused("{\"name\":\"\",\"uid\":0,\"size\":\"1\"}", GPB_E_INVALID, "'name'");
 	expect_refused("{\"name\":\"a b\",\"uid\":0,\"size\":\"1\"}", GPB_E_INVALID, "'name'");
 	expect_refused("{\"name\":\"a/b\",\"uid\":0,\"size\":\"1\"}", GPB_E_INVALID, "'name'");
-	expect_refused("{\"name\":\"taken\",\"uid\":0,\"size\":\"1\"}", GPB_E_INVALID,
+	expect_refused("{\"name\":\"taken\",\"uid\":0,\"size\":\"1\"}", GPB_E_EXISTS,
 	               "a partition named taken exists");
 	expect_refused("{\"name\":\"n\",\"size\":\"1\"}", GPB_E_INVALID, "'uid'");
 	expect_refused("{\"name\":\"n\",\"uid\":-1,\"size\":\"1\"}", GPB_E_INVALID, "'uid'");

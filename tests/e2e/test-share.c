@@ -72,6 +72,15 @@ static void test_same_user_processes(void **state)
 	assert_int_equal(gpb_export(c, a.id, "again", -1), GPB_E_INVALID);
 	assert_non_null(strstr(gpb_last_error(), "already exported"));
 	assert_int_equal(gpb_export(c, 0x42, "other", -1), GPB_E_NOT_FOUND);
+	/* A name this user exports already: its own code, which the SPANK
+	 * plugin's retry reads for partitions; the other allocation stays
+	 * unexported. */
+	struct gpb_allocation second;
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &second), 0);
+	assert_int_equal(gpb_export(c, second.id, "frame", -1), GPB_E_EXISTS);
+	assert_non_null(strstr(gpb_last_error(), "-32011 exists"));
+	assert_int_equal(gpb_export(c, second.id, "second", -1), 0);
+	assert_int_equal(gpb_free(c, second.id), 0);
 
 	pid_t pid = fork();
 	assert_true(pid >= 0);

@@ -197,6 +197,7 @@ CODE_CLASSES = [
     (-24, "E_LAYOUT_ALIAS_LOCATION", gpubroker.LayoutAliasLocationError, gpubroker.LayoutError),
     (-25, "E_LAYOUT_NO_FIT", gpubroker.LayoutNoFitError, gpubroker.LayoutError),
     (-26, "E_CONTEXT_RESET", gpubroker.ContextResetError, gpubroker.GpubrokerError),
+    (-27, "E_EXISTS", gpubroker.ExistsError, FileExistsError),
 ]
 
 
@@ -226,5 +227,5 @@ def test_every_code_has_its_class():
         assert isinstance(err, gpubroker.LayoutError) and isinstance(err, ValueError)
     assert not isinstance(gpubroker.errors.error_for(-1), gpubroker.LayoutError)
     # The first code past the last is nobody's.
-    assert gpubroker.errors.strerror(-27) == "unknown error"
-    assert type(gpubroker.errors.error_for(-27)) is gpubroker.GpubrokerError
+    assert gpubroker.errors.strerror(-28) == "unknown error"
+    assert type(gpubroker.errors.error_for(-28)) is gpubroker.GpubrokerError

@@ -15,6 +15,10 @@ def test_export_open_free(client, other):
     client.export(a, "frame")
     with pytest.raises(gpubroker.InvalidError):
         client.export(a, "again")  # one name per allocation
+    second = client.alloc(a.instance, 4096)
+    with pytest.raises(gpubroker.ExistsError):
+        client.export(second, "frame")  # one allocation per name of this user
+    client.free(second)
     b = other.open_shared("frame")
     assert b.id == a.id and b.kind == "attach" and b.read(11) == b"named bytes"
     b.write(b"NAMED")

@@ -291,9 +291,10 @@ static void test_strerror(void **state)
 			assert_false(seen[i] && strcmp(seen[i], s) == 0);
 		seen[-err] = s;
 	}
-	/* The next code is not the planner's; the one after it is no code. */
+	/* The next codes are not the planner's; the one after them is no code. */
 	assert_string_not_equal(gpb_strerror(GPB_E_CONTEXT_RESET), "unknown error");
-	assert_string_equal(gpb_strerror(GPB_E_CONTEXT_RESET - 1), "unknown error");
+	assert_string_not_equal(gpb_strerror(GPB_E_EXISTS), "unknown error");
+	assert_string_equal(gpb_strerror(GPB_E_EXISTS - 1), "unknown error");
 }
 
 int main(void)

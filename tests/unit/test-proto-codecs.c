@@ -93,7 +93,7 @@ static void test_encode_error_round_trip(void **state)
 	    PROTO_E_VERSION,       PROTO_E_NO_MEMORY,       PROTO_E_QUOTA,
 	    PROTO_E_NOT_FOUND,     PROTO_E_PERMISSION,      PROTO_E_LIMIT,
 	    PROTO_E_SHUTTING_DOWN, PROTO_E_TIMEOUT,         PROTO_E_NOT_SUPPORTED,
-	    PROTO_E_BACKEND,
+	    PROTO_E_BACKEND,       PROTO_E_EXISTS,
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(codes); i++) {
 		cJSON *data = cJSON_CreateObject();
@@ -659,6 +659,7 @@ static void test_code_name(void **state)
 	    {PROTO_E_TIMEOUT, "timeout"},
 	    {PROTO_E_NOT_SUPPORTED, "not_supported"},
 	    {PROTO_E_BACKEND, "backend_error"},
+	    {PROTO_E_EXISTS, "exists"},
 	};
 	/* The wire values of PROTOCOL.md's table. */
 	assert_int_equal(PROTO_E_PARSE, -32700);
@@ -668,11 +669,12 @@ static void test_code_name(void **state)
 	assert_int_equal(PROTO_E_INTERNAL, -32603);
 	assert_int_equal(PROTO_E_STATE, -32000);
 	assert_int_equal(PROTO_E_BACKEND, -32010);
+	assert_int_equal(PROTO_E_EXISTS, -32011);
 	for (size_t i = 0; i < ARRAY_SIZE(table); i++) {
 		assert_string_equal(proto_code_name(table[i].code), table[i].name);
 		assert_int_equal(table[i].code, i < 5 ? table[i].code : -32000 - (int)(i - 5));
 	}
-	static const int unknown[] = {0, 1, -1, -32099, -32011, -32604, -32701, -32599, 32700};
+	static const int unknown[] = {0, 1, -1, -32099, -32012, -32604, -32701, -32599, 32700};
 	for (size_t i = 0; i < ARRAY_SIZE(unknown); i++)
 		assert_string_equal(proto_code_name(unknown[i]), "unknown_error");
 }
