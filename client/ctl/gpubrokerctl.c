@@ -200,6 +200,8 @@ static int print_clients(const cJSON *result, const struct ctl_options *o, bool 
 	    {PROTO_F_ALLOCATIONS, "ALLOCATIONS", CTL_NUM},
 	    {PROTO_F_USED, "USED", CTL_SIZE},
 	    {PROTO_F_CAP, "CAP", CTL_SIZE},
+	    /* "-" (CSV: empty) for a client outside partitions. */
+	    {PROTO_F_PARTITION, "PARTITION", CTL_TEXT},
 	};
 
 	int rc = print_rows(result, PROTO_F_CLIENTS, cols, ARRAY_SIZE(cols), o->format, header);

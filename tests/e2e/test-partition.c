@@ -701,6 +701,31 @@ static void test_cli(void **state)
 	assert_int_equal(th_run(argv, envp, out, sizeof(out)), 0);
 	assert_non_null(strstr(out, ",67108864,67108864,0,memfd\n"));
 
+	/* clients names each client's partition, and "-" (CSV: nothing)
+	 * outside. */
+	assert_int_equal(setenv("GPUBROKER_TOKEN", token, 1), 0);
+	gpb_client *inside = th_client(&daemon_, "cli-inside");
+	assert_int_equal(unsetenv("GPUBROKER_TOKEN"), 0);
+	assert_int_equal(ctl("clients", NULL, NULL, NULL, NULL, NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "CAP  PARTITION\n"));
+	bool seen_in = false, seen_out = false;
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		seen_in |= strstr(line, " cli-inside ") && strstr(line, " cli-job") &&
+		           strcmp(line + strlen(line) - 7, "cli-job") == 0;
+		seen_out |= strstr(line, " partition-test ") && line[strlen(line) - 1] == '-';
+	}
+	assert_true(seen_in && seen_out);
+	assert_int_equal(ctl("-o", "csv", "--no-header", "clients", NULL, NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, ",cli-inside,"));
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		size_t len = strlen(line);
+		if (strstr(line, ",cli-inside,"))
+			assert_string_equal(line + len - 8, ",cli-job");
+		else
+			assert_int_equal(line[len - 1], ',');
+	}
+	gpb_disconnect(inside);
+
 	/* Errors: the daemon's (1), usage (2). */
 	assert_int_equal(
 	    ctl("partition-create", "cli-job", "--uid", "0", "--size", "1M", NULL, NULL), 1);
