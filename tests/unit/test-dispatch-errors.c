@@ -579,22 +579,42 @@ static void test_dispatch_grant_out_of_memory(void **state)
  * A claim whose reply cannot be built leaves the allocation unclaimed, the
  * session holding no slab it was not told of, so the claim can be asked
  * again and then succeeds; for device and host arrays alike, at every
- * point at which cJSON can fail.
+ * point at which cJSON can fail. With keep, the device array lands in a
+ * slab the session keeps empty (mapped, no handle to send), which the
+ * undone claim leaves kept again.
  */
-static void test_dispatch_claim_out_of_memory(void **state)
+static void claim_out_of_memory(bool keep)
 {
-	(void)state;
 	bool dev_done = false, host_done = false;
 	for (long n = 0; n < 1000 && !(dev_done && host_done); n++) {
 		struct broker *b = broker_new(64 * MiB, 0, 0);
 		struct session *s = open_session(b, UID_A, 1);
 		struct reply r;
 		char frame[256];
-		hello(b, s, "claimer");
+		if (keep)
+			hello_keep(b, s);
+		else
+			hello(b, s, "claimer");
 		request(b, s, &r,
 		        "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"x\"}}");
 		uint64_t inst = jid(result_of(&r, "r"), "instance");
 		reply_done(&r);
+		if (keep) {
+			request(b, s, &r,
+			        "{\"id\":\"a\",\"method\":\"alloc\",\"params\":{\"instance\":"
+			        "\"%016" PRIx64 "\",\"size\":\"4096\"}}",
+			        inst);
+			uint64_t id = jid(result_of(&r, "a"), "id");
+			reply_done(&r);
+			request(b, s, &r,
+			        "{\"id\":\"f\",\"method\":\"free\",\"params\":{\"id\":"
+			        "\"%016" PRIx64 "\"}}",
+			        id);
+			result_of(&r, "f");
+			reply_done(&r);
+		}
+		const size_t held0 = keep ? 1 : 0;
+		assert_int_equal(s->held.count, held0);
 		request(b, s, &r,
 		        "{\"id\":\"q\",\"method\":\"queue_request\",\"params\":{\"instance\":"
 		        "\"%016" PRIx64 "\",\"requests\":[{\"label\":\"d\",\"shape\":[1024],"
@@ -613,7 +633,7 @@ static void test_dispatch_claim_out_of_memory(void **state)
 		struct broker_alloc *a = list_entry(s->allocs.next, struct broker_alloc, link);
 		struct broker_host *h = list_entry(s->hosts.next, struct broker_host, link);
 		assert_true(a->unclaimed && h->unclaimed);
-		assert_int_equal(s->held.count, 0);
+		assert_int_equal(s->held.count, held0);
 		const uint64_t ids[2] = {a->id, h->id};
 		for (int i = 0; i < 2; i++) {
 			snprintf(frame, sizeof(frame),
@@ -629,11 +649,18 @@ static void test_dispatch_claim_out_of_memory(void **state)
 				/* Told of an error: as before the claim, and the
 				 * claim works when asked again. */
 				assert_true(i == 0 ? a->unclaimed : h->unclaimed);
-				assert_int_equal(s->held.count, (size_t)i);
+				assert_int_equal(s->held.count, i == 0 ? held0 : 1);
 				check(b);
 				request(b, s, &r, "%s", frame);
-				assert_int_equal(jid(result_of(&r, "c"), "id"), ids[i]);
-				assert_true(r.fd >= 0);
+				const cJSON *res = result_of(&r, "c");
+				assert_int_equal(jid(res, "id"), ids[i]);
+				/* A kept slab is mapped already: no handle, no
+				 * descriptor. */
+				bool kept = keep && i == 0;
+				assert_true(kept ? r.fd < 0 : r.fd >= 0);
+				if (i == 0)
+					assert_true(kept == !cJSON_GetObjectItemCaseSensitive(
+					                        res, "handle"));
 				reply_done(&r);
 			}
 			assert_false(i == 0 ? a->unclaimed : h->unclaimed);
@@ -645,6 +672,13 @@ static void test_dispatch_claim_out_of_memory(void **state)
 		broker_done(b);
 	}
 	assert_true(dev_done && host_done);
+}
+
+static void test_dispatch_claim_out_of_memory(void **state)
+{
+	(void)state;
+	claim_out_of_memory(false);
+	claim_out_of_memory(true);
 }
 
 int main(void)
