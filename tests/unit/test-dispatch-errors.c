@@ -511,6 +511,20 @@ static void hello_keep(struct broker *b, struct session *s)
 	assert_true(s->hello && s->keep_slabs);
 }
 
+/* hello (keeping emptied slabs with keep), then an instance "x"; its id. */
+static uint64_t hello_register(struct broker *b, struct session *s, bool keep, const char *client)
+{
+	struct reply r;
+	if (keep)
+		hello_keep(b, s);
+	else
+		hello(b, s, client);
+	request(b, s, &r, "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"x\"}}");
+	uint64_t inst = jid(result_of(&r, "r"), "instance");
+	reply_done(&r);
+	return inst;
+}
+
 static void grant_out_of_memory(bool keep)
 {
 	char frame[256];
@@ -520,19 +534,13 @@ static void grant_out_of_memory(bool keep)
 		struct session *s = open_session(b, UID_A, 1);
 		struct session *t = open_session(b, UID_A, 2);
 		struct reply r;
-		if (keep) {
-			/* Given back, a slab the grant handed over is not kept
-			 * either: the client never took it. */
-			hello_keep(b, s);
+		/* With keep: given back, a slab the grant handed over is not
+		 * kept either: the client never took it. */
+		uint64_t inst = hello_register(b, s, keep, "owner");
+		if (keep)
 			hello_keep(b, t);
-		} else {
-			hello(b, s, "owner");
+		else
 			hello(b, t, "attacher");
-		}
-		request(b, s, &r,
-		        "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"x\"}}");
-		uint64_t inst = jid(result_of(&r, "r"), "instance");
-		reply_done(&r);
 		snprintf(frame, sizeof(frame),
 		         "{\"id\":\"a\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
 		         "\",\"size\":\"4096\"}}",
@@ -591,14 +599,7 @@ static void claim_out_of_memory(bool keep)
 		struct session *s = open_session(b, UID_A, 1);
 		struct reply r;
 		char frame[256];
-		if (keep)
-			hello_keep(b, s);
-		else
-			hello(b, s, "claimer");
-		request(b, s, &r,
-		        "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"x\"}}");
-		uint64_t inst = jid(result_of(&r, "r"), "instance");
-		reply_done(&r);
+		uint64_t inst = hello_register(b, s, keep, "claimer");
 		if (keep) {
 			request(b, s, &r,
 			        "{\"id\":\"a\",\"method\":\"alloc\",\"params\":{\"instance\":"
