@@ -710,8 +710,8 @@ static void test_cli(void **state)
 	assert_non_null(strstr(out, "CAP  PARTITION\n"));
 	bool seen_in = false, seen_out = false;
 	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-		seen_in |= strstr(line, " cli-inside ") && strstr(line, " cli-job") &&
-		           strcmp(line + strlen(line) - 7, "cli-job") == 0;
+		seen_in |= strstr(line, " cli-inside ") &&
+		           strcmp(line + strlen(line) - 8, " cli-job") == 0;
 		seen_out |= strstr(line, " partition-test ") && line[strlen(line) - 1] == '-';
 	}
 	assert_true(seen_in && seen_out);
