@@ -173,6 +173,11 @@ int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t ali
  * client (other than gpb_dispatch(), which delivers events regardless)
  * that starts after the library read the refusal (it comes in with the
  * next reply) fails with its error instead of doing anything.
+ * That order holds on this connection only: the daemon may serve a request
+ * of another connection (another process, gpubrokerctl) before it reads the
+ * free. A program that needs the room seen there (one that frees, then
+ * tells another process to allocate) first makes any call on this client
+ * that waits for a reply, gpb_mem_info() for one.
  * The slab the allocation was in stays mapped (kept) when it empties, up
  * to GPUBROKER_KEEP_SLABS slabs per process (default 4; 0: none kept), so
  * that the next allocation there costs no open; see gpb_release_kept().

@@ -76,7 +76,11 @@ class Allocation:
         """Gives the memory back (gpb_free, or gpb_detach for an attachment).
         Idempotent; a no-op once the client is closed, and quiet when the
         allocation is gone already (an "invalidate" event, or the daemon died
-        and took everything with it); other errors raise."""
+        and took everything with it); other errors raise. Device memory is
+        freed without waiting for the daemon's reply: the client's next call
+        sees the room, but another connection (another process,
+        gpubrokerctl) may be served first; one call on this client that
+        waits for a reply (mem_info, for one) orders the free before it."""
         if not self._finalizer.alive:
             return
         self._finalizer.detach()
