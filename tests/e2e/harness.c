@@ -560,6 +560,15 @@ gpb_client *th_client(const struct th_daemon *d, const char *name)
 	return c;
 }
 
+void th_settle(gpb_client *c)
+{
+	char *json = NULL;
+	int rc = gpb_request(c, "stats", NULL, &json);
+	if (rc < 0)
+		fail_msg("th_settle: %s: %s", gpb_strerror(rc), gpb_last_error());
+	gpb_string_free(json);
+}
+
 static uint64_t th_json_u64(const cJSON *v)
 {
 	if (cJSON_IsString(v))

@@ -377,6 +377,15 @@ static void expect_unknown(int fd, uint64_t id)
 	}
 }
 
+/* How many clients `status` counted before test_free_not_yours's stale
+ * connection came. */
+static uint64_t clients_before_stale;
+
+static bool stale_gone(void *client)
+{
+	return th_status_field(client, "clients") == clients_before_stale;
+}
+
 /* Case 19: free of an unknown id, of another user's allocation, twice, and
  * of a stale id (its connection gone): not_found every time, answered
  * exactly as for an id that never existed, and nothing freed that should
@@ -396,13 +405,22 @@ static void test_free_not_yours(void **state)
 	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a), 0);
 	assert_int_equal(gpb_free(c, a.id), 0);
 	assert_int_equal(gpb_free(c, a.id), GPB_E_NOT_FOUND);
+	/* The free did not wait for its reply (the second never left the
+	 * library): until the daemon has read it, the raw connection (same
+	 * user) could still attach the id. */
+	th_settle(c);
 	expect_unknown(fd, a.id);
 	/* Stale: made by a connection that has closed. */
+	clients_before_stale = th_status_field(by.client, "clients");
 	gpb_client *gone = th_client(&by.daemon, "gone");
 	uint64_t ginst;
 	assert_int_equal(gpb_register(gone, &opts, &ginst), 0);
 	assert_int_equal(gpb_alloc(gone, ginst, 4096, 0, &stale), 0);
 	gpb_disconnect(gone);
+	/* The daemon ends the closed connection, and releases what it held,
+	 * in its own time: until then the raw connection (same user) could
+	 * still attach its allocation. */
+	assert_true(th_wait_for(stale_gone, by.client, 10000));
 	expect_unknown(fd, stale.id);
 	assert_int_equal(gpb_attach(c, stale.id, &a), GPB_E_NOT_FOUND);
 	/* Another user's (root only: a child runs as nobody). */

@@ -101,6 +101,7 @@ static void test_same_user_processes(void **state)
 	assert_true(holds(a.ptr, size, 200));
 
 	assert_int_equal(gpb_free(c, a.id), 0);
+	th_settle(c); /* the free done before another connection looks */
 	gpb_client *r = th_client(&d, "late");
 	struct gpb_allocation b;
 	assert_int_equal(gpb_open_shared(r, "frame", &b), GPB_E_NOT_FOUND);

@@ -21,7 +21,7 @@ import cupy
 
 import gpubroker
 import gpubroker.cupy as gcp
-from conftest import MiB
+from conftest import MiB, harness
 
 FAKE_UUID = "GPU-facecda0-0000-4000-8000-000000000000"  # NUL bytes 4 and 5
 
@@ -100,6 +100,7 @@ def test_allocations_are_broker_memory_in_cupy_classes(broker):
     assert buf.raw == b"gpubroker"
     del p, view, a
     gc.collect()
+    harness.settle(alloc.client)  # its free is quiet: done before admin looks
     assert admin.instance_info(alloc.instance()).used == before
 
 
@@ -114,6 +115,7 @@ def test_set_allocator_and_using_allocator(broker):
         assert admin.instance_info(inst).used >= MiB
         del mem
         gc.collect()
+        harness.settle(alloc.client)
         assert admin.instance_info(inst).used == 0
     assert cupy.cuda.get_allocator() == previous  # restored
     cupy.cuda.set_allocator(alloc)
@@ -124,6 +126,7 @@ def test_set_allocator_and_using_allocator(broker):
         gc.collect()
     finally:
         cupy.cuda.set_allocator(previous)
+    harness.settle(alloc.client)
     assert admin.instance_info(inst).used == 0
 
 

@@ -221,6 +221,19 @@ def wait_until(pred, timeout=10.0):
     return True
 
 
+def settle(client):
+    """One round trip on @client (a `status` request, which waits for its
+    reply), so that what @client freed before is done in the daemon. A free
+    (Allocation.free(), a collected Allocation, the Numba and CuPy bridges'
+    frees, gpb_free_async once its fence passed) and a kept slab's release
+    are quiet: sent without waiting for a reply, and ordered only before
+    the same connection's later requests. Another connection (an observer
+    Client, gpubrokerctl, another process) may be served first, so call this
+    on the freeing connection before looking through another one. A close
+    is no such free: wait for it with wait_until()."""
+    client.request("status")
+
+
 def ctl_instances(daemon):
     """`gpubrokerctl --output json instances` against @daemon: the rows."""
     import json

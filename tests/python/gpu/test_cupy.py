@@ -15,7 +15,7 @@ cupy = pytest.importorskip("cupy")
 
 import gpubroker  # noqa: E402
 import gpubroker.cupy  # noqa: E402
-from conftest import child_env, run_python, wait_until  # noqa: E402
+from conftest import child_env, run_python, settle, wait_until  # noqa: E402
 
 MiB = 1 << 20
 
@@ -44,6 +44,7 @@ def test_arrays_come_from_the_broker_and_go_back(broker):
         assert float((x * 2).sum()) == float(cupy.arange(1 << 20, dtype=cupy.float64).sum() * 2)
         del x
         gc.collect()
+        settle(alloc.client)  # its frees are quiet: done before admin looks
         assert admin.instance_info(inst).used == 0
     assert cupy.cuda.get_allocator() == previous  # restored
 
@@ -101,8 +102,10 @@ def test_cupy_reads_what_numba_wrote(broker):
     h = arr.get_ipc_handle()._ipc_handle  # the broker's handle (allocation id, offset, size)
     y = gcp.attach(h, shape=(1000,), dtype="int32", client=alloc.client)
     assert int(y[999]) == 2997 and int(y.sum()) == 3 * 999 * 1000 // 2
-    del y
+    del y, arr
     gc.collect()
+    # Numba's free is quiet: done before a later test's baseline (admin's view).
+    settle(cuda.current_context().memory_manager.client)
 
 
 def test_set_allocator_malloc_and_using_allocator(broker):
@@ -115,9 +118,11 @@ def test_set_allocator_malloc_and_using_allocator(broker):
     dev = admin.instance_info(inst).device
 
     def used():
+        settle(default.client)  # malloc's frees are quiet: done before admin looks
         return admin.instance_info(inst).used, admin.stats(dev).used
 
     gc.collect()  # what earlier tests dropped is gone before the baseline
+    settle(alloc.client)
     base, pool = used()
     try:
         cupy.cuda.set_allocator(gpubroker.cupy.malloc)
