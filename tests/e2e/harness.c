@@ -560,15 +560,6 @@ gpb_client *th_client(const struct th_daemon *d, const char *name)
 	return c;
 }
 
-void th_settle(gpb_client *c)
-{
-	char *json = NULL;
-	int rc = gpb_request(c, "stats", NULL, &json);
-	if (rc < 0)
-		fail_msg("th_settle: %s: %s", gpb_strerror(rc), gpb_last_error());
-	gpb_string_free(json);
-}
-
 static uint64_t th_json_u64(const cJSON *v)
 {
 	if (cJSON_IsString(v))
@@ -591,6 +582,11 @@ static cJSON *th_request_json(gpb_client *c, const char *method)
 	assert_non_null(root);
 	gpb_string_free(json);
 	return root;
+}
+
+void th_settle(gpb_client *c)
+{
+	cJSON_Delete(th_request_json(c, "stats"));
 }
 
 uint64_t th_status_field(gpb_client *c, const char *key)
