@@ -238,7 +238,18 @@ static bool broker_uid_connected(const struct broker *b, uid_t uid)
 	return false;
 }
 
-void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a)
+/* Frees a block of device's pool, or fences it for s (see
+ * broker_parting_add_block; out of memory, it is freed). */
+static void broker_block_free(struct broker *b, struct session *s, int device,
+                              struct pool_block *block, bool fence)
+{
+	if (fence && broker_parting_add_block(b, s, device, block) == 0)
+		return;
+	/* Last: this may hand the slab back to the backend. */
+	pool_free(b->dev[device].pool, block);
+}
+
+void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a, bool fence)
 {
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
@@ -267,12 +278,11 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 		return;
 	}
 	policy_uncharge(broker_policy_of(b, s), &a->inst->pol, size);
-	/* Last: this may hand the slab back to the backend. */
-	pool_free(b->dev[device].pool, a->block);
+	broker_block_free(b, s, device, a->block, fence);
 	arena_free(&b->alloc_arena, a);
 }
 
-void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a)
+void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a, bool fence)
 {
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
@@ -285,8 +295,7 @@ void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a)
 	 * the holder's policy is the owner's. */
 	policy_orphan_release(broker_policy_of(b, s), device, pool_block_size(a->block));
 	b->orphan_count--;
-	/* Last: this may hand the slab back to the backend. */
-	pool_free(b->dev[device].pool, a->block);
+	broker_block_free(b, s, device, a->block, fence);
 	arena_free(&b->alloc_arena, a);
 }
 
@@ -351,13 +360,13 @@ void broker_session_strip(struct broker *b, struct session *s)
 	if (linger)
 		broker_parting_add(b, s, b->invalidate_epoch);
 	list_for_each_safe(pos, tmp, &s->allocs) {
-		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link));
+		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link), false);
 	}
 	broker_hosts_release(b, s);
 	size_t it = 0;
 	struct broker_alloc *a;
 	while ((a = idmap_next(&s->attached, &it, NULL)))
-		broker_unpin(b, s, a);
+		broker_unpin(b, s, a, false);
 	/* Empty, for a session that lives on (its partition was destroyed). */
 	idmap_finish(&s->attached);
 	idmap_init(&s->attached);
@@ -710,7 +719,7 @@ int broker_free(struct broker *b, struct session *s, uint64_t id)
 	struct broker_alloc *a = broker_alloc_owned(b, s, id);
 	if (!a)
 		return broker_host_free(b, s, id);
-	broker_alloc_release(b, s, a);
+	broker_alloc_release(b, s, a, false);
 	broker_waits_run(b);
 	return 0;
 }
@@ -755,7 +764,7 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id)
 	if (!a)
 		return -ENOENT;
 	/* An unpinned slab, a released orphan: real room for a wait. */
-	broker_unpin(b, s, a);
+	broker_unpin(b, s, a, false);
 	broker_waits_run(b);
 	return 0;
 }

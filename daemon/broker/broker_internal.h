@@ -39,16 +39,25 @@ unsigned broker_reclaim_device(struct broker *b, int device);
 /* broker_reset.c: a slab s's client is asked to unmap, pinned ("parting")
  * until it answers release. 0 or -ENOMEM. */
 int broker_parting_add_slab(struct broker *b, struct session *s, struct pool_slab *slab);
+/* Keeps block (of device's pool) allocated, fenced for s, until s's
+ * client answers the current invalidate epoch or its process is gone: a
+ * client that has not read the event yet may still write there, so the
+ * range must not go to another allocation before. 0 or -ENOMEM. */
+int broker_parting_add_block(struct broker *b, struct session *s, int device,
+                             struct pool_block *block);
 /* Lets go of the reclaimed slab_id of s: true when there was one. */
 bool broker_parting_release_slab(struct broker *b, struct session *s, uint64_t slab_id);
 
 /* s's allocation id, or NULL (unknown, freed, another session's). */
 struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id);
-/* Frees one allocation of s: its slab hold, its charge, its pool block. */
-void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a);
+/* Frees one allocation of s: its slab hold, its charge, its pool block;
+ * with fence (a release s's client hears of only by an event), the block
+ * stays allocated until it has answered (broker_parting_add_block). */
+void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a, bool fence);
 /* Drops one attachment: its slab hold, its pin, and the allocation when it
- * was the last holder of an orphan (the map entry is the caller's). */
-void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a);
+ * was the last holder of an orphan (the map entry is the caller's); fence
+ * as for broker_alloc_release. */
+void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a, bool fence);
 /* Attaches a to s (the checks are the caller's): as broker_attach(). */
 int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
                 struct broker_grant *out);

@@ -75,6 +75,10 @@ struct broker_parting {
 	struct pool_slab *slab;
 	uint64_t epoch; /* of the invalidate event that released it */
 	bool reclaim;   /* a reclaim event's: let go by release, not by an epoch */
+	/* A fence, not counted as a parting slab: a block the release freed,
+	 * kept allocated until the client has answered (or its process is
+	 * gone), since until it reads the event it may still write there. */
+	struct pool_block *block;
 };
 
 /* What an evicted session kept from the backend until its process exits. */
@@ -111,6 +115,7 @@ void broker_parting_add(struct broker *b, struct session *s, uint64_t epoch)
 		p->slab = ss->slab;
 		p->epoch = epoch;
 		p->reclaim = false;
+		p->block = NULL;
 		p->next = s->parting;
 		s->parting = p;
 		s->parting_count++;
@@ -162,6 +167,8 @@ static void broker_parting_free(struct broker *b, struct broker_parting *p)
 {
 	struct broker_retired *r = broker_retired_find(b, p->pool);
 	uint32_t uid = pool_slab_uid(p->slab);
+	if (p->block)
+		pool_free(p->pool, p->block); /* pinned: the slab stays for the unpin */
 	pool_slab_unpin(p->pool, p->slab);
 	/* A retired pool serves no one: an empty slab it would cache for the
 	 * uid goes back now, not with the pool's last parting slab. */
@@ -187,11 +194,28 @@ static unsigned broker_parting_release(struct broker *b, struct session *s, uint
 			continue;
 		}
 		*pp = p->next;
+		n += !p->block;
 		broker_parting_free(b, p);
-		n++;
 	}
 	s->parting_count -= n;
 	return n;
+}
+
+int broker_parting_add_block(struct broker *b, struct session *s, int device,
+                             struct pool_block *block)
+{
+	struct broker_parting *p = malloc(sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->pool = b->dev[device].pool;
+	p->slab = pool_block_slab(block);
+	p->epoch = b->invalidate_epoch;
+	p->reclaim = false;
+	p->block = block;
+	p->next = s->parting;
+	s->parting = p;
+	pool_slab_pin(p->slab);
+	return 0;
 }
 
 int broker_parting_add_slab(struct broker *b, struct session *s, struct pool_slab *slab)
@@ -204,6 +228,7 @@ int broker_parting_add_slab(struct broker *b, struct session *s, struct pool_sla
 	p->slab = slab;
 	p->epoch = b->invalidate_epoch;
 	p->reclaim = true;
+	p->block = NULL;
 	p->next = s->parting;
 	s->parting = p;
 	s->parting_count++;
@@ -265,6 +290,18 @@ void broker_ghosts_drop(struct broker *b)
 
 void broker_ghost_make(struct broker *b, struct session *s)
 {
+	/* Its fences go now: an eviction hands back what the session held
+	 * at once (broker_session_strip frees its blocks unfenced), and what an
+	 * earlier invalidate left fenced goes with it. */
+	for (struct broker_parting **pp = &s->parting; *pp;) {
+		struct broker_parting *p = *pp;
+		if (!p->block) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		broker_parting_free(b, p);
+	}
 	struct broker_ghost *g = s->parting ? malloc(sizeof(*g)) : NULL;
 	if (!g) {
 		if (s->parting)
@@ -313,7 +350,7 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 	list_for_each(pos, &b->sessions) {
 		const struct session *s = list_entry(pos, const struct session, link);
 		unsigned n = 0;
-		for (const struct broker_parting *p = s->parting; p; p = p->next, n++) {
+		for (const struct broker_parting *p = s->parting; p; n += !p->block, p = p->next) {
 			bool current = false;
 			for (int i = 0; i < b->device_count; i++)
 				current |= p->pool == b->dev[i].pool;
@@ -339,9 +376,9 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 	list_for_each(pos, &b->ghosts) {
 		const struct broker_ghost *g = list_entry(pos, const struct broker_ghost, link);
 		unsigned n = 0;
-		for (const struct broker_parting *p = g->parting; p; p = p->next, n++)
+		for (const struct broker_parting *p = g->parting; p; n += !p->block, p = p->next)
 			parting_retired += broker_retired_find(b, p->pool) != NULL;
-		if (n != g->count || !n) {
+		if (n != g->count || !g->parting) {
 			snprintf(msg, msg_len, "session %llu's ghost: %u slabs, counted %u",
 			         (unsigned long long)g->session, n, g->count);
 			return -EFAULT;
@@ -376,14 +413,15 @@ static void broker_release_all(struct broker *b, uint64_t *allocs, uint64_t *att
 		struct session *s = list_entry(pos, struct session, link);
 		broker_parting_add(b, s, b->invalidate_epoch);
 		list_for_each_safe(ipos, tmp, &s->allocs) {
-			broker_alloc_release(b, s, list_entry(ipos, struct broker_alloc, link));
+			broker_alloc_release(b, s, list_entry(ipos, struct broker_alloc, link),
+			                     true);
 			(*allocs)++;
 		}
 		*allocs += broker_hosts_release(b, s);
 		size_t it = 0;
 		struct broker_alloc *a;
 		while ((a = idmap_next(&s->attached, &it, NULL))) {
-			broker_unpin(b, s, a);
+			broker_unpin(b, s, a, true);
 			(*attachments)++;
 		}
 		/* Emptied: removing entries while iterating would be undefined

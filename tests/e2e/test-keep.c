@@ -231,12 +231,53 @@ static void test_free_error_next_call(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/* invalidate_all frees everything at once, yet each range stays fenced
+ * until its owner's client has answered the event: until it reads the
+ * event it may still write there (or have kernels queued on it), so no
+ * other allocation may be put there before. */
+static void test_invalidate_fence(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation x, y;
+	struct gpb_mem_info mi;
+	(void)state;
+	th_daemon_start(&d, NULL);
+	gpb_client *a = th_client(&d, "owner");
+	gpb_client *b = th_client(&d, "other");
+	gpb_client *admin = th_client(&d, "admin");
+	uint64_t ia = reg(a), ib = reg(b);
+	assert_int_equal(gpb_alloc(a, ia, 64 << 10, 0, &x), 0);
+	memset(x.ptr, 7, x.size);
+	assert_int_equal(gpb_invalidate_all(admin), 0);
+	/* The owner has read nothing yet: its range is fenced, not free. */
+	assert_int_equal(th_status_used(admin), 64 << 10);
+	assert_int_equal(gpb_alloc(b, ib, 64 << 10, 0, &y), 0);
+	assert_false(y.slab == x.slab && y.offset < x.offset + x.size &&
+	             x.offset < y.offset + y.size);
+	memset(y.ptr, 9, y.size);
+	for (uint64_t i = 0; i < x.size; i++)
+		assert_int_equal(((const unsigned char *)x.ptr)[i], 7);
+	assert_int_equal(th_status_used(admin), 128 << 10);
+	/* Its next call reads the event and answers it before its own
+	 * request: the range goes back. */
+	assert_int_equal(gpb_mem_info(a, ia, &mi), 0);
+	assert_int_equal(mi.used, 0);
+	assert_int_equal(th_status_used(admin), 64 << 10);
+	assert_int_equal(gpb_free(b, y.id), 0);
+	th_settle(b);
+	assert_int_equal(th_status_used(admin), 0);
+	gpb_disconnect(admin);
+	gpb_disconnect(b);
+	gpb_disconnect(a);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_keep_reuse),           cmocka_unit_test(test_reclaim_pressure),
 	    cmocka_unit_test(test_reclaim_self),         cmocka_unit_test(test_free_order),
-	    cmocka_unit_test(test_free_error_next_call),
+	    cmocka_unit_test(test_free_error_next_call), cmocka_unit_test(test_invalidate_fence),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

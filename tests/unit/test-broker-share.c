@@ -318,6 +318,13 @@ static void test_orphans_released_by_reset(void **state)
 		assert_int_equal(attachments, 1);
 		assert_int_equal(b->orphan_count, 0);
 		assert_int_equal(b->policy.dev[0].orphaned, 0);
+		/* The block stays fenced for s2, whose client may still write
+		 * there, until it answers the event (set_allocator: in the
+		 * retired pool, not the device's current one). */
+		assert_int_equal(dev_stats(b, 0).used, round == 0 ? 8 * KiB : 0);
+		unsigned released;
+		assert_int_equal(broker_invalidate_done(b, s2, b->invalidate_epoch, &released), 0);
+		check(b);
 		assert_int_equal(dev_stats(b, 0).used, 0);
 	}
 	broker_done(b);
