@@ -50,7 +50,10 @@
  * pattern. A change of its bytes seen before a call must be explained by an
  * invalidate event that call reads (the daemon writes the event before it
  * reuses the memory, and the event comes before the reply); otherwise the
- * daemon gave its live memory to someone else.
+ * daemon gave its live memory to someone else. Workers write the ends of
+ * what they are granted as soon as the grant is read, so the daemon must
+ * also keep a released range from the bystander until the worker that had
+ * it has read its own event (the fence, broker_reset.c).
  */
 struct bystander {
 	gpb_client *c;
@@ -59,6 +62,12 @@ struct bystander {
 	bool have, invalidated, changed;
 	unsigned char pattern;
 	unsigned long events, allocations;
+	/* What a change looked like, for the failure message: the first byte
+	 * that differed, and the library's slab maps and unmaps when the
+	 * allocation was made and when the change was seen. */
+	uint64_t bad_at;
+	unsigned char bad_value;
+	struct gpb_mapping_stats maps_alloc, maps_change;
 };
 
 static void bystander_event(gpb_client *c, const char *name, const char *data, void *ud)
@@ -74,8 +83,14 @@ static void bystander_event(gpb_client *c, const char *name, const char *data, v
 static bool bystander_intact(struct bystander *b)
 {
 	const unsigned char *p = b->a.ptr;
-	for (uint64_t i = 0; b->have && !b->changed && i < b->a.size; i++)
-		b->changed = p[i] != b->pattern;
+	for (uint64_t i = 0; b->have && !b->changed && i < b->a.size; i++) {
+		if (p[i] == b->pattern)
+			continue;
+		b->changed = true;
+		b->bad_at = i;
+		b->bad_value = p[i];
+		gpb_mapping_stats(&b->maps_change);
+	}
 	return !b->changed;
 }
 
@@ -105,7 +120,18 @@ static void bystander_sync(struct bystander *b)
 {
 	bystander_events(b);
 	if (b->changed)
-		fail_msg("the bystander's bytes changed with no invalidate event");
+		fail_msg(
+		    "the bystander's bytes changed with no invalidate event: allocation "
+		    "%016llx (slab %016llx, offset %llu, %llu bytes), byte %llu is %u, not "
+		    "%u; %lu invalidate events, %lu allocations; slabs mapped/unmapped %llu/%llu "
+		    "at its allocation, %llu/%llu when the change was seen",
+		    (unsigned long long)b->a.id, (unsigned long long)b->a.slab,
+		    (unsigned long long)b->a.offset, (unsigned long long)b->a.size,
+		    (unsigned long long)b->bad_at, b->bad_value, b->pattern, b->events,
+		    b->allocations, (unsigned long long)b->maps_alloc.opens,
+		    (unsigned long long)b->maps_alloc.closes,
+		    (unsigned long long)b->maps_change.opens,
+		    (unsigned long long)b->maps_change.closes);
 	while (b->inst && !b->have) {
 		int rc = gpb_alloc(b->c, b->inst, 1 << 16, 0, &b->a);
 		if (rc == GPB_E_OUT_OF_MEMORY || rc == GPB_E_QUOTA)
@@ -113,6 +139,7 @@ static void bystander_sync(struct bystander *b)
 		assert_int_equal(rc, 0);
 		b->pattern = (unsigned char)(b->pattern % 255 + 1);
 		memset(b->a.ptr, b->pattern, b->a.size);
+		gpb_mapping_stats(&b->maps_alloc);
 		b->have = true;
 		b->allocations++;
 		bystander_events(b);
