@@ -182,11 +182,13 @@ static void broker_parting_free(struct broker *b, struct broker_parting *p)
 	free(p);
 }
 
-/* Lets go of s's parting slabs released at or before epoch. */
-static unsigned broker_parting_release(struct broker *b, struct session *s, uint64_t epoch)
+/* Lets go of s's parting slabs and fences released at or before epoch;
+ * returns the slabs, and in *fences (may be NULL) the fences. */
+static unsigned broker_parting_release(struct broker *b, struct session *s, uint64_t epoch,
+                                       unsigned *fences)
 {
 	struct broker_parting **pp = &s->parting;
-	unsigned n = 0;
+	unsigned n = 0, f = 0;
 	while (*pp) {
 		struct broker_parting *p = *pp;
 		if (p->epoch > epoch || (p->reclaim && epoch != UINT64_MAX)) {
@@ -195,9 +197,12 @@ static unsigned broker_parting_release(struct broker *b, struct session *s, uint
 		}
 		*pp = p->next;
 		n += !p->block;
+		f += p->block != NULL;
 		broker_parting_free(b, p);
 	}
 	s->parting_count -= n;
+	if (fences)
+		*fences = f;
 	return n;
 }
 
@@ -253,7 +258,7 @@ bool broker_parting_release_slab(struct broker *b, struct session *s, uint64_t s
 
 void broker_parting_drop(struct broker *b, struct session *s)
 {
-	broker_parting_release(b, s, UINT64_MAX);
+	broker_parting_release(b, s, UINT64_MAX, NULL);
 }
 
 void broker_set_exit_watch(struct broker *b, broker_exit_fn fn, void *ctx)
@@ -396,9 +401,13 @@ int broker_invalidate_done(struct broker *b, struct session *s, uint64_t epoch, 
 {
 	if (epoch > b->invalidate_epoch)
 		return -EINVAL;
-	*released = broker_parting_release(b, s, epoch);
-	if (*released)
-		broker_waits_run(b); /* the slabs may have gone back: room for a wait */
+	unsigned fences;
+	*released = broker_parting_release(b, s, epoch, &fences);
+	/* The slabs may have gone back, the fenced ranges are free: room for a
+	 * wait (a fence comes with its slab's entry, unless that one could not
+	 * be made). */
+	if (*released || fences)
+		broker_waits_run(b);
 	return 0;
 }
 
