@@ -273,8 +273,16 @@ void gt_stage_self(char *out, size_t len)
 
 void gt_stage_use(void)
 {
-	if (gt_stage_dir[0])
-		setenv("LD_LIBRARY_PATH", gt_stage_dir, 1);
+	/* First, not alone: the libraries the program itself needs (libcjson,
+	 * libuv) may be found only through the caller's path, as in the GPU
+	 * machine's bundle, where they are not installed. */
+	if (gt_stage_dir[0]) {
+		const char *was = getenv("LD_LIBRARY_PATH");
+		char path[PATH_MAX * 2];
+		snprintf(path, sizeof(path), "%s%s%s", gt_stage_dir, was && *was ? ":" : "",
+			 was && *was ? was : "");
+		setenv("LD_LIBRARY_PATH", path, 1);
+	}
 }
 
 void gt_require_gpu(int argc, char **argv)

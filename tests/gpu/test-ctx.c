@@ -47,6 +47,14 @@ static CUcontext current(void)
 	return ctx;
 }
 
+/* The pointer belongs to the current context. */
+static void check_ctx(const void *ptr)
+{
+	CUcontext p = ptr_ctx(ptr), c = current();
+	if (p != c)
+		GT_FAIL("the context of %p is %p, the current one %p", ptr, (void *)p, (void *)c);
+}
+
 /* Writes pattern @seed through the library and reads it back: queued on
  * the legacy stream of the context the memory is mapped in, which may not
  * be the current one. */
@@ -103,7 +111,7 @@ static int case_reset(const char *socket)
 	GPB(gpb_connect(socket, "gpu-ctx-reset", &c));
 	uint64_t inst = gt_register(c, 0);
 	GPB(gpb_alloc(c, inst, SIZE, 0, &a));
-	CHECK(ptr_ctx(a.ptr) == current());
+	check_ctx(a.ptr);
 	write_read(a.ptr, SIZE, 1);
 
 	/* Numba's Device.reset. */
@@ -115,10 +123,10 @@ static int case_reset(const char *socket)
 	gt_cuda_context(0);
 	GPB(gpb_alloc(c, inst, SIZE, 0, &b));
 	CHECK(b.slab == a.slab);
-	CHECK(ptr_ctx(b.ptr) == current());
+	check_ctx(b.ptr);
 	write_read(b.ptr, SIZE, 2);
 	GPB(gpb_alloc(c, inst, LARGE, 0, &big));
-	CHECK(ptr_ctx(big.ptr) == current());
+	check_ctx(big.ptr);
 	write_read(big.ptr, LARGE, 3);
 	/* The fake keeps a dead mapping's addresses; a GPU may reuse them. */
 	if (gt_fake())
@@ -165,7 +173,7 @@ static int case_own(const char *socket)
 	expect_reset(a.ptr);
 	expect_reset(big.ptr);
 	GPB(gpb_alloc(c, inst, SIZE, 0, &d));
-	CHECK(ptr_ctx(d.ptr) == current());
+	check_ctx(d.ptr);
 	write_read(d.ptr, SIZE, 5);
 	GPB(gpb_free(c, a.id));
 	GPB(gpb_free(c, big.id));

@@ -34,7 +34,9 @@ static void check_get_proc_address(void)
 {
 	void *fn = (void *)1;
 	CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
-	CHECK(get_proc("cuNoSuchEntryPoint", &fn, CUDA_VERSION, 0, &st) == CUDA_ERROR_NOT_FOUND);
+	CUresult rc = get_proc("cuNoSuchEntryPoint", &fn, CUDA_VERSION, 0, &st);
+	printf("cuGetProcAddress(cuNoSuchEntryPoint) = %d, status %d, fn %p\n", (int)rc, (int)st, fn);
+	CHECK(rc == CUDA_ERROR_NOT_FOUND);
 	CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND && fn == NULL);
 	/* Stream-ordered pools came with CUDA 11.2. */
 	CHECK(get_proc("cuMemPoolCreate", &fn, 11000, 0, &st) == CUDA_ERROR_NOT_FOUND);

@@ -60,8 +60,11 @@ static void run_client(const char *socket, const char *who, bool newns, char *li
 	if (newns)
 		CHECK(unshare(CLONE_NEWPID) == 0);
 	pid_t pid = gt_spawn_self(args, &out);
-	CHECK(gt_read_line(out, line, len));
-	CHECK(gt_wait(pid) == 0);
+	bool got = gt_read_line(out, line, len);
+	int st = gt_wait(pid);
+	if (!got || st != 0)
+		GT_FAIL("the %s client%s exited %d having written '%s'", who,
+		        newns ? " in a new PID namespace" : "", st, got ? line : "(nothing)");
 	close(out);
 }
 
