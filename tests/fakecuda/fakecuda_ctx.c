@@ -518,3 +518,44 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 	*device = fake_current()->device;
 	return CUDA_SUCCESS;
 }
+
+/* The context a CUDA 13 entry point is given: ctx, or the current one when
+ * NULL. CUDA_SUCCESS and *out, or the refusal. */
+static CUresult fake_ctx_arg(CUcontext ctx, struct fake_ctx **out)
+{
+	struct fake_ctx *c = ctx ? (struct fake_ctx *)(void *)ctx : fake_current();
+	if (!c || c->magic != CTX_MAGIC)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!c->active)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	*out = c;
+	return CUDA_SUCCESS;
+}
+
+/* CUDA 13's cuCtxGetDevice, of a context given (cuGetProcAddress's answer
+ * for "cuCtxGetDevice" at 13000). */
+FAKE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+	NEED_INIT();
+	struct fake_ctx *c;
+	CUresult rc = fake_ctx_arg(ctx, &c);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	*device = c->device;
+	return CUDA_SUCCESS;
+}
+
+/* CUDA 13's cuCtxSynchronize, of a context given. */
+FAKE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	NEED_INIT();
+	INJECT("cuCtxSynchronize");
+	struct fake_ctx *c;
+	CUresult rc = fake_ctx_arg(ctx, &c);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	fake_async_drain(c, false);
+	return CUDA_SUCCESS;
+}
