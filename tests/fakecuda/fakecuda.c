@@ -795,7 +795,9 @@ FAKE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
 		return fake_pointer_attribute(data, attr, ptr, NULL);
 	switch (attr) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
-		*(CUcontext *)data = (CUcontext)(void *)copy.ctx;
+		/* A VMM mapping belongs to no context: the driver answers NULL
+		 * (an H100, driver 580). */
+		*(CUcontext *)data = copy.vmm ? NULL : (CUcontext)(void *)copy.ctx;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 		*(int *)data = copy.device;
