@@ -533,8 +533,12 @@ static CUresult fake_ctx_arg(CUcontext ctx, struct fake_ctx **out)
 }
 
 /* CUDA 13's cuCtxGetDevice, of a context given (cuGetProcAddress's answer
- * for "cuCtxGetDevice" at 13000). */
-FAKE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+ * for "cuCtxGetDevice" at 13000). Like cuCtxSynchronize_v2, reachable
+ * through cuGetProcAddress only, not exported by name: Debian's numba
+ * (tests/frameworks) looks names up with dlsym trying "_v2" first and would
+ * call it with CUDA 12's arguments. Whether a CUDA 13 driver exports the
+ * name (and so breaks that numba) is for a GPU to say. */
+CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
 	NEED_INIT();
 	struct fake_ctx *c;
@@ -548,7 +552,7 @@ FAKE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 }
 
 /* CUDA 13's cuCtxSynchronize, of a context given. */
-FAKE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
 	NEED_INIT();
 	INJECT("cuCtxSynchronize");
