@@ -289,10 +289,12 @@ int gpb_detach(gpb_client *client, uint64_t id);
  * connection ends; what was opened stays mapped (and allocated) until its
  * openers detach. Another user maps the whole slab, so only an allocation
  * that fills a slab of its own may go to another uid: a multiple of 2 MiB,
- * larger than the daemon's slab size or under the "direct" allocator.
+ * larger than the daemon's slab size or under the "direct" allocator; and
+ * never memory of the "async" allocator (cuda), whose grant would carry
+ * this user's whole memory pool.
  * @name is copied.
  * Errors: GPB_E_INVALID (name not 1-64 bytes, uid out of range, allocation
- * already exported, or another uid for a pooled allocation:
+ * already exported, or another uid for a pooled or "async" allocation:
  * gpb_last_error() says which), GPB_E_EXISTS (this user already exports
  * @name), GPB_E_NOT_FOUND (not this connection's allocation),
  * GPB_E_DAEMON_GONE.

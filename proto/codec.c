@@ -422,8 +422,10 @@ size_t proto_fast_grant_reply(char *buf, size_t cap, const char *id,
 		put_str(&o, g->device_uuid ? g->device_uuid : "");
 		if (g->fd) {
 			PUT_LIT(&o, ",\"" PROTO_F_FD "\":true");
-			if (g->pool)
-				PUT_LIT(&o, ",\"" PROTO_F_POOL "\":true");
+			if (g->pool) {
+				PUT_LIT(&o, ",\"" PROTO_F_POOL "\":true,\"" PROTO_F_POOL_ID "\":");
+				put_id64(&o, g->pool_id);
+			}
 			if (g->vmm)
 				PUT_LIT(&o, ",\"" PROTO_F_VMM "\":true");
 		}

@@ -52,6 +52,7 @@ struct proto_fast_grant {
 	const unsigned char *handle; /* PROTO_HANDLE_SIZE bytes, or NULL */
 	const char *device_uuid;     /* with handle */
 	bool fd, pool, vmm, keep;
+	uint64_t pool_id; /* with fd and pool */
 };
 
 /*

@@ -134,6 +134,7 @@ const char *const proto_fields[] = {
     PROTO_F_PEAK,
     PROTO_F_PID,
     PROTO_F_POOL,
+    PROTO_F_POOL_ID,
     PROTO_F_PREVIOUS,
     PROTO_F_PROPORTION,
     PROTO_F_QUEUED,

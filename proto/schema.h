@@ -272,6 +272,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_PEAK               "peak"
 #define PROTO_F_PID                "pid"
 #define PROTO_F_POOL               "pool"
+#define PROTO_F_POOL_ID            "pool_id"
 #define PROTO_F_PREVIOUS           "previous"
 #define PROTO_F_PROPORTION         "proportion"
 #define PROTO_F_QUEUED             "queued"
@@ -362,7 +363,9 @@ enum proto_presence {
 
 /* alloc of device memory, attach, open and claim: the grant. handle and
  * device_uuid come the first time a connection is given the slab, fd with
- * a descriptor (sim, or async), pool with the device's memory pool. */
+ * a descriptor (sim, or async), pool with the device's memory pool and
+ * pool_id with pool: the pool's name (the driver's pool descriptors all
+ * name one file, so the client tells pools apart by it). */
 #define PROTO_GRANT_RESULT(X)                                                                      \
 	X(ID, ID64, PROTO_REQUIRED)                                                                \
 	X(DEVICE, INT, PROTO_REQUIRED)                                                             \
@@ -374,6 +377,7 @@ enum proto_presence {
 	X(DEVICE_UUID, STRING, PROTO_OPTIONAL)                                                     \
 	X(FD, TRUE, PROTO_OPTIONAL)                                                                \
 	X(POOL, TRUE, PROTO_OPTIONAL)                                                              \
+	X(POOL_ID, ID64, PROTO_OPTIONAL)                                                           \
 	X(KEEP, TRUE, PROTO_OPTIONAL)
 
 /* alloc of host memory ("pinned", "mapped"), and the claim of a host array. */

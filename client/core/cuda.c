@@ -34,7 +34,9 @@
  * Pool slabs (allocator "async", "pool": true in the reply): the memory pool
  * of the slab's user on the device comes as a descriptor with each slab
  * handle; the process imports each pool once (cuMemPoolImportFromShareableHandle;
- * pools told apart by the file the descriptor names) and keeps it while any
+ * pools told apart by the id the daemon names each with: the driver's pool
+ * descriptors are all descriptors of /dev/nvidiactl, one inode for every
+ * pool, so the file tells nothing) and keeps it while any
  * mapping from it lives, the descriptors of later slabs being closed unused. Each slab is
  * cuMemPoolImportPointer of the pool and its export data, released with cuMemFree, which is how an
  * importer lets go of a pool pointer.
@@ -47,7 +49,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cuda_ctx.h"
 #include "cuda_vmm.h"
@@ -86,15 +87,14 @@ static int cuda_ipc_error(CUresult rc)
 	                 desc, *desc ? ")" : "");
 }
 
-/* A memory pool imported from the daemon, shared by the mappings from it.
- * The daemon keeps one pool per user and device and sends the same
- * descriptor of it with each slab: the file it names tells pools apart (a
- * process may hold slabs of two users' pools, one opened by name). */
+/* A memory pool imported from a daemon, shared by the mappings from it.
+ * A daemon keeps one pool per user and device and sends a descriptor of it
+ * with each slab, and the pool's id (random: a process connected to two
+ * daemons holds two pools of one device, which the id tells apart). */
 struct cuda_pool {
 	struct cuda_pool *next;
 	CUdevice dev;
-	dev_t file_dev;
-	ino_t file_ino;
+	uint64_t id;
 	CUmemoryPool pool;
 	unsigned long maps;
 };
@@ -111,21 +111,16 @@ struct cuda_mapping {
 	uint8_t vmm_tag[PROTO_HANDLE_SIZE]; /* vmm: the slab's handle (cuda_vmm_keep) */
 };
 
-/* A reference to the pool fd names on the device, imported from fd when
- * the process has not imported it (a context of the device current): 0 or
- * GPB_E_*. */
-static int cuda_pool_get(CUdevice dev, int fd, struct cuda_pool **out)
+/* A reference to pool id on the device, imported from fd when the process
+ * has not imported it (a context of the device current): 0 or GPB_E_*. */
+static int cuda_pool_get(CUdevice dev, uint64_t id, int fd, struct cuda_pool **out)
 {
 	struct cuda_pool *p;
-	struct stat st = {0};
 	int err = 0;
 
-	if (fd >= 0 && fstat(fd, &st) < 0)
-		return error_set_errno(GPB_E_SYSTEM, errno, "pool descriptor");
 	pthread_mutex_lock(&cuda_pool_lock);
 	for (p = cuda_pools; p; p = p->next) {
-		if (p->dev == dev &&
-		    (fd < 0 || (p->file_dev == st.st_dev && p->file_ino == st.st_ino)))
+		if (p->dev == dev && p->id == id)
 			break;
 	}
 	if (p) {
@@ -150,8 +145,7 @@ static int cuda_pool_get(CUdevice dev, int fd, struct cuda_pool **out)
 		goto out;
 	}
 	p->dev = dev;
-	p->file_dev = st.st_dev;
-	p->file_ino = st.st_ino;
+	p->id = id;
 	p->maps = 1;
 	p->next = cuda_pools;
 	cuda_pools = p;
@@ -216,7 +210,7 @@ static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd,
 		return error_set(GPB_E_BACKEND,
 		                 "the daemon serves pool memory (allocator \"async\"), but this "
 		                 "process's CUDA driver has no memory pools");
-	int err = cuda_pool_get(m->dev, fd, &m->pool);
+	int err = cuda_pool_get(m->dev, where->pool_id, fd, &m->pool);
 	if (err < 0)
 		return err;
 	CUmemPoolPtrExportData data;

@@ -34,6 +34,9 @@ struct slab_target {
 	/* cuda, allocator "async": the handle is a pool pointer's export data
 	 * and the descriptor (when >= 0) the device's memory pool. */
 	bool pool;
+	/* With pool: the pool's id, by which the process tells the pools it
+	 * imported apart (their descriptors all name one file). */
+	uint64_t pool_id;
 	/* cuda, transport "vmm": the descriptor is the slab's memory, to
 	 * import and map; the handle only names the slab. */
 	bool vmm;

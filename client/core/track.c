@@ -205,6 +205,7 @@ struct track_result {
 	const char *handle;
 	const char *device_uuid; /* with the handle, when the daemon sends it */
 	bool pool;               /* the descriptor is a memory pool (cuda async) */
+	uint64_t pool_id;        /* with pool: the pool's id */
 	bool vmm;                /* the descriptor is the slab's memory (cuda vmm) */
 	bool keep;               /* the daemon keeps the slab past its last hold */
 	uint64_t label_hash;     /* a claim's label (0: none) and instance */
@@ -239,6 +240,9 @@ static int track_parse(const cJSON *result, struct track_result *r)
 	rc = proto_get_bool(result, PROTO_F_POOL, &r->pool);
 	if (rc < 0 && rc != -ENOENT)
 		return error_set(GPB_E_PROTOCOL, "reply with an invalid 'pool'");
+	r->pool_id = 0;
+	if (r->pool && r->handle && proto_get_id64(result, PROTO_F_POOL_ID, &r->pool_id) < 0)
+		return error_set(GPB_E_PROTOCOL, "a pool slab without a valid 'pool_id'");
 	r->keep = false;
 	rc = proto_get_bool(result, PROTO_F_KEEP, &r->keep);
 	if (rc < 0 && rc != -ENOENT)
@@ -313,6 +317,7 @@ static int track_slab_get(struct track *t, struct track_prep *prep, const struct
 	struct slab_target where = {.device = (int)r->device,
 	                            .device_uuid = r->device_uuid,
 	                            .pool = r->pool,
+	                            .pool_id = r->pool_id,
 	                            .vmm = r->vmm};
 	rc = slab_cache_get(t->opener, handle, fd, &where, r->slab_size, &map);
 	if (rc < 0)

@@ -55,6 +55,10 @@ struct backend_slab {
 	 * backend. */
 	int fd;
 	bool pool;
+	/* With pool: the pool's id, unique across daemons (random), by which
+	 * a client tells pools apart: the driver's pool descriptors all name
+	 * one file (/dev/nvidiactl). */
+	uint64_t pool_id;
 	/* cuda vmm: fd is the slab's own exported memory (owned by the slab),
 	 * imported with cuMemImportFromShareableHandle and mapped. */
 	bool vmm;

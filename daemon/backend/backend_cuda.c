@@ -45,10 +45,12 @@
  * the slab is scrubbed like any other; its handle is the 64-byte
  * CUmemPoolPtrExportData, and the pool's descriptor travels with it
  * (backend_slab.fd, pool true) so a client can import the pool before the
- * pointer. Freed with cuMemFreeAsync, synchronised so that the memory is
- * back in the pool, and the pool's release threshold (0) hands it back to
- * the driver. A device supports it when the driver has the pool entry
- * points and the device reports pools with POSIX descriptor sharing.
+ * pointer, named by a random id (backend_slab.pool_id): the driver's pool
+ * descriptors are all descriptors of /dev/nvidiactl (measured on an H100),
+ * so a client cannot tell two pools apart by the file. Freed with cuMemFreeAsync, synchronised so
+ * that the memory is back in the pool, and the pool's release threshold (0) hands it back to the
+ * driver. A device supports it when the driver has the pool entry points and the device reports
+ * pools with POSIX descriptor sharing.
  *
  * Errors: every failing driver call is logged with its CUresult name and
  * description, the name is kept in backend->last_error for the error reply
@@ -64,6 +66,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "backend_cuda.h"
@@ -80,6 +83,9 @@ struct cuda_upool {
 	uint32_t uid;
 	CUmemoryPool pool;
 	int fd; /* the pool exported, sent with each of its slabs; -1 */
+	/* Names the pool in grants (backend_slab.pool_id): random, so that
+	 * two daemons' pools differ too. */
+	uint64_t id;
 };
 
 struct cuda_device {
@@ -393,6 +399,10 @@ static int cuda_pool_open(struct backend *b, int device, uint32_t uid, struct cu
 		log_info("cuda: device %d: a stream-ordered pool for uid %u", device,
 		         (unsigned)uid);
 	}
+	while (!up->id) {
+		if (getrandom(&up->id, sizeof(up->id), 0) != (ssize_t)sizeof(up->id))
+			return -EIO;
+	}
 	if (!d->stream &&
 	    (rc = api->StreamCreate(&d->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
 		d->stream = NULL;
@@ -597,6 +607,7 @@ static int cuda_slab_create(struct backend *b, int device, uint64_t size, uint32
 	cs->base.device = device;
 	cs->base.uid = uid;
 	cs->base.fd = up ? up->fd : -1;
+	cs->base.pool_id = up ? up->id : 0;
 	*out = &cs->base;
 	return 0;
 fail_free:

@@ -556,6 +556,7 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
 	out->handle = fresh ? bs->handle : NULL;
 	out->fd = fresh ? bs->fd : -1;
 	out->pool = fresh && bs->pool;
+	out->pool_id = out->pool ? bs->pool_id : 0;
 	out->vmm = fresh && bs->vmm;
 }
 

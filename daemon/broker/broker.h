@@ -323,6 +323,7 @@ struct broker_grant {
 	const unsigned char *handle; /* set when this session did not hold the slab */
 	int fd;                      /* with handle, the descriptor to pass; else -1 */
 	bool pool;                   /* fd is the device's memory pool (cuda async) */
+	uint64_t pool_id;            /* with pool: the pool's id (backend_slab.pool_id) */
 	bool vmm;                    /* fd is the slab's VMM memory (cuda transport vmm) */
 	bool keep;                   /* with handle: the session keeps the slab past its
 	                                last allocation (keep_slabs, allocator pool) */
@@ -376,7 +377,9 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id);
  * allocations, in s's uid's namespace, for uid to open: -ENOENT (not s's
  * allocation), -EALREADY (already exported), -EEXIST (s's uid already
  * exports that name), -EPERM (uid is another user and the allocation does
- * not fill its slab, which the opener would map whole), -EMFILE
+ * not fill its slab, which the opener would map whole), -EXDEV (uid is
+ * another user and the allocation is pool memory, cuda allocator "async":
+ * its grant carries the owner's pool), -EMFILE
  * (max_allocations exports), -EAGAIN (host memory). The name goes when the allocation is freed
  * (orphaned or not) or its session ends.
  */

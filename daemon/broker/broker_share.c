@@ -22,7 +22,10 @@
  * allocation goes to another uid only when it fills its slab: then no other
  * allocation is in it, and none can be put there while it lives. (A
  * dedicated slab is not enough: the pool fits later small requests of the
- * same user into the tail of a large one's slab.)
+ * same user into the tail of a large one's slab.) Pool memory (cuda,
+ * allocator "async") never goes to another uid: its grant carries the
+ * owner's memory pool, and an import maps the pointer's driver segment,
+ * which holds the owner's other slabs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -64,6 +67,13 @@ int broker_export(struct broker *b, struct session *s, uint64_t id, const char *
 		return -EEXIST;
 	if (uid != s->uid && pool_block_size(a->block) != pool_slab_size(pool_block_slab(a->block)))
 		return -EPERM;
+	/* Pool memory (allocator "async") never goes to another uid: the
+	 * opener imports the owner's whole pool, and what it maps of a pool
+	 * pointer is the driver's segment, which holds the owner's other
+	 * slabs (issue 25, item 1). */
+	const struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
+	if (uid != s->uid && bs->pool)
+		return -EXDEV;
 	/* At most one name per allocation: bounded by max_allocations. */
 	struct broker_export *e = calloc(1, sizeof(*e));
 	if (!e)

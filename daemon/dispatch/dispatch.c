@@ -307,7 +307,8 @@ int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g
 		return -ENOMEM;
 	if (g->handle && g->fd >= 0) {
 		if (!cJSON_AddTrueToObject(r, PROTO_F_FD) ||
-		    (g->pool && !cJSON_AddTrueToObject(r, PROTO_F_POOL)) ||
+		    (g->pool && (!cJSON_AddTrueToObject(r, PROTO_F_POOL) ||
+		                 proto_add_id64(r, PROTO_F_POOL_ID, g->pool_id))) ||
 		    (g->vmm && !cJSON_AddTrueToObject(r, PROTO_F_VMM)))
 			return -ENOMEM;
 		ctx->fd = g->fd;

@@ -31,6 +31,7 @@ static char *fast_grant_frame(struct dispatch_ctx *ctx, const struct broker_gran
 	    .device_uuid = g->handle ? ctx->b->dev[g->device].info.uuid : NULL,
 	    .fd = g->handle && g->fd >= 0,
 	    .pool = g->pool,
+	    .pool_id = g->pool_id,
 	    .vmm = g->vmm,
 	    .keep = g->keep,
 	};

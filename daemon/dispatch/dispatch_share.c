@@ -47,6 +47,13 @@ int dispatch_export(struct dispatch_ctx *ctx)
 		                "size or under allocator \"direct\")");
 		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_UID);
 		return rc;
+	case -EXDEV:
+		proto_error_set(&ctx->err, PROTO_E_PARAMS,
+		                "invalid params: allocator \"async\" memory cannot go to another "
+		                "uid (its grant would carry this user's memory pool); allocate it "
+		                "under allocator \"pool\" or \"direct\"");
+		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_UID);
+		return rc;
 	case -EAGAIN:
 		return -ENOMEM;
 	default:

@@ -94,6 +94,11 @@ struct fake_shared {
 pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_dir[256];
 static int fake_state_fd = -1;
+static int fake_ctl_fd = -1; /* this process's descriptor of the control file */
+static struct fake_ctl_id {
+	dev_t dev;
+	ino_t ino;
+} fake_ctl_id;
 static struct fake_shared *fake_shared;
 static struct fake_mem *fake_mems;
 
@@ -169,7 +174,7 @@ void fake_reap(void)
 		/* VMM memory lives while any process holds it, creator or not. */
 		if (r->vmm) {
 			if (!held)
-				memset(r, 0, sizeof(*r));
+				fake_vmm_record_drop(r);
 			continue;
 		}
 		if (!fake_pid_alive(r->owner)) {
@@ -241,8 +246,50 @@ int fake_open_state(void)
 		close(fd);
 		return -1;
 	}
+	/* The control file, the fake's /dev/nvidiactl: open in every process
+	 * from cuInit on, and what every exported descriptor names. */
+	snprintf(path, sizeof(path), "%s/nvidiactl", fake_dir);
+	int ctl = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct stat st;
+	if (ctl < 0 || (fchmod(ctl, 0666) < 0 && errno != EPERM) || fstat(ctl, &st) < 0) {
+		if (ctl >= 0)
+			close(ctl);
+		munmap(p, sizeof(struct fake_shared));
+		close(fd);
+		return -1;
+	}
+	fake_ctl_fd = ctl;
+	fake_ctl_id = (struct fake_ctl_id){st.st_dev, st.st_ino};
 	fake_state_fd = fd;
 	fake_shared = p;
+	return 0;
+}
+
+void fake_vmm_path(uint64_t serial, char *out, size_t len)
+{
+	snprintf(out, len, "%s/vmm-%" PRIu64, fake_dir, serial);
+}
+
+int fake_ctl_export(uint64_t code)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/nvidiactl", fake_dir);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd >= 0 && lseek(fd, (off_t)code, SEEK_SET) != (off_t)code) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+int fake_ctl_code(int fd, uint64_t *code)
+{
+	struct stat st;
+	off_t at;
+	if (fd < 0 || fstat(fd, &st) < 0 || st.st_dev != fake_ctl_id.dev ||
+	    st.st_ino != fake_ctl_id.ino || (at = lseek(fd, 0, SEEK_CUR)) < 0)
+		return -1;
+	*code = (uint64_t)at;
 	return 0;
 }
 
@@ -748,7 +795,9 @@ FAKE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
 		return fake_pointer_attribute(data, attr, ptr, NULL);
 	switch (attr) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
-		*(CUcontext *)data = (CUcontext)(void *)copy.ctx;
+		/* A VMM mapping belongs to no context: the driver answers NULL
+		 * (an H100, driver 580). */
+		*(CUcontext *)data = copy.vmm ? NULL : (CUcontext)(void *)copy.ctx;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 		*(int *)data = copy.device;

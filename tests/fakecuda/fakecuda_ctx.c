@@ -433,14 +433,26 @@ FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+/* The context an entry point is given: ctx, or the current one when NULL. CUDA_SUCCESS and *out, or
+ * the refusal. */
+static CUresult fake_ctx_arg(CUcontext ctx, struct fake_ctx **out)
 {
-	NEED_INIT();
 	struct fake_ctx *c = ctx ? (struct fake_ctx *)(void *)ctx : fake_current();
 	if (!c || c->magic != CTX_MAGIC)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!c->active)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	*out = c;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+	NEED_INIT();
+	struct fake_ctx *c;
+	CUresult rc = fake_ctx_arg(ctx, &c);
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	*id = c->id;
 	return CUDA_SUCCESS;
 }
@@ -494,11 +506,10 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 FAKE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
 	NEED_INIT();
-	struct fake_ctx *c = ctx ? (struct fake_ctx *)(void *)ctx : fake_current();
-	if (!c || c->magic != CTX_MAGIC)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!c->active)
-		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	struct fake_ctx *c;
+	CUresult rc = fake_ctx_arg(ctx, &c);
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	if (!version)
 		return CUDA_ERROR_INVALID_VALUE;
 	*version = 3020;
@@ -516,5 +527,37 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
 	NEED_CONTEXT();
 	*device = fake_current()->device;
+	return CUDA_SUCCESS;
+}
+
+/* CUDA 13's cuCtxGetDevice, of a context given (cuGetProcAddress's answer
+ * for "cuCtxGetDevice" at 13000). Like cuCtxSynchronize_v2, reachable
+ * through cuGetProcAddress only, not exported by name: Debian's numba
+ * (tests/frameworks) looks names up with dlsym trying "_v2" first and would
+ * call it with CUDA 12's arguments. Whether a CUDA 13 driver exports the
+ * name (and so breaks that numba) is for a GPU to say. */
+CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+	NEED_INIT();
+	struct fake_ctx *c;
+	CUresult rc = fake_ctx_arg(ctx, &c);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	*device = c->device;
+	return CUDA_SUCCESS;
+}
+
+/* CUDA 13's cuCtxSynchronize, of a context given. */
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	NEED_INIT();
+	INJECT("cuCtxSynchronize");
+	struct fake_ctx *c;
+	CUresult rc = fake_ctx_arg(ctx, &c);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	fake_async_drain(c, false);
 	return CUDA_SUCCESS;
 }

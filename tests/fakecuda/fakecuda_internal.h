@@ -176,6 +176,32 @@ CUresult fake_import(const struct fake_handle *hp, uint64_t pool, CUdeviceptr *p
 void fake_mem_link(struct fake_mem *m);
 void fake_mem_unlink(struct fake_mem *m);
 
+/* ---- the control file (fakecuda.c): the fake's /dev/nvidiactl ---------------- */
+
+/* Every exported descriptor (a pool's, VMM memory's) is a descriptor of one
+ * file of the state directory, as every one the driver exports is one of
+ * /dev/nvidiactl: each export opens a new open file description of it, and
+ * what it names is its file offset (FAKE_CTL_CODE), which travels with the
+ * description over SCM_RIGHTS. Offset 0, what each process's own
+ * descriptor of the file has since cuInit, names nothing. */
+#define FAKE_CTL_VMM  1u
+#define FAKE_CTL_POOL 2u
+#define FAKE_CTL_CODE(serial, dev, kind)                                                           \
+	(((uint64_t)(serial) << 8) | ((uint64_t)(dev) << 4) | (kind))
+#define FAKE_CTL_SERIAL(code) ((code) >> 8)
+#define FAKE_CTL_DEVICE(code) ((int)(((code) >> 4) & 15))
+#define FAKE_CTL_KIND(code)   ((unsigned)((code)&15))
+/* A new descriptor of the control file naming code, or -1. */
+int fake_ctl_export(uint64_t code);
+/* What descriptor fd names: 0 and *code, or -1 when it is no descriptor of
+ * the control file. */
+int fake_ctl_code(int fd, uint64_t *code);
+/* The file of VMM physical memory serial in the state directory. */
+void fake_vmm_path(uint64_t serial, char *out, size_t len);
+/* Frees the record of VMM memory nobody holds, and its file. State locked. */
+struct fake_record;
+void fake_vmm_record_drop(struct fake_record *r);
+
 /* ---- the state file (fakecuda.c), shared by every process ------------------ */
 
 #define FAKE_MAX_RECORDS  4096

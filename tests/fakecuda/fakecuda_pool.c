@@ -2,7 +2,9 @@
  * fakecuda_pool.c - the fake libcuda.so.1's stream-ordered memory pools.
  *
  * A pool is an id in this process; its allocations are fakecuda.c's device
- * memory tagged with that id, its shareable handle a memfd naming it, and a
+ * memory tagged with that id, its shareable handle a descriptor of the
+ * control file naming it (every pool's descriptor has one inode, as every
+ * one the driver exports is /dev/nvidiactl: fakecuda_internal.h), and a
  * pointer's export data is imported through fakecuda.c's IPC mapping once
  * the pool was imported. Streams are fakecuda_async.c's. Apart from fakecuda.c to keep
  * each file short; see the comment at its top.
@@ -23,14 +25,6 @@ struct fake_pool {
 	int device;
 	uint64_t id; /* unique across processes (the state's serials) */
 	bool imported;
-};
-
-/* What the pool's shareable descriptor holds. */
-struct fake_pool_file {
-	char magic[8];
-	uint64_t id;
-	int32_t device;
-	int32_t owner;
 };
 
 /* The ids of the pools this process imported, for fakecuda_imported_pools. */
@@ -118,15 +112,9 @@ FAKE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle, CUmemoryPool
 	struct fake_pool *p = fake_pool_of(pool);
 	if (!p || p->imported || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct fake_pool_file f = {
-	    .magic = FAKE_MAGIC, .id = p->id, .device = p->device, .owner = getpid()};
-	int fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+	int fd = fake_ctl_export(FAKE_CTL_CODE(p->id, p->device, FAKE_CTL_POOL));
 	if (fd < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (write(fd, &f, sizeof(f)) != (ssize_t)sizeof(f)) {
-		close(fd);
-		return CUDA_ERROR_UNKNOWN;
-	}
 	*(int *)handle = fd;
 	return CUDA_SUCCESS;
 }
@@ -137,21 +125,22 @@ FAKE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool, void
 {
 	NEED_INIT();
 	INJECT("cuMemPoolImportFromShareableHandle");
-	struct fake_pool_file f;
+	uint64_t code;
 	int fd = (int)(intptr_t)handle;
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags ||
-	    pread(fd, &f, sizeof(f), 0) != (ssize_t)sizeof(f) ||
-	    memcmp(f.magic, FAKE_MAGIC, 8) != 0 || f.device < 0 || f.device >= fake_devices)
+	    fake_ctl_code(fd, &code) < 0 || FAKE_CTL_KIND(code) != FAKE_CTL_POOL ||
+	    FAKE_CTL_DEVICE(code) >= fake_devices)
 		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t id = FAKE_CTL_SERIAL(code);
 	struct fake_pool *p = calloc(1, sizeof(*p));
 	if (!p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*p = (struct fake_pool){
-	    .magic = POOL_MAGIC, .device = f.device, .id = f.id, .imported = true};
+	    .magic = POOL_MAGIC, .device = FAKE_CTL_DEVICE(code), .id = id, .imported = true};
 	pthread_mutex_lock(&fake_lock);
 	for (unsigned i = 0; i < sizeof(fake_imported) / sizeof(fake_imported[0]); i++) {
 		if (!fake_imported[i]) {
-			fake_imported[i] = f.id;
+			fake_imported[i] = id;
 			break;
 		}
 	}

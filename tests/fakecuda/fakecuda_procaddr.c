@@ -6,12 +6,17 @@
  * entry point by its base name and the CUDA version the caller was built
  * for: "cuMemAlloc" at 13000 is cuMemAlloc_v2, "cuCtxCreate" at 13000 is
  * cuCtxCreate_v4. The table below answers as the driver does, for the entry
- * points the fake has: the newest variant not newer than the version asked.
+ * points the fake has: the newest variant not newer than the version asked
+ * ("cuCtxGetDevice" and "cuCtxSynchronize" at 13000 are the _v2 variants,
+ * which take a context: cudaTypedefs.h of CUDA 13).
  * Where that variant is one the fake does not implement (cuCtxCreate_v4, a
- * per-thread default stream variant), the answer is CUDA_ERROR_NOT_FOUND,
- * never an older ABI under the newer name: a caller would pass arguments
- * the function does not take. A version older than every variant is
- * CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT.
+ * per-thread default stream variant), the symbol is not found, never an
+ * older ABI under the newer name: a caller would pass arguments the
+ * function does not take. A version older than every variant is
+ * CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT. Either way the call answers
+ * CUDA_SUCCESS with *pfn NULL and the reason in the status, as the driver
+ * does (measured on an H100 for an unknown symbol; the header's
+ * documentation for an insufficient version).
  *
  * FAKECUDA_TRACE=1 prints every symbol asked for and not found on stderr
  * (which entry points a library would need next).
@@ -82,8 +87,10 @@ static const struct fake_proc fake_procs[] = {
     P(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
     P(cuCtxSetCurrent, 4000, cuCtxSetCurrent),
     P(cuCtxGetDevice, 2000, cuCtxGetDevice),
+    P(cuCtxGetDevice, 13000, cuCtxGetDevice_v2),
     P(cuCtxGetApiVersion, 3020, cuCtxGetApiVersion),
     P(cuCtxSynchronize, 2000, cuCtxSynchronize),
+    P(cuCtxSynchronize, 13000, cuCtxSynchronize_v2),
     P(cuMemGetInfo, 3020, cuMemGetInfo_v2),
     P(cuMemAlloc, 3020, cuMemAlloc_v2),
     P(cuMemFree, 3020, cuMemFree_v2),
@@ -192,7 +199,7 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver
 			        st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
 			            ? "not found"
 			            : "version not sufficient");
-		return CUDA_ERROR_NOT_FOUND;
+		return CUDA_SUCCESS;
 	}
 	*pfn = best->fn;
 	return CUDA_SUCCESS;

@@ -5,12 +5,18 @@
  * cuMemMap / cuMemUnmap, cuMemSetAccess, cuMemRelease and the allocation
  * granularity.
  *
- * Physical memory is a memfd: its first `size` bytes are the memory, a
- * trailer page after them says what it is (struct fake_vmm_file). The
- * shareable handle is a descriptor of that memfd, so a process that
- * receives it (over SCM_RIGHTS) really shares the bytes, and one that was
- * not given it has nothing to open: the descriptor is the capability, as
- * with the driver. A reservation is an inaccessible anonymous range, a
+ * Physical memory is a file of the state directory (vmm-SERIAL): its first
+ * `size` bytes are the memory, a trailer page after them says what it is
+ * (struct fake_vmm_file); it is unlinked when the last process holding the
+ * memory lets go. The shareable handle is, as the driver's are all
+ * descriptors of /dev/nvidiactl (measured on an H100), a descriptor of the
+ * fake's control file whose offset names the memory (fakecuda_internal.h):
+ * a process that receives it (over SCM_RIGHTS) imports the same bytes, and
+ * every exported descriptor has one (dev, inode), so nothing can tell two
+ * allocations apart by the file. The descriptor of the control file a
+ * process holds from cuInit on imports as the driver's own /dev/nvidiactl
+ * descriptor does: as a handle that cuMemMap refuses
+ * (CUDA_ERROR_NOT_SUPPORTED). A reservation is an inaccessible anonymous range, a
  * mapping the memfd mapped over it, made readable and writable only by
  * cuMemSetAccess (until then a touch faults, as on a GPU).
  *
@@ -66,7 +72,8 @@ struct fake_phys {
 	uint64_t serial, size;
 	int device;
 	int handle_types;
-	int fd;           /* the memfd */
+	bool control;     /* the import of a bare control descriptor: maps nothing */
+	int fd;           /* the memory's file */
 	unsigned handles; /* live handles */
 	unsigned maps;    /* live mappings */
 };
@@ -146,8 +153,16 @@ void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold)
 		held |= r->importers[j] != 0;
 	}
 	if (r && !held)
-		memset(r, 0, sizeof(*r));
+		fake_vmm_record_drop(r);
 	fake_unlock_state();
+}
+
+void fake_vmm_record_drop(struct fake_record *r)
+{
+	char path[300];
+	fake_vmm_path(r->serial, path, sizeof(path));
+	unlink(path);
+	memset(r, 0, sizeof(*r));
 }
 
 FAKE_EXPORT unsigned fakecuda_vmm_live(void)
@@ -205,7 +220,8 @@ static void vmm_phys_put(struct fake_phys *p)
 			break;
 		}
 	}
-	fake_vmm_hold(p->serial, p->device, p->size, false);
+	if (!p->control)
+		fake_vmm_hold(p->serial, p->device, p->size, false);
 	free(p);
 }
 
@@ -265,9 +281,13 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
 	                          .size = size,
 	                          .device = p->device,
 	                          .handle_types = p->handle_types};
-	p->fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+	char path[300];
+	fake_vmm_path(p->serial, path, sizeof(path));
+	p->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	void *mem = MAP_FAILED;
-	if (p->fd >= 0 && ftruncate(p->fd, (off_t)(size + VMM_TRAILER)) == 0 &&
+	/* Processes of other users import it (the fake, not the mode, decides). */
+	if (p->fd >= 0 && fchmod(p->fd, 0666) == 0 &&
+	    ftruncate(p->fd, (off_t)(size + VMM_TRAILER)) == 0 &&
 	    pwrite(p->fd, &f, sizeof(f), (off_t)size) == (ssize_t)sizeof(f))
 		mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
 	if (mem == MAP_FAILED) {
@@ -328,7 +348,8 @@ FAKE_EXPORT CUresult cuMemExportToShareableHandle(void *shareable,
 	struct fake_vhandle *v = vmm_handle_find(handle);
 	/* Only the types asked for at cuMemCreate can be exported. */
 	bool ok = v && (v->phys->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-	int fd = ok ? fcntl(v->phys->fd, F_DUPFD_CLOEXEC, 0) : -1;
+	int fd = ok ? fake_ctl_export(FAKE_CTL_CODE(v->phys->serial, v->phys->device, FAKE_CTL_VMM))
+	            : -1;
 	pthread_mutex_unlock(&fake_lock);
 	if (!ok)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -338,20 +359,64 @@ FAKE_EXPORT CUresult cuMemExportToShareableHandle(void *shareable,
 	return CUDA_SUCCESS;
 }
 
+static CUresult vmm_import_control(CUmemGenericAllocationHandle *handle);
+static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle, int fd,
+                                const struct fake_vmm_file *f);
+
 FAKE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
                                                     void *os_handle, CUmemAllocationHandleType type)
 {
 	NEED_INIT();
 	INJECT("cuMemImportFromShareableHandle");
-	int fd = (int)(intptr_t)os_handle;
+	uint64_t code;
+	if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+	    fake_ctl_code((int)(intptr_t)os_handle, &code) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* A bare control descriptor (a process's own, at offset 0): the
+	 * driver imports its own /dev/nvidiactl descriptor too, as a handle
+	 * that maps nothing. */
+	if (code == 0)
+		return vmm_import_control(handle);
+	if (FAKE_CTL_KIND(code) != FAKE_CTL_VMM)
+		return CUDA_ERROR_INVALID_VALUE;
+	char path[300];
+	fake_vmm_path(FAKE_CTL_SERIAL(code), path, sizeof(path));
+	int fd = open(path, O_RDWR | O_CLOEXEC);
 	struct fake_vmm_file f;
 	struct stat st;
-	if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0 ||
-	    fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= VMM_TRAILER ||
+	if (fd < 0 || fstat(fd, &st) < 0 || st.st_size <= VMM_TRAILER ||
 	    pread(fd, &f, sizeof(f), st.st_size - VMM_TRAILER) != (ssize_t)sizeof(f) ||
 	    memcmp(f.magic, VMM_MAGIC, 8) != 0 || f.size != (uint64_t)st.st_size - VMM_TRAILER ||
-	    f.device < 0 || f.device >= fake_devices)
+	    f.serial != FAKE_CTL_SERIAL(code) || f.device < 0 || f.device >= fake_devices) {
+		if (fd >= 0)
+			close(fd);
 		return CUDA_ERROR_INVALID_VALUE;
+	}
+	CUresult rc = vmm_import_file(handle, fd, &f);
+	close(fd);
+	return rc;
+}
+
+/* A handle of the control file: it holds no memory, maps nothing. */
+static CUresult vmm_import_control(CUmemGenericAllocationHandle *handle)
+{
+	struct fake_phys *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (struct fake_phys){.control = true, .fd = -1};
+	pthread_mutex_lock(&fake_lock);
+	CUresult rc = vmm_handle_new(p, handle);
+	if (rc != CUDA_SUCCESS)
+		free(p);
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+/* The import of VMM memory whose file fd is (not taken) and f its trailer. */
+static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle, int fd,
+                                const struct fake_vmm_file *fp)
+{
+	struct fake_vmm_file f = *fp;
 	pthread_mutex_lock(&fake_lock);
 	struct fake_phys *p = vmm_phys;
 	while (p && p->serial != f.serial)
@@ -470,8 +535,11 @@ FAKE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 	CUresult rc = CUDA_ERROR_INVALID_VALUE;
 	/* A released handle, no reservation there, past the memory's end, or
 	 * over a mapping: refused. */
-	if (!v || !va || offset > v->phys->size || size > v->phys->size - offset ||
-	    vmm_map_overlapping(p, size, vmm_maps))
+	/* A handle of the bare control descriptor: the driver's answer. */
+	if (v && v->phys->control)
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	if (!v || v->phys->control || !va || offset > v->phys->size ||
+	    size > v->phys->size - offset || vmm_map_overlapping(p, size, vmm_maps))
 		goto out;
 	void *at =
 	    mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, v->phys->fd, (off_t)offset);

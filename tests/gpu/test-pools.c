@@ -12,9 +12,22 @@
  * client of uid 0 writes a marker into its slab; a client of another uid
  * allocates its own: it imports another pool than the first client did
  * (the fake tells which), and nothing its mapping reaches holds the first
- * client's marker; it also opens by name a slab uid 0 shared with it, from
- * uid 0's pool: two pools of one device in one process. Not root: that part
- * is skipped, and said so.
+ * client's marker. Not root: that part is skipped, and said so.
+ *
+ * Issue 25, item 1: pool memory never goes to another uid. uid 0 writes a
+ * second marker into a 2 MiB slab (one that fills its slab) and exports it
+ * to the other uid: refused, so the other client cannot open it, and
+ * neither marker is anywhere its own mapping reaches. Before, the export
+ * went through and the other uid imported uid 0's pool with it (and, on
+ * the fake, read the marker through the pointer's 32 MiB segment).
+ *
+ * Issue 25, item 2: two pools of one device in one process. The driver's
+ * pool descriptors are all descriptors of /dev/nvidiactl (one inode; the
+ * fake's likewise all name one file), so the library cannot tell pools
+ * apart by the file: it keys them by the id the daemon sends. This process
+ * holds slabs of a second daemon's pool next to the first's: both open and
+ * hold their own markers. Before, the second pool was taken for the first
+ * and cuMemPoolImportPointer failed (CUDA_ERROR_INVALID_VALUE on an H100).
  *
  * Whether a pool gives memory back to the driver: cuMemGetInfo's free bytes
  * before an 8 MiB async slab, with it, and after it was freed are printed;
@@ -51,12 +64,10 @@ static int other(const char *socket)
 	CHECK(!gl_range_holds_marker(a.ptr, 21, &range));
 	uint64_t ids[8] = {0};
 	unsigned n = imported_pools(ids, 8);
-	/* A slab uid 0 shared with this user comes from uid 0's pool: a
-	 * second pool of the device in this process. */
+	CHECK(!gl_range_holds_marker(a.ptr, 22, &range));
+	/* uid 0's export to this user was refused: nothing to open. */
 	struct gpb_allocation s;
-	GPB(gpb_open_shared_from(c, 0, "pools-shared", &s));
-	CHECK(gl_range_holds_marker(s.ptr, 22, &range));
-	GPB(gpb_detach(c, s.id));
+	CHECK(gpb_open_shared_from(c, 0, "pools-shared", &s) == GPB_E_NOT_FOUND);
 	printf("pool %llu of %u\n", (unsigned long long)ids[0], n);
 	GPB(gpb_free(c, a.id));
 	gpb_disconnect(c);
@@ -108,7 +119,12 @@ int main(int argc, char **argv)
 		struct gpb_allocation s;
 		GPB(gpb_alloc(c, inst, 2u << 20, 0, &s));
 		gl_write_marker(s.ptr, 22);
-		GPB(gpb_export(c, s.id, "pools-shared", GL_OTHER_UID));
+		int erc = gpb_export(c, s.id, "pools-shared", GL_OTHER_UID);
+		printf("export of an async slab to uid %u: %s\n", GL_OTHER_UID,
+		       erc == 0 ? "granted" : gpb_last_error());
+		CHECK(erc == GPB_E_INVALID && strstr(gpb_last_error(), "async"));
+		/* Its own uid may still have it by name. */
+		GPB(gpb_export(c, s.id, "pools-own", -1));
 		int out;
 		char line[128];
 		char *args[] = {"other", d.socket, NULL};
@@ -129,6 +145,27 @@ int main(int argc, char **argv)
 	} else {
 		printf("SKIP (part): a client of another uid needs root\n");
 	}
+	/* Item 2: a second daemon's pool of the same device, here too. */
+	struct gt_daemon d2;
+	gt_daemon_start(&d2, "cuda", NULL, NULL);
+	gpb_client *c2 = gt_connect(&d2, "gpu-pools-second");
+	GPB(gpb_set_allocator(c2, "async"));
+	struct gpb_allocation x;
+	GPB(gpb_alloc(c2, gt_register(c2, 0), SMALL, 0, &x));
+	gl_write_marker(x.ptr, 23);
+	size_t rx;
+	CHECK(gl_range_holds_marker(x.ptr, 23, &rx));
+	CHECK(gl_range_holds_marker(a.ptr, 21, &ra));
+	CHECK(!gl_range_holds_marker(x.ptr, 21, &rx));
+	if (gt_fake()) {
+		uint64_t ids[8] = {0};
+		CHECK(imported_pools(ids, 8) == 2 && ids[0] != ids[1]);
+	}
+	printf("a second daemon's pool of device 0 in this process: its slab maps %zu bytes\n", rx);
+	GPB(gpb_free(c2, x.id));
+	gpb_disconnect(c2);
+	gt_daemon_stop(&d2);
+
 	GPB(gpb_free(c, b.id));
 	GPB(gpb_free(c, a.id));
 	gt_wait_slabs(c, 0, 0);

@@ -39,8 +39,10 @@ static char *general_grant(const char *id, const struct proto_fast_grant *g, siz
 		assert_non_null(cJSON_AddStringToObject(r, PROTO_F_DEVICE_UUID, g->device_uuid));
 		if (g->fd) {
 			cJSON_AddTrueToObject(r, PROTO_F_FD);
-			if (g->pool)
+			if (g->pool) {
 				cJSON_AddTrueToObject(r, PROTO_F_POOL);
+				assert_int_equal(proto_add_id64(r, PROTO_F_POOL_ID, g->pool_id), 0);
+			}
 			if (g->vmm)
 				cJSON_AddTrueToObject(r, PROTO_F_VMM);
 		}
@@ -72,6 +74,7 @@ static void test_grant_bytes(void **state)
 			    .device_uuid = "GPU-0a1b2c3d-aaaa-bbbb-cccc-000000000001",
 			    .fd = shape >= 2,
 			    .pool = shape == 3,
+			    .pool_id = shape == 3 ? values[(v + 4) % 7] : 0,
 			    .vmm = shape == 4,
 			    .keep = shape == 1 || shape == 5,
 			};
