@@ -77,7 +77,7 @@ struct backend_config {
 
 /* The default reserve (`reserve`): room for the contexts of a few clients,
  * 300-500 MiB each on current GPUs (docs/cuda.md). */
-#define BACKEND_DEFAULT_RESERVE (1ull << 30)
+#define BACKEND_DEFAULT_RESERVE (2ull << 30)
 
 struct backend;
 
