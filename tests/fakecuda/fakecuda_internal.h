@@ -67,6 +67,12 @@ struct fake_handle {
 
 /* Guards this process's lists (memory, host registrations, injected
  * failures, primary contexts) and cuInit (fakecuda.c). */
+/* Shared by fakecuda.c and fakecuda_ipc.c (legacy IPC). */
+void fake_unmap(struct fake_mem *m, bool reserve);
+void fake_mem_path(uint64_t serial, char *out, size_t len);
+bool fake_pid_alive(int32_t pid);
+CUresult fake_unimport(CUdeviceptr dptr);
+void fake_unimport_record(uint64_t serial);
 extern pthread_mutex_t fake_lock;
 
 /* The settings cuInit reads from the environment (fakecuda_ctx.c). */
