@@ -295,6 +295,17 @@ int broker_partitions_check(const struct broker *b, char *msg, unsigned msg_len)
 		    list_entry(pos, const struct broker_partition, link);
 		unsigned sessions = 0;
 		count++;
+		/* Its slabs are its own: a domain no other partition has. */
+		const struct list *qpos;
+		list_for_each(qpos, &b->partitions) {
+			const struct broker_partition *q =
+			    list_entry(qpos, const struct broker_partition, link);
+			if (!p->domain || (q != p && q->domain == p->domain)) {
+				snprintf(msg, msg_len, "partition %s: domain %u shared or unknown",
+				         p->name, p->domain);
+				return -EFAULT;
+			}
+		}
 		list_for_each(spos, &b->sessions)
 			sessions += list_entry(spos, const struct session, link)->part == p;
 		if (sessions != p->sessions) {
