@@ -150,6 +150,8 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 		for (int i = 0; rc == 0 && i < b->device_count; i++)
 			rc = policy_set_reserve(&b->policy, i,
 			                        b->dev[i].info.in_use + b->dev[i].info.reserve);
+		for (int i = 0; rc == 0 && i < b->device_count; i++)
+			rc = broker_pool_guard(b, i, b->dev[i].pool);
 	}
 	if (rc < 0) {
 		broker_destroy(b);
@@ -612,7 +614,8 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 	/* Where the client has a slab mapped, put it there: the handle need
 	 * not be sent, nor opened again. */
 	const struct pool_prefer pref = {session_holds_slab, s};
-	rc = pool_alloc_prefer(pool, s->uid, size, align, s->held.count ? &pref : NULL, &a->block);
+	rc = pool_alloc_prefer(pool, s->uid, broker_domain_of(s), size, align,
+	                       s->held.count ? &pref : NULL, &a->block);
 	if (rc == -ENOMEM)
 		/* Slabs kept empty by clients are asked back: a retry (a wait)
 		 * finds them once their clients have answered. */
@@ -786,4 +789,15 @@ uint64_t broker_device_free(const struct broker *b, int device)
 {
 	/* Live allocations are exactly what the policy has charged. */
 	return policy_device_available(&b->policy, device);
+}
+
+void broker_alloc_room(const struct broker *b, const struct session *s, int device, uint64_t *total,
+                       uint64_t *largest)
+{
+	uint64_t policy = policy_device_available(broker_policy_const(b, s), device);
+	pool_available(b->dev[device].pool, s->uid, broker_domain_of(s), total, largest);
+	if (*total > policy)
+		*total = policy;
+	if (*largest > *total)
+		*largest = *total;
 }

@@ -113,6 +113,8 @@ struct broker_partition {
 	uid_t uid; /* the owner: only its sessions may join */
 	unsigned char token[BROKER_TOKEN_BYTES];
 	uint64_t size[BACKEND_MAX_DEVICES];       /* bytes per device; 0: not on it */
+	uint32_t domain;                          /* its sessions' slabs' domain in the pools
+	                                             (pool.h), guaranteed size[i] */
 	struct policy policy;                     /* devices of total size[i] */
 	unsigned sessions;                        /* sessions inside it */
 	unsigned short_pass[BACKEND_MAX_DEVICES]; /* broker->wait_pass in which a wait
@@ -297,6 +299,7 @@ struct broker {
 	void *exit_ctx;
 	struct list partitions; /* struct broker_partition, in creation order */
 	unsigned partition_count;
+	uint32_t last_domain; /* the pool domain of the newest partition */
 };
 
 /* The policy whose devices s's instances use: its partition's, or the
@@ -310,6 +313,12 @@ static inline const struct policy *broker_policy_const(const struct broker *b,
                                                        const struct session *s)
 {
 	return s->part ? &s->part->policy : &b->policy;
+}
+
+/* The pool domain of s's slabs: its partition's, or 0 outside. */
+static inline uint32_t broker_domain_of(const struct session *s)
+{
+	return s->part ? s->part->domain : 0;
 }
 
 /* What a client needs to use an allocation (or an attachment). */
@@ -424,6 +433,14 @@ void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx);
  * minus live allocations. For a session in a partition, policy_device_available
  * on broker_policy_const(). */
 uint64_t broker_device_free(const struct broker *b, int device);
+/*
+ * What s can still get on a device, for an out-of-memory answer that
+ * promises nothing it cannot keep: *total, what its policy has left and its
+ * slabs and new slabs can hold (new slabs stop where another partition's
+ * guarantee begins); *largest, the most one allocation can get.
+ */
+void broker_alloc_room(const struct broker *b, const struct session *s, int device, uint64_t *total,
+                       uint64_t *largest);
 
 /* ---- partitions (broker_partition.c) ---- */
 
@@ -432,9 +449,10 @@ struct broker_partition_refusal {
 	int device;
 	uint64_t asked;      /* the size asked for */
 	uint64_t available;  /* what the device could still guarantee */
-	uint64_t capacity;   /* the device's memory */
-	uint64_t partitions; /* what the partitions there already take */
-	uint64_t used;       /* what sessions outside partitions hold there */
+	uint64_t capacity;   /* the device's memory less its reserve */
+	uint64_t partitions; /* what the partitions there already take: each its
+	                        size, or its slabs where they are more */
+	uint64_t used;       /* the slabs of sessions outside partitions there */
 };
 
 /* A valid partition name: 1-PROTO_MAX_NAME bytes of [A-Za-z0-9._-]. */

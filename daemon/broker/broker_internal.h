@@ -85,6 +85,10 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len);
 /* The backend callbacks of an allocator strategy's pools. */
 const struct pool_slab_ops *broker_slab_ops(enum broker_allocator kind);
 /* The pool configuration of an allocator strategy. */
+/* Bounds a device's (new) pool by what the broker may hand out there and
+ * gives it every partition's guarantee (broker_partition.c). 0, -ENOSPC,
+ * -ENOMEM. */
+int broker_pool_guard(struct broker *b, int device, struct pool *pool);
 void broker_pool_config(const struct broker *b, enum broker_allocator kind,
                         struct pool_config *cfg);
 

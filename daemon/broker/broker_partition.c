@@ -10,8 +10,12 @@
  * is refused unless every device can still guarantee it: the partitions and
  * what sessions outside them hold already must fit the device.
  *
- * The pools stay per device and shared: a partition is accounting, not a
- * separate heap, so its sessions' slabs are ordinary slabs of their uid.
+ * The pools stay per device and shared, but a partition's sessions make
+ * their slabs in a domain of their own (pool.h), which the pool guarantees
+ * the partition's size: the policy bounds what a partition uses, the pool
+ * what everyone's slabs take, so that others' slabs (whole, however little
+ * of them is used) never eat into a partition's size. Creating one asks
+ * the same of the slabs: partitions and the slabs outside them must fit.
  * Allocations do not cross a partition's border (attach and open refuse
  * it), which lets destroying one take back everything its sessions hold.
  */
@@ -75,24 +79,65 @@ static void broker_partitions_apply(struct broker *b)
 	}
 }
 
+/* What the broker hands out on a device: its memory less its reserve (in
+ * use at start, clients' contexts), never promised to a partition, nor
+ * taken by slabs. */
+static uint64_t broker_device_capacity(const struct broker *b, int device)
+{
+	uint64_t total = b->dev[device].info.total, reserve = b->policy.dev[device].reserve;
+	return total > reserve ? total - reserve : 0;
+}
+
+int broker_pool_guard(struct broker *b, int device, struct pool *pool)
+{
+	int rc = pool_set_capacity(pool, broker_device_capacity(b, device));
+	struct list *pos;
+	list_for_each(pos, &b->partitions) {
+		const struct broker_partition *p = list_entry(pos, struct broker_partition, link);
+		if (rc == 0 && p->size[device])
+			rc = pool_set_guarantee(pool, p->domain, p->size[device]);
+	}
+	return rc;
+}
+
+/* Ends p's guarantees on the first n devices (all: b->device_count). */
+static void broker_partition_unguard(struct broker *b, const struct broker_partition *p, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (p->size[i])
+			pool_set_guarantee(b->dev[i].pool, p->domain, 0);
+}
+
 /* Whether every device can guarantee size[] on top of what it already
- * gives: 0, or -ENOSPC with *why. */
-static int broker_partition_fits(const struct broker *b, const uint64_t *size,
+ * gives: 0, or -ENOSPC with *why. What counts is slabs: each partition
+ * takes its size or, where they are more, its slabs; outside partitions,
+ * every slab (orphans', evicted and destroyed sessions' too). */
+static int broker_partition_fits(struct broker *b, const uint64_t *size,
                                  struct broker_partition_refusal *why)
 {
 	for (int i = 0; i < b->device_count; i++) {
 		if (!size[i])
 			continue;
-		/* What the broker hands out: the device less its reserve (in use
-		 * at start, clients' contexts), never promised to a partition. */
-		uint64_t total = b->dev[i].info.total, reserve = b->policy.dev[i].reserve;
-		uint64_t capacity = total > reserve ? total - reserve : 0;
-		uint64_t taken = broker_partitions_size(b, i);
-		uint64_t used = b->policy.dev[i].used; /* outside partitions, orphans too */
-		uint64_t available =
-		    capacity > taken && capacity - taken > used ? capacity - taken - used : 0;
+		struct pool *pool = b->dev[i].pool;
+		/* Idle slabs go back on demand: not a reason to refuse. */
+		if (pool_room(pool, 0) < size[i])
+			pool_trim(pool, 0, true);
+		uint64_t available = pool_room(pool, 0);
 		if (size[i] <= available)
 			continue;
+		struct pool_stats st;
+		pool_get_stats(pool, &st);
+		uint64_t taken = 0, inside = 0;
+		const struct list *pos;
+		list_for_each(pos, &b->partitions) {
+			const struct broker_partition *p =
+			    list_entry(pos, const struct broker_partition, link);
+			uint64_t slabs = pool_domain_reserved(pool, p->domain);
+			inside += slabs;
+			taken += slabs > p->size[i] ? slabs : p->size[i];
+		}
+		uint64_t capacity = broker_device_capacity(b, i);
+		uint64_t used = st.reserved - inside;
 		*why = (struct broker_partition_refusal){.device = i,
 		                                         .asked = size[i],
 		                                         .available = available,
@@ -129,18 +174,32 @@ int broker_partition_create(struct broker *b, const char *name, uid_t uid, const
 		free(p);
 		return -EIO;
 	}
+	/* A domain of its own: ids are not reused, so it is never one whose
+	 * slabs are still in a pool (a destroyed partition's, until its
+	 * processes exit). */
+	p->domain = ++b->last_domain ? b->last_domain : ++b->last_domain;
+	memcpy(p->size, size, sizeof(p->size));
+	for (int i = 0; i < b->device_count; i++) {
+		/* It fits (above): only host memory can fail here. */
+		rc = p->size[i] ? pool_set_guarantee(b->dev[i].pool, p->domain, p->size[i]) : 0;
+		if (rc < 0) {
+			broker_partition_unguard(b, p, i);
+			free(p);
+			return rc == -ENOSPC ? -ENOMEM : rc;
+		}
+	}
 	/* One mode for the daemon; the rest of the policy's settings too. */
 	struct policy_config pc = b->policy.cfg;
 	uint64_t totals[BACKEND_MAX_DEVICES] = {0};
 	memcpy(totals, size, b->device_count * sizeof(*size));
 	rc = policy_init(&p->policy, &pc, b->device_count, totals);
 	if (rc < 0) {
+		broker_partition_unguard(b, p, b->device_count);
 		free(p);
 		return rc;
 	}
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	p->uid = uid;
-	memcpy(p->size, size, sizeof(p->size));
 	p->created = time(NULL);
 	list_insert_tail(&b->partitions, &p->link);
 	b->partition_count++;
@@ -153,6 +212,9 @@ int broker_partition_create(struct broker *b, const char *name, uid_t uid, const
 
 static void broker_partition_free(struct broker *b, struct broker_partition *p)
 {
+	/* What its sessions' slabs still hold (until their processes exit)
+	 * stays counted in the pools, as slabs of no partition. */
+	broker_partition_unguard(b, p, b->device_count);
 	list_remove(&p->link);
 	b->partition_count--;
 	policy_finish(&p->policy);
@@ -233,6 +295,17 @@ int broker_partitions_check(const struct broker *b, char *msg, unsigned msg_len)
 		    list_entry(pos, const struct broker_partition, link);
 		unsigned sessions = 0;
 		count++;
+		/* Its slabs are its own: a domain no other partition has. */
+		const struct list *qpos;
+		list_for_each(qpos, &b->partitions) {
+			const struct broker_partition *q =
+			    list_entry(qpos, const struct broker_partition, link);
+			if (!p->domain || (q != p && q->domain == p->domain)) {
+				snprintf(msg, msg_len, "partition %s: domain %u shared or unknown",
+				         p->name, p->domain);
+				return -EFAULT;
+			}
+		}
 		list_for_each(spos, &b->sessions)
 			sessions += list_entry(spos, const struct session, link)->part == p;
 		if (sessions != p->sessions) {

@@ -489,7 +489,7 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
 	for (int i = 0; i < b->device_count; i++) {
 		fresh[i] = pool_create(&cfg, broker_slab_ops(kind), &b->dev[i]);
 		retired[i] = malloc(sizeof(*retired[i]));
-		if (!fresh[i] || !retired[i]) {
+		if (!fresh[i] || !retired[i] || broker_pool_guard(b, i, fresh[i]) < 0) {
 			for (; i >= 0; i--) {
 				pool_destroy(fresh[i]);
 				free(retired[i]);

@@ -331,17 +331,25 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 	case -EINVAL:
 		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE, "too large to round up");
 	case -ENOMEM: {
-		uint64_t dfree = inst ? policy_device_available(broker_policy_const(ctx->b, ctx->s),
-		                                                inst->device)
-		                      : 0;
+		/* What this client can have: not what the device has free, of
+		 * which others' slabs and partitions may hold parts it cannot
+		 * use; and in one piece, when that is less. */
+		uint64_t dfree = 0, largest = 0;
+		if (inst)
+			broker_alloc_room(ctx->b, ctx->s, inst->device, &dfree, &largest);
+		char piece[64] = "";
+		if (largest < dfree)
+			snprintf(piece, sizeof(piece), ", at most %llu in one allocation",
+			         (unsigned long long)largest);
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
-		                "out of memory: %llu bytes requested on device %d, %llu free",
+		                "out of memory: %llu bytes requested on device %d, %llu free%s",
 		                (unsigned long long)size, inst ? inst->device : -1,
-		                (unsigned long long)dfree);
+		                (unsigned long long)dfree, piece);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
 			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
 			proto_add_u64(ctx->data, PROTO_F_DEVICE_FREE, dfree);
+			proto_add_u64(ctx->data, PROTO_F_LARGEST_FREE, largest);
 		}
 		return rc;
 	}

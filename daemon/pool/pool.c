@@ -1,8 +1,8 @@
 /*
  * pool.c - the device memory sub-allocator: per-uid TLSF-style heaps of slabs.
  *
- * Every uid owns one heap (found through a small hash table) and every slab
- * belongs to one heap. A slab is tiled, in address order, by blocks that are
+ * Every (uid, domain) pair owns one heap (found through a small hash table
+ * by uid) and every slab belongs to one heap. A slab is tiled, in address order, by blocks that are
  * either live (handed out) or free; two free blocks are never neighbours,
  * because a free coalesces with both sides at once. Free blocks sit in the
  * heap's segregated lists (pool_tlsf.c), so a fit never walks the blocks of a
@@ -27,26 +27,39 @@ static unsigned heap_hash(uint32_t uid)
 	return (uint32_t)(uid * 0x9e3779b1u) >> (32 - HEAP_BUCKET_BITS);
 }
 
-static struct pool_heap *heap_find(const struct pool *pool, uint32_t uid)
+static struct pool_heap *heap_find(const struct pool *pool, uint32_t uid, uint32_t domain)
 {
 	struct pool_heap *heap = pool->buckets[heap_hash(uid)];
 
-	while (heap && heap->uid != uid)
+	while (heap && (heap->uid != uid || heap->domain != domain))
 		heap = heap->hnext;
 	return heap;
 }
 
-static struct pool_heap *heap_get(struct pool *pool, uint32_t uid)
+static struct pool_heap *heap_get(struct pool *pool, uint32_t uid, uint32_t domain)
 {
-	struct pool_heap *heap = heap_find(pool, uid);
+	struct pool_heap *heap = heap_find(pool, uid, domain);
+	struct pool_domain *dom = NULL;
 	unsigned h;
 
 	if (heap)
 		return heap;
+	if (domain) {
+		dom = domain_get(pool, domain);
+		if (!dom)
+			return NULL;
+	}
 	heap = calloc(1, sizeof(*heap));
-	if (!heap)
+	if (!heap) {
+		if (dom)
+			domain_put(pool, dom);
 		return NULL;
+	}
 	heap->uid = uid;
+	heap->domain = domain;
+	heap->dom = dom;
+	if (dom)
+		dom->heaps++;
 	h = heap_hash(uid);
 	heap->hnext = pool->buckets[h];
 	pool->buckets[h] = heap;
@@ -66,6 +79,10 @@ static void heap_put(struct pool *pool, struct pool_heap *heap)
 		p = &(*p)->hnext;
 	*p = heap->hnext;
 	pool->nheaps--;
+	if (heap->dom) {
+		heap->dom->heaps--;
+		domain_put(pool, heap->dom);
+	}
 	free(heap);
 }
 
@@ -86,7 +103,7 @@ static void slab_release(struct pool *pool, struct pool_slab *slab)
 		slab->next->prev = slab->prev;
 	heap->nslabs--;
 	pool->slabs--;
-	pool->reserved -= slab->size;
+	domain_reserve(pool, heap, slab->size, false);
 	pool->ops.destroy(pool->ctx, slab->backend);
 	arena_free_index(&pool->slabs_arena, slab->index, slab);
 }
@@ -138,24 +155,24 @@ static struct pool_slab *slab_add(struct pool *pool, struct pool_heap *heap, voi
 	tlsf_insert(pool, heap, bi, b, size);
 
 	pool->slabs++;
-	pool->reserved += size;
+	domain_reserve(pool, heap, size, true);
 	return slab;
 }
 
 /*
- * The device has no room left for a standard slab: the largest slab that
- * fits what is left, a multiple of POOL_SLAB_ALIGN below the standard size,
- * and at least `min` bytes (what the request needs). ops->room, where the
+ * The device has no room left for a slab of `top` bytes: the largest slab
+ * that fits what is left, a multiple of POOL_SLAB_ALIGN below `top`, and at
+ * least `min` bytes (what the request needs). ops->room, where the
  * backend has it, says where to start; the backend's create has the last
  * word, so each refusal steps down, twice as far as the step before (a
  * hint that is wrong, or none, costs a bounded number of tries), and the
  * last try is `min` itself: a request fails only when even what it needs is
  * not there. Sets *size to the size made.
  */
-static int slab_obtain_tail(struct pool *pool, uint64_t min, uint32_t uid, uint64_t *size,
-                            void **backend)
+static int slab_obtain_tail(struct pool *pool, uint64_t top, uint64_t min, uint32_t uid,
+                            uint64_t *size, void **backend)
 {
-	uint64_t want = pool->slab_size - POOL_SLAB_ALIGN, step = POOL_SLAB_ALIGN;
+	uint64_t want = top - POOL_SLAB_ALIGN, step = POOL_SLAB_ALIGN;
 	int err;
 
 	if (pool->ops.room) {
@@ -179,24 +196,39 @@ static int slab_obtain_tail(struct pool *pool, uint64_t min, uint32_t uid, uint6
 }
 
 /*
- * Asks the backend for a slab of *size bytes; on -ENOMEM releases every idle
- * slab of every uid and asks once more, since a cached slab of another uid is
- * memory this one cannot use. A standard slab that still does not fit gives
- * way to a smaller one (slab_obtain_tail) when `min`, what the request
- * needs, is less: the last part of a device is as usable as the rest. Sets
- * *size to the size made.
+ * Asks the backend for a slab of *size bytes for (uid, domain). First what
+ * the domain may still make (domain_budget): a slab past it would eat into
+ * another domain's guarantee, so it shrinks to the budget (never below
+ * `min`, what the request needs), or the request fails. On -ENOMEM, and
+ * when the budget falls short, releases every idle slab of every uid and
+ * looks once more, since a cached slab of another uid is memory this one
+ * cannot use. A standard slab that still does not fit gives way to a
+ * smaller one (slab_obtain_tail) when `min` is less: the last part of a
+ * device is as usable as the rest. Sets *size to the size made.
  */
-static int pool_slab_obtain(struct pool *pool, uint64_t *size, uint64_t min, uint32_t uid,
-                            void **backend)
+static int pool_slab_obtain(struct pool *pool, uint32_t domain, uint64_t *size, uint64_t min,
+                            uint32_t uid, void **backend)
 {
-	int err = pool->ops.create(pool->ctx, *size, uid, backend);
+	uint64_t budget = domain_budget(pool, domain_find(pool, domain));
+	int err;
 
+	if (budget < *size) {
+		pool_trim(pool, 0, true);
+		budget = domain_budget(pool, domain_find(pool, domain));
+	}
+	if (budget < min)
+		return -ENOMEM;
+	/* min is a whole number of alignment units, or *size itself (an
+	 * exact dedicated slab). */
+	if (budget < *size)
+		*size = budget & ~(uint64_t)(POOL_SLAB_ALIGN - 1);
+	err = pool->ops.create(pool->ctx, *size, uid, backend);
 	if (err == -ENOMEM) {
 		pool_trim(pool, 0, true);
 		err = pool->ops.create(pool->ctx, *size, uid, backend);
 	}
 	if (err == -ENOMEM && min < *size)
-		err = slab_obtain_tail(pool, min, uid, size, backend);
+		err = slab_obtain_tail(pool, *size, min, uid, size, backend);
 	if (err > 0)
 		err = -EIO;
 	return err;
@@ -277,6 +309,12 @@ void pool_destroy(struct pool *pool)
 			free(heap);
 		}
 	}
+	while (pool->domains) {
+		struct pool_domain *d = pool->domains;
+
+		pool->domains = d->next;
+		free(d);
+	}
 	/* Every block and slab record goes with its arena. */
 	arena_finish(&pool->blocks);
 	arena_finish(&pool->slabs_arena);
@@ -286,11 +324,17 @@ void pool_destroy(struct pool *pool)
 int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
                struct pool_block **out)
 {
-	return pool_alloc_prefer(pool, uid, size, align, NULL, out);
+	return pool_alloc_prefer(pool, uid, 0, size, align, NULL, out);
 }
 
-int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
-                      const struct pool_prefer *pref, struct pool_block **out)
+int pool_alloc_in(struct pool *pool, uint32_t uid, uint32_t domain, uint64_t size, uint64_t align,
+                  struct pool_block **out)
+{
+	return pool_alloc_prefer(pool, uid, domain, size, align, NULL, out);
+}
+
+int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint32_t domain, uint64_t size,
+                      uint64_t align, const struct pool_prefer *pref, struct pool_block **out)
 {
 	struct pool_heap *heap;
 	struct pool_slab *slab;
@@ -337,7 +381,7 @@ int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint64_t size, uint64_t a
 			goto fail;
 	}
 
-	heap = heap_find(pool, uid);
+	heap = heap_find(pool, uid, domain);
 	if (heap && !dedicated)
 		bi = tlsf_fit(pool, heap, rsize, align, need, pref);
 	if (!bi) {
@@ -347,10 +391,16 @@ int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint64_t size, uint64_t a
 		 * May trim, which may free the heap we just found. */
 		uint64_t min = dedicated ? slab_bytes : align_up(rsize, POOL_SLAB_ALIGN);
 
-		err = pool_slab_obtain(pool, &slab_bytes, min, uid, &backend);
+		/* Under a guarantee, a slab's every byte counts: the rest
+		 * of a standard slab after more than half of it would only
+		 * serve smaller requests (pool.h). */
+		if (!dedicated && rsize > pool->slab_size / 2 &&
+		    domain_guaranteed(domain_find(pool, domain)))
+			slab_bytes = min;
+		err = pool_slab_obtain(pool, domain, &slab_bytes, min, uid, &backend);
 		if (err)
 			goto fail;
-		heap = heap_get(pool, uid);
+		heap = heap_get(pool, uid, domain);
 		slab = heap ? slab_add(pool, heap, backend, slab_bytes, dedicated) : NULL;
 		if (!slab) {
 			pool->ops.destroy(pool->ctx, backend);
@@ -468,14 +518,13 @@ unsigned pool_trim(struct pool *pool, uint32_t uid, bool all)
 
 	if (!pool)
 		return 0;
-	if (!all) {
-		heap = heap_find(pool, uid);
-		return heap ? heap_trim(pool, heap) : 0;
-	}
 	for (unsigned i = 0; i < 1u << HEAP_BUCKET_BITS; i++) {
+		if (!all && i != heap_hash(uid))
+			continue;
 		for (heap = pool->buckets[i]; heap; heap = next) {
 			next = heap->hnext;
-			n += heap_trim(pool, heap);
+			if (all || heap->uid == uid)
+				n += heap_trim(pool, heap);
 		}
 	}
 	return n;
@@ -507,9 +556,42 @@ void pool_get_stats(const struct pool *pool, struct pool_stats *out)
 
 uint64_t pool_uid_used(const struct pool *pool, uint32_t uid)
 {
-	const struct pool_heap *heap = pool ? heap_find(pool, uid) : NULL;
+	uint64_t used = 0;
 
-	return heap ? heap->used : 0;
+	if (!pool)
+		return 0;
+	for (const struct pool_heap *heap = pool->buckets[heap_hash(uid)]; heap; heap = heap->hnext)
+		used += heap->uid == uid ? heap->used : 0;
+	return used;
+}
+
+void pool_available(const struct pool *pool, uint32_t uid, uint32_t domain, uint64_t *total,
+                    uint64_t *largest)
+{
+	const struct pool_heap *heap = pool ? heap_find(pool, uid, domain) : NULL;
+	uint64_t fresh, unit;
+
+	*total = *largest = 0;
+	if (!pool)
+		return;
+	if (heap) {
+		*total = heap->reserved - heap->used;
+		*largest = tlsf_largest_free(pool, heap);
+	}
+	fresh = domain_budget(pool, heap ? heap->dom : domain_find(pool, domain));
+	if (pool->ops.room) {
+		uint64_t room = pool->ops.room(pool->ctx);
+
+		if (room < fresh)
+			fresh = room;
+	}
+	/* New slabs come in alignment units, but an exact one (the direct
+	 * allocator's) is the request's size. */
+	unit = pool->exact ? POOL_GRANULE : POOL_SLAB_ALIGN;
+	fresh &= ~(unit - 1);
+	*total = fresh > UINT64_MAX - *total ? UINT64_MAX : *total + fresh;
+	if (fresh > *largest)
+		*largest = fresh;
 }
 
 /* What a check walk adds up, to compare with the running counters. */
@@ -578,7 +660,8 @@ static int heap_check(const struct pool *pool, const struct pool_heap *heap, str
                       char *msg, unsigned msg_len)
 {
 	const struct pool_slab *slab, *prev = NULL;
-	uint64_t nslabs = 0, used = 0, free_before = sum->free_blocks;
+	uint64_t nslabs = 0, used = 0, free_before = sum->free_blocks,
+	         reserved_before = sum->reserved;
 	unsigned cached = 0;
 	int err;
 
@@ -597,6 +680,13 @@ static int heap_check(const struct pool *pool, const struct pool_heap *heap, str
 	      nslabs, heap->nslabs);
 	CHECK(used == heap->used, "uid %u: %" PRIu64 " used, counts %" PRIu64, heap->uid, used,
 	      heap->used);
+	CHECK(sum->reserved - reserved_before == heap->reserved,
+	      "uid %u: %" PRIu64 " bytes in slabs, counts %" PRIu64, heap->uid,
+	      sum->reserved - reserved_before, heap->reserved);
+	CHECK(heap->domain ? heap->dom && heap->dom->id == heap->domain &&
+	                         domain_find(pool, heap->domain) == heap->dom
+	                   : !heap->dom,
+	      "uid %u: bad domain %u", heap->uid, heap->domain);
 	CHECK(cached == heap->cached && cached <= pool->keep_empty,
 	      "uid %u: %u cached slabs, counts %u, keeps %u", heap->uid, cached, heap->cached,
 	      pool->keep_empty);
@@ -614,7 +704,7 @@ int pool_check(const struct pool *pool, char *msg, unsigned msg_len)
 	for (unsigned i = 0; i < 1u << HEAP_BUCKET_BITS; i++) {
 		for (const struct pool_heap *heap = pool->buckets[i]; heap; heap = heap->hnext) {
 			CHECK(++nheaps <= pool->nheaps && heap_hash(heap->uid) == i &&
-			          heap_find(pool, heap->uid) == heap,
+			          heap_find(pool, heap->uid, heap->domain) == heap,
 			      "uid %u: bad heap table", heap->uid);
 			err = heap_check(pool, heap, &sum, msg, msg_len);
 			if (err)
@@ -641,5 +731,5 @@ int pool_check(const struct pool *pool, char *msg, unsigned msg_len)
 	CHECK(pool->peak >= pool->used && pool->allocs - pool->frees == pool->live,
 	      "peak %" PRIu64 ", %" PRIu64 " allocs, %" PRIu64 " frees", pool->peak, pool->allocs,
 	      pool->frees);
-	return 0;
+	return domain_check(pool, msg, msg_len);
 }

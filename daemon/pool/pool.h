@@ -29,9 +29,28 @@
  * descriptors keep offsets and sizes as 48-bit granule counts.
  *
  * When a slab becomes empty it is returned to the backend,
- * except that each uid keeps up to keep_empty standard slabs as a cache
+ * except that each heap keeps up to keep_empty standard slabs as a cache
  * (alloc/free ping-pong must not create and destroy a slab each time).
  * A pinned slab is never returned while pinned.
+ *
+ * Domains and guarantees. A heap belongs to a (uid, domain) pair: domain 0
+ * is the common one, any other a part of the device set aside (the
+ * daemon's partitions), so two domains of one uid never share a slab. A
+ * domain may be guaranteed bytes of the pool's capacity (what all slabs
+ * together may take): the pool then makes no slab, for anyone, that would
+ * leave less room than what the guarantees still lack (each guarantee less
+ * the bytes of its domain's slabs, its "unmet" part), so that
+ *
+ *     reserved + unmet <= capacity
+ *
+ * always holds, and a domain can always make slabs for its own unmet part
+ * whatever the others do. What counts is slabs, not use: a partly used
+ * slab takes its whole size from the device. Where a standard slab does
+ * not fit what a domain may still make, the slab made is smaller (a tail
+ * slab, as at the end of the device). A guaranteed domain's new slab for a
+ * request above half a slab is the request's size (rounded up to
+ * POOL_SLAB_ALIGN): what a standard slab would leave could only hold
+ * smaller requests, and its bytes would count against the guarantee.
  */
 #ifndef GPB_POOL_H
 #define GPB_POOL_H
@@ -109,6 +128,11 @@ void pool_destroy(struct pool *pool);
  */
 int pool_alloc(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
                struct pool_block **out);
+/* pool_alloc in domain (see "Domains and guarantees" above): from the heap
+ * of (uid, domain). -ENOMEM also when a new slab would eat into another
+ * domain's guarantee. */
+int pool_alloc_in(struct pool *pool, uint32_t uid, uint32_t domain, uint64_t size, uint64_t align,
+                  struct pool_block **out);
 /*
  * A caller's preference among the slabs that can serve a request. The
  * daemon prefers the slabs a client has mapped already: a slab new to a
@@ -120,13 +144,13 @@ struct pool_prefer {
 };
 
 /*
- * pool_alloc, taking a free range in a slab for which pref->prefer() is true
+ * pool_alloc_in, taking a free range in a slab for which pref->prefer() is true
  * when one is among the first few ranges that fit (a bounded look: the fit
  * stays O(1)), else the range pool_alloc would take. pref may be NULL. A new
  * slab is made only when nothing fits, preferred or not.
  */
-int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint64_t size, uint64_t align,
-                      const struct pool_prefer *pref, struct pool_block **out);
+int pool_alloc_prefer(struct pool *pool, uint32_t uid, uint32_t domain, uint64_t size,
+                      uint64_t align, const struct pool_prefer *pref, struct pool_block **out);
 /* Frees a live block; coalesces; may return an emptied slab to the backend. */
 void pool_free(struct pool *pool, struct pool_block *block);
 
@@ -144,18 +168,53 @@ bool pool_slab_dedicated(const struct pool_slab *slab);
 void pool_slab_pin(struct pool_slab *slab);
 void pool_slab_unpin(struct pool *pool, struct pool_slab *slab);
 
-/* Returns empty, unpinned slabs of `uid` (or of every uid when all is true)
- * to the backend, cache included. Returns the number of slabs released. */
+/* Returns empty, unpinned slabs of `uid` (its heaps of every domain), or of
+ * every uid when all is true, to the backend, cache included. Returns the
+ * number of slabs released. */
 unsigned pool_trim(struct pool *pool, uint32_t uid, bool all);
 
 void pool_get_stats(const struct pool *pool, struct pool_stats *out);
-/* Bytes in live blocks of one uid. */
+/* Bytes in live blocks of one uid (every domain). */
 uint64_t pool_uid_used(const struct pool *pool, uint32_t uid);
+
+/*
+ * Bounds what all slabs together may take (0: no bound). -ENOSPC, changing
+ * nothing, when the slabs and the unmet guarantees already take more (after
+ * returning idle slabs).
+ */
+int pool_set_capacity(struct pool *pool, uint64_t bytes);
+/*
+ * Guarantees domain (not 0) bytes of the capacity; 0 ends the guarantee
+ * (the domain's slabs stay, as ordinary ones). -EINVAL for domain 0,
+ * -ENOSPC (changing nothing) when the capacity cannot hold it on top of the
+ * slabs and the other guarantees' unmet parts (after returning idle slabs),
+ * -ENOMEM (host memory).
+ */
+int pool_set_guarantee(struct pool *pool, uint32_t domain, uint64_t bytes);
+/* Bytes in the slabs of domain's heaps. */
+uint64_t pool_domain_reserved(const struct pool *pool, uint32_t domain);
+/*
+ * What new slabs of domain may take now by the capacity and the guarantees:
+ * capacity - reserved - the other domains' unmet parts (UINT64_MAX without a
+ * capacity). Idle slabs count: they go back on demand. For domain 0 (no
+ * guarantee) it is what a new guarantee could still be given.
+ */
+uint64_t pool_room(const struct pool *pool, uint32_t domain);
+/*
+ * What the heap of (uid, domain) can still get, for a refusal that must not
+ * promise more: *total, the free ranges of its slabs plus what new slabs may
+ * take (pool_room, bounded by ops->room where the backend says, in whole
+ * slab units); *largest, the most one request can get (the largest free
+ * range, or a new slab). Idle slabs of others are not counted.
+ */
+void pool_available(const struct pool *pool, uint32_t uid, uint32_t domain, uint64_t *total,
+                    uint64_t *largest);
 
 /*
  * Walks every structure and checks the invariants: blocks tile each slab
  * exactly in address order, no two free neighbours, every free block is in
- * the right list and bitmap bit, counters equal what the walk finds. Returns
+ * the right list and bitmap bit, counters equal what the walk finds, and
+ * reserved + unmet guarantees <= capacity. Returns
  * 0 or -EFAULT (and describes the first violation in msg when msg != NULL).
  */
 int pool_check(const struct pool *pool, char *msg, unsigned msg_len);

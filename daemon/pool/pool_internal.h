@@ -1,7 +1,8 @@
 /*
  * pool_internal.h - shared by pool.c (heaps, slabs, cache and pins, stats,
- * check) and pool_tlsf.c (the segregated-fit index of free ranges and block
- * split/merge). Not part of the pool's interface: see pool.h.
+ * check), pool_tlsf.c (the segregated-fit index of free ranges and block
+ * split/merge) and pool_domain.c (domains and their guarantees). Not part of
+ * the pool's interface: see pool.h.
  */
 #ifndef GPB_POOL_INTERNAL_H
 #define GPB_POOL_INTERNAL_H
@@ -69,12 +70,25 @@ struct pool_slab {
 _Static_assert(ARENA_CHUNK / sizeof(struct pool_slab) == 1u << SLAB_SHIFT,
                "2^SLAB_SHIFT slab records to an arena chunk");
 
+/* A domain other than 0 that has a guarantee or heaps (pool.h, "Domains
+ * and guarantees"); domain 0 has no record. */
+struct pool_domain {
+	struct pool_domain *next; /* pool->domains */
+	uint32_t id;
+	unsigned heaps;
+	uint64_t guarantee;
+	uint64_t reserved; /* bytes in its heaps' slabs */
+};
+
 struct pool_heap {
 	uint32_t uid;
+	uint32_t domain;
+	struct pool_domain *dom; /* NULL for domain 0 */
 	unsigned cached;         /* empty, unpinned standard slabs held */
-	struct pool_heap *hnext; /* hash chain */
+	struct pool_heap *hnext; /* hash chain (by uid: every domain of a uid in one) */
 	struct pool_slab *slabs; /* never empty: a heap goes with its last slab */
 	uint64_t nslabs;
+	uint64_t reserved;         /* bytes in its slabs */
 	uint64_t used;             /* bytes in live blocks */
 	uint64_t fl_map;           /* bit fl: sl_map[fl] != 0 */
 	uint32_t sl_map[FL_COUNT]; /* bit sl: lists[fl][sl] != NIL */
@@ -94,6 +108,10 @@ struct pool {
 
 	struct arena blocks;      /* struct pool_block */
 	struct arena slabs_arena; /* struct pool_slab */
+
+	struct pool_domain *domains;
+	uint64_t capacity; /* 0: no bound */
+	uint64_t unmet;    /* sum of the domains' guarantee - reserved, where positive */
 
 	uint64_t reserved;
 	uint64_t used;
@@ -218,6 +236,26 @@ uint64_t tlsf_largest_free(const struct pool *pool, const struct pool_heap *heap
  * how many free ranges the heap's slabs hold. Returns 0 or -EFAULT. */
 int tlsf_check_lists(const struct pool *pool, const struct pool_heap *heap, uint64_t free_blocks,
                      char *msg, unsigned msg_len);
+
+/* pool_domain.c: domains, guarantees, and what a new slab may take. */
+
+/* The domain's record, or NULL (domain 0, or none yet). */
+struct pool_domain *domain_find(const struct pool *pool, uint32_t id);
+/* The record of domain id (not 0), made when missing; NULL: out of memory. */
+struct pool_domain *domain_get(struct pool *pool, uint32_t id);
+/* Frees the record when it has neither heaps nor a guarantee. */
+void domain_put(struct pool *pool, struct pool_domain *d);
+/* Counts size bytes more (grow) or less in a heap's slabs. */
+void domain_reserve(struct pool *pool, struct pool_heap *heap, uint64_t size, bool grow);
+/* What new slabs of the domain (NULL: domain 0) may take now. */
+uint64_t domain_budget(const struct pool *pool, const struct pool_domain *d);
+/* Whether the domain has a guarantee. */
+static inline bool domain_guaranteed(const struct pool_domain *d)
+{
+	return d && d->guarantee;
+}
+/* pool_check's part: domain records and counters against the heaps. */
+int domain_check(const struct pool *pool, char *msg, unsigned msg_len);
 
 /* pool.c: pool_check's reporting, shared with tlsf_check_lists. */
 

@@ -564,23 +564,23 @@ static void test_prefer(void **state)
 	assert_ptr_equal(pool_block_slab(x), sa);
 	/* Preferring B: B, although A's hole is the better fit. */
 	const struct pool_prefer pref_b = {prefer_slab, sb};
-	assert_int_equal(pool_alloc_prefer(pool, 1, 64 * KiB, 0, &pref_b, &y), 0);
+	assert_int_equal(pool_alloc_prefer(pool, 1, 0, 64 * KiB, 0, &pref_b, &y), 0);
 	assert_ptr_equal(pool_block_slab(y), sb);
 	check_pool(pool);
 	/* Preferring A for more than A has: B, and no new slab. */
 	const struct pool_prefer pref_a = {prefer_slab, sa};
-	assert_int_equal(pool_alloc_prefer(pool, 1, MiB, 0, &pref_a, &z), 0);
+	assert_int_equal(pool_alloc_prefer(pool, 1, 0, MiB, 0, &pref_a, &z), 0);
 	assert_ptr_equal(pool_block_slab(z), sb);
 	assert_int_equal(f.creates, 2);
 	/* With an alignment, a preferred range still has to fit it. */
 	free_ok(pool, z);
-	assert_int_equal(pool_alloc_prefer(pool, 1, 256 * KiB, 128 * KiB, &pref_a, &z), 0);
+	assert_int_equal(pool_alloc_prefer(pool, 1, 0, 256 * KiB, 128 * KiB, &pref_a, &z), 0);
 	assert_ptr_equal(pool_block_slab(z), sa);
 	assert_int_equal(pool_block_offset(z) % (128 * KiB), 0);
 	check_pool(pool);
 	/* No preference (NULL) is pool_alloc. */
 	free_ok(pool, z);
-	assert_int_equal(pool_alloc_prefer(pool, 1, 64 * KiB, 0, NULL, &z), 0);
+	assert_int_equal(pool_alloc_prefer(pool, 1, 0, 64 * KiB, 0, NULL, &z), 0);
 	assert_ptr_equal(pool_block_slab(z), sa);
 	free_ok(pool, z);
 	free_ok(pool, y);
