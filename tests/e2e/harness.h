@@ -85,12 +85,15 @@ gpb_client *th_client(const struct th_daemon *d, const char *name);
  * One request on c that waits for the daemon's reply (`stats`, which the
  * library never answers itself). gpb_free of device memory, the `release`
  * of kept slabs (gpb_release_kept, or a free past GPUBROKER_KEEP_SLABS)
- * and gpb_free_async's frees go without waiting for a reply: the daemon
- * reads them before c's next request, but another connection's (another
- * client, gpubrokerctl, a metrics scrape, an allocation that needs the
- * room) may be served first. Call it on the client that freed before
- * looking at the effect through anything else. Fails the test on error
- * (a free the daemon refused included).
+ * and gpb_free_async's frees go without waiting for a reply, and so does
+ * the library's answer to an `invalidate` event (invalidate_done, sent as
+ * it reads the event: until the daemon has it, the ranges the event
+ * released stay fenced, counted in `used`): the daemon reads them before
+ * c's next request, but another connection's (another client,
+ * gpubrokerctl, a metrics scrape, an allocation that needs the room) may
+ * be served first. Call it on the client that freed or read the event
+ * before looking at the effect through anything else. Fails the test on
+ * error (a free the daemon refused included).
  */
 void th_settle(gpb_client *c);
 /* totals.used from `status`. */

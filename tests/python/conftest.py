@@ -223,9 +223,12 @@ def wait_until(pred, timeout=10.0):
 
 def settle(client):
     """One round trip on @client (a `status` request, which waits for its
-    reply), so that what @client freed before is done in the daemon. A free
-    (Allocation.free(), a collected Allocation, the Numba and CuPy bridges'
-    frees, gpb_free_async once its fence passed) and a kept slab's release
+    reply), so that what @client freed or answered before is done in the
+    daemon. A free (Allocation.free(), a collected Allocation, the Numba and
+    CuPy bridges' frees, gpb_free_async once its fence passed), a kept
+    slab's release and the answer to an `invalidate` event (invalidate_done,
+    sent as the library reads the event: until the daemon has it, the
+    ranges the event released stay fenced, counted in `used` and `live`)
     are quiet: sent without waiting for a reply, and ordered only before
     the same connection's later requests. Another connection (an observer
     Client, gpubrokerctl, another process) may be served first, so call this

@@ -5,7 +5,7 @@ import select
 import pytest
 
 import gpubroker
-from conftest import MiB
+from conftest import MiB, settle
 
 
 def test_cap_changed_when_another_instance_registers(client, other):
@@ -56,8 +56,18 @@ def test_invalidate_releases_allocations(client, other):
     assert ev.data["reason"] == "invalidate_all"
     assert mine.freed
     mine.free()  # nothing to do: the daemon released it
+    # The other connection has read nothing yet: its range stays allocated
+    # ("fenced") until its library answers the event, since until then it
+    # may still write there. client's own range went with its answer, which
+    # its library sent before this request.
+    st = client.stats(0)
+    assert (st.live, st.used) == (1, MiB)
     assert other.wait_event("invalidate").data["reason"] == "invalidate_all"
     assert theirs.freed
+    # Its library answered as it read the event, without waiting for the
+    # reply: ordered before other's next request only, so settle it before
+    # looking through client.
+    settle(other)
     assert client.stats(0).live == 0
 
 
