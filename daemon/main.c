@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "broker.h"
@@ -207,6 +208,33 @@ static int reload_conf(struct conf *out, char *message, size_t size)
 	return conf_build(reload_cmdline, out, message, size);
 }
 
+/*
+ * Raises the soft RLIMIT_NOFILE to the hard one: the daemon's descriptors
+ * are one per connection and per slab (docs/design.md, "Descriptors"), and
+ * an 80 GiB device in 64 MiB slabs alone is 1280 of them, past the usual
+ * soft limit of 1024. Nothing here uses select(), so a descriptor past
+ * FD_SETSIZE is harmless.
+ */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur >= rl.rlim_max) {
+		log_info("descriptors: RLIMIT_NOFILE %llu (the hard limit)",
+		         (unsigned long long)rl.rlim_cur);
+		return;
+	}
+	rlim_t old = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		log_warn("descriptors: cannot raise RLIMIT_NOFILE from %llu to %llu: %s",
+		         (unsigned long long)old, (unsigned long long)rl.rlim_max, strerror(errno));
+	else
+		log_info("descriptors: RLIMIT_NOFILE raised from %llu to the hard limit %llu",
+		         (unsigned long long)old, (unsigned long long)rl.rlim_max);
+}
+
 int main(int argc, char **argv)
 {
 	/* Every JSON node is counted: a clean exit requires none left. */
@@ -223,6 +251,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_init(cfg.log_level);
+	raise_nofile();
 	reload_cmdline = &cl;
 	/* A client that vanishes mid-reply must cost an EPIPE, not the daemon. */
 	signal(SIGPIPE, SIG_IGN);

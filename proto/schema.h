@@ -503,6 +503,10 @@ extern const unsigned proto_event_count;
 #define PROTO_V_LIMIT_CLIENTS    "max_clients"
 #define PROTO_V_LIMIT_PER_UID    "max_clients_per_uid"
 #define PROTO_V_LIMIT_FILES      "open_files" /* the daemon's RLIMIT_NOFILE (connections refused) */
+/* One user's share of the daemon's descriptors (half of RLIMIT_NOFILE): its
+ * connections and its slabs' descriptors; a slab or a connection past it is
+ * refused. */
+#define PROTO_V_LIMIT_FILES_PER_UID "open_files_per_uid"
 
 /* A value (or name) in JSON quotes, for messages that list the accepted
  * values and for encoders that write JSON text: "\"" v "\"". */

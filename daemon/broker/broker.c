@@ -16,10 +16,12 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 
 #include "log.h"
 
@@ -39,15 +41,64 @@ void broker_limits_default(struct broker_limits *limits)
 	limits->max_host_memory = 4ull << 30;
 }
 
+unsigned broker_files_share(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur / 2 > UINT_MAX)
+		return UINT_MAX;
+	return rl.rlim_cur / 2 > BROKER_FILES_SHARE_MIN ? (unsigned)(rl.rlim_cur / 2)
+	                                                : BROKER_FILES_SHARE_MIN;
+}
+
+/* Whether a slab's descriptor is its own (counted in its uid's share); an
+ * async slab's is its uid's pool on the device, one per user. */
+static bool broker_slab_has_file(const struct backend_slab *bs)
+{
+	return bs->fd >= 0 && !bs->pool;
+}
+
+unsigned broker_files_of(const struct broker *b, uid_t uid)
+{
+	uintptr_t n = (uintptr_t)idmap_get(&b->uid_files, (uint64_t)uid + 1);
+	const struct list *pos;
+	list_for_each(pos, &b->sessions) {
+		if (list_entry(pos, struct session, link)->uid == uid)
+			n++;
+	}
+	return n > UINT_MAX ? UINT_MAX : (unsigned)n;
+}
+
+/* Adds delta to uid's slab descriptors (room reserved when delta > 0). */
+static void broker_files_add(struct broker *b, uid_t uid, int delta)
+{
+	uint64_t key = (uint64_t)uid + 1;
+	uintptr_t n = (uintptr_t)idmap_remove(&b->uid_files, key);
+	if (delta > 0 || n > 0)
+		n += (uintptr_t)(intptr_t)delta;
+	/* Only a count lost to host memory running out can be 0 here. */
+	if (n && idmap_put(&b->uid_files, key, (void *)n) < 0)
+		log_warn("uid %u: host memory short: its slabs' descriptors are no longer counted",
+		         (unsigned)uid);
+}
+
 /* The pool reaches the backend through its device's entry. */
 static int broker_pool_create_slab_flags(void *ctx, uint64_t size, uint32_t uid, unsigned flags,
                                          void **slab)
 {
 	struct broker_device *dev = ctx;
 	struct backend_slab *bs;
+	/* No user takes the daemon's descriptors from the others, nor from
+	 * the administrator who has to deal with it. */
+	if (broker_files_of(dev->broker, uid) >= broker_files_share())
+		return -ENFILE;
+	if (idmap_reserve(&dev->broker->uid_files, 1) < 0)
+		return -EAGAIN;
 	int rc = dev->backend->ops->slab_create(dev->backend, dev->index, size, uid, flags, &bs);
 	if (rc < 0)
 		return rc;
+	if (broker_slab_has_file(bs))
+		broker_files_add(dev->broker, uid, 1);
 	log_debug("device %d: new %sslab %llu, %llu bytes, uid %u", dev->index,
 	          flags & BACKEND_SLAB_ASYNC ? "async " : "", (unsigned long long)bs->id,
 	          (unsigned long long)size, uid);
@@ -68,6 +119,9 @@ static int broker_pool_create_async_slab(void *ctx, uint64_t size, uint32_t uid,
 static void broker_pool_destroy_slab(void *ctx, void *slab)
 {
 	struct broker_device *dev = ctx;
+	const struct backend_slab *bs = slab;
+	if (broker_slab_has_file(bs))
+		broker_files_add(dev->broker, bs->uid, -1);
 	dev->backend->ops->slab_destroy(dev->backend, slab);
 }
 
@@ -117,6 +171,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 	list_init(&b->partitions);
 	idmap_init(&b->allocs);
 	idmap_init(&b->hosts);
+	idmap_init(&b->uid_files);
 	arena_init(&b->alloc_arena, sizeof(struct broker_alloc), 32);
 	idmap_init(&b->instances);
 	b->timer_deadline = UINT64_MAX;
@@ -130,6 +185,7 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 		struct broker_device *dev = &b->dev[i];
 		dev->index = i;
 		dev->backend = backend;
+		dev->broker = b;
 		rc = backend->ops->device_info(backend, i, &dev->info);
 		if (rc < 0)
 			break;
@@ -192,6 +248,7 @@ void broker_destroy(struct broker *b)
 		policy_finish(&b->policy);
 	idmap_finish(&b->allocs);
 	idmap_finish(&b->hosts);
+	idmap_finish(&b->uid_files);
 	arena_finish(&b->alloc_arena);
 	idmap_finish(&b->instances);
 	backend_destroy(b->backend);

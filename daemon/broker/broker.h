@@ -25,6 +25,7 @@ struct broker_device {
 	struct pool *pool;
 	struct backend *backend; /* the pool's callback context needs both */
 	int index;
+	struct broker *broker; /* and the share of descriptors (broker_files_of) */
 };
 
 struct broker_instance {
@@ -65,7 +66,7 @@ struct broker_host {
 	struct list link; /* session->hosts */
 	struct session *owner;
 	uint64_t size; /* the memfd's: the request rounded up to pages */
-	int fd;
+	int fd;        /* the memfd until it is handed over (broker_host_take_fd); else -1 */
 	bool mapped;
 	bool unclaimed;    /* made by allocate_queue and not claimed yet: its client
 	                      has not been given the descriptor */
@@ -263,10 +264,11 @@ struct broker {
 	struct broker_limits limits;
 	struct broker_device dev[BACKEND_MAX_DEVICES];
 	int device_count;
-	struct idmap allocs; /* allocation id -> struct broker_alloc */
-	struct list exports; /* struct broker_export */
-	struct idmap hosts;  /* host allocation id -> struct broker_host */
-	uint64_t host_used;  /* bytes of every struct broker_host */
+	struct idmap allocs;    /* allocation id -> struct broker_alloc */
+	struct list exports;    /* struct broker_export */
+	struct idmap hosts;     /* host allocation id -> struct broker_host */
+	struct idmap uid_files; /* uid + 1 -> descriptors of that uid's slabs (a uintptr_t) */
+	uint64_t host_used;     /* bytes of every struct broker_host */
 	unsigned export_count;
 	uint64_t orphan_count;    /* allocations freed by their owner, still attached */
 	struct arena alloc_arena; /* where the struct broker_alloc records live */
@@ -394,6 +396,20 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id);
  */
 int broker_export(struct broker *b, struct session *s, uint64_t id, const char *name, uid_t uid);
 /*
+ * The daemon's descriptors one user may hold (docs/design.md,
+ * "Descriptors"): half of RLIMIT_NOFILE, at least BROKER_FILES_SHARE_MIN
+ * (under a limit that small the admin spare is what keeps the daemon
+ * usable), read each time, so that a limit
+ * lowered from outside (prlimit) counts at once. A slab that would take a
+ * user past it is refused with -ENFILE (-32006, limit "open_files_per_uid"),
+ * and the server refuses a connection past it.
+ */
+#define BROKER_FILES_SHARE_MIN 64
+unsigned broker_files_share(void);
+/* What uid holds of the daemon's descriptors: its connections (one per
+ * session) and its slabs' own descriptors (sim memfds, cuda vmm exports). */
+unsigned broker_files_of(const struct broker *b, uid_t uid);
+/*
  * Host memory (broker_host.c) for one of s's instances: -ENOENT (instance),
  * -EINVAL (size), -EMFILE (max_allocations, counting host allocations),
  * -ENOMEM (max_host_memory), -EIO (no memfd), -ESHUTDOWN. Freed by
@@ -519,12 +535,17 @@ void broker_unclaim(struct broker *b, struct session *s, const struct broker_gra
  */
 int broker_host_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
                              bool mapped, const char *label, uint64_t *id);
-/* s's unclaimed host allocation id, now claimed: -ENOENT (unknown or
- * another session's), -EEXIST (claimed already, or not made by
- * allocate_queue). */
+/* s's unclaimed host allocation id, now claimed, its memfd made: -ENOENT
+ * (unknown or another session's), -EEXIST (claimed already, or not made by
+ * allocate_queue), -EIO (no memfd: the backend's last error says why). */
 int broker_host_claim(struct broker *b, struct session *s, uint64_t id, struct broker_host **out);
 /* Undoes broker_host_claim(), as broker_unclaim(). */
 void broker_host_unclaim(struct broker_host *h);
+/* The memfd of h, handed to the caller, who sends and closes it: the
+ * daemon keeps no descriptor of host memory. A claim made again after an
+ * unclaim makes a new one (of the same zero-filled kind: the client was
+ * never given the first). */
+int broker_host_take_fd(struct broker_host *h);
 /* Drops an instance's queued requests. */
 void broker_queue_clear(struct broker_instance *inst);
 /*

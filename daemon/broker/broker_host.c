@@ -5,11 +5,15 @@
  * so nothing of another user can be in it), handed to the client with
  * SCM_RIGHTS; the client maps it and, with the cuda backend, registers it
  * with cuMemHostRegister (page-locked; "mapped" also gets a device
- * pointer). The daemon never maps it. Its pages stay alive while the
- * client maps them, whatever the daemon does, so freeing here needs no
- * ordering with the client. allocate_queue makes them too, for queued
- * arrays of type pinned or mapped: unclaimed, like its device arrays, until
- * the client claims the descriptor. The bytes are counted against
+ * pointer). The daemon never maps it, and keeps no descriptor of it: the
+ * memfd is made when the client is to be given it and handed over with the
+ * reply (broker_host_take_fd), which closes it once sent, so the daemon's
+ * descriptors do not grow with host allocations (docs/design.md,
+ * "Descriptors"). Its pages stay alive while the client maps them,
+ * whatever the daemon does, so freeing here needs no ordering with the
+ * client. allocate_queue makes them too, for queued arrays of type pinned
+ * or mapped: unclaimed, like its device arrays, and without a memfd until
+ * the client claims it. The bytes are counted against
  * max_host_memory, every client together, and against each connection's
  * max_allocations; they are not device memory and the VRAM policy does not
  * see them.
@@ -47,17 +51,7 @@ static int host_make(struct broker *b, struct session *s, uint64_t size, bool ma
 		free(h);
 		return rc;
 	}
-	h->fd = memfile_create("gpubroker-host", size);
-	if (h->fd < 0) {
-		log_warn("session %llu: host memory of %llu bytes: memfd: %s",
-		         (unsigned long long)s->id, (unsigned long long)size, strerror(-h->fd));
-		/* What the host ran out of (descriptors, memory) reaches the
-		 * client as a backend error naming it, as for a slab. */
-		snprintf(b->backend->last_error, sizeof(b->backend->last_error), "%s",
-		         strerrorname_np(-h->fd));
-		free(h);
-		return -EIO;
-	}
+	h->fd = -1;
 	h->owner = s;
 	h->size = size;
 	h->mapped = mapped;
@@ -69,6 +63,27 @@ static int host_make(struct broker *b, struct session *s, uint64_t size, bool ma
 	return 0;
 }
 
+/* The memfd of h, made now for its client (h->fd): 0, or -EIO with the
+ * backend's last error naming what the host ran out of. */
+static int host_file(struct broker *b, struct broker_host *h)
+{
+	int fd = memfile_create("gpubroker-host", h->size);
+	if (fd < 0) {
+		log_warn("session %llu: host memory of %llu bytes: memfd: %s",
+		         (unsigned long long)h->owner->id, (unsigned long long)h->size,
+		         strerror(-fd));
+		/* What the host ran out of (descriptors, memory) reaches the
+		 * client as a backend error naming it, as for a slab. */
+		snprintf(b->backend->last_error, sizeof(b->backend->last_error), "%s",
+		         strerrorname_np(-fd));
+		return -EIO;
+	}
+	h->fd = fd;
+	return 0;
+}
+
+static void host_release(struct broker *b, struct session *s, struct broker_host *h);
+
 int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
                       bool mapped, struct broker_host **out)
 {
@@ -76,7 +91,10 @@ int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, ui
 		return -ESHUTDOWN;
 	if (!broker_instance_find(s, instance))
 		return -ENOENT;
-	return host_make(b, s, size, mapped, out);
+	int rc = host_make(b, s, size, mapped, out);
+	if (rc == 0 && (rc = host_file(b, *out)) < 0)
+		host_release(b, s, *out);
+	return rc;
 }
 
 int broker_host_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
@@ -107,6 +125,9 @@ int broker_host_claim(struct broker *b, struct session *s, uint64_t id, struct b
 		return -ENOENT;
 	if (!h->unclaimed)
 		return -EEXIST;
+	int rc = h->fd < 0 ? host_file(b, h) : 0;
+	if (rc < 0)
+		return rc;
 	h->unclaimed = false;
 	*out = h;
 	return 0;
@@ -117,13 +138,21 @@ void broker_host_unclaim(struct broker_host *h)
 	h->unclaimed = true;
 }
 
+int broker_host_take_fd(struct broker_host *h)
+{
+	int fd = h->fd;
+	h->fd = -1;
+	return fd;
+}
+
 static void host_release(struct broker *b, struct session *s, struct broker_host *h)
 {
 	idmap_remove(&b->hosts, h->id);
 	list_remove(&h->link);
 	s->host_count--;
 	b->host_used -= h->size;
-	close(h->fd);
+	if (h->fd >= 0)
+		close(h->fd);
 	free(h->label);
 	free(h);
 }

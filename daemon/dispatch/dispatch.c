@@ -52,6 +52,21 @@ int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 		}
 		break;
 	}
+	case -ENFILE: {
+		unsigned share = broker_files_share();
+		proto_error_set(&ctx->err, PROTO_E_LIMIT,
+		                "limit reached: too many open files for this user (%s %u: its "
+		                "connections and slabs' descriptors, half of the daemon's "
+		                "RLIMIT_NOFILE)",
+		                PROTO_V_LIMIT_FILES_PER_UID, share);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data) {
+			cJSON_AddStringToObject(ctx->data, PROTO_F_LIMIT,
+			                        PROTO_V_LIMIT_FILES_PER_UID);
+			cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, share);
+		}
+		break;
+	}
 	case -ESHUTDOWN:
 		proto_error_set(&ctx->err, PROTO_E_SHUTTING_DOWN, "the daemon is shutting down");
 		break;
@@ -435,7 +450,7 @@ static int alloc_host(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size
 	return dispatch_host_result(ctx, h);
 }
 
-int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h)
+int dispatch_host_result(struct dispatch_ctx *ctx, struct broker_host *h)
 {
 	cJSON *r = dispatch_result(ctx);
 	if (!r || proto_add_id64(r, PROTO_F_ID, h->id) ||
@@ -443,7 +458,9 @@ int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h)
 	                             h->mapped ? PROTO_V_MEM_MAPPED : PROTO_V_MEM_PINNED) ||
 	    proto_add_u64(r, PROTO_F_SIZE, h->size) || !cJSON_AddTrueToObject(r, PROTO_F_FD))
 		return -ENOMEM;
-	ctx->fd = h->fd;
+	/* The reply's own: the daemon keeps no descriptor of host memory. */
+	ctx->fd = broker_host_take_fd(h);
+	ctx->fd_owned = true;
 	return 0;
 }
 
@@ -694,6 +711,7 @@ static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)
 {
 	out->fd = -1;
+	out->fd_owned = false;
 	out->deferred = false;
 	out->frame = proto_encode_error(NULL, code, message, NULL, &out->len);
 }
@@ -711,6 +729,7 @@ void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ct
 	if (rc == -ENOMEM && !ctx->err.code)
 		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: out of memory");
 	out->fd = -1;
+	out->fd_owned = false;
 	out->deferred = false;
 	if (rc == 0 && (ctx->deferred || ctx->quiet)) {
 		out->frame = NULL;
@@ -720,6 +739,7 @@ void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ct
 	} else if (rc == 0) {
 		out->frame = proto_encode_result(id, ctx->result, &out->len);
 		out->fd = out->frame ? ctx->fd : -1;
+		out->fd_owned = out->frame && ctx->fd_owned;
 		cJSON_Delete(ctx->data);
 	} else {
 		cJSON_Delete(ctx->result);
@@ -733,6 +753,10 @@ void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ct
 		out->frame =
 		    proto_encode_error(id, ctx->err.code, ctx->err.message, ctx->data, &out->len);
 	}
+	/* A descriptor of the reply's own that does not go out is closed here
+	 * (the client was not told of it). */
+	if (ctx->fd_owned && ctx->fd >= 0 && !out->fd_owned)
+		close(ctx->fd);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	metrics_record(
 	    &d->metrics, op, rc < 0 ? ctx->err.code : ctx->deferred,

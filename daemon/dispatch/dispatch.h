@@ -19,7 +19,9 @@
 struct dispatch_reply {
 	char *frame; /* malloc'd, newline-terminated; NULL = could not encode (close) */
 	size_t len;
-	int fd;        /* descriptor to send with the frame (not owned), or -1 */
+	int fd;        /* descriptor to send with the frame, or -1 */
+	bool fd_owned; /* fd is the caller's to close once it has sent (or dropped) the
+	                  frame: the daemon keeps no copy (host memory) */
 	bool deferred; /* no reply now: it goes out later through the sender */
 };
 

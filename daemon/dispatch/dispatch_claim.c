@@ -34,6 +34,8 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 				broker_host_unclaim(h);
 			return rc;
 		}
+		if (rc == -EIO)
+			return dispatch_broker_error(ctx, rc, PROTO_F_ID);
 	}
 	if (rc == -ENOENT) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such allocation");

@@ -18,6 +18,7 @@ struct dispatch_ctx {
 	cJSON *result; /* set on success */
 	cJSON *data;   /* optional error data */
 	int fd;        /* descriptor to pass with the result */
+	bool fd_owned; /* fd is the reply's: closed once sent (host memory) */
 	bool deferred; /* a handler will answer later (keeping what it needs, e.g. the id) */
 	bool quiet;    /* success goes unanswered (free with "reply": false) */
 	struct proto_error err;
@@ -94,7 +95,7 @@ int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g
  * was not told of. */
 int dispatch_attach_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
 /* The reply to a host alloc or claim of h: id, type, size and its descriptor. */
-int dispatch_host_result(struct dispatch_ctx *ctx, const struct broker_host *h);
+int dispatch_host_result(struct dispatch_ctx *ctx, struct broker_host *h);
 
 /* The "device" parameter, an index or a UUID string: 0 with *device set,
  * -ENOENT when absent (*device kept), or -EINVAL / -ENODEV (no such device)

@@ -547,6 +547,8 @@ static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct brok
 		                "limit reached: max_allocations of instance %016llx's client",
 		                (unsigned long long)inst->id);
 		return rc;
+	case -ENFILE: /* the user's share of descriptors: as alloc says it */
+		return dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
 	case -ESHUTDOWN:
 		proto_error_set(&ctx->err, PROTO_E_SHUTTING_DOWN, "the daemon is shutting down");
 		return rc;

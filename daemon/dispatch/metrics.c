@@ -400,6 +400,7 @@ static void metrics_connections(struct mbuf *m, const struct metrics *mt)
 	    [METRICS_REFUSED_RESERVED] = "admin_reserved_connections",
 	    [METRICS_REFUSED_PER_UID] = "max_clients_per_uid",
 	    [METRICS_REFUSED_FILES] = "open_files",
+	    [METRICS_REFUSED_FILES_PER_UID] = PROTO_V_LIMIT_FILES_PER_UID,
 	};
 	mbuf_header(m, "gpubroker_output_queued_bytes", "gauge",
 	            "Bytes of replies and events queued for clients that have not read them.");

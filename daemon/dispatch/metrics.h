@@ -28,9 +28,10 @@ enum metrics_drop {
 /* Why the server refused a connection as it came in. */
 enum metrics_refusal {
 	METRICS_REFUSED_MAX_CLIENTS,
-	METRICS_REFUSED_RESERVED, /* within admin_reserved_connections, not an admin */
-	METRICS_REFUSED_PER_UID,  /* max_clients_per_uid */
-	METRICS_REFUSED_FILES,    /* no descriptor left to accept it with */
+	METRICS_REFUSED_RESERVED,      /* within admin_reserved_connections, not an admin */
+	METRICS_REFUSED_PER_UID,       /* max_clients_per_uid */
+	METRICS_REFUSED_FILES,         /* no descriptor left to accept it with */
+	METRICS_REFUSED_FILES_PER_UID, /* its user's share of descriptors is taken */
 	METRICS_REFUSALS
 };
 

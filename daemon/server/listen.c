@@ -97,7 +97,7 @@ int listener_open(struct listener *l, uv_loop_t *loop, const struct conf *cfg, c
 {
 	memset(l, 0, sizeof(*l));
 	l->loop = loop;
-	l->fd = l->spare = -1;
+	l->fd = l->spare = l->admin_spare = -1;
 	*where = cfg->socket;
 	int fd = systemd_listen_fd(cfg->socket), rc;
 	if (fd >= 0) {
@@ -144,34 +144,53 @@ static void listener_count(struct listener *l)
 	l->unlogged = 0;
 }
 
+/* Tells a connection accepted with a spare descriptor why it is refused,
+ * closes it and counts it. */
+static void listener_turn_away(struct listener *l, int fd)
+{
+	struct rlimit rl = {0};
+	getrlimit(RLIMIT_NOFILE, &rl);
+	size_t len;
+	char *frame = listener_refusal("limit reached: too many open files", PROTO_V_LIMIT_FILES,
+	                               rl.rlim_cur, &len);
+	/* A new socket's buffer takes a frame this small whole. */
+	if (frame && send(fd, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		log_debug("accept: could not tell a client of the descriptor limit: %s",
+		          strerror(errno));
+	free(frame);
+	close(fd);
+	listener_count(l);
+}
+
 /*
- * accept() said EMFILE or ENFILE: the spare descriptor makes room for one
- * pending connection, which is told why and closed, and is then taken
- * again. 0 when one was refused or gone meanwhile (more may wait), -EAGAIN
- * when none was waiting, another -errno when that could not be done.
+ * accept() said EMFILE or ENFILE: a spare descriptor makes room for one
+ * pending connection (the admin spare first, then the other). An
+ * administrator's is served, keeping the admin spare's place; anyone
+ * else's is told why and closed, and the spare is taken again. 0 when one
+ * was served, refused or gone meanwhile (more may wait), -EAGAIN when none
+ * was waiting, another -errno when that could not be done.
  */
 static int listener_refuse(struct listener *l)
 {
-	if (l->spare < 0)
+	int *spare = l->admin_spare >= 0 ? &l->admin_spare : &l->spare;
+	if (*spare < 0)
 		return -EMFILE;
-	close(l->spare);
+	close(*spare);
+	*spare = -1;
 	int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	int err = errno;
-	if (fd >= 0) {
-		struct rlimit rl = {0};
-		getrlimit(RLIMIT_NOFILE, &rl);
-		size_t len;
-		char *frame = listener_refusal("limit reached: too many open files",
-		                               PROTO_V_LIMIT_FILES, rl.rlim_cur, &len);
-		/* A new socket's buffer takes a frame this small whole. */
-		if (frame && send(fd, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-			log_debug("accept: could not tell a client of the descriptor limit: %s",
-			          strerror(errno));
-		free(frame);
-		close(fd);
-		listener_count(l);
+	struct peer peer;
+	if (fd >= 0 && spare == &l->admin_spare && peer_read(fd, l->admin_gid, &peer) == 0 &&
+	    peer.admin) {
+		log_info("accept: at the descriptor limit, an administrator's connection (uid %u) "
+		         "is served with the spare kept for it",
+		         (unsigned)peer.uid);
+		l->on_accept(l->ctx, fd);
+		return 0;
 	}
-	l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0)
+		listener_turn_away(l, fd);
+	*spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (fd >= 0 || err == EINTR || err == ECONNABORTED || err == EPROTO)
 		return 0;
 	return err == EWOULDBLOCK ? -EAGAIN : -err;
@@ -184,6 +203,8 @@ static void listener_on_retry(uv_timer_t *t)
 	struct listener *l = t->data;
 	if (l->spare < 0)
 		l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (l->admin_spare < 0)
+		l->admin_spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	uv_poll_start(&l->poll, UV_READABLE, listener_on_readable);
 }
 
@@ -206,6 +227,11 @@ static void listener_on_readable(uv_poll_t *p, int status, int events)
 		listener_pause(l, uv_strerror(status));
 		return;
 	}
+	/* The admin spare an administrator's connection took, back once a
+	 * descriptor is free (the refusal spare first: it is taken again at
+	 * once after each use). */
+	if (l->admin_spare < 0 && l->spare >= 0)
+		l->admin_spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	for (int i = 0; i < LISTEN_BATCH && l->fd >= 0; i++) {
 		int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd >= 0) {
@@ -238,15 +264,20 @@ static void listener_on_readable(uv_poll_t *p, int status, int events)
 	}
 }
 
-int listener_start(struct listener *l, listener_accept_fn on_accept, void *ctx, uint64_t *refused)
+int listener_start(struct listener *l, listener_accept_fn on_accept, void *ctx, uint64_t *refused,
+                   gid_t admin_gid)
 {
 	l->on_accept = on_accept;
 	l->ctx = ctx;
 	l->refused = refused;
+	l->admin_gid = admin_gid;
 	/* Taken before the first client, so that the limit is never met
-	 * without it. */
+	 * without them. */
 	l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (l->spare < 0)
+		return -errno;
+	l->admin_spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (l->admin_spare < 0)
 		return -errno;
 	int rc = uv_poll_init(l->loop, &l->poll, l->fd);
 	if (rc < 0)
@@ -268,7 +299,9 @@ void listener_close(struct listener *l)
 		close(l->fd);
 	if (l->spare >= 0)
 		close(l->spare);
-	l->fd = l->spare = -1;
+	if (l->admin_spare >= 0)
+		close(l->admin_spare);
+	l->fd = l->spare = l->admin_spare = -1;
 	if (l->bound)
 		unlink(l->path);
 	l->bound = false;

@@ -7,7 +7,10 @@
  * telling neither the client nor the daemon (uv__emfile_trick, libuv 1.44
  * src/unix/stream.c). This one keeps a spare descriptor of its own to
  * accept such a connection with, answers it "too many open files" (-32006),
- * closes it, logs (at most every 10 s) and counts it.
+ * closes it, logs (at most every 10 s) and counts it. A second spare is
+ * the administrators': a connection of root or the admin group accepted
+ * with it at the limit is served (gpubrokerctl status works whatever the
+ * users hold), and the spare is taken again when a descriptor is free.
  */
 #ifndef GPB_LISTEN_H
 #define GPB_LISTEN_H
@@ -29,6 +32,8 @@ struct listener {
 	uv_timer_t retry; /* resumes accepting after the spare descriptor ran out */
 	int fd;           /* -1: not open */
 	int spare;        /* /dev/null: given up to accept a connection at EMFILE */
+	int admin_spare;  /* /dev/null: given up first at EMFILE; kept by an admin's connection */
+	gid_t admin_gid;  /* the admin group; (gid_t)-1: none */
 	bool handles;     /* poll and retry initialised (listener_start) */
 	bool bound;       /* the daemon bound the socket file and unlinks it */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -49,8 +54,11 @@ struct listener {
  */
 int listener_open(struct listener *l, uv_loop_t *loop, const struct conf *cfg, const char **where);
 /* Starts accepting: on_accept(ctx, fd) for every connection; *refused
- * counts those turned away at the descriptor limit. 0 or a libuv error. */
-int listener_start(struct listener *l, listener_accept_fn on_accept, void *ctx, uint64_t *refused);
+ * counts those turned away at the descriptor limit (administrators, root
+ * and members of admin_gid, are served there while the admin spare lasts).
+ * 0 or a libuv error. */
+int listener_start(struct listener *l, listener_accept_fn on_accept, void *ctx, uint64_t *refused,
+                   gid_t admin_gid);
 /* Stops accepting, closes the socket and removes the file it bound (its
  * handles close with the loop's next turn). Idempotent. */
 void listener_close(struct listener *l);

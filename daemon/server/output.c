@@ -15,6 +15,12 @@
  *   - past max_output_total held for every client together, the connection
  *     holding the most (the slowest reader) is dropped, then the next, until
  *     the total is under the bound again.
+ * A queued frame that passes a descriptor holds a duplicate of it until it
+ * is written; past OUTPUT_MAX_FDS of those the client is paused as at the
+ * high-water mark, so that what the daemon holds open for the clients that
+ * do not read is bounded per connection (docs/design.md, "Descriptors"):
+ * only events and deferred replies (at most max_inflight waits) add to it
+ * while paused.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +32,7 @@
 #include "log.h"
 #include "server_internal.h"
 
-/* A client paused for not reading its replies (write_high_water) is dropped
- * when it stays paused this long. */
+#define OUTPUT_MAX_FDS 4
 
 /* Adds delta (may be negative) to the server's total and its metric. */
 static void output_add(struct server *srv, ssize_t delta)
@@ -86,8 +91,10 @@ static void conn_on_write(uv_write_t *req, int status)
 	if (!c->out_released)
 		output_add(c->srv, -(ssize_t)w->cost);
 	free(w->frame);
-	if (w->fd_pipe)
+	if (w->fd_pipe) {
 		uv_close((uv_handle_t *)w->fd_pipe, (uv_close_cb)free);
+		c->out_fds--;
+	}
 	free(w);
 	if (status < 0) {
 		/* EPIPE/ECONNRESET: the client left before its reply. */
@@ -97,7 +104,7 @@ static void conn_on_write(uv_write_t *req, int status)
 	}
 	size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
 	if (c->paused && !c->closing && !c->finishing &&
-	    queued <= c->srv->broker->limits.write_high_water / 2) {
+	    queued <= c->srv->broker->limits.write_high_water / 2 && c->out_fds < OUTPUT_MAX_FDS) {
 		c->paused = false;
 		uv_timer_stop(&c->pause_timer);
 		/* What its backlog held is free: give it back soon. */
@@ -153,8 +160,9 @@ static void conn_check_queue(struct conn *c)
 		    (unsigned)c->session->uid, backlog,
 		    (unsigned long long)srv->cfg.max_output_per_client);
 		output_drop(c, true, METRICS_DROP_CLIENT);
-	} else if (!c->paused && uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
-	                             srv->broker->limits.write_high_water) {
+	} else if (!c->paused && (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
+	                              srv->broker->limits.write_high_water ||
+	                          c->out_fds >= OUTPUT_MAX_FDS)) {
 		conn_pause(c);
 	}
 	output_check_total(srv, c);
@@ -264,6 +272,7 @@ int conn_send(struct conn *c, char *frame, size_t len, int fd)
 	w->cost = len + sizeof(*w) + (w->fd_pipe ? sizeof(*w->fd_pipe) : 0);
 	list_insert_tail(&c->writes, &w->link);
 	c->out_bytes += w->cost;
+	c->out_fds += w->fd_pipe != NULL;
 	if (!c->out_released)
 		output_add(c->srv, (ssize_t)w->cost);
 	conn_check_queue(c);

@@ -135,11 +135,18 @@ void conn_process(struct conn *c)
 			/* The request made the broker send it something that
 			 * could not be queued: its stream is no longer whole. */
 			free(rep.frame);
+			if (rep.fd_owned)
+				close(rep.fd);
 			return;
 		}
 		if (c->session->hello)
 			uv_timer_stop(&c->hello_timer);
-		if (!rep.deferred && conn_send(c, rep.frame, rep.len, rep.fd) < 0)
+		rc = rep.deferred ? 0 : conn_send(c, rep.frame, rep.len, rep.fd);
+		/* Sent, or queued with a duplicate (conn_send): the reply's own
+		 * descriptor is not kept. */
+		if (rep.fd_owned)
+			close(rep.fd);
+		if (rc < 0)
 			return;
 	}
 	/* Resumes a connection paused above (UV_EALREADY when reading). */
@@ -261,13 +268,25 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 	} else if (same_uid >= srv->cfg.max_clients_per_uid) {
 		why = METRICS_REFUSED_PER_UID;
 		snprintf(message, sizeof(message), "limit reached: too many clients of this user");
+	} else if (!peer->admin && broker_files_of(srv->broker, peer->uid) > broker_files_share()) {
+		/* Its session counts itself already. */
+		why = METRICS_REFUSED_FILES_PER_UID;
+		snprintf(message, sizeof(message),
+		         "limit reached: too many open files for this user (%s %u)",
+		         PROTO_V_LIMIT_FILES_PER_UID, broker_files_share());
 	}
 	if (why != METRICS_REFUSALS) {
 		bool per_uid = why == METRICS_REFUSED_PER_UID;
+		bool files = why == METRICS_REFUSED_FILES_PER_UID;
 		size_t len;
-		char *frame = listener_refusal(
-		    message, per_uid ? PROTO_V_LIMIT_PER_UID : PROTO_V_LIMIT_CLIENTS,
-		    per_uid ? srv->cfg.max_clients_per_uid : max, &len);
+		char *frame = listener_refusal(message,
+		                               files     ? PROTO_V_LIMIT_FILES_PER_UID
+		                               : per_uid ? PROTO_V_LIMIT_PER_UID
+		                                         : PROTO_V_LIMIT_CLIENTS,
+		                               files     ? broker_files_share()
+		                               : per_uid ? srv->cfg.max_clients_per_uid
+		                                         : max,
+		                               &len);
 		srv->dispatch.metrics.refused[why]++;
 		if (conn_send(c, frame, len, -1) == 0)
 			conn_finish(c);
@@ -501,7 +520,8 @@ int server_start(struct server *srv)
 	int rc = listener_open(&srv->listener, srv->loop, &srv->cfg, &path);
 	if (rc == 0)
 		rc = listener_start(&srv->listener, server_on_accept, srv,
-		                    &srv->dispatch.metrics.refused[METRICS_REFUSED_FILES]);
+		                    &srv->dispatch.metrics.refused[METRICS_REFUSED_FILES],
+		                    srv->admin_gid);
 	if (rc < 0) {
 		/* The caller runs the loop once more to complete the close. */
 		listener_close(&srv->listener);

@@ -50,6 +50,7 @@ struct conn {
 	struct list link;
 	struct list writes; /* struct conn_write queued, oldest first */
 	size_t out_bytes;   /* what those hold: their frames and requests */
+	unsigned out_fds;   /* of those, how many hold a descriptor's duplicate */
 	int open_handles;
 	bool closing, finishing, paused;
 	bool doomed;       /* a frame for it could not be queued: closes on the next loop turn */

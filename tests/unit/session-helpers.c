@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "session-helpers.h"
 
@@ -184,6 +185,7 @@ void send_frame(struct broker *b, struct session *s, const char *frame, size_t l
 	assert_int_equal(dr.frame[dr.len - 1], '\n');
 	assert_null(memchr(dr.frame, '\n', dr.len - 1));
 	out->fd = dr.fd;
+	out->fd_owned = dr.fd_owned;
 	rc = proto_reply_parse(dr.frame, dr.len - 1, &out->r);
 	if (rc != 0) {
 		print_error("unparseable reply: %s", dr.frame);
@@ -197,6 +199,9 @@ void send_frame(struct broker *b, struct session *s, const char *frame, size_t l
 
 void reply_done(struct reply *r)
 {
+	if (r->fd_owned && r->fd >= 0)
+		close(r->fd);
+	r->fd_owned = false;
 	live_remove((void **)live_roots, r->r.root);
 	proto_reply_finish(&r->r);
 }

@@ -67,6 +67,7 @@ uint64_t slab_count(const struct broker *b, int device);
 struct reply {
 	struct proto_reply r;
 	int fd;
+	bool fd_owned; /* the reply's own descriptor (host memory): reply_done closes it */
 };
 
 /* Runs one frame through dispatch_frame and parses the reply, which must be
