@@ -113,7 +113,7 @@ step_unit() {
 		step_skip "no systemd (PID 1 is $comm)$([ "$dry" = 1 ] && echo '; dry run')"
 	fi
 	# The unit's ExecStartPre, as the service would run it.
-	[ -x /usr/bin/nvidia-modprobe ] && /usr/bin/nvidia-modprobe -u -c=0
+	sh "$top/systemd/gpubroker-nvidia-nodes.sh"
 	unit=gpb-check-$tr-$$
 	# ProtectHome= hides /root and /home, where the repository may be: the
 	# daemon and its libraries are copied where the sandbox sees them.
