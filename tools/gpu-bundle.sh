@@ -21,7 +21,8 @@
 #                          could download it: numba-cuda 0.30.4 cannot compile
 #                          kernels with numpy 2.5 (np.row_stack is gone)
 #   BUNDLE_DIR/BUNDLE      what was packed: commit, date, build directory
-#   BUNDLE_DIR/run.sh      runs its arguments with the bundled libraries
+#   BUNDLE_DIR/run.sh      runs its arguments with the bundled libraries (from
+#                          the repository root, "build" linked to the bundle's)
 #
 # The build tree is always packed as "build", whatever BUILD_DIR was called.
 set -euo pipefail
@@ -128,9 +129,16 @@ fi
 
 cat >"$out/run.sh" <<'EOF'
 #!/usr/bin/env bash
-# Runs its arguments with the bundled libraries first on LD_LIBRARY_PATH.
+# Runs its arguments with the bundled libraries first on LD_LIBRARY_PATH,
+# from the repository root when the bundle sits in one (.gpu), where "build"
+# is made a link to the bundled build tree if there is none (docs/cuda.md:
+# bash .gpu/run.sh build/tests/gpu/test-gpu-alloc).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -f "$here/../tools/gpu-check.sh" ]; then
+	cd "$here/.." || exit 1
+	[ -e build ] || ln -s "$here/build" build
+fi
 exec "$@"
 EOF
 chmod +x "$out/run.sh"
