@@ -86,6 +86,7 @@
 struct fake_shared {
 	uint64_t next_serial;
 	uint64_t violations;
+	uint64_t pidns; /* the PID namespace of the first process, whose pids the records hold */
 	struct fake_record rec[FAKE_MAX_RECORDS];
 };
 
@@ -161,6 +162,10 @@ static bool fake_pid_maps(int32_t pid, const char *path)
  * when it exits) and dead importers. State locked. */
 void fake_reap(void)
 {
+	/* A process in a child PID namespace (a container's, with its own
+	 * /proc) sees none of the others' pids: to it they would all look dead. */
+	if (fake_real_pidns() != fake_shared->pidns)
+		return;
 	for (int i = 0; i < FAKE_MAX_RECORDS; i++) {
 		struct fake_record *r = &fake_shared->rec[i];
 		if (!r->owner)
@@ -262,6 +267,9 @@ int fake_open_state(void)
 	fake_ctl_id = (struct fake_ctl_id){st.st_dev, st.st_ino};
 	fake_state_fd = fd;
 	fake_shared = p;
+	uint64_t none = 0, mine = fake_real_pidns();
+	__atomic_compare_exchange_n(&fake_shared->pidns, &none, mine, false, __ATOMIC_SEQ_CST,
+	                            __ATOMIC_SEQ_CST);
 	return 0;
 }
 

@@ -72,6 +72,8 @@ static const struct {
     {CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE",
      "CUDA-capable device(s) is/are busy or unavailable"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM",
+     "OS call failed or operation not supported on this OS"},
     {CUDA_ERROR_ALREADY_MAPPED, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped"},
     {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
@@ -187,6 +189,10 @@ FAKE_EXPORT CUresult cuInit(unsigned int flags)
 	INJECT("cuInit");
 	if (flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* The driver's answer in a new PID namespace whose /proc is the
+	 * parent's (fakecuda_strict.c). */
+	if (fake_proc_foreign())
+		return CUDA_ERROR_OPERATING_SYSTEM;
 	pthread_mutex_lock(&fake_lock);
 	if (!fake_initialized) {
 		if ((v = getenv("FAKECUDA_DEVICES")))

@@ -114,6 +114,10 @@ int fake_sub_range(uintptr_t p, uintptr_t *base, uint64_t *size, struct fake_mem
 CUresult fake_ipc_allowed(uint32_t uid, uint64_t pidns);
 /* This process's PID namespace (the inode of /proc/self/ns/pid). */
 uint64_t fake_pidns(void);
+/* This process's PID namespace, FAKECUDA_PIDNS left aside. */
+uint64_t fake_real_pidns(void);
+/* Whether /proc is another PID namespace's than this process's. */
+bool fake_proc_foreign(void);
 
 /* ---- fakecuda_ctx.c -------------------------------------------------------- */
 

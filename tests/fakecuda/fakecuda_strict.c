@@ -25,6 +25,12 @@
  *   namespace than the exporter's (/proc/self/ns/pid) is refused
  *   (CUDA_ERROR_INVALID_HANDLE). FAKECUDA_PIDNS=N pretends this process is in
  *   namespace N, so a test needs no privileges to make one.
+ * - cuInit in a process whose /proc is not of its PID namespace (made with
+ *   unshare(CLONE_NEWPID) alone, /proc still the parent's: /proc/self names
+ *   another pid than getpid()) is CUDA_ERROR_OPERATING_SYSTEM, as the driver
+ *   answered on an H100 (driver 580.159.04, issue 25); a container mounts
+ *   its own /proc. A process in a child PID namespace sees none of the
+ *   other processes' pids, so it never reaps their memory (fake_reap).
  * - FAKECUDA_COMPUTE_MODE=MODE[,MODE...] (default, exclusive-process,
  *   prohibited; one per device, the last repeated): the attribute, and
  *   contexts refused as the driver refuses them (prohibited: no context,
@@ -109,12 +115,25 @@ void fake_ctx_closed(int dev)
 	fake_ctx_charge(dev, false, 0, CU_COMPUTEMODE_DEFAULT);
 }
 
-uint64_t fake_pidns(void)
+uint64_t fake_real_pidns(void)
 {
 	struct stat st;
-	if (fake_pidns_override)
-		return fake_pidns_override;
 	return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+uint64_t fake_pidns(void)
+{
+	return fake_pidns_override ? fake_pidns_override : fake_real_pidns();
+}
+
+bool fake_proc_foreign(void)
+{
+	char buf[32];
+	ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return false; /* no /proc at all: not this case */
+	buf[n] = '\0';
+	return strtol(buf, NULL, 10) != (long)getpid();
 }
 
 CUresult fake_ipc_allowed(uint32_t uid, uint64_t pidns)

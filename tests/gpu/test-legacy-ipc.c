@@ -6,8 +6,15 @@
  *   handles (its own), and that other users and PID namespaces cannot.
  * - A client in another PID namespace is refused, with an error that says
  *   why (GPB_E_BACKEND naming the PID namespace), and the daemon keeps
- *   nothing for it. The fake pretends (FAKECUDA_PIDNS); on a GPU, as root,
- *   a real namespace (unshare) is tried and what the driver says printed.
+ *   nothing for it. The fake pretends (FAKECUDA_PIDNS) for anyone; as root
+ *   real namespaces are made (unshare), on the fake and on a GPU, where what
+ *   the driver says is printed: a client in a new PID namespace with a new
+ *   mount namespace and a fresh /proc, as a container has (the fake refuses
+ *   its legacy handle, naming the PID namespace), and one in a new PID
+ *   namespace alone, /proc still the parent's (the driver's cuInit fails
+ *   with CUDA_ERROR_OPERATING_SYSTEM there, H100, driver 580.159.04; the
+ *   fake answers alike). Issue 25: the PID namespace alone was all this test
+ *   tried, so on hardware it never reached the legacy handle.
  * - Run as root: a client of another uid is refused under the fake's
  *   default share policy (same-uid), with the error naming the daemon's
  *   user; under FAKECUDA_IPC_POLICY=all it maps, writes and reads back. On
@@ -20,9 +27,11 @@
  */
 #include "gpu-legacy.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,20 +61,119 @@ static int client(const char *socket, const char *who)
 	return 0;
 }
 
-/* Runs a client; returns its line. With @newns, in a new PID namespace. */
-static void run_client(const char *socket, const char *who, bool newns, char *line, size_t len)
+/* Where run_client runs its client. */
+enum ns {
+	NS_NONE,
+	NS_PID_ONLY,  /* unshare(CLONE_NEWPID) alone: /proc is the parent's */
+	NS_CONTAINER, /* new PID and mount namespaces and a fresh /proc */
+};
+
+/* In the client of NS_CONTAINER, before anything reads /proc (cuInit):
+ * mounts stay in the namespace run_client made, /proc becomes this PID
+ * namespace's, as a container runtime mounts it. */
+static void fresh_proc(void)
+{
+	CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0);
+	CHECK(mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0);
+}
+
+/* NS_PID_ONLY's client: the driver's answer to cuInit there, on stdout
+ * (gt_require_gpu reports the fake's refusal on stderr, as a failure). */
+static void try_init(void)
+{
+	char why[256];
+	CUresult rc;
+	struct cuda_api api;
+	if (cuda_api_load(&api, why, sizeof(why), &rc) < 0) {
+		printf("%s\n", why);
+		exit(2);
+	}
+	cuda_api_unload(&api);
+}
+
+/* Runs a client and reads its line. In a namespace (@ns, called in a
+ * forked child: unshare moves that process's next children), a client
+ * that stops early (cuInit refused) is reported, not failed: its line is
+ * what the driver says; it must write one. Returns the client's status. */
+static int run_client(const char *socket, const char *who, enum ns ns, char *line, size_t len)
 {
 	int out;
-	char *args[] = {"client", (char *)socket, (char *)who, NULL};
-	if (newns)
-		CHECK(unshare(CLONE_NEWPID) == 0);
+	char *args[] = {"client", (char *)socket, (char *)who,
+	                ns == NS_CONTAINER  ? "fresh-proc"
+	                : ns == NS_PID_ONLY ? "pid-only"
+	                                    : "as-is",
+	                NULL};
+	if (ns != NS_NONE)
+		CHECK(unshare(CLONE_NEWPID | (ns == NS_CONTAINER ? CLONE_NEWNS : 0)) == 0);
 	pid_t pid = gt_spawn_self(args, &out);
 	bool got = gt_read_line(out, line, len);
 	int st = gt_wait(pid);
-	if (!got || st != 0)
+	if (!got || (st != 0 && ns == NS_NONE))
 		GT_FAIL("the %s client%s exited %d having written '%s'", who,
-		        newns ? " in a new PID namespace" : "", st, got ? line : "(nothing)");
+		        ns == NS_CONTAINER  ? " in new PID and mount namespaces"
+		        : ns == NS_PID_ONLY ? " in a new PID namespace"
+		                            : "",
+		        st, got ? line : "(nothing)");
 	close(out);
+	return st;
+}
+
+/* Finding 9 in real namespaces (root): each client runs from a forked
+ * child, which checks the fake's answers itself and prints the driver's. */
+static void real_namespaces(struct gt_daemon *d)
+{
+	const char *socket = d->socket;
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		char line[1024];
+		int st = run_client(socket, "same-uid", NS_PID_ONLY, line, sizeof(line));
+		printf("in a new PID namespace, /proc the parent's: exit %d, '%s'\n", st, line);
+		if (gt_fake())
+			CHECK(st != 0 &&
+			      strstr(line, "cuInit failed: CUDA_ERROR_OPERATING_SYSTEM"));
+		fflush(stdout);
+		_exit(0);
+	}
+	CHECK(gt_wait(pid) == 0);
+	/* The fake's view of the device, before and after the container's
+	 * client, less the daemon's slabs (it may keep one cached): it sees none of the
+	 * other processes' pids, and must neither take their memory for a dead
+	 * process's nor leave its own behind. */
+	size_t free0 = 0, free1 = 0, total;
+	gpb_client *c = gt_connect(d, "gpu-legacy-ipc-settle");
+	struct gpb_pool_stats ps = {0};
+	GPB(gpb_stats(c, 0, &ps));
+	CU(cu.MemGetInfo(&free0, &total));
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		char line[1024];
+		int st = run_client(socket, "same-uid", NS_CONTAINER, line, sizeof(line));
+		printf("in new PID and mount namespaces with a fresh /proc (a container): exit %d, "
+		       "'%s'\n",
+		       st, line);
+		if (gt_fake())
+			CHECK(st == 0 && strncmp(line, "refused", 7) == 0 &&
+			      strstr(line, "PID namespace"));
+		fflush(stdout);
+		_exit(0);
+	}
+	CHECK(gt_wait(pid) == 0);
+	/* The daemon may free or cache its slab at its own pace: polled. */
+	uint64_t before = free0 + ps.reserved, after = 0;
+	for (int i = 0; i < (gt_fake() ? 300 : 1) && after != before; i++) {
+		if (i)
+			poll(NULL, 0, 10);
+		GPB(gpb_stats(c, 0, &ps));
+		CU(cu.MemGetInfo(&free1, &total));
+		after = free1 + ps.reserved;
+	}
+	gpb_disconnect(c);
+	if (gt_fake() && after != before)
+		GT_FAIL("the fake's free memory and the daemon's slabs: %llu bytes before the "
+		        "container's client, %llu after",
+		        (unsigned long long)before, (unsigned long long)after);
 }
 
 /* Two 2 MiB allocations: prints both handles, waits to be killed. */
@@ -136,8 +244,12 @@ static void handle_bytes(void)
 
 int main(int argc, char **argv)
 {
+	if (argc == 5 && strcmp(argv[1], "client") == 0 && strcmp(argv[4], "fresh-proc") == 0)
+		fresh_proc(); /* before gt_require_gpu's cuInit */
+	if (argc == 5 && strcmp(argv[1], "client") == 0 && strcmp(argv[4], "pid-only") == 0)
+		try_init();
 	gt_require_gpu(argc, argv);
-	if (argc == 4 && strcmp(argv[1], "client") == 0)
+	if (argc == 5 && strcmp(argv[1], "client") == 0)
 		return client(argv[2], argv[3]);
 	if (argc == 2 && strcmp(argv[1], "exporter") == 0)
 		return exporter();
@@ -162,23 +274,15 @@ int main(int argc, char **argv)
 	/* Finding 9: another PID namespace. */
 	if (gt_fake()) {
 		setenv("FAKECUDA_PIDNS", "4026531999", 1);
-		run_client(d.socket, "same-uid", false, line, sizeof(line));
+		run_client(d.socket, "same-uid", NS_NONE, line, sizeof(line));
 		unsetenv("FAKECUDA_PIDNS");
-		printf("in another PID namespace: %s\n", line);
+		printf("in another PID namespace (FAKECUDA_PIDNS): %s\n", line);
 		CHECK(strncmp(line, "refused", 7) == 0 && strstr(line, "PID namespace"));
-	} else if (gl_can_switch_uid()) {
-		pid_t pid = fork();
-		CHECK(pid >= 0);
-		if (pid == 0) {
-			run_client(d.socket, "same-uid", true, line, sizeof(line));
-			printf("in another PID namespace: %s\n", line);
-			fflush(stdout);
-			_exit(0);
-		}
-		CHECK(gt_wait(pid) == 0);
-	} else {
-		printf("SKIP (part): a PID namespace needs root\n");
 	}
+	if (gl_can_switch_uid())
+		real_namespaces(&d);
+	else
+		printf("SKIP (part): a real PID namespace needs root\n");
 
 	/* Finding 1: another uid. */
 	if (gl_can_switch_uid()) {
@@ -187,12 +291,12 @@ int main(int argc, char **argv)
 		char policy[32];
 		snprintf(policy, sizeof(policy), "%s", getenv("FAKECUDA_IPC_POLICY") ?: "same-uid");
 		setenv("FAKECUDA_IPC_POLICY", "same-uid", 1);
-		run_client(d.socket, "other-uid", false, line, sizeof(line));
+		run_client(d.socket, "other-uid", NS_NONE, line, sizeof(line));
 		printf("a client of uid %u, the driver's policy: %s\n", GL_OTHER_UID, line);
 		if (gt_fake()) {
 			CHECK(strncmp(line, "refused", 7) == 0 && strstr(line, "daemon's user"));
 			setenv("FAKECUDA_IPC_POLICY", "all", 1);
-			run_client(d.socket, "other-uid", false, line, sizeof(line));
+			run_client(d.socket, "other-uid", NS_NONE, line, sizeof(line));
 			setenv("FAKECUDA_IPC_POLICY", policy, 1);
 			printf("a client of uid %u, policy all: %s\n", GL_OTHER_UID, line);
 			CHECK(strcmp(line, "ok") == 0);
@@ -200,7 +304,7 @@ int main(int argc, char **argv)
 	} else {
 		printf("SKIP (part): a client of another uid needs root\n");
 	}
-	run_client(d.socket, "same-uid", false, line, sizeof(line));
+	run_client(d.socket, "same-uid", NS_NONE, line, sizeof(line));
 	CHECK(strcmp(line, "ok") == 0);
 	handle_bytes();
 

@@ -98,6 +98,10 @@ if [ "${GPB_SYSTEMD_UNITS:-0}" = 1 ]; then
 			fail "ExecStart= in $unit does not name the installed daemon"
 		! grep -n '@[a-z_]*@' "$unit" || fail "$unit has unfilled template variables"
 		[ -f "$(dirname "$unit")/gpubroker.socket" ] || fail "gpubroker.socket not installed"
+		nodes=$(abs "$GPB_LIBEXECDIR")/gpubroker-nvidia-nodes
+		[ -x "$root$nodes" ] || fail "$nodes (the unit's ExecStartPre) not installed executable"
+		grep -q "^ExecStartPre=+-$nodes\$" "$unit" ||
+			fail "ExecStartPre= in $unit does not name the installed $nodes"
 		[ -n "$(find "$root" -path '*sysusers.d/gpubroker.conf')" ] || fail "no sysusers.d snippet"
 		[ -n "$(find "$root" -path '*tmpfiles.d/gpubroker.conf')" ] || fail "no tmpfiles.d snippet"
 	fi

@@ -8,17 +8,22 @@
 #   test-units.sh sysusers SYSUSERS TMPFILES_IN
 #       systemd-sysusers and systemd-tmpfiles into a temporary root: the
 #       gpubroker user and groups, /run/gpubroker and the configuration dir.
-#   test-units.sh cuda SERVICE_IN
+#   test-units.sh cuda SERVICE_IN NVIDIA_NODES
 #       what the cuda backend needs of the service (issue 15): the NVIDIA
-#       device nodes made before the sandbox (ExecStartPre=+-nvidia-modprobe)
-#       and no PrivatePIDs= (legacy IPC does not cross PID namespaces).
+#       device nodes of every GPU made before the sandbox
+#       (ExecStartPre=+-gpubroker-nvidia-nodes, run here against a stand-in
+#       /proc/driver/nvidia/gpus of three GPUs and a stand-in nvidia-modprobe;
+#       issue 25, item 9) and no PrivatePIDs= (legacy IPC does not cross PID
+#       namespaces).
 #   test-units.sh contents SERVICE_IN SOCKET
 #       the settings the units must have (socket path and access, readiness,
 #       restart, reload, watchdog, the sandbox around the NVIDIA devices),
 #       read from the files themselves: needs no systemd at all.
 #
 # The service template gets the build tree's programs (GPB_DAEMON, GPB_CTL)
-# in place of @sbindir@ and @bindir@, since verify wants ExecStart= to exist.
+# in place of @sbindir@ and @bindir@, and a copy of gpubroker-nvidia-nodes
+# (GPB_NVIDIA_NODES) in place of @libexecdir@'s, since verify wants the
+# programs it names to exist.
 # Exit 77 (skipped) when the systemd tool needed is not installed.
 set -u
 mode=$1
@@ -41,8 +46,12 @@ trap 'rm -rf "$tmp"' EXIT
 # systemd/meson.build fills in at install time.
 make_service() {
 	: "${GPB_DAEMON:?run through meson test}" "${GPB_CTL:?run through meson test}"
+	: "${GPB_NVIDIA_NODES:?run through meson test}"
+	mkdir -p "$tmp/libexec"
+	cp "$GPB_NVIDIA_NODES" "$tmp/libexec/gpubroker-nvidia-nodes" || exit 1
 	sed -e "s|@sbindir@|$(dirname "$GPB_DAEMON")|g" \
 		-e "s|@bindir@|$(dirname "$GPB_CTL")|g" \
+		-e "s|@libexecdir@|$tmp/libexec|g" \
 		-e "s|@sysconfdir@|/etc|g" \
 		-e "s|@conffile@|/etc/gpubroker/gpubroker.conf|g" \
 		-e "s|@conf_arg@||g" "$1" >"$tmp/gpubroker.service" || exit 1
@@ -129,19 +138,40 @@ sysusers)
 	echo "users, groups and directories created"
 	;;
 cuda)
-	service=$1
+	service=$1 nodes=$2
 	pre=$(sed -n 's/^[[:space:]]*ExecStartPre=//p' "$service")
-	printf '%s\n' "$pre" | grep -q '^+-/usr/bin/nvidia-modprobe .*-u' ||
-		fail "gpubroker.service: no 'ExecStartPre=+-/usr/bin/nvidia-modprobe -u ...': the" \
+	printf '%s\n' "$pre" | grep -qx '+-@libexecdir@/gpubroker-nvidia-nodes' ||
+		fail "gpubroker.service: no 'ExecStartPre=+-@libexecdir@/gpubroker-nvidia-nodes': the" \
 			"sandboxed daemon cannot run the setuid nvidia-modprobe that makes missing" \
-			"NVIDIA device nodes"
-	printf '%s\n' "$pre" | grep -q -- '-c=0' ||
-		fail "gpubroker.service: nvidia-modprobe must make /dev/nvidia0 (-c=0)"
+			"NVIDIA device nodes, and every GPU's node is needed (not /dev/nvidia0 alone)"
+	# The helper against three GPUs of minors 0, 1 and 3 (the driver numbers
+	# them as it finds them; a gap is possible) and an nvidia-modprobe that
+	# records its arguments: every node, nvidia-uvm's with the first.
+	mkdir -p "$tmp/bin"
+	for m in 0 1 3; do
+		mkdir -p "$tmp/gpus/0000:0$m:00.0"
+		printf 'Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 42\nDevice Minor: \t %s\n' "$m" \
+			>"$tmp/gpus/0000:0$m:00.0/information"
+	done
+	printf '#!/bin/sh\necho "$*" >>"%s"\n' "$tmp/calls" >"$tmp/bin/nvidia-modprobe"
+	chmod +x "$tmp/bin/nvidia-modprobe"
+	sh "$nodes" "$tmp/gpus" "$tmp/bin/nvidia-modprobe" || fail "gpubroker-nvidia-nodes exited $?"
+	calls=$(tr '\n' ';' <"$tmp/calls")
+	[ "$calls" = "-u -c=0;-c=1;-c=3;" ] ||
+		fail "gpubroker-nvidia-nodes ran nvidia-modprobe as '$calls', expected '-u -c=0;-c=1;-c=3;'"
+	echo "three GPUs: nvidia-modprobe $calls"
+	# No GPU listed (the module not loaded yet): node 0 and nvidia-uvm, as before.
+	rm -f "$tmp/calls"
+	sh "$nodes" "$tmp/none" "$tmp/bin/nvidia-modprobe" || fail "gpubroker-nvidia-nodes exited $?"
+	[ "$(cat "$tmp/calls")" = "-u -c=0" ] || fail "with no GPU listed: '$(cat "$tmp/calls")'"
+	# No nvidia-modprobe: nothing to do, and the unit starts anyway.
+	out=$(sh "$nodes" "$tmp/gpus" "$tmp/bin/none") || fail "without nvidia-modprobe it exited $?"
+	echo "without nvidia-modprobe: $out"
 	if grep -q '^[[:space:]]*PrivatePIDs=' "$service"; then
 		fail "gpubroker.service: PrivatePIDs= keeps legacy CUDA IPC handles from opening" \
 			"in any client"
 	fi
-	echo "device nodes made before the sandbox; no PrivatePIDs="
+	echo "every GPU's device node made before the sandbox; no PrivatePIDs="
 	;;
 contents)
 	service=$1 socket=$2
