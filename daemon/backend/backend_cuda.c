@@ -226,11 +226,23 @@ static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device 
 		what = "cuDeviceGetAttribute";
 		goto fail;
 	}
-	char why[256];
-	if (!cuda_dev_mode_ok(mode, why, sizeof(why))) {
+	/* An attribute of CUDA 11.8's: an older driver answers an error, which
+	 * is "no MPS". */
+	int mps = 0;
+	if (api->DeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d->dev) != CUDA_SUCCESS)
+		mps = 0;
+	char why[384];
+	if (!cuda_dev_mode_ok(mode, mps == 1, why, sizeof(why))) {
 		log_error("cuda: CUDA device %d (%s) left out: %s", ordinal, d->info.uuid, why);
 		return false;
 	}
+	if (mps == 1)
+		log_info(
+		    "cuda: CUDA device %d (%s): this daemon is an MPS client (compute mode %s): "
+		    "its clients must be clients of the same MPS control daemon "
+		    "(CUDA_MPS_PIPE_DIRECTORY)",
+		    ordinal, d->info.uuid,
+		    mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS ? "exclusive-process" : "default");
 	if ((rc = api->DevicePrimaryCtxRetain(&d->ctx, d->dev)) != CUDA_SUCCESS) {
 		what = "cuDevicePrimaryCtxRetain";
 		goto fail;

@@ -276,6 +276,9 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, C
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
 		*value = fake_compute_mode(dev);
 		break;
+	case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:
+		*value = fake_mps;
+		break;
 	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
 		*value = !fake_no_pools;
 		break;
