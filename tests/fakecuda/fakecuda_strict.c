@@ -39,6 +39,14 @@
  *   (CU_DEVICE_ATTRIBUTE_MPS_ENABLED reads 1): contexts go through the MPS
  *   server, so an exclusive-process device takes a context from each
  *   process, as an H100 under MPS did (driver 580.159.04).
+ * - FAKECUDA_NO_RDMA=1: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+ *   reads 0 (an H100 reads 1, the default) and cuMemCreate refuses
+ *   allocFlags.gpuDirectRDMACapable (CUDA_ERROR_INVALID_VALUE, a guess at
+ *   the code).
+ * - FAKECUDA_NO_VMM_EXPORT=1: the devices advertise VMM with POSIX
+ *   descriptors, but cuMemExportToShareableHandle answers
+ *   CUDA_ERROR_NOT_SUPPORTED (as Confidential Computing or a virtualised
+ *   GPU may; the code is a guess).
  * - FAKECUDA_MIG=1: the devices are MIG instances: cuDeviceGetUuid_v2
  *   answers the instance's UUID, the old cuDeviceGetUuid the parent GPU's,
  *   and the name says "MIG".
@@ -57,6 +65,7 @@
 
 bool fake_mig;
 bool fake_mps;
+bool fake_no_rdma, fake_no_vmm_export;
 static bool fake_ipc_all;
 static uint64_t fake_ctx_overhead = 32u << 20;
 static int fake_modes[FAKE_MODES];
@@ -80,6 +89,8 @@ void fake_strict_settings(void)
 		fake_ctx_overhead = strtoull(v, NULL, 10);
 	fake_mig = (v = getenv("FAKECUDA_MIG")) && strcmp(v, "1") == 0;
 	fake_mps = (v = getenv("FAKECUDA_MPS")) && strcmp(v, "1") == 0;
+	fake_no_rdma = (v = getenv("FAKECUDA_NO_RDMA")) && strcmp(v, "1") == 0;
+	fake_no_vmm_export = (v = getenv("FAKECUDA_NO_VMM_EXPORT")) && strcmp(v, "1") == 0;
 	if ((v = getenv("FAKECUDA_PIDNS")))
 		fake_pidns_override = strtoull(v, NULL, 10);
 	int mode = CU_COMPUTEMODE_DEFAULT, n = 0;
