@@ -447,7 +447,7 @@ GPB_EXPORT void gpb_string_free(char *s)
 
 GPB_EXPORT void gpb_set_event_callback(gpb_client *c, gpb_event_fn fn, void *userdata)
 {
-	if (!c)
+	if (!c || client_forked(c))
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->event_fn = fn;

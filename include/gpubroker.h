@@ -101,6 +101,14 @@ typedef struct gpb_client gpb_client;
  * (socket not accessible, or $GPUBROKER_TOKEN is not a partition of this
  * uid: "invalid partition token"), GPB_E_VERSION, GPB_E_DAEMON_GONE,
  * GPB_E_PROTOCOL, GPB_E_NOMEM, GPB_E_INVALID (@out NULL).
+ * fork: a client belongs to the process that connected it. A forked child
+ * starts afresh: nothing its parent mapped is handed to it (its own
+ * connections map what they are given; gpb_mapping_stats() counts from
+ * zero), and every call on a client of its parent fails with GPB_E_INVALID
+ * (that connection is the parent's), except gpb_disconnect(), which frees
+ * it there without a word to the daemon and without unmapping anything of
+ * the parent's. (A real CUDA driver may refuse a child of a process that
+ * used it anyway: fork before the first CUDA call, or use spawn.)
  */
 int gpb_connect(const char *path, const char *name, gpb_client **out);
 

@@ -49,6 +49,11 @@ int client_enter_events(gpb_client *c)
 	error_clear();
 	if (!c)
 		return error_set(GPB_E_INVALID, "client is NULL");
+	/* Before its lock, which a thread of the parent may have held. */
+	if (client_forked(c))
+		return error_set(GPB_E_INVALID,
+		                 "this client was connected by the parent of this forked process: "
+		                 "a child connects anew (gpb_connect)");
 	pthread_mutex_lock(&c->lock);
 	conn_settle(&c->conn);
 	if (c->pending)

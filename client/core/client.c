@@ -7,7 +7,38 @@
 #include "error.h"
 #include "hostmem.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+
+/*
+ * fork: a child starts afresh for the whole library (issue 25). Its
+ * parent's clients are not its own: their socket is the parent's
+ * connection (a request from the child would interleave with the
+ * parent's), and their mappings are the parent's (a CUDA mapping is not
+ * valid in a child). Each fork in this process's line counts one more
+ * generation; a client made in an earlier one refuses every call
+ * (GPB_E_INVALID), and gpb_disconnect frees it without a word to the daemon
+ * or the driver. The slab cache and the cuda opener forget what they
+ * held in their own handlers (slab.c, cuda.c, cuda_ctx.c).
+ */
+static unsigned client_generation;
+static pthread_once_t client_fork_once = PTHREAD_ONCE_INIT;
+
+static void client_atfork_child(void)
+{
+	client_generation++;
+}
+
+static void client_fork_init(void)
+{
+	pthread_atfork(NULL, NULL, client_atfork_child);
+	slab_fork_init();
+}
+
+bool client_forked(const gpb_client *c)
+{
+	return c->generation != client_generation;
+}
 
 /*
  * conn's on_invalidate hook: the daemon released everything the
@@ -40,11 +71,14 @@ static int client_reclaim(void *client, uint64_t slab)
 
 int client_create(const char *path, gpb_client **out)
 {
-	gpb_client *c = calloc(1, sizeof(*c));
+	gpb_client *c;
 	int rc;
 
+	pthread_once(&client_fork_once, client_fork_init);
+	c = calloc(1, sizeof(*c));
 	if (!c)
 		return error_set(GPB_E_NOMEM, "out of memory");
+	c->generation = client_generation;
 	rc = conn_init(&c->conn, path);
 	if (rc < 0) {
 		free(c);
@@ -62,10 +96,33 @@ int client_create(const char *path, gpb_client **out)
 	return 0;
 }
 
+/* client_destroy in a forked child, of a client of its parent: nothing is
+ * said to the daemon (the connection is the parent's, and stays open
+ * there), nothing asked of the driver; the child's copies of the memory
+ * and descriptors go. Its lock is not taken: a thread of the parent may
+ * have held it at the fork. */
+static void client_forget(gpb_client *c)
+{
+	while (c->pending) {
+		struct client_pending *p = c->pending;
+		c->pending = p->next;
+		free(p); /* its fence is the parent's */
+	}
+	track_finish(&c->track);
+	hostmem_abandon(c);
+	conn_finish(&c->conn);
+	free(c);
+}
+
 void client_destroy(gpb_client *c)
 {
 	const struct slab_opener *opener = c->track.opener;
 	bool held = c->track.slabs.count > 0;
+
+	if (client_forked(c)) {
+		client_forget(c);
+		return;
+	}
 
 	/* Unmapping first: once the socket closes the daemon releases what
 	 * the connection held and may free its slabs, and CUDA memory must

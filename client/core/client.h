@@ -14,6 +14,7 @@
 #define GPB_CLIENT_CLIENT_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "conn.h"
@@ -51,6 +52,7 @@ struct gpb_client {
 	 * a hook, as the core calls nothing above it). */
 	struct client_pending *pending, **pending_tail;
 	void (*release_pending)(gpb_client *c, uint64_t id);
+	unsigned generation; /* client_generation when made: another one in a forked child */
 };
 
 /* client.c: its life. */
@@ -59,8 +61,13 @@ struct gpb_client {
  * GPB_E_CONNECT, GPB_E_PERMISSION, GPB_E_SYSTEM or GPB_E_NOMEM (nothing to
  * destroy then). */
 int client_create(const char *path, gpb_client **out);
-/* Unmaps everything, closes the connection and frees @c. */
+/* Unmaps everything, closes the connection and frees @c. In a forked
+ * child, for a client of its parent: frees it with no word to the daemon
+ * or the driver. */
 void client_destroy(gpb_client *c);
+/* Whether @c was made before this process was forked (its parent's): every
+ * call on it is refused (client.c). */
+bool client_forked(const gpb_client *c);
 
 /* call.c: calls on it. */
 

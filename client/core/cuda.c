@@ -59,9 +59,12 @@ static struct cuda_api cuda;
 static bool cuda_ok;
 static char cuda_why[256];
 
+static void cuda_atfork_child(void);
+
 static void cuda_load(void)
 {
 	cuda_ok = cuda_api_load(&cuda, cuda_why, sizeof(cuda_why), NULL) == 0;
+	pthread_atfork(NULL, NULL, cuda_atfork_child);
 }
 
 /* GPB_E_BACKEND with "what failed: CUDA_ERROR_X (description)". */
@@ -101,6 +104,19 @@ struct cuda_pool {
 
 static pthread_mutex_t cuda_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cuda_pool *cuda_pools;
+
+/* A forked child maps afresh (issue 25; slab.c): the parent's pool
+ * imports, contexts and kept descriptors are no state of its driver. The
+ * records stay with the parent's mappings, never closed in the child (the
+ * slab cache frees them unclosed); the locks, which a thread of the parent
+ * may have held, are made anew. */
+static void cuda_atfork_child(void)
+{
+	cuda_pools = NULL;
+	pthread_mutex_init(&cuda_pool_lock, NULL);
+	cuda_ctx_forget_all();
+	cuda_vmm_forget_all();
+}
 
 struct cuda_mapping {
 	CUdevice dev;

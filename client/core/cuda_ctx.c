@@ -42,6 +42,14 @@ static bool cuda_ctx_check(const struct cuda_api *api, struct cuda_ctx *c)
 	return !c->dead;
 }
 
+void cuda_ctx_forget_all(void)
+{
+	/* The records are the parent's mappings' (never closed here); the
+	 * lock may have been held by a thread of the parent. */
+	cuda_ctxs = NULL;
+	pthread_mutex_init(&cuda_ctx_lock, NULL);
+}
+
 bool cuda_ctx_alive(const struct cuda_api *api, struct cuda_ctx *c)
 {
 	pthread_mutex_lock(&cuda_ctx_lock);

@@ -50,6 +50,9 @@ CUresult cuda_ctx_get(const struct cuda_api *api, CUdevice dev, struct cuda_ctx 
 /* Drops a reference; the last lets go of a primary context's retain (a dead
  * one's too: a reset does not release it). */
 void cuda_ctx_put(const struct cuda_api *api, struct cuda_ctx *c);
+/* In a forked child (cuda.c's fork handler): no context of the parent's is
+ * this process's; forgets them all without a driver call. */
+void cuda_ctx_forget_all(void);
 /* Whether @c's context still lives; marks it dead for good when not. */
 bool cuda_ctx_alive(const struct cuda_api *api, struct cuda_ctx *c);
 /* Waits for the work queued in @c's context (cuCtxSynchronize, pushed and

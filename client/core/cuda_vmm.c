@@ -89,6 +89,19 @@ void cuda_vmm_unkeep(const uint8_t *tag)
 	pthread_mutex_unlock(&cuda_vmm_lock);
 }
 
+void cuda_vmm_forget_all(void)
+{
+	/* The child's copies of the parent's descriptors: closed, so that a
+	 * slab the daemon hands the child is mapped from what it sends. */
+	while (cuda_vmm_kepts) {
+		struct cuda_vmm_kept *k = cuda_vmm_kepts;
+		cuda_vmm_kepts = k->next;
+		close(k->fd);
+		free(k);
+	}
+	pthread_mutex_init(&cuda_vmm_lock, NULL);
+}
+
 /* The access descriptors: dev first, then its peers here. Returns how many. */
 static size_t cuda_vmm_access(const struct cuda_api *api, CUdevice dev,
                               CUmemAccessDesc out[CUDA_VMM_MAX_ACCESS])

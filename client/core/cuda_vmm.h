@@ -36,5 +36,8 @@ void cuda_vmm_unmap(const struct cuda_api *api, CUdeviceptr ptr, size_t mapped);
 int cuda_vmm_keep(const uint8_t *tag, int fd, int *kept);
 /* Drops a reference taken by cuda_vmm_keep(); the last closes the copy. */
 void cuda_vmm_unkeep(const uint8_t *tag);
+/* In a forked child (cuda.c's fork handler): closes and forgets every kept
+ * descriptor, the parent's. */
+void cuda_vmm_forget_all(void);
 
 #endif

@@ -39,6 +39,20 @@ static void host_entry_drop(gpb_client *c, struct host_entry *h)
 	free(h);
 }
 
+void hostmem_abandon(gpb_client *c)
+{
+	struct host_entry *h;
+	size_t pos = 0;
+
+	/* The registrations are the parent's (a forked child): the driver's
+	 * state of this process is not the parent's, so no call undoes them. */
+	while ((h = idmap_next(&c->hosts, &pos, NULL))) {
+		h->registered = false;
+		host_entry_drop(c, h);
+	}
+	idmap_finish(&c->hosts);
+}
+
 void hostmem_finish(gpb_client *c)
 {
 	struct host_entry *h;

@@ -25,6 +25,9 @@ struct host_entry {
 void hostmem_init(gpb_client *c);
 /* Unregisters and unmaps every host allocation (disconnect, invalidate). */
 void hostmem_finish(gpb_client *c);
+/* In a forked child, for a client of its parent: unmaps without a driver
+ * call (the registrations are the parent's) and frees. */
+void hostmem_abandon(gpb_client *c);
 /* Sends an alloc of host memory (@params consumed; NULL when building them
  * ran out of memory) and maps the result; fills @out and/or *result_json
  * when not NULL. */

@@ -30,22 +30,47 @@ static long slab_kept_max = -1;
 
 /*
  * A child forked while another thread held slab_lock would inherit it locked
- * forever. Holding it across fork() makes the child's copy consistent (the
- * mappings themselves are MAP_SHARED and stay valid in the child).
+ * forever. Holding it across fork() makes the child's copy consistent.
+ *
+ * A forked child starts with an empty cache (issue 25): a CUDA mapping is
+ * not valid in it (the driver's state is not inherited), and the daemon
+ * hands the child's own connections the parent's slabs again, which must
+ * be mapped by the child, not found in the parent's cache. The parent's
+ * entries are marked forked and taken off the list; the parent's clients
+ * still point at them, and the last put frees them without a driver call
+ * (a sim mapping, host memory, is unmapped).
  */
 static void slab_atfork_prepare(void)
 {
 	pthread_mutex_lock(&slab_lock);
 }
 
-static void slab_atfork_release(void)
+static void slab_atfork_parent(void)
 {
+	pthread_mutex_unlock(&slab_lock);
+}
+
+static void slab_atfork_child(void)
+{
+	for (struct slab_map *m = slab_list, *next; m; m = next) {
+		next = m->next;
+		m->forked = true;
+		m->prev = m->next = NULL;
+	}
+	slab_list = NULL;
+	slab_opens = slab_closes = slab_open_now = 0;
+	slab_kept = 0;
 	pthread_mutex_unlock(&slab_lock);
 }
 
 static void slab_once_init(void)
 {
-	pthread_atfork(slab_atfork_prepare, slab_atfork_release, slab_atfork_release);
+	pthread_atfork(slab_atfork_prepare, slab_atfork_parent, slab_atfork_child);
+}
+
+void slab_fork_init(void)
+{
+	pthread_once(&slab_once, slab_once_init);
 }
 
 static int sim_open(const uint8_t *handle, int fd, const struct slab_target *where, uint64_t size,
@@ -208,6 +233,15 @@ void slab_cache_put(struct slab_map *map)
 	pthread_mutex_lock(&slab_lock);
 	if (--map->refs > 0) {
 		pthread_mutex_unlock(&slab_lock);
+		return;
+	}
+	if (map->forked) {
+		/* The parent's (slab_atfork_child): not on the list, not
+		 * counted, and no driver state of this process behind it. */
+		pthread_mutex_unlock(&slab_lock);
+		if (!map->opener->alive)
+			map->opener->close(map->base, map->size, map->priv);
+		free(map);
 		return;
 	}
 	if (map->prev)

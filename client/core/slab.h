@@ -103,11 +103,19 @@ struct slab_map {
 	 * handed out again, kept (for a clear error about its pointers) until
 	 * the last reference goes; slab_cache_renew() maps the slab anew. */
 	bool dead;
+	/* Inherited through fork: the parent's mapping, off the child's cache
+	 * (slab.c). The last put frees it with no driver call. */
+	bool forked;
 	/* Where it was opened, to open it again (device_uuid points at uuid). */
 	struct slab_target where;
 	char uuid[PROTO_MAX_NAME + 1];
 	struct slab_map *prev, *next;
 };
+
+/* Installs the cache's fork handlers (once per process): a forked child
+ * starts with an empty cache. Called when a client is made, before any
+ * slab is mapped. */
+void slab_fork_init(void);
 
 /* The opener for a backend name, or NULL when this library cannot map its
  * slabs (then allocation is GPB_E_NOT_SUPPORTED). */

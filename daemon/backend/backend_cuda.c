@@ -24,7 +24,9 @@
  * 2 MiB (slab_granularity): the driver packs smaller allocations into shared
  * 2 MiB blocks, and a handle opens the whole block, neighbours included.
  * "auto" picks vmm and logs why a device gets ipc instead; "vmm" leaves
- * out a device that cannot, with the reason; "ipc" never uses vmm.
+ * out a device that cannot, with the reason; "ipc" never uses vmm. A
+ * device "can" when its attributes say so and a trial slab is made,
+ * exported and imported at start (cuda_device_trial).
  *
  * Scrubbing: the pool keeps slabs per uid and never moves a slab from one
  * uid to another, so the only moment device memory can change hands between
@@ -99,6 +101,7 @@ struct cuda_device {
 	unsigned nupools;
 	int pool_fd;            /* the pool exported, sent with each async slab; -1 */
 	size_t vmm_granularity; /* transport vmm: cuMemCreate's; 0 = ipc */
+	bool vmm_rdma;          /* transport vmm: slabs made GPUDirect RDMA capable */
 };
 
 struct cuda_slab {
@@ -164,20 +167,64 @@ static bool cuda_device_has_pools(const struct cuda_api *api, CUdevice dev)
 	       (types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 }
 
+/* The trial at start of a device the attributes give VMM (its primary
+ * context retained): one granule made, exported, imported and released,
+ * GPUDirect RDMA capable where the device says it can be. Sets
+ * d->vmm_rdma; false with the reason in why when the driver refuses. */
+static bool cuda_device_trial(struct backend *b, int ordinal, struct cuda_device *d, char *why,
+                              size_t why_len)
+{
+	struct cuda *cu = b->priv;
+	const struct cuda_api *api = &cu->api;
+	const char *what = "cuCtxPushCurrent";
+	char name[64];
+	CUcontext popped;
+	d->vmm_rdma = cuda_vmm_rdma(api, d->dev);
+	CUresult rc = api->CtxPushCurrent(d->ctx);
+	if (rc == CUDA_SUCCESS) {
+		rc = cuda_vmm_trial(api, d->ordinal, d->vmm_granularity, d->vmm_rdma, &what);
+		if (rc != CUDA_SUCCESS && d->vmm_rdma && strcmp(what, "cuMemCreate") == 0) {
+			/* The attribute promised the flag, the driver refused
+			 * it: slabs without it still serve. */
+			log_warn("cuda: CUDA device %d: cuMemCreate refused gpuDirectRDMACapable "
+			         "(%s), though the device reports GPUDirect RDMA with VMM: slabs "
+			         "are made without it",
+			         ordinal, cuda_api_error_name(api, rc, name, sizeof(name)));
+			d->vmm_rdma = false;
+			rc = cuda_vmm_trial(api, d->ordinal, d->vmm_granularity, false, &what);
+		}
+		api->CtxPopCurrent(&popped);
+	}
+	if (rc != CUDA_SUCCESS) {
+		snprintf(why, why_len,
+		         "a trial slab failed, though the device reports virtual memory "
+		         "management with POSIX descriptors: %s: %s",
+		         what, cuda_api_error_name(api, rc, name, sizeof(name)));
+		return false;
+	}
+	log_info("cuda: CUDA device %d: VMM slabs %s", ordinal,
+	         d->vmm_rdma ? "GPUDirect RDMA capable (gpuDirectRDMACapable)"
+	                     : "not GPUDirect RDMA capable: the device reports no GPUDirect "
+	                       "RDMA with VMM");
+	return true;
+}
+
 /* Picks the device's transport (cu->transport asks); false, with the
  * reason logged, when "vmm" was asked for and the device cannot. */
 static bool cuda_device_transport(struct backend *b, int ordinal, struct cuda_device *d)
 {
 	struct cuda *cu = b->priv;
-	char why[160];
+	char why[256];
 	bool want_ipc = strcmp(cu->transport, BACKEND_TRANSPORT_IPC) == 0;
 
 	if (!want_ipc &&
-	    cuda_vmm_probe(&cu->api, d->dev, ordinal, &d->vmm_granularity, why, sizeof(why))) {
+	    cuda_vmm_probe(&cu->api, d->dev, ordinal, &d->vmm_granularity, why, sizeof(why)) &&
+	    cuda_device_trial(b, ordinal, d, why, sizeof(why))) {
 		snprintf(d->info.transport, sizeof(d->info.transport), BACKEND_TRANSPORT_VMM);
 		return true;
 	}
 	d->vmm_granularity = 0;
+	d->vmm_rdma = false;
 	snprintf(d->info.transport, sizeof(d->info.transport), BACKEND_TRANSPORT_IPC);
 	if (want_ipc) {
 		log_info("cuda: CUDA device %d: transport ipc (cuda_transport ipc): legacy IPC "
@@ -232,11 +279,23 @@ static bool cuda_device_open(struct backend *b, int ordinal, struct cuda_device 
 		what = "cuDeviceGetAttribute";
 		goto fail;
 	}
-	char why[256];
-	if (!cuda_dev_mode_ok(mode, why, sizeof(why))) {
+	/* An attribute of CUDA 11.8's: an older driver answers an error, which
+	 * is "no MPS". */
+	int mps = 0;
+	if (api->DeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d->dev) != CUDA_SUCCESS)
+		mps = 0;
+	char why[384];
+	if (!cuda_dev_mode_ok(mode, mps == 1, why, sizeof(why))) {
 		log_error("cuda: CUDA device %d (%s) left out: %s", ordinal, d->info.uuid, why);
 		return false;
 	}
+	if (mps == 1)
+		log_info(
+		    "cuda: CUDA device %d (%s): this daemon is an MPS client (compute mode %s): "
+		    "its clients must be clients of the same MPS control daemon "
+		    "(CUDA_MPS_PIPE_DIRECTORY)",
+		    ordinal, d->info.uuid,
+		    mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS ? "exclusive-process" : "default");
 	if ((rc = api->DevicePrimaryCtxRetain(&d->ctx, d->dev)) != CUDA_SUCCESS) {
 		what = "cuDevicePrimaryCtxRetain";
 		goto fail;
@@ -506,7 +565,7 @@ static int cuda_slab_create_vmm(struct backend *b, int device, struct cuda_slab 
 	if (err < 0)
 		return err;
 	CUresult rc = cuda_vmm_create(&cu->api, d->ordinal, d->vmm_granularity, cs->base.size,
-	                              &cs->vmm, &fd, &what);
+	                              d->vmm_rdma, &cs->vmm, &fd, &what);
 	cuda_leave(b, device);
 	if (rc == CUDA_ERROR_OUT_OF_MEMORY && strcmp(what, "cuMemCreate") == 0) {
 		log_debug("cuda: device %d: cuMemCreate of %llu bytes: out of memory", device,

@@ -28,14 +28,30 @@ bool cuda_vmm_probe(const struct cuda_api *api, CUdevice dev, int ordinal, size_
  * @ordinal (its context pushed, for the scrub): cuMemCreate of pinned
  * device memory exportable as a POSIX descriptor, cleared through a
  * temporary mapping of the daemon's (then unmapped), and exported.
- * CUDA_SUCCESS with *handle and *fd, else the failing call's result with
- * its name in *what and nothing left behind.
+ * With @rdma the memory is asked for GPUDirect RDMA capable
+ * (allocFlags.gpuDirectRDMACapable). CUDA_SUCCESS with *handle and *fd,
+ * else the failing call's result with its name in *what and nothing left
+ * behind.
  */
 CUresult cuda_vmm_create(const struct cuda_api *api, int ordinal, size_t granularity, uint64_t size,
-                         CUmemGenericAllocationHandle *handle, int *fd, const char **what);
+                         bool rdma, CUmemGenericAllocationHandle *handle, int *fd,
+                         const char **what);
 /* Lets go of the daemon's descriptor and handle: the memory is the
  * driver's again once no client maps it either. */
 CUresult cuda_vmm_release(const struct cuda_api *api, CUmemGenericAllocationHandle handle, int fd);
+
+/* Whether device @dev takes allocFlags.gpuDirectRDMACapable in cuMemCreate
+ * (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED). */
+bool cuda_vmm_rdma(const struct cuda_api *api, CUdevice dev);
+
+/*
+ * The trial at start (context pushed): one granule made as a slab is
+ * (cuda_vmm_create, with @rdma), its descriptor imported as a client
+ * would, and all of it released. CUDA_SUCCESS, or the failing call's
+ * result with its name in *what and nothing left behind.
+ */
+CUresult cuda_vmm_trial(const struct cuda_api *api, int ordinal, size_t granularity, bool rdma,
+                        const char **what);
 
 /* The 64 handle bytes of VMM slab @id: a tag that only names the slab for
  * the client's cache (the descriptor is the capability). 0 or -EIO. */

@@ -5,7 +5,10 @@
  * Compute modes (issue 15, finding 8): the daemon holds the device's primary
  * context for its whole life, so on an exclusive-process device no client
  * could make its own, and on a prohibited one nobody can: both are left out
- * with the reason, rather than served to clients that would all fail.
+ * with the reason, rather than served to clients that would all fail. An
+ * exclusive-process device is served when the daemon is an MPS client
+ * (CU_DEVICE_ATTRIBUTE_MPS_ENABLED, issue 25): the MPS server then holds
+ * the device's one context and every MPS client gets its own through it.
  *
  * Capacity (finding 7): cuMemGetInfo's total is not what clients can have.
  * Every process with a context on the device (the daemon, each client) pays
@@ -21,13 +24,20 @@
 
 #include "log.h"
 
-bool cuda_dev_mode_ok(int mode, char *why, size_t len)
+bool cuda_dev_mode_ok(int mode, bool mps, char *why, size_t len)
 {
-	if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS) {
+	/* Under MPS the one process with a context on the device is the MPS
+	 * server: the daemon and its clients, all clients of one control
+	 * daemon, share it, whatever the mode. Measured on an H100 (driver
+	 * 580.159.04): VMM descriptors and legacy handles import across the
+	 * MPS clients of one control daemon of one user. */
+	if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS && !mps) {
 		snprintf(why, len,
-		         "compute mode exclusive-process: the daemon's own context would keep "
-		         "every client's off the device (set the default mode: nvidia-smi -i N "
-		         "-c DEFAULT; or run clients under MPS)");
+		         "compute mode exclusive-process and this daemon is no MPS client: its "
+		         "own context would keep every client's off the device (start "
+		         "nvidia-cuda-mps-control -d and run gpubrokerd and its clients with the "
+		         "same CUDA_MPS_PIPE_DIRECTORY, or set the mode to DEFAULT: nvidia-smi -i "
+		         "N -c DEFAULT)");
 		return false;
 	}
 	if (mode == CU_COMPUTEMODE_PROHIBITED) {

@@ -11,12 +11,13 @@
 #include "cudaapi.h"
 
 /*
- * Whether the daemon may serve a device in compute mode @mode: false, with
- * the reason in @why, for exclusive-process (the daemon's own context would
- * keep every client's off the device) and prohibited (nobody may have a
- * context on it).
+ * Whether the daemon may serve a device in compute mode @mode, @mps when
+ * the daemon is an MPS client of it (CU_DEVICE_ATTRIBUTE_MPS_ENABLED):
+ * false, with the reason in @why, for exclusive-process outside MPS (the
+ * daemon's own context would keep every client's off the device) and
+ * prohibited (nobody may have a context on it).
  */
-bool cuda_dev_mode_ok(int mode, char *why, size_t len);
+bool cuda_dev_mode_ok(int mode, bool mps, char *why, size_t len);
 
 /*
  * What of the device the broker keeps out of its capacity (info->in_use and

@@ -17,6 +17,18 @@
  * Scrubbing: cuMemCreate does not promise cleared memory. The daemon maps
  * each new slab into its own address space for a moment, clears it with
  * cuMemsetD8, synchronises, and unmaps, all before the descriptor exists.
+ *
+ * GPUDirect RDMA (issue 25): where the device reports
+ * CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, slabs are
+ * made with allocFlags.gpuDirectRDMACapable, so that NCCL, UCX and MPI can
+ * register broker memory with a NIC as they could cuMemAlloc memory; the
+ * driver refuses the flag where the attribute is 0.
+ *
+ * A trial at start (cuda_vmm_trial): the attributes can promise what the
+ * driver then refuses (Confidential Computing, some virtualised GPUs
+ * advertise VMM but refuse export), which would fail every allocation; one
+ * granule is made, exported, imported and released before the device is
+ * given transport vmm.
  */
 #include "backend_cuda.h"
 
@@ -112,7 +124,8 @@ free_va:
 }
 
 CUresult cuda_vmm_create(const struct cuda_api *api, int ordinal, size_t granularity, uint64_t size,
-                         CUmemGenericAllocationHandle *handle, int *fd, const char **what)
+                         bool rdma, CUmemGenericAllocationHandle *handle, int *fd,
+                         const char **what)
 {
 	CUmemAllocationProp prop;
 	CUresult rc;
@@ -123,6 +136,7 @@ CUresult cuda_vmm_create(const struct cuda_api *api, int ordinal, size_t granula
 	}
 	size_t phys = (size_t)((size + granularity - 1) / granularity * granularity);
 	cuda_vmm_prop(&prop, ordinal);
+	prop.allocFlags.gpuDirectRDMACapable = rdma ? 1 : 0;
 	*what = "cuMemCreate";
 	if ((rc = api->MemCreate(handle, phys, &prop, 0)) != CUDA_SUCCESS)
 		return rc;
@@ -154,4 +168,37 @@ int cuda_vmm_tag(uint64_t id, uint64_t size, unsigned char *tag, size_t len)
 	memcpy(tag + 16, &size, 8);
 	/* Unique across daemons too: the client's cache is per process. */
 	return getrandom(tag + 24, len - 24, 0) == (ssize_t)(len - 24) ? 0 : -EIO;
+}
+
+bool cuda_vmm_rdma(const struct cuda_api *api, CUdevice dev)
+{
+	int v = 0;
+	return api->DeviceGetAttribute(&v,
+	                               CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+	                               dev) == CUDA_SUCCESS &&
+	       v == 1;
+}
+
+CUresult cuda_vmm_trial(const struct cuda_api *api, int ordinal, size_t granularity, bool rdma,
+                        const char **what)
+{
+	CUmemGenericAllocationHandle handle, imported;
+	int fd = -1;
+	CUresult rc =
+	    cuda_vmm_create(api, ordinal, granularity, granularity, rdma, &handle, &fd, what);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*what = "cuMemImportFromShareableHandle";
+	rc = api->MemImportFromShareableHandle(&imported, (void *)(intptr_t)fd,
+	                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (rc == CUDA_SUCCESS) {
+		*what = "cuMemRelease (imported)";
+		rc = api->MemRelease(imported);
+	}
+	CUresult rc2 = cuda_vmm_release(api, handle, fd);
+	if (rc == CUDA_SUCCESS && rc2 != CUDA_SUCCESS) {
+		*what = "cuMemRelease";
+		rc = rc2;
+	}
+	return rc;
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -264,6 +265,7 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 	s->uid = uid;
 	s->gid = gid;
 	s->pid = pid;
+	s->pidfd = -1;
 	/* The server refines this with the peer's groups. */
 	s->admin = uid == 0;
 	s->connected = time(NULL);
@@ -453,6 +455,8 @@ void broker_session_close(struct broker *b, struct session *s)
 	}
 	idmap_finish(&s->held);
 	idmap_finish(&s->attached);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
 	free(s->groups);
 	free(s);
 	/* A dead client's share goes to the others, and its memory to

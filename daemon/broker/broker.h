@@ -134,7 +134,9 @@ struct session {
 	gid_t gid;     /* primary */
 	gid_t *groups; /* supplementary, as the server read them at connect */
 	unsigned ngroups;
-	pid_t pid;
+	pid_t pid; /* 0: unknown (the client is in a PID namespace the daemon cannot see) */
+	int pidfd; /* where pid is unknown, a pidfd of the peer (SO_PEERPIDFD) that the
+	              server handed over, closed with the session; else -1 */
 	char name[PROTO_MAX_NAME + 1];
 	bool admin; /* root or a member of the admin group (set by the server from
 	               SO_PEERCRED and SO_PEERGROUPS): may use admin operations */
@@ -175,10 +177,13 @@ typedef void (*broker_timer_fn)(void *ctx, uint64_t delay_ms);
 
 /*
  * How the broker learns that a process has exited (the server's
- * exitwatch.c): watch pid and call broker_ghost_release(b, ghost) once it
- * has. 0, or a negative errno when it cannot (the ghost is released then).
+ * exitwatch.c): watch the process (pidfd, borrowed: the watch keeps a copy,
+ * when it is not -1; else pid) and call broker_ghost_release(b, ghost) once
+ * it has exited. 0, or a negative errno when it cannot (the ghost is
+ * released then). Never called for a process with neither (pid 0, pidfd
+ * -1): the broker keeps that ghost (broker_ghost_make).
  */
-typedef int (*broker_exit_fn)(void *ctx, pid_t pid, struct broker_ghost *ghost);
+typedef int (*broker_exit_fn)(void *ctx, pid_t pid, int pidfd, struct broker_ghost *ghost);
 
 /* An allocation waiting for memory or quota (alloc with wait_ms). */
 struct broker_wait {
@@ -582,7 +587,10 @@ void broker_parting_drop(struct broker *b, struct session *s);
 /*
  * An evicted session ends: every slab it held or had parting stays pinned,
  * as a "ghost" of the session, until its process has exited (the exit
- * watch; at once without one, or without a pid).
+ * watch, by pidfd or pid; at once without an exit watch). A process that
+ * can be watched by neither (pid 0: another PID namespace, and no pidfd)
+ * keeps its ghost until the broker is destroyed: pid 0 says nothing about
+ * whether it exited.
  */
 void broker_ghost_make(struct broker *b, struct session *s);
 /*

@@ -323,7 +323,19 @@ void broker_ghost_make(struct broker *b, struct session *s)
 	s->parting = NULL;
 	s->parting_count = 0;
 	list_insert_tail(&b->ghosts, &g->link);
-	int rc = b->exit_watch ? b->exit_watch(b->exit_ctx, s->pid, g) : -ENOSYS;
+	if (s->pid <= 0 && s->pidfd < 0) {
+		/* A client in a PID namespace this daemon cannot see, on a kernel
+		 * without SO_PEERPIDFD: its process cannot be watched, and pid 0
+		 * is no sign that it exited. Its connection is gone without a
+		 * goodbye, so it may map these slabs still: they stay counted
+		 * until the daemon stops, rather than go to another client while
+		 * it writes there. */
+		log_warn("session %llu: its pid is unknown (another PID namespace) and it went "
+		         "without saying it unmapped: %u slabs kept until the daemon stops",
+		         (unsigned long long)s->id, g->count);
+		return;
+	}
+	int rc = b->exit_watch ? b->exit_watch(b->exit_ctx, s->pid, s->pidfd, g) : -ENOSYS;
 	if (rc < 0) {
 		/* Gone already (ESRCH), or nothing to watch it with. */
 		log_debug("session %llu (pid %d): no exit watch (%s): slabs let go",

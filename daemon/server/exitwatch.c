@@ -2,11 +2,14 @@
  * exitwatch.c - tells the broker when the process of an evicted session has
  * exited (a pidfd polled by the loop), so that the slabs it may still have
  * mapped go back to the backend only then. Where pidfd_open() is missing
- * (kernels before 5.3, valgrind before 3.20) a timer asks kill(pid, 0).
+ * (kernels before 5.3, valgrind before 3.20) a timer asks kill(pid, 0). A
+ * client in a PID namespace the daemon cannot see has pid 0 here: it is
+ * watched through the pidfd the server took from its socket (SO_PEERPIDFD).
  */
 #include "exitwatch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -92,17 +95,28 @@ static int exitwatch_start(struct exitwatch *w, struct exitwatch_entry *e)
 }
 
 /* broker_exit_fn */
-static int exitwatch_add(void *ctx, pid_t pid, struct broker_ghost *ghost)
+static int exitwatch_add(void *ctx, pid_t pid, int pidfd, struct broker_ghost *ghost)
 {
 	struct exitwatch *w = ctx;
-	if (pid <= 0)
-		return -ESRCH;
-	/* glibc 2.36 has pidfd_open(), older ones only the system call. */
-	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-	/* Gone already; any other failure (no pidfds, out of descriptors)
-	 * falls back to polling the pid, never to letting go early. */
-	if (fd < 0 && (errno == ESRCH || (kill(pid, 0) < 0 && errno == ESRCH)))
-		return -ESRCH;
+	int fd;
+	if (pidfd >= 0) {
+		/* The peer's own pidfd (SO_PEERPIDFD): its pid is unknown here
+		 * (another PID namespace), and pid 0 is no sign that it exited. */
+		fd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+	} else {
+		/* The broker never asks for a process it cannot name. */
+		if (pid <= 0)
+			return -EINVAL;
+		/* glibc 2.36 has pidfd_open(), older ones only the system call. */
+		fd = (int)syscall(SYS_pidfd_open, pid, 0);
+		/* Gone already; any other failure (no pidfds, out of
+		 * descriptors) falls back to polling the pid, never to letting
+		 * go early. */
+		if (fd < 0 && (errno == ESRCH || (kill(pid, 0) < 0 && errno == ESRCH)))
+			return -ESRCH;
+	}
 	struct exitwatch_entry *e = calloc(1, sizeof(*e));
 	if (!e) {
 		if (fd >= 0)

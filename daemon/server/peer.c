@@ -30,6 +30,25 @@ static bool peer_has_group(const gid_t *groups, size_t n, gid_t gid)
 	return false;
 }
 
+/* SO_PEERPIDFD is Linux 6.5's: older headers lack the number. */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* A pidfd of the peer of socket fd, or -1 (a kernel before 6.5). Taken only
+ * where its pid is 0: the peer is in a PID namespace the daemon cannot see,
+ * and the pidfd is the one way left to know when it exits. */
+static int peer_pidfd(int fd)
+{
+	int pidfd = -1;
+	socklen_t len = sizeof(pidfd);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0) {
+		log_debug("a peer in another PID namespace: no SO_PEERPIDFD (%s)", strerror(errno));
+		return -1;
+	}
+	return pidfd;
+}
+
 int peer_read(int fd, gid_t admin_gid, struct peer *out)
 {
 	struct ucred cred;
@@ -37,6 +56,7 @@ int peer_read(int fd, gid_t admin_gid, struct peer *out)
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return -errno;
 	out->pid = cred.pid;
+	out->pidfd = -1;
 	out->uid = cred.uid;
 	out->gid = cred.gid;
 	out->ngroups = 0;
@@ -67,5 +87,7 @@ int peer_read(int fd, gid_t admin_gid, struct peer *out)
 		 * 4.13): refused rather than guessed. */
 		return -errno;
 	}
+	if (cred.pid == 0)
+		out->pidfd = peer_pidfd(fd);
 	return 0;
 }

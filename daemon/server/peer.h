@@ -13,7 +13,9 @@
 #define PEER_MAX_GROUPS 256
 
 struct peer {
-	pid_t pid;
+	pid_t pid; /* 0: in a PID namespace this daemon cannot see */
+	int pidfd; /* with pid 0, a pidfd of the peer (SO_PEERPIDFD), the caller's to
+	              close; else -1 */
 	uid_t uid;
 	gid_t gid;
 	bool admin; /* root, or admin_gid among its groups */
@@ -23,7 +25,9 @@ struct peer {
 
 /* Peer credentials and group membership of a connected Unix socket, as the
  * peer had them at connect(). admin_gid is (gid_t)-1 when no admin group
- * exists. 0 or -errno. */
+ * exists. Where the peer's pid is 0 (another PID namespace) and the kernel
+ * has SO_PEERPIDFD (Linux 6.5), out->pidfd is a pidfd of the peer, which
+ * tells when it exits; else -1. 0 or -errno (nothing to close then). */
 int peer_read(int fd, gid_t admin_gid, struct peer *out);
 
 /* The gid of a group name, or (gid_t)-1 when there is no such group. */

@@ -236,9 +236,12 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 	unsigned same_uid = server_uid_connections(srv, peer->uid);
 	c->session = broker_session_open(srv->broker, peer->uid, peer->gid, peer->pid);
 	if (!c->session) {
+		if (peer->pidfd >= 0)
+			close(peer->pidfd);
 		conn_close(c, "out of memory");
 		return;
 	}
+	c->session->pidfd = peer->pidfd; /* the session's to close */
 	c->session->conn = c;
 	c->session->admin = peer->admin;
 	if (broker_session_set_groups(c->session, peer->groups, peer->ngroups) < 0) {
@@ -319,8 +322,11 @@ static void server_on_accept(void *ctx, int fd)
 	struct server *srv = ctx;
 	struct peer peer;
 	int rc = peer_read(fd, srv->admin_gid, &peer);
-	if (rc == 0)
+	if (rc == 0) {
 		rc = server_serve_fd(srv, fd, &peer);
+		if (rc < 0 && peer.pidfd >= 0)
+			close(peer.pidfd);
+	}
 	if (rc < 0) {
 		log_warn("accept: %s: %s", rc == -ENOMEM ? "no memory" : "no peer credentials",
 		         strerror(-rc));
@@ -330,7 +336,7 @@ static void server_on_accept(void *ctx, int fd)
 
 int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid, bool admin)
 {
-	struct peer peer = {.pid = pid, .uid = uid, .gid = gid, .admin = admin};
+	struct peer peer = {.pid = pid, .pidfd = -1, .uid = uid, .gid = gid, .admin = admin};
 	return server_serve_fd(srv, fd, &peer); /* no supplementary groups */
 }
 

@@ -288,13 +288,15 @@ void th_daemon_start_opts(struct th_daemon *d, const struct th_daemon_opts *o)
 	                                   "--slab-size",   "2MiB", "--log-level",  "warn"};
 	const char *argv[96];
 	int n = 0;
-	/* `meson test --setup=valgrind` runs the daemon under valgrind as
-	 * well: GPB_DAEMON_WRAPPER is the command to put in front of it
-	 * (words split at blanks). */
+	/* The test's own wrapper outermost. `meson test --setup=valgrind`
+	 * runs the daemon under valgrind as well: GPB_DAEMON_WRAPPER is the
+	 * command to put in front of it (words split at blanks). */
+	for (int i = 0; o->wrapper && o->wrapper[i] && n < 16; i++)
+		argv[n++] = o->wrapper[i];
 	char wrapper[1024];
 	snprintf(wrapper, sizeof(wrapper), "%s", getenv("GPB_DAEMON_WRAPPER") ?: "");
 	char *save = NULL;
-	for (char *w = strtok_r(wrapper, " \t", &save); w && n < 24;
+	for (char *w = strtok_r(wrapper, " \t", &save); w && n < 40;
 	     w = strtok_r(NULL, " \t", &save))
 		argv[n++] = w;
 	argv[n++] = daemon;

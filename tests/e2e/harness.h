@@ -33,12 +33,15 @@ void th_daemon_start(struct th_daemon *d, const char *const *extra);
 
 /* How th_daemon_start_opts starts it. Zero-initialise. */
 struct th_daemon_opts {
-	const char *const *extra; /* more arguments, NULL-terminated (may be NULL) */
-	unsigned nofile;          /* RLIMIT_NOFILE of the daemon; 0 = inherited */
-	const char *log_path;     /* the daemon's stderr goes here (appended); NULL = ours */
-	bool restart;             /* reuse d's directory and socket path (after a kill) */
-	bool exact_heap;          /* glibc's per-thread cache off: selfcheck's heap_bytes then
-	                             counts exactly the bytes in use, no freed chunks kept */
+	const char *const *extra;   /* more arguments, NULL-terminated (may be NULL) */
+	unsigned nofile;            /* RLIMIT_NOFILE of the daemon; 0 = inherited */
+	const char *log_path;       /* the daemon's stderr goes here (appended); NULL = ours */
+	bool restart;               /* reuse d's directory and socket path (after a kill) */
+	bool exact_heap;            /* glibc's per-thread cache off: selfcheck's heap_bytes then
+	                               counts exactly the bytes in use, no freed chunks kept */
+	const char *const *wrapper; /* a command to start it under (argv[0] a path, NULL-
+	                               terminated; "unshare --pid --fork"), or NULL; d->pid
+	                               is then the wrapper's */
 };
 void th_daemon_start_opts(struct th_daemon *d, const struct th_daemon_opts *o);
 /* SIGKILL and reap; the directory and the (now stale) socket stay. */

@@ -1,7 +1,7 @@
 /*
  * test-lifecycle.c - starting and stopping the real daemon: SIGTERM with
- * clients connected, stale and live sockets, bad socket paths, and what the
- * library reports when the daemon goes away.
+ * clients connected, stale and live sockets, bad socket paths, what the
+ * library reports when the daemon goes away, and a forked child.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -168,6 +168,66 @@ static void test_env_socket(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/*
+ * fork (issue 25, item 7): a child starts afresh for the whole library.
+ * The parent maps a slab and forks; in the child the mapping counters are
+ * zero, the parent's client refuses every call (its socket is the
+ * parent's connection), a new connection maps the slab itself (with the
+ * cuda backend the parent's mapping is not valid there), and disconnecting
+ * the parent's client leaves the parent's connection and bytes alone.
+ * Before the fix the child inherited the cache: its new connection was
+ * handed the parent's mapping, and the parent's client sent requests on
+ * the parent's socket.
+ */
+static void test_fork(void **state)
+{
+	(void)state;
+	struct th_daemon d;
+	th_daemon_start(&d, NULL);
+	gpb_client *c = th_client(&d, "fork-parent");
+	uint64_t inst;
+	struct gpb_allocation a;
+	assert_int_equal(gpb_register(c, &(struct gpb_register_opts){.name = "parent"}, &inst), 0);
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a), 0);
+	memset(a.ptr, 0x5a, 4096);
+
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct gpb_mapping_stats ms;
+		struct gpb_allocation x, b;
+		gpb_client *c2 = NULL;
+		uint64_t inst2;
+		if (gpb_mapping_stats(&ms) != 0 || ms.opens || ms.open_now)
+			th_child_exit(91);
+		if (gpb_alloc(c, inst, 4096, 0, &x) != GPB_E_INVALID ||
+		    !strstr(gpb_last_error(), "forked"))
+			th_child_exit(92);
+		if (gpb_connect(d.socket, "fork-child", &c2) != 0 ||
+		    gpb_register(c2, &(struct gpb_register_opts){.name = "child"}, &inst2) != 0 ||
+		    gpb_alloc(c2, inst2, 4096, 0, &b) != 0)
+			th_child_exit(93);
+		/* Mapped by the child, not found in the parent's cache. */
+		if (gpb_mapping_stats(&ms) != 0 || ms.opens != 1 || ms.open_now != 1)
+			th_child_exit(94);
+		memset(b.ptr, 0x22, 4096);
+		gpb_disconnect(c); /* the parent's: nothing said, nothing unmapped there */
+		if (gpb_free(c2, b.id) != 0)
+			th_child_exit(95);
+		gpb_disconnect(c2);
+		th_child_exit(0);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	/* The parent's connection and bytes are intact. */
+	th_assert_serves(&d, c, inst, &a);
+	assert_int_equal(gpb_free(c, a.id), 0);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -177,6 +237,7 @@ int main(void)
 	    cmocka_unit_test(test_live_socket_refused),
 	    cmocka_unit_test(test_bad_socket_paths),
 	    cmocka_unit_test(test_env_socket),
+	    cmocka_unit_test(test_fork),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -282,6 +282,12 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, C
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
 		*value = fake_compute_mode(dev);
 		break;
+	case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:
+		*value = fake_mps;
+		break;
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
+		*value = !fake_no_vmm && !fake_no_rdma;
+		break;
 	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
 		*value = !fake_no_pools;
 		break;

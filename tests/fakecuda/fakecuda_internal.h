@@ -93,6 +93,11 @@ extern bool fake_no_vmm_fd; /* FAKECUDA_NO_VMM_FD=1: VMM, but no POSIX descripto
 void fake_strict_settings(void);
 /* FAKECUDA_MIG=1: the devices are MIG instances. */
 extern bool fake_mig;
+extern bool fake_mps;
+/* FAKECUDA_NO_RDMA=1: no GPUDirect RDMA with VMM; FAKECUDA_NO_VMM_EXPORT=1: VMM
+ * advertised, cuMemExportToShareableHandle refused (fakecuda_strict.c). */
+extern bool fake_no_rdma,
+    fake_no_vmm_export; /* FAKECUDA_MPS=1: every process is an MPS client (fakecuda_strict.c) */
 /* The compute mode of dev (FAKECUDA_COMPUTE_MODE). */
 int fake_compute_mode(int dev);
 /* The first retain of dev's primary context in this process (the context's

@@ -41,6 +41,18 @@
  *   process's context takes from its first retain to its last release,
  *   visible to every process in cuMemGetInfo (a real H100's is hundreds of
  *   MiB: test-gpu-capacity prints it).
+ * - FAKECUDA_MPS=1: every process is a client of one MPS control daemon
+ *   (CU_DEVICE_ATTRIBUTE_MPS_ENABLED reads 1): contexts go through the MPS
+ *   server, so an exclusive-process device takes a context from each
+ *   process, as an H100 under MPS did (driver 580.159.04).
+ * - FAKECUDA_NO_RDMA=1: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+ *   reads 0 (an H100 reads 1, the default) and cuMemCreate refuses
+ *   allocFlags.gpuDirectRDMACapable (CUDA_ERROR_INVALID_VALUE, a guess at
+ *   the code).
+ * - FAKECUDA_NO_VMM_EXPORT=1: the devices advertise VMM with POSIX
+ *   descriptors, but cuMemExportToShareableHandle answers
+ *   CUDA_ERROR_NOT_SUPPORTED (as Confidential Computing or a virtualised
+ *   GPU may; the code is a guess).
  * - FAKECUDA_MIG=1: the devices are MIG instances: cuDeviceGetUuid_v2
  *   answers the instance's UUID, the old cuDeviceGetUuid the parent GPU's,
  *   and the name says "MIG".
@@ -58,6 +70,8 @@
 #define FAKE_MODES   8
 
 bool fake_mig;
+bool fake_mps;
+bool fake_no_rdma, fake_no_vmm_export;
 static bool fake_ipc_all;
 static uint64_t fake_ctx_overhead = 32u << 20;
 static int fake_modes[FAKE_MODES];
@@ -80,6 +94,9 @@ void fake_strict_settings(void)
 	if ((v = getenv("FAKECUDA_CONTEXT_OVERHEAD")))
 		fake_ctx_overhead = strtoull(v, NULL, 10);
 	fake_mig = (v = getenv("FAKECUDA_MIG")) && strcmp(v, "1") == 0;
+	fake_mps = (v = getenv("FAKECUDA_MPS")) && strcmp(v, "1") == 0;
+	fake_no_rdma = (v = getenv("FAKECUDA_NO_RDMA")) && strcmp(v, "1") == 0;
+	fake_no_vmm_export = (v = getenv("FAKECUDA_NO_VMM_EXPORT")) && strcmp(v, "1") == 0;
 	if ((v = getenv("FAKECUDA_PIDNS")))
 		fake_pidns_override = strtoull(v, NULL, 10);
 	int mode = CU_COMPUTEMODE_DEFAULT, n = 0;
@@ -107,7 +124,9 @@ CUresult fake_ctx_opened(int dev)
 	int mode = fake_compute_mode(dev);
 	if (mode == CU_COMPUTEMODE_PROHIBITED)
 		return CUDA_ERROR_UNKNOWN;
-	return fake_ctx_charge(dev, true, fake_ctx_overhead, mode);
+	/* Under MPS the server holds the device's one context. */
+	return fake_ctx_charge(dev, true, fake_ctx_overhead,
+	                       fake_mps ? CU_COMPUTEMODE_DEFAULT : mode);
 }
 
 void fake_ctx_closed(int dev)

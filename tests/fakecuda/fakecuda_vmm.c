@@ -41,7 +41,10 @@
  * legacy IPC mappings in fakecuda.c; whether a driver does is for a GPU to
  * say). FAKECUDA_NO_VMM=1 makes the devices report no
  * VMM (cuMemCreate is CUDA_ERROR_NOT_SUPPORTED), FAKECUDA_NO_VMM_FD=1 VMM
- * without POSIX descriptors.
+ * without POSIX descriptors; FAKECUDA_NO_RDMA and FAKECUDA_NO_VMM_EXPORT:
+ * fakecuda_strict.c. cuMemRetainAllocationHandle and
+ * cuMemGetAllocationPropertiesFromHandle answer what a mapping was made
+ * with (the GPUDirect RDMA flag included, carried in the trailer).
  */
 #include "fakecuda_internal.h"
 
@@ -64,6 +67,7 @@ struct fake_vmm_file {
 	uint64_t size;
 	int32_t device;
 	int32_t handle_types;
+	int32_t rdma; /* made with allocFlags.gpuDirectRDMACapable */
 };
 
 /* Physical memory this process holds (a handle or a mapping of it). */
@@ -73,6 +77,7 @@ struct fake_phys {
 	int device;
 	int handle_types;
 	bool control;     /* the import of a bare control descriptor: maps nothing */
+	bool rdma;        /* allocFlags.gpuDirectRDMACapable */
 	int fd;           /* the memory's file */
 	unsigned handles; /* live handles */
 	unsigned maps;    /* live mappings */
@@ -265,12 +270,16 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
 	if (fake_no_vmm || (fake_no_vmm_fd &&
 	                    prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
 		return CUDA_ERROR_NOT_SUPPORTED;
+	/* Only where the device reports GPUDirect RDMA with VMM. */
+	if (prop->allocFlags.gpuDirectRDMACapable && fake_no_rdma)
+		return CUDA_ERROR_INVALID_VALUE;
 	struct fake_phys *p = calloc(1, sizeof(*p));
 	if (!p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	p->device = prop->location.id;
 	p->size = size;
 	p->handle_types = (int)prop->requestedHandleTypes;
+	p->rdma = prop->allocFlags.gpuDirectRDMACapable != 0;
 	CUresult rc = fake_vmm_record_new(p->device, size, &p->serial);
 	if (rc != CUDA_SUCCESS) {
 		free(p);
@@ -280,7 +289,8 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
 	                          .serial = p->serial,
 	                          .size = size,
 	                          .device = p->device,
-	                          .handle_types = p->handle_types};
+	                          .handle_types = p->handle_types,
+	                          .rdma = p->rdma};
 	char path[300];
 	fake_vmm_path(p->serial, path, sizeof(path));
 	p->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -344,6 +354,8 @@ FAKE_EXPORT CUresult cuMemExportToShareableHandle(void *shareable,
 	INJECT("cuMemExportToShareableHandle");
 	if (!shareable || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (fake_no_vmm_export)
+		return CUDA_ERROR_NOT_SUPPORTED;
 	pthread_mutex_lock(&fake_lock);
 	struct fake_vhandle *v = vmm_handle_find(handle);
 	/* Only the types asked for at cuMemCreate can be exported. */
@@ -437,6 +449,7 @@ static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle, int fd,
 		                        .size = f.size,
 		                        .device = f.device,
 		                        .handle_types = f.handle_types,
+		                        .rdma = f.rdma != 0,
 		                        .fd = own,
 		                        .next = vmm_phys};
 		vmm_phys = p;
@@ -705,4 +718,36 @@ FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 	}
 	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	NEED_INIT();
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	struct fake_vmap *m = vmm_map_overlapping((uintptr_t)addr, 1, vmm_maps);
+	CUresult rc = m ? vmm_handle_new(m->phys, handle) : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+FAKE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                            CUmemGenericAllocationHandle handle)
+{
+	NEED_INIT();
+	if (!prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	struct fake_vhandle *v = vmm_handle_find(handle);
+	if (v) {
+		memset(prop, 0, sizeof(*prop));
+		prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop->requestedHandleTypes = (CUmemAllocationHandleType)v->phys->handle_types;
+		prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		prop->location.id = v->phys->device;
+		prop->allocFlags.gpuDirectRDMACapable = v->phys->rdma;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return v ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

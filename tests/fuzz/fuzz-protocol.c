@@ -484,10 +484,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* broker_exit_fn: keeps the ghost, or refuses (the process "is gone"). */
-static int fz_exit_watch(void *ctx, pid_t pid, struct broker_ghost *ghost)
+static int fz_exit_watch(void *ctx, pid_t pid, int pidfd, struct broker_ghost *ghost)
 {
 	struct fz *f = ctx;
 	(void)pid;
+	(void)pidfd;
 	(void)ghost;
 	return fz_rand(f) % 2 ? 0 : -ESRCH;
 }

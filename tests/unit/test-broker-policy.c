@@ -9,6 +9,7 @@
  * session-helpers.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -598,15 +599,17 @@ static void test_invalidate_parting(void **state)
 
 static struct broker_ghost *watched;
 static pid_t watched_pid;
+static int watched_pidfd;
 
-/* broker_exit_fn of the test: remembers the ghost; pid 0 cannot be watched. */
-static int watch_exit(void *ctx, pid_t pid, struct broker_ghost *ghost)
+/* broker_exit_fn of the test: remembers the ghost and what names it. */
+static int watch_exit(void *ctx, pid_t pid, int pidfd, struct broker_ghost *ghost)
 {
 	(void)ctx;
-	if (pid <= 0)
-		return -ESRCH;
+	/* The broker never asks for a process it cannot name. */
+	assert_true(pid > 0 || pidfd >= 0);
 	watched = ghost;
 	watched_pid = pid;
+	watched_pidfd = pidfd;
 	return 0;
 }
 
@@ -652,7 +655,8 @@ static void test_evicted_ghost(void **state)
 	assert_int_equal(ghost_count(b), 0);
 	assert_true(list_empty(&b->retired));
 
-	/* No pid: nothing to watch, the slab goes with the session. */
+	/* No pid (another PID namespace), and no pidfd: nothing to watch,
+	 * and pid 0 is no sign that the process exited: the slab stays. */
 	struct session *s2 = client(b, UID_A, "two");
 	s2->pid = 0;
 	struct broker_instance *a2 = reg_p(b, s2, 0, 0, NULL);
@@ -661,7 +665,26 @@ static void test_evicted_ghost(void **state)
 	broker_session_close(b, s2);
 	check(b);
 	assert_null(watched);
-	assert_int_equal(ghost_count(b), 0);
+	assert_int_equal(ghost_count(b), 1);
+
+	/* No pid, but the peer's pidfd: watched through it. */
+	struct session *s4 = client(b, UID_A, "four");
+	s4->pid = 0;
+	s4->pidfd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* any: the broker only passes it on */
+	assert_true(s4->pidfd >= 0);
+	int fd4 = s4->pidfd;
+	struct broker_instance *a4 = reg_p(b, s4, 0, 0, NULL);
+	alloc_ok(b, s4, a4, 4096, 0);
+	s4->evicted = true;
+	broker_session_close(b, s4); /* closes its pidfd */
+	check(b);
+	assert_non_null(watched);
+	assert_int_equal(watched_pid, 0);
+	assert_int_equal(watched_pidfd, fd4);
+	assert_int_equal(ghost_count(b), 2);
+	broker_ghost_release(b, watched);
+	watched = NULL;
+	assert_int_equal(ghost_count(b), 1);
 
 	/* A ghost still watched when the broker goes is let go with it. */
 	struct session *s3 = client(b, UID_A, "three");
@@ -670,7 +693,7 @@ static void test_evicted_ghost(void **state)
 	alloc_ok(b, s3, a3, 4096, 0);
 	s3->evicted = true;
 	broker_session_close(b, s3);
-	assert_int_equal(ghost_count(b), 1);
+	assert_int_equal(ghost_count(b), 2); /* s2's too */
 	watched = NULL;
 	broker_done(b);
 }
