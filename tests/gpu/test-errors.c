@@ -123,11 +123,12 @@ int main(int argc, char **argv)
 	gpb_disconnect(c);
 	gt_daemon_stop(&d);
 
-	/* cuMemAlloc (vmm: cuMemCreate) fails from its second call: the first
-	 * slab is fine. */
+	/* cuMemAlloc (vmm: cuMemCreate) fails from its second call for a
+	 * slab: the first slab is fine. On vmm the start's trial granule is
+	 * the first cuMemCreate of all. */
 	char ecc_env[128], ecc_log[128];
-	snprintf(ecc_env, sizeof(ecc_env), "FAKECUDA_FAIL=%s@2=CUDA_ERROR_ECC_UNCORRECTABLE",
-	         gt_slab_call());
+	snprintf(ecc_env, sizeof(ecc_env), "FAKECUDA_FAIL=%s@%d=CUDA_ERROR_ECC_UNCORRECTABLE",
+	         gt_slab_call(), gt_vmm() ? 3 : 2);
 	snprintf(ecc_log, sizeof(ecc_log), "%s failed: CUDA_ERROR_ECC_UNCORRECTABLE",
 	         gt_slab_call());
 	const char *ecc[] = {ecc_env, NULL};
@@ -173,7 +174,10 @@ int main(int argc, char **argv)
 	gt_daemon_stop(&d);
 
 	/* The scrub fails: refused, and the new slab given back. */
-	const char *scrub[] = {"FAKECUDA_FAIL=cuMemsetD8=CUDA_ERROR_ILLEGAL_ADDRESS", NULL};
+	/* On vmm from the second call: the start's trial slab is scrubbed too. */
+	const char *scrub[] = {gt_vmm() ? "FAKECUDA_FAIL=cuMemsetD8@2=CUDA_ERROR_ILLEGAL_ADDRESS"
+	                                : "FAKECUDA_FAIL=cuMemsetD8=CUDA_ERROR_ILLEGAL_ADDRESS",
+	                       NULL};
 	gt_daemon_start(&d, "cuda", slab2m, scrub);
 	c = gt_connect(&d, "gpu-errors-3");
 	gt_cuda_context(0);
