@@ -293,6 +293,7 @@ static int stats_parse(const cJSON *result, void *arg)
 	    {PROTO_F_ALLOCS, &out->allocs},
 	    {PROTO_F_FREES, &out->frees},
 	    {PROTO_F_OOMS, &out->ooms},
+	    {PROTO_F_FENCED, &out->fenced},
 	};
 
 	if (!dev)

@@ -639,6 +639,13 @@ struct gpb_pool_stats {
 	uint64_t allocs;       /**< allocations served since start */
 	uint64_t frees;        /**< frees since start */
 	uint64_t ooms;         /**< allocations refused for lack of memory */
+	/** bytes of the device kept allocated, holding nothing, for a process
+	 * that may still write there: an evicted client's, or one of a
+	 * partition that was destroyed, until its process exits; an
+	 * invalidated client's, until it answers the event. Part of @used
+	 * (except ranges of a pool that gpb_set_allocator replaced), of no
+	 * client's. */
+	uint64_t fenced;
 };
 
 /** Errors: GPB_E_INVALID (no such device), GPB_E_DAEMON_GONE. */

@@ -75,6 +75,7 @@ const char *const proto_fields[] = {
     PROTO_F_EVENT,
     PROTO_F_EXPORTS,
     PROTO_F_FD,
+    PROTO_F_FENCED,
     PROTO_F_FIELD,
     PROTO_F_FRACTION,
     PROTO_F_FREE,

@@ -213,6 +213,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_EVENT              "event"
 #define PROTO_F_EXPORTS            "exports"
 #define PROTO_F_FD                 "fd"
+#define PROTO_F_FENCED             "fenced"
 #define PROTO_F_FIELD              "field"
 #define PROTO_F_FRACTION           "fraction"
 #define PROTO_F_FREE               "free"

@@ -118,7 +118,8 @@ static int print_status(const cJSON *result, const struct ctl_options *o, bool h
 	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},        {PROTO_F_NAME, "NAME", CTL_TEXT},
 	    {PROTO_F_TRANSPORT, "TRANSPORT", CTL_TEXT}, {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
 	    {PROTO_F_LIMIT, "LIMIT", CTL_NUM},          {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
-	    {PROTO_F_USED, "USED", CTL_SIZE},           {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
+	    {PROTO_F_USED, "USED", CTL_SIZE},           {PROTO_F_FENCED, "FENCED", CTL_SIZE},
+	    {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
 	};
 	/* CSV: exact figures, the limit's two members as the daemon sends them. */
 	static const struct ctl_column csv_cols[] = {
@@ -127,6 +128,7 @@ static int print_status(const cJSON *result, const struct ctl_options *o, bool h
 	    {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
 	    {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
 	    {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_FENCED, "FENCED", CTL_SIZE},
 	    {PROTO_F_ORPHANED, "ORPHANED", CTL_SIZE},
 	    {PROTO_F_LIMIT, "LIMIT", CTL_SIZE},
 	    {PROTO_F_LIMIT_FRACTION, "FRACTION", CTL_TEXT},
@@ -180,10 +182,10 @@ static int print_status(const cJSON *result, const struct ctl_options *o, bool h
 static int print_devices(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	static const struct ctl_column cols[] = {
-	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},        {PROTO_F_NAME, "NAME", CTL_TEXT},
-	    {PROTO_F_UUID, "UUID", CTL_TEXT},           {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
-	    {PROTO_F_FREE, "FREE", CTL_SIZE},           {PROTO_F_USED, "USED", CTL_SIZE},
-	    {PROTO_F_TRANSPORT, "TRANSPORT", CTL_TEXT},
+	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},  {PROTO_F_NAME, "NAME", CTL_TEXT},
+	    {PROTO_F_UUID, "UUID", CTL_TEXT},     {PROTO_F_TOTAL, "TOTAL", CTL_SIZE},
+	    {PROTO_F_FREE, "FREE", CTL_SIZE},     {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_FENCED, "FENCED", CTL_SIZE}, {PROTO_F_TRANSPORT, "TRANSPORT", CTL_TEXT},
 	};
 
 	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);
@@ -217,6 +219,7 @@ static int print_stats(const cJSON *result, const struct ctl_options *o, bool he
 	    {PROTO_F_DEVICE, "DEVICE", CTL_NUM},
 	    {PROTO_F_RESERVED, "RESERVED", CTL_SIZE},
 	    {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_FENCED, "FENCED", CTL_SIZE},
 	    {PROTO_F_FREE, "FREE", CTL_SIZE},
 	    {PROTO_F_FREE_BLOCKS, "FREE_BLOCKS", CTL_NUM},
 	    {PROTO_F_LARGEST_FREE, "LARGEST_FREE", CTL_SIZE},

@@ -335,6 +335,11 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 		policy_orphan(broker_policy_of(b, s), &a->inst->pol, size);
 		a->inst = NULL;
 		a->orphan = true;
+		/* Its owner's process may still write it: the block is fenced
+		 * for that process (its ghost, if it has one by then) when the
+		 * last holder lets go. */
+		if (fence)
+			a->fence_session = s->id;
 		b->orphan_count++;
 		return;
 	}
@@ -356,7 +361,11 @@ void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a, b
 	 * the holder's policy is the owner's. */
 	policy_orphan_release(broker_policy_of(b, s), device, pool_block_size(a->block));
 	b->orphan_count--;
-	broker_block_free(b, s, device, a->block, fence);
+	/* Fenced for this holder's client if it may still write it, else for
+	 * the evicted owner's process while it lives. */
+	if (fence || !a->fence_session ||
+	    broker_ghost_fence(b, a->fence_session, device, a->block) < 0)
+		broker_block_free(b, s, device, a->block, fence);
 	arena_free(&b->alloc_arena, a);
 }
 
@@ -420,14 +429,18 @@ void broker_session_strip(struct broker *b, struct session *s)
 	bool linger = broker_session_lingers(s);
 	if (linger)
 		broker_parting_add(b, s, b->invalidate_epoch);
+	/* And the ranges of its allocations and attachments stay allocated
+	 * (fenced, with the ghost) while that process may write there: handed
+	 * to another allocation of its uid in the same slab, they would be
+	 * shared with it. */
 	list_for_each_safe(pos, tmp, &s->allocs) {
-		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link), false);
+		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link), linger);
 	}
 	broker_hosts_release(b, s);
 	size_t it = 0;
 	struct broker_alloc *a;
 	while ((a = idmap_next(&s->attached, &it, NULL)))
-		broker_unpin(b, s, a, false);
+		broker_unpin(b, s, a, linger);
 	/* Empty, for a session that lives on (its partition was destroyed). */
 	idmap_finish(&s->attached);
 	idmap_init(&s->attached);

@@ -26,6 +26,10 @@ struct broker_device {
 	struct backend *backend; /* the pool's callback context needs both */
 	int index;
 	struct broker *broker; /* and the share of descriptors (broker_files_of) */
+	/* Bytes of blocks kept allocated, holding nothing, for a client that
+	 * may still write there (broker_parting_add_block): part of the
+	 * pool's used, in no instance's; of retired pools too. */
+	uint64_t fenced;
 };
 
 struct broker_instance {
@@ -47,13 +51,16 @@ struct broker_alloc {
 	struct list link; /* session->allocs */
 	struct broker_instance *inst;
 	struct pool_block *block;
-	char *label;      /* made by allocate_queue: the request's label; else NULL */
-	uint32_t holders; /* attachments (attach, open): they keep the block alive */
-	bool unclaimed;   /* made by allocate_queue and not claimed yet: the session does
-	                     not hold its slab (its client has not been given the handle) */
-	bool exported;    /* has a name in broker->exports */
-	bool orphan;      /* freed by its owner while attached: out of the table and of
-	                     every instance, alive until its last holder detaches */
+	char *label;            /* made by allocate_queue: the request's label; else NULL */
+	uint32_t holders;       /* attachments (attach, open): they keep the block alive */
+	bool unclaimed;         /* made by allocate_queue and not claimed yet: the session does
+	                           not hold its slab (its client has not been given the handle) */
+	bool exported;          /* has a name in broker->exports */
+	bool orphan;            /* freed by its owner while attached: out of the table and of
+	                           every instance, alive until its last holder detaches */
+	uint64_t fence_session; /* an orphan whose owner's process may still write it
+	                           (an evicted session's): that session, whose ghost
+	                           fences the block when the last holder detaches; 0 */
 };
 
 /*

@@ -45,6 +45,10 @@ int broker_parting_add_slab(struct broker *b, struct session *s, struct pool_sla
  * range must not go to another allocation before. 0 or -ENOMEM. */
 int broker_parting_add_block(struct broker *b, struct session *s, int device,
                              struct pool_block *block);
+/* Keeps block (of device's current pool) allocated, fenced, with the ghost
+ * of the evicted session session_id until its process exits: 0, or -ENOENT
+ * (no such ghost: the process is gone) or -ENOMEM. */
+int broker_ghost_fence(struct broker *b, uint64_t session_id, int device, struct pool_block *block);
 /* Lets go of the reclaimed slab_id of s: true when there was one. */
 bool broker_parting_release_slab(struct broker *b, struct session *s, uint64_t slab_id);
 

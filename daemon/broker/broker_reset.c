@@ -167,8 +167,11 @@ static void broker_parting_free(struct broker *b, struct broker_parting *p)
 {
 	struct broker_retired *r = broker_retired_find(b, p->pool);
 	uint32_t uid = pool_slab_uid(p->slab);
-	if (p->block)
+	if (p->block) {
+		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		b->dev[bs->device].fenced -= pool_block_size(p->block);
 		pool_free(p->pool, p->block); /* pinned: the slab stays for the unpin */
+	}
 	pool_slab_unpin(p->pool, p->slab);
 	/* A retired pool serves no one: an empty slab it would cache for the
 	 * uid goes back now, not with the pool's last parting slab. */
@@ -206,7 +209,9 @@ static unsigned broker_parting_release(struct broker *b, struct session *s, uint
 	return n;
 }
 
-int broker_parting_add_block(struct broker *b, struct session *s, int device,
+/* A fence on block of device's pool, put at the head of *list: 0 or
+ * -ENOMEM. */
+static int broker_fence_push(struct broker *b, struct broker_parting **list, int device,
                              struct pool_block *block)
 {
 	struct broker_parting *p = malloc(sizeof(*p));
@@ -217,10 +222,28 @@ int broker_parting_add_block(struct broker *b, struct session *s, int device,
 	p->epoch = b->invalidate_epoch;
 	p->reclaim = false;
 	p->block = block;
-	p->next = s->parting;
-	s->parting = p;
+	p->next = *list;
+	*list = p;
 	pool_slab_pin(p->slab);
+	b->dev[device].fenced += pool_block_size(block);
 	return 0;
+}
+
+int broker_parting_add_block(struct broker *b, struct session *s, int device,
+                             struct pool_block *block)
+{
+	return broker_fence_push(b, &s->parting, device, block);
+}
+
+int broker_ghost_fence(struct broker *b, uint64_t session_id, int device, struct pool_block *block)
+{
+	struct list *pos;
+	list_for_each(pos, &b->ghosts) {
+		struct broker_ghost *g = list_entry(pos, struct broker_ghost, link);
+		if (g->session == session_id)
+			return broker_fence_push(b, &g->parting, device, block);
+	}
+	return -ENOENT;
 }
 
 int broker_parting_add_slab(struct broker *b, struct session *s, struct pool_slab *slab)
@@ -295,18 +318,9 @@ void broker_ghosts_drop(struct broker *b)
 
 void broker_ghost_make(struct broker *b, struct session *s)
 {
-	/* Its fences go now: an eviction hands back what the session held
-	 * at once (broker_session_strip frees its blocks unfenced), and what an
-	 * earlier invalidate left fenced goes with it. */
-	for (struct broker_parting **pp = &s->parting; *pp;) {
-		struct broker_parting *p = *pp;
-		if (!p->block) {
-			pp = &p->next;
-			continue;
-		}
-		*pp = p->next;
-		broker_parting_free(b, p);
-	}
+	/* Its fences go with its slabs: those of its allocations and
+	 * attachments (broker_session_strip) and those an earlier invalidate
+	 * left, all ranges its process may still write while it lives. */
 	struct broker_ghost *g = s->parting ? malloc(sizeof(*g)) : NULL;
 	if (!g) {
 		if (s->parting)
@@ -358,10 +372,21 @@ void broker_parting_counts(const struct broker *b, struct broker_parting_counts 
 		out->retired++;
 }
 
+/* Adds the bytes of the fences of list to fenced[device]. */
+static void broker_fences_sum(const struct broker_parting *list, uint64_t *fenced)
+{
+	for (const struct broker_parting *p = list; p; p = p->next) {
+		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		if (p->block)
+			fenced[bs->device] += pool_block_size(p->block);
+	}
+}
+
 int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 {
 	const struct list *pos, *rpos;
 	uint64_t retired_total = 0, parting_retired = 0;
+	uint64_t fenced[BACKEND_MAX_DEVICES] = {0};
 	list_for_each(rpos, &b->retired)
 		retired_total += list_entry(rpos, const struct broker_retired, link)->parting;
 	list_for_each(pos, &b->sessions) {
@@ -389,6 +414,7 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 			         (unsigned long long)s->id, n, s->parting_count);
 			return -EFAULT;
 		}
+		broker_fences_sum(s->parting, fenced);
 	}
 	list_for_each(pos, &b->ghosts) {
 		const struct broker_ghost *g = list_entry(pos, const struct broker_ghost, link);
@@ -398,6 +424,15 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 		if (n != g->count || !g->parting) {
 			snprintf(msg, msg_len, "session %llu's ghost: %u slabs, counted %u",
 			         (unsigned long long)g->session, n, g->count);
+			return -EFAULT;
+		}
+		broker_fences_sum(g->parting, fenced);
+	}
+	for (int i = 0; i < b->device_count; i++) {
+		if (fenced[i] != b->dev[i].fenced) {
+			snprintf(msg, msg_len, "device %d: %llu bytes fenced, counted %llu", i,
+			         (unsigned long long)fenced[i],
+			         (unsigned long long)b->dev[i].fenced);
 			return -EFAULT;
 		}
 	}

@@ -104,6 +104,7 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 		if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
 		    proto_add_u64(o, PROTO_F_RESERVED, st.reserved) ||
 		    proto_add_u64(o, PROTO_F_USED, st.used) ||
+		    proto_add_u64(o, PROTO_F_FENCED, ctx->b->dev[i].fenced) ||
 		    proto_add_u64(o, PROTO_F_FREE, st.free) ||
 		    proto_add_u64(o, PROTO_F_FREE_BLOCKS, st.free_blocks) ||
 		    proto_add_u64(o, PROTO_F_LARGEST_FREE, st.largest_free) ||
@@ -119,7 +120,7 @@ int dispatch_stats(struct dispatch_ctx *ctx)
 }
 
 /* name, uuid, transport, total, what was kept out of the capacity (in use at start,
- * reserve), reserved, used of one device. */
+ * reserve), reserved, used, fenced of one device. */
 static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr, int i,
                            struct pool_stats *st)
 {
@@ -137,6 +138,9 @@ static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr
 	    proto_add_u64(o, PROTO_F_RESERVE, s->part ? 0 : info->reserve) ||
 	    proto_add_u64(o, PROTO_F_RESERVED, st->reserved) ||
 	    proto_add_u64(o, PROTO_F_USED, s->part ? p->dev[i].used : st->used) ||
+	    /* Part of the device's used, charged to no one: inside a
+	     * partition, whose used is its policy's, none of it. */
+	    proto_add_u64(o, PROTO_F_FENCED, s->part ? 0 : b->dev[i].fenced) ||
 	    proto_add_u64(o, PROTO_F_ORPHANED, p->dev[i].orphaned))
 		return NULL;
 	return o;
@@ -145,7 +149,7 @@ static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr
 int dispatch_status(struct dispatch_ctx *ctx)
 {
 	struct broker *b = ctx->b;
-	uint64_t total = 0, reserved = 0, used = 0;
+	uint64_t total = 0, reserved = 0, used = 0, fenced = 0;
 	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
@@ -158,11 +162,13 @@ int dispatch_status(struct dispatch_ctx *ctx)
 		total += b->dev[i].info.total;
 		reserved += st.reserved;
 		used += st.used;
+		fenced += ctx->s->part ? 0 : b->dev[i].fenced;
 	}
 	cJSON *r = ctx->result, *totals = cJSON_AddObjectToObject(r, PROTO_F_TOTALS);
 	if (!totals || proto_add_u64(totals, PROTO_F_TOTAL, total) ||
 	    proto_add_u64(totals, PROTO_F_RESERVED, reserved) ||
 	    proto_add_u64(totals, PROTO_F_USED, used) ||
+	    proto_add_u64(totals, PROTO_F_FENCED, fenced) ||
 	    !cJSON_AddStringToObject(r, PROTO_F_SERVER_VERSION, GPB_VERSION) ||
 	    !cJSON_AddStringToObject(r, PROTO_F_BACKEND, b->backend->ops->name) ||
 	    !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(b->policy.cfg.mode)) ||

@@ -155,6 +155,9 @@ static void metrics_devices(struct mbuf *m, const struct broker *b)
 	    {"gpubroker_device_reserved_bytes", "gauge",
 	     "Device memory the broker holds in slabs."},
 	    {"gpubroker_device_used_bytes", "gauge", "Device memory in live allocations."},
+	    {"gpubroker_device_fenced_bytes", "gauge",
+	     "Device memory kept allocated, holding nothing, while a process that had it may "
+	     "still write there (evicted, invalidated): until it answers or exits."},
 	    {"gpubroker_device_orphaned_bytes", "gauge",
 	     "Device memory freed by its owner, still held by others' attachments."},
 	    {"gpubroker_device_free_bytes", "gauge", "Device memory not in live allocations."},
@@ -170,6 +173,7 @@ static void metrics_devices(struct mbuf *m, const struct broker *b)
 			uint64_t v[] = {total,
 			                st[i].reserved,
 			                st[i].used,
+			                b->dev[i].fenced,
 			                b->policy.dev[i].orphaned,
 			                total - st[i].used,
 			                st[i].free_blocks,

@@ -139,6 +139,7 @@ class gpb_pool_stats(ctypes.Structure):
         ("allocs", c_u64),
         ("frees", c_u64),
         ("ooms", c_u64),
+        ("fenced", c_u64),
     ]
 
 

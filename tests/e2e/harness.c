@@ -609,6 +609,29 @@ uint64_t th_status_used(gpb_client *c)
 	return th_status_field(c, "used");
 }
 
+pid_t th_fork_linked(int *rd, int *wr)
+{
+	int up[2], down[2]; /* child to parent, parent to child */
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	bool child = pid == 0;
+	close(child ? up[0] : up[1]);
+	close(child ? down[1] : down[0]);
+	*rd = child ? down[0] : up[0];
+	*wr = child ? up[1] : down[1];
+	return pid;
+}
+
+void th_child_reap_ok(pid_t pid)
+{
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 void th_child_exit(int code)
 {
 	const char *preload = getenv("LD_PRELOAD");

@@ -109,6 +109,13 @@ uint64_t th_status_field(gpb_client *c, const char *key);
  * child with what the test had allocated before forking), the status leaves
  * through an exec of /bin/sh instead: a process that execs is not checked. */
 void th_child_exit(int code) __attribute__((noreturn));
+/* Forks with two pipes between parent and child: in each process, *rd and
+ * *wr are its own ends (what the other writes, where it reads), the other
+ * ends closed. Returns fork()'s value; fails the test on error. */
+pid_t th_fork_linked(int *rd, int *wr);
+/* Waits for the forked child pid, which must exit 0 (else its status names
+ * the step that failed). */
+void th_child_reap_ok(pid_t pid);
 
 /* Runs argv (argv[0] a path), captures stdout into out (NUL-terminated) and
  * returns the exit status (or -1 when killed). env: extra NAME=VALUE pairs,

@@ -141,7 +141,8 @@ static void test_status_policy(void **state)
 
 	assert_int_equal(ctl_at(d.socket, "--output", "csv", "status", NULL), 0);
 	assert_non_null(strstr(
-	    out, "device,name,total,reserved,used,orphaned,limit,limit_fraction,transport\n"));
+	    out,
+	    "device,name,total,reserved,used,fenced,orphaned,limit,limit_fraction,transport\n"));
 	assert_non_null(strstr(out, ",536870912,,memfd\n"));
 	assert_non_null(strstr(out, ",,0.25,memfd\n"));
 
@@ -289,8 +290,14 @@ static void test_evict(void **state)
 		rc = gpb_alloc(victim, inst, 4096, 0, &a);
 	}
 	assert_int_equal(rc, GPB_E_DAEMON_GONE);
+	/* Its process (this one) lives on with the allocation mapped: the
+	 * range stays allocated, fenced, until it exits. */
+	assert_int_equal(th_status_used(holder), used);
+	assert_int_equal(th_status_field(holder, "fenced"), 1 << 20);
+	assert_int_equal(ctl("--output", "csv", "--no-header", "status"), 0);
+	/* fenced, orphaned, no limit, transport of device 0 */
+	assert_non_null(strstr(out, ",1048576,0,,,memfd\n"));
 	gpb_disconnect(victim);
-	assert_int_equal(th_status_used(holder), used - (1 << 20));
 }
 
 /* Runs gpubrokerctl --socket <daemon> args (NULL-terminated) for ms

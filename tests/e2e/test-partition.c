@@ -107,16 +107,6 @@ static const cJSON *find_partition(const cJSON *root, const char *name)
 	return NULL;
 }
 
-/* Waits for a forked child, which must exit 0 (else its status names the
- * step that failed). */
-static void reap_ok(pid_t pid)
-{
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
-}
-
 /* In a forked child: becomes an ordinary user (exit 99 when it cannot). */
 static void become(uid_t uid)
 {
@@ -400,7 +390,7 @@ static void test_wrong_token(void **state)
 			gpb_disconnect(c);
 			th_child_exit(0);
 		}
-		reap_ok(pid);
+		th_child_reap_ok(pid);
 	}
 	/* The right token and uid still join. */
 	assert_int_equal(connect_with(token, &c), 0);
@@ -485,7 +475,7 @@ static void test_destroy_reclaims(void **state)
 	/* At once, outside: the whole device again. */
 	assert_int_equal(device_total(admin, out), GiB);
 	assert_int_equal(write(down[1], "g", 1), 1);
-	reap_ok(pid);
+	th_child_reap_ok(pid);
 	close(up[0]);
 	close(down[1]);
 	/* Its process gone, its slabs go too: the whole device can be had. */
@@ -552,7 +542,7 @@ static void test_non_admin(void **state)
 		gpb_disconnect(c);
 		th_child_exit(0);
 	}
-	reap_ok(pid);
+	th_child_reap_ok(pid);
 	assert_int_equal(gpb_partition_destroy(admin, "theirs"), 0);
 	assert_int_equal(gpb_partition_destroy(admin, "hidden"), 0);
 	check_clean();
@@ -699,7 +689,7 @@ static void test_cli(void **state)
 	    (char *)th_env("GPB_CTL"), "--socket", daemon_.socket, "-o", "csv", "devices", NULL};
 	char *envp[] = {env, NULL};
 	assert_int_equal(th_run(argv, envp, out, sizeof(out)), 0);
-	assert_non_null(strstr(out, ",67108864,67108864,0,memfd\n"));
+	assert_non_null(strstr(out, ",67108864,67108864,0,0,memfd\n"));
 
 	/* clients names each client's partition, and "-" (CSV: nothing)
 	 * outside. */

@@ -3,11 +3,13 @@ gpb_connect, so $GPUBROKER_TOKEN (what the Slurm plugin puts in a job's
 environment) puts a gpubroker.Client in its partition by itself."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 import gpubroker
-from conftest import MiB, GiB, run_python
+from conftest import MiB, GiB, child_env, run_python, wait_until
 
 
 def make_partition(client, name, size, devices=None):
@@ -92,3 +94,31 @@ def test_groups_and_chunking_inside(client, daemon, monkeypatch):
     assert client.group_info("g").available == GiB - 256 * MiB
     assert client.chunk_parameters(reqs, group="g")[0].chunks == 1
     client.request("partition_destroy", {"name": "py-chunk"})
+
+
+def test_destroy_fences_what_a_live_process_maps(client, daemon):
+    """A process in a destroyed partition keeps its allocation mapped: the
+    range stays allocated, "fenced", in the stats until it exits (issue 24)."""
+    token = make_partition(client, "py-fence", 64 * MiB, [0])
+    code = ("import gpubroker, sys\n"
+            "c = gpubroker.Client(sys.argv[1])\n"
+            "a = c.alloc(c.register('x', device=0), 1 * 1024 * 1024)\n"
+            "print(a.size, flush=True)\n"
+            "sys.stdin.read()\n")
+    p = subprocess.Popen([sys.executable, "-c", code, daemon.socket], text=True,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         env=dict(child_env(), GPUBROKER_TOKEN=token))
+    try:
+        size = int(p.stdout.readline())
+        assert client.stats(0).fenced == 0
+        client.request("partition_destroy", {"name": "py-fence"})
+        # partition_destroy strips its sessions before it answers.
+        stats = client.stats(0)
+        assert stats.fenced == size and stats.used >= size
+        totals = client.request("status")["totals"]
+        assert int(totals["fenced"]) == size
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    # The daemon's exit watch sees the process go.
+    assert wait_until(lambda: client.stats(0).fenced == 0)

@@ -330,6 +330,63 @@ static void test_orphans_released_by_reset(void **state)
 	broker_done(b);
 }
 
+static struct broker_ghost *watched;
+
+/* broker_exit_fn: the process lives on until the test lets its ghost go. */
+static int watch_exit(void *ctx, pid_t pid, int pidfd, struct broker_ghost *ghost)
+{
+	(void)ctx;
+	(void)pid;
+	(void)pidfd;
+	watched = ghost;
+	return 0;
+}
+
+/* An evicted exporter's process may still write what it allocated: what it
+ * held alone is fenced at once, what others have open when the last of
+ * them lets go, until its process exits (issue 24). */
+static void test_evicted_exporter_fence(void **state)
+{
+	struct broker *b = broker_new(16 * MiB, 0, 0);
+	broker_set_exit_watch(b, watch_exit, NULL);
+	struct session *s1 = open_session(b, UID_A, 101);
+	struct session *s2 = open_session(b, UID_A, 102);
+	struct broker_instance *i1 = reg(b, s1, 0);
+	(void)state;
+
+	struct broker_grant a = alloc_ok(b, s1, i1, 8 * KiB, 0);
+	struct broker_grant c = alloc_ok(b, s1, i1, 8 * KiB, 0);
+	assert_int_equal(broker_export(b, s1, a.id, "a", UID_A), 0);
+	struct broker_grant g;
+	grant_poison(&g);
+	assert_int_equal(broker_open(b, s2, UID_A, "a", &g), 0);
+	s1->evicted = true;
+	broker_session_close(b, s1);
+	check(b);
+	assert_non_null(watched);
+	assert_int_equal(b->orphan_count, 1);
+	assert_int_equal(b->dev[0].fenced, 8 * KiB); /* c */
+	assert_int_equal(dev_stats(b, 0).used, 16 * KiB);
+	assert_int_equal(broker_detach(b, s2, a.id), 0);
+	check(b);
+	assert_int_equal(b->orphan_count, 0);
+	assert_int_equal(b->dev[0].fenced, 16 * KiB); /* a too */
+	assert_int_equal(dev_stats(b, 0).used, 16 * KiB);
+	/* Another session of the uid lands elsewhere. */
+	struct broker_instance *i2 = reg(b, s2, 0);
+	struct broker_grant n = alloc_ok(b, s2, i2, 8 * KiB, 0);
+	assert_false(n.slab_id == a.slab_id && n.offset == a.offset);
+	assert_false(n.slab_id == c.slab_id && n.offset == c.offset);
+	assert_int_equal(broker_free(b, s2, n.id), 0);
+	/* The process exits: everything goes. */
+	broker_ghost_release(b, watched);
+	watched = NULL;
+	check(b);
+	assert_int_equal(b->dev[0].fenced, 0);
+	assert_int_equal(dev_stats(b, 0).used, 0);
+	broker_done(b);
+}
+
 /* An allocation its own session attached, then freed: the session's close
  * releases the orphan it holds itself. */
 static void test_self_attached_orphan(void **state)
@@ -448,6 +505,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_orphan_lifetime, teardown),
 	    cmocka_unit_test_teardown(test_exporter_death, teardown),
 	    cmocka_unit_test_teardown(test_orphans_released_by_reset, teardown),
+	    cmocka_unit_test_teardown(test_evicted_exporter_fence, teardown),
 	    cmocka_unit_test_teardown(test_self_attached_orphan, teardown),
 	    cmocka_unit_test_teardown(test_share_requests, teardown),
 	};
