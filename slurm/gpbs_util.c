@@ -106,11 +106,8 @@ int gpbs_devices_parse(const char *text, int *devices, int max)
 				return -1;
 		}
 		for (int d = lo; d <= hi; d++) {
-			if (n >= max)
+			if (n >= max || gpbs_devices_index(devices, n, d) >= 0)
 				return -1;
-			for (int i = 0; i < n; i++)
-				if (devices[i] == d)
-					return -1;
 			devices[n++] = d;
 		}
 		if (*p == '\0')
@@ -120,37 +117,108 @@ int gpbs_devices_parse(const char *text, int *devices, int max)
 	}
 }
 
-int gpbs_gres_count(const char *detail, const char *name, uint64_t *out)
+/*
+ * The entry of GRES @name in @detail (entries are separated by commas outside
+ * parentheses: "gpu:2(IDX:0,2),gpumem(CNT:5)"), from *@p on: sets *@start
+ * and *@end (its comma or the string's end) and moves *@p past it. Returns
+ * 1, or 0 when no further entry is @name ("gpu" or "gpu:type", not "gpus").
+ */
+static int gres_entry_next(const char **p, const char *name, const char **start, const char **end)
 {
 	size_t nlen = strlen(name);
-	const char *p = detail;
 
-	if (!detail || !nlen)
-		return 0;
-	/* Entries are separated by commas outside parentheses. */
-	while (*p) {
-		const char *end = p;
+	while (**p) {
+		const char *s = *p, *e = s;
 		int depth = 0;
 
-		for (; *end && (depth || *end != ','); end++)
-			depth += (*end == '(') - (*end == ')');
-		if (strncmp(p, name, nlen) == 0 && (p[nlen] == '(' || p[nlen] == ':')) {
-			const char *cnt = strstr(p, "(CNT:");
-			char *stop;
-			unsigned long long v;
-
-			if (!cnt || cnt > end)
-				return -1;
-			errno = 0;
-			v = strtoull(cnt + 5, &stop, 10);
-			if (errno || stop == cnt + 5 || *stop != ')')
-				return -1;
-			*out = v;
+		for (; *e && (depth || *e != ','); e++)
+			depth += (*e == '(') - (*e == ')');
+		*p = *e ? e + 1 : e;
+		if (strncmp(s, name, nlen) == 0 && (s[nlen] == '(' || s[nlen] == ':')) {
+			*start = s;
+			*end = e;
 			return 1;
 		}
-		p = *end ? end + 1 : end;
 	}
 	return 0;
+}
+
+/* The text of "(KEY" + ":" ... ")" inside [start, end), or NULL. */
+static const char *entry_field(const char *start, const char *end, const char *key, size_t *len)
+{
+	const char *f = strstr(start, key), *close;
+
+	if (!f || f >= end)
+		return NULL;
+	f += strlen(key);
+	close = memchr(f, ')', (size_t)(end - f));
+	if (!close)
+		return NULL;
+	*len = (size_t)(close - f);
+	return f;
+}
+
+int gpbs_gres_count(const char *detail, const char *name, uint64_t *out)
+{
+	const char *p = detail, *start, *end, *cnt;
+	size_t len;
+
+	if (!detail || !*name || !gres_entry_next(&p, name, &start, &end))
+		return 0;
+	cnt = entry_field(start, end, "(CNT:", &len);
+	if (!cnt || !len || len > 20)
+		return -1;
+	for (size_t i = 0; i < len; i++)
+		if (!isdigit((unsigned char)cnt[i]))
+			return -1;
+	errno = 0;
+	*out = strtoull(cnt, NULL, 10);
+	return errno ? -1 : 1;
+}
+
+int gpbs_gres_devices(const char *detail, const char *name, int *devices, int max)
+{
+	const char *p = detail, *start, *end, *idx;
+	int n = 0;
+
+	if (!detail || !*name)
+		return 0;
+	/* Each type of the GRES ("gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)") adds its own. */
+	while (gres_entry_next(&p, name, &start, &end)) {
+		int got[GPBS_MAX_DEVICES], k;
+		char list[512];
+		size_t len;
+
+		/* No IDX: GPUs without device files (gres.conf without File=),
+		 * counted but not numbered; Slurm names none in the step. */
+		idx = strstr(start, "(IDX:");
+		if (!idx || idx >= end)
+			continue;
+		idx = entry_field(start, end, "(IDX:", &len);
+		if (!idx || len >= sizeof(list))
+			return -1;
+		memcpy(list, idx, len);
+		list[len] = '\0';
+		k = gpbs_devices_parse(list, got, GPBS_MAX_DEVICES);
+		if (k < 0)
+			return -1;
+		for (int i = 0; i < k; i++) {
+			if (gpbs_devices_index(devices, n, got[i]) >= 0)
+				continue;
+			if (n >= max)
+				return -1;
+			devices[n++] = got[i];
+		}
+	}
+	return n;
+}
+
+int gpbs_devices_index(const int *devices, int n, int device)
+{
+	for (int i = 0; i < n; i++)
+		if (devices[i] == device)
+			return i;
+	return -1;
 }
 
 void gpbs_partition_name(uint32_t job_id, char *buf, size_t len)

@@ -54,6 +54,19 @@ int gpbs_devices_parse(const char *text, int *devices, int max);
  */
 int gpbs_gres_count(const char *detail, const char *name, uint64_t *out);
 
+/*
+ * The devices of GRES @name in one node's gres_detail_str, as Slurm indexes
+ * them ("gpu:2(IDX:0-1),gpumem(CNT:...)" gives 0 and 1; every typed entry
+ * "gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)" adds its own) into @devices (at most
+ * @max). An entry without an IDX list ("gpu(CNT:2)": no device files) adds
+ * none. Returns the count, 0 when @name is not there, -1 when an IDX list is
+ * malformed or there are too many.
+ */
+int gpbs_gres_devices(const char *detail, const char *name, int *devices, int max);
+
+/* Where @device is among the @n @devices, or -1. */
+int gpbs_devices_index(const int *devices, int n, int device);
+
 /* The partition of job @job_id: "slurm-<id>" into @buf. */
 void gpbs_partition_name(uint32_t job_id, char *buf, size_t len);
 

@@ -118,21 +118,32 @@ static const char *conf_socket(const struct gpbs_conf *conf)
 }
 
 /*
- * The count of the job's GRES conf->gres on this node, from slurmctld's
- * record of the job (spank.h has no item for a job's GRES, and a GRES
- * without a plugin, such as gpumem, puts nothing in the job's environment).
+ * What slurmctld records of the job on this node: its GRES detail there
+ * ("gpu:1(IDX:1),gpumem(CNT:1073741824)", as `scontrol show job -d`
+ * prints it). spank.h has no item for a job's GRES, and a GRES without a
+ * plugin, such as gpumem, puts nothing in the job's environment.
  * slurm_load_job is the host process's own (libslurmfull), looked up rather
  * than linked so that the plugin loads in every Slurm program.
- * Returns 1 with *out, 0 (no such GRES, or Slurm cannot say), or -1.
  */
-static int job_gres_count(const struct gpbs_conf *conf, uint32_t job_id, uint32_t node_id,
-                          uint64_t *out)
+struct job_record {
+	int loaded;     /* slurmctld answered: detail is the job's on this node */
+	int node_known; /* this step's node id is the job's node index */
+	char *detail;   /* the job's GRES on this node (malloc'd), or NULL: none */
+};
+
+/*
+ * Returns 0 (loaded, or slurm_load_job is not there: rec->loaded 0), or -1
+ * (slurmctld did not answer, or no memory). job_record_finish frees it.
+ */
+static int job_record_load(spank_t sp, uint32_t job_id, struct job_record *rec)
 {
 	int (*load)(job_info_msg_t **, uint32_t, uint16_t);
 	void (*release)(job_info_msg_t *);
 	job_info_msg_t *msg = NULL;
-	int found = 0;
+	uint32_t node_id = 0, step_nodes = 0, step_id = 0;
+	int rc = 0;
 
+	memset(rec, 0, sizeof(*rec));
 	*(void **)&load = dlsym(RTLD_DEFAULT, "slurm_load_job");
 	*(void **)&release = dlsym(RTLD_DEFAULT, "slurm_free_job_info_msg");
 	if (!load || !release) {
@@ -144,37 +155,62 @@ static int job_gres_count(const struct gpbs_conf *conf, uint32_t job_id, uint32_
 		            slurm_strerror(slurm_get_errno()));
 		return -1;
 	}
-	for (uint32_t i = 0; i < msg->record_count && !found; i++) {
+	if (spank_get_item(sp, S_JOB_NODEID, &node_id) != ESPANK_SUCCESS)
+		node_id = 0;
+	if (spank_get_item(sp, S_JOB_NNODES, &step_nodes) != ESPANK_SUCCESS)
+		step_nodes = 0;
+	if (spank_get_item(sp, S_JOB_STEPID, &step_id) != ESPANK_SUCCESS)
+		step_id = 0;
+	for (uint32_t i = 0; i < msg->record_count; i++) {
 		slurm_job_info_t *job = &msg->job_array[i];
 
-		if (job->job_id != job_id || node_id >= job->gres_detail_cnt)
+		if (job->job_id != job_id)
 			continue;
-		found = gpbs_gres_count(job->gres_detail_str[node_id], conf->gres, out);
-		if (found < 0)
-			slurm_error("gpubroker: job %" PRIu32 ": cannot read the %s count in '%s'",
-			            job_id, conf->gres, job->gres_detail_str[node_id]);
+		rec->loaded = 1;
+		/* S_JOB_NODEID is the node's place in the step: the job's own
+		 * index only when the step runs on every node of the job (the
+		 * batch step runs on its first). */
+		rec->node_known = step_id == SLURM_BATCH_SCRIPT || step_nodes == job->num_nodes;
+		if (node_id < job->gres_detail_cnt && job->gres_detail_str[node_id]) {
+			rec->detail = strdup(job->gres_detail_str[node_id]);
+			if (!rec->detail) {
+				slurm_error("gpubroker: job %" PRIu32 ": out of memory", job_id);
+				rec->loaded = 0;
+				rc = -1;
+			}
+		}
+		break;
 	}
 	release(msg);
-	return found;
+	return rc;
+}
+
+static void job_record_finish(struct job_record *rec)
+{
+	free(rec->detail);
+	rec->detail = NULL;
 }
 
 /*
  * The size the job asked for, or 0: --gpu-mem, else its GRES. When it has
  * both, --gpu-mem may not be more than the GRES the scheduler counted.
  */
-static int job_size(spank_t sp, const struct gpbs_conf *conf, uint32_t job_id, uint64_t *size)
+static int job_size(const struct gpbs_conf *conf, uint32_t job_id, const struct job_record *rec,
+                    int rec_failed, uint64_t *size)
 {
-	uint32_t node_id = 0;
 	uint64_t gres = 0;
 	int has_gres = 0;
 
 	*size = opt_given ? opt_size : 0;
 	if (!conf->gres[0])
 		return 0;
-	if (spank_get_item(sp, S_JOB_NODEID, &node_id) != ESPANK_SUCCESS)
-		node_id = 0;
-	has_gres = job_gres_count(conf, job_id, node_id, &gres);
-	if (has_gres < 0) {
+	if (!rec_failed) {
+		has_gres = gpbs_gres_count(rec->detail, conf->gres, &gres);
+		if (has_gres < 0)
+			slurm_error("gpubroker: job %" PRIu32 ": cannot read the %s count in '%s'",
+			            job_id, conf->gres, rec->detail);
+	}
+	if (rec_failed || has_gres < 0) {
 		/* Not knowing whether the job asked for gpumem must not fail
 		 * the jobs that did not: --gpu-mem still counts, the GRES is
 		 * not enforced, and the job is told. */
@@ -185,34 +221,87 @@ static int job_size(spank_t sp, const struct gpbs_conf *conf, uint32_t job_id, u
 		                   : "no GPU memory partition (see slurmd's log)");
 		return 0;
 	}
-	if (has_gres && opt_given && opt_size > gres) {
+	if (has_gres > 0 && opt_given && opt_size > gres) {
 		step_fail("gpubroker: --gpu-mem=%" PRIu64 " is more than the job's %s GRES "
 		          "(%" PRIu64 " bytes on this node)",
 		          opt_size, conf->gres, gres);
 		return -1;
 	}
-	if (has_gres && !opt_given)
+	if (has_gres > 0 && !opt_given)
 		*size = gres;
 	return 0;
 }
 
-/* The devices the job may use: its GPU GRES (as Slurm numbers them), else none = all. */
-static int job_devices(spank_t sp, int *devices)
+/* "0,2" for the message of a refusal. */
+static void devices_format(const int *devices, int n, char *buf, size_t len)
 {
-	static const char *const vars[] = {"SLURM_JOB_GPUS", "SLURM_STEP_GPUS"};
-	char buf[512];
+	size_t off = 0;
 
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		int n;
+	buf[0] = '\0';
+	for (int i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%d", i ? "," : "", devices[i]);
+	if (n == 0)
+		snprintf(buf, len, "none");
+}
 
-		if (spank_getenv(sp, vars[i], buf, sizeof(buf)) != ESPANK_SUCCESS)
-			continue;
-		n = gpbs_devices_parse(buf, devices, GPBS_MAX_DEVICES);
-		if (n < 0)
-			step_fail("gpubroker: %s=%s: not a list of device indices", vars[i], buf);
-		return n;
+/*
+ * The devices of the job's partition on this node, as Slurm numbers its
+ * GPUs; 0 (none listed) means every device. Returns the count, or -1 with
+ * step_failure set.
+ *
+ * Only what Slurm sets and the user cannot: srun hands the step the user's
+ * whole environment, so a variable slurmstepd does not write is the user's.
+ * slurmstepd writes (overwrites, or unsets when the step has no GPU) one
+ * variable per step before the plugin runs: SLURM_JOB_GPUS in the batch
+ * (and interactive) step, SLURM_STEP_GPUS in every other step; the other one
+ * is whatever the user's environment had (Slurm 22.05, measured by the
+ * suite's planted step). Where slurmctld's record of the job was read, its
+ * GPUs on this node are the partition's (the partition is the job's, shared
+ * by all its steps), and the step's variable must name only those.
+ */
+static int job_devices(spank_t sp, uint32_t job_id, const struct job_record *rec, int *devices)
+{
+	int step_dev[GPBS_MAX_DEVICES], n_step = 0, n_job;
+	uint32_t step_id = 0;
+	const char *var;
+	char buf[512], have[256];
+
+	if (spank_get_item(sp, S_JOB_STEPID, &step_id) != ESPANK_SUCCESS) {
+		step_fail("gpubroker: job %" PRIu32 ": cannot read the step id", job_id);
+		return -1;
 	}
-	return 0;
+	var = step_id == SLURM_BATCH_SCRIPT || step_id == SLURM_INTERACTIVE_STEP
+	          ? "SLURM_JOB_GPUS"
+	          : "SLURM_STEP_GPUS";
+	if (spank_getenv(sp, var, buf, sizeof(buf)) == ESPANK_SUCCESS) {
+		n_step = gpbs_devices_parse(buf, step_dev, GPBS_MAX_DEVICES);
+		if (n_step < 0) {
+			step_fail("gpubroker: job %" PRIu32 ": %s=%s: not a list of device indices",
+			          job_id, var, buf);
+			return -1;
+		}
+	}
+	if (!rec->loaded || !rec->node_known) {
+		memcpy(devices, step_dev, (size_t)n_step * sizeof(*devices));
+		return n_step;
+	}
+	n_job = gpbs_gres_devices(rec->detail, "gpu", devices, GPBS_MAX_DEVICES);
+	if (n_job < 0) {
+		step_fail("gpubroker: job %" PRIu32 ": cannot read its GPUs in slurmctld's '%s'",
+		          job_id, rec->detail);
+		return -1;
+	}
+	for (int i = 0; i < n_step; i++) {
+		if (gpbs_devices_index(devices, n_job, step_dev[i]) >= 0)
+			continue;
+		devices_format(devices, n_job, have, sizeof(have));
+		step_fail("gpubroker: job %" PRIu32 ": %s=%s names GPU %d, which is not the "
+		          "job's on this node (slurmctld allocated it GPUs %s): inconsistent, "
+		          "refused",
+		          job_id, var, buf, step_dev[i], have);
+		return -1;
+	}
+	return n_job;
 }
 
 /*
@@ -266,13 +355,14 @@ static int partition_get(gpb_client *c, const struct gpbs_conf *conf, uint32_t j
 static int step_setup(spank_t sp, int ac, char **av)
 {
 	int devices[GPBS_MAX_DEVICES];
+	struct job_record rec = {0};
 	struct gpbs_conf conf;
 	uint32_t job_id = 0;
 	uid_t uid = 0;
 	uint64_t size = 0;
 	gpb_client *c = NULL;
 	char token[65];
-	int n_devices, lock, rc;
+	int n_devices, lock, rc, rec_failed;
 
 	if (read_conf(&conf, ac, av) < 0)
 		return -1;
@@ -281,13 +371,15 @@ static int step_setup(spank_t sp, int ac, char **av)
 		step_fail("gpubroker: cannot read the job's id and uid");
 		return -1;
 	}
-	if (job_size(sp, &conf, job_id, &size) < 0)
+	/* One question to slurmctld per step, only when the GRES is read. */
+	rec_failed = conf.gres[0] && job_record_load(sp, job_id, &rec) < 0;
+	rc = job_size(&conf, job_id, &rec, rec_failed, &size);
+	n_devices = rc == 0 && size ? job_devices(sp, job_id, &rec, devices) : 0;
+	job_record_finish(&rec);
+	if (rc < 0 || n_devices < 0)
 		return -1;
 	if (size == 0)
 		return 0; /* the job asked for no GPU memory: nothing to do */
-	n_devices = job_devices(sp, devices);
-	if (n_devices < 0)
-		return -1;
 
 	lock = gpbs_lock(conf.statedir, job_id);
 	if (lock < 0) {

@@ -105,6 +105,44 @@ static void test_gres(void **state)
 	assert_int_equal(gpbs_gres_count(NULL, "gpumem", &v), 0);
 	assert_int_equal(gpbs_gres_count("gpumem(IDX:0)", "gpumem", &v), -1);
 	assert_int_equal(gpbs_gres_count("gpumem(CNT:x)", "gpumem", &v), -1);
+	assert_int_equal(gpbs_gres_count("gpumem(CNT:99999999999999999999)", "gpumem", &v), -1);
+}
+
+/* The job's GPUs on a node as slurmctld records them (`scontrol show job -d`). */
+static void test_gres_devices(void **state)
+{
+	int d[8];
+
+	/* As Slurm 22.05 printed it in the suite. */
+	assert_int_equal(gpbs_gres_devices("gpu:2(IDX:0-1),gpumem(CNT:1073741824)", "gpu", d, 8),
+	                 2);
+	assert_int_equal(d[0], 0);
+	assert_int_equal(d[1], 1);
+	assert_int_equal(gpbs_gres_devices("gpumem(CNT:1),gpu:1(IDX:1)", "gpu", d, 8), 1);
+	assert_int_equal(d[0], 1);
+	/* A comma inside the parentheses is the list's, not the next entry's. */
+	assert_int_equal(gpbs_gres_devices("gpu:2(IDX:0,3),gpumem(CNT:5)", "gpu", d, 8), 2);
+	assert_int_equal(d[1], 3);
+	/* Typed entries add up; another GRES whose name starts alike does not. */
+	assert_int_equal(
+	    gpbs_gres_devices("gpu:a100:1(IDX:0),gpus:1(IDX:4),gpu:v100:2(IDX:2-3)", "gpu", d, 8),
+	    3);
+	assert_int_equal(d[0], 0);
+	assert_int_equal(d[1], 2);
+	assert_int_equal(d[2], 3);
+	assert_int_equal(gpbs_devices_index(d, 3, 3), 2);
+	assert_int_equal(gpbs_devices_index(d, 3, 7), -1);
+	/* No GPU, or GPUs without device files (no IDX): none named. */
+	assert_int_equal(gpbs_gres_devices("gpumem(CNT:5)", "gpu", d, 8), 0);
+	assert_int_equal(gpbs_gres_devices("gpu(CNT:2)", "gpu", d, 8), 0);
+	assert_int_equal(gpbs_gres_devices("", "gpu", d, 8), 0);
+	assert_int_equal(gpbs_gres_devices(NULL, "gpu", d, 8), 0);
+	/* Malformed, or more than fit. */
+	assert_int_equal(gpbs_gres_devices("gpu:1(IDX:x)", "gpu", d, 8), -1);
+	assert_int_equal(gpbs_gres_devices("gpu:1(IDX:N/A)", "gpu", d, 8), -1);
+	assert_int_equal(gpbs_gres_devices("gpu:1(IDX:0", "gpu", d, 8), -1);
+	assert_int_equal(gpbs_gres_devices("gpu:9(IDX:0-8)", "gpu", d, 8), -1);
+	assert_int_equal(gpbs_gres_devices("gpu:a:5(IDX:0-4),gpu:b:4(IDX:5-8)", "gpu", d, 8), -1);
 }
 
 static void test_token_files(void **state)
@@ -159,9 +197,10 @@ static void test_name(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_conf),        cmocka_unit_test(test_size),
-	    cmocka_unit_test(test_devices),     cmocka_unit_test(test_gres),
-	    cmocka_unit_test(test_token_files), cmocka_unit_test(test_name),
+	    cmocka_unit_test(test_conf),         cmocka_unit_test(test_size),
+	    cmocka_unit_test(test_devices),      cmocka_unit_test(test_gres),
+	    cmocka_unit_test(test_gres_devices), cmocka_unit_test(test_token_files),
+	    cmocka_unit_test(test_name),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,11 @@
 #                salloc --gpu-mem passes the size on to its srun step
 #   gpus         two jobs with a GPU GRES each (gpu:1, character devices
 #                made with mknod) get partitions on their own GPU only
+#   planted      with one GPU busy, a step Slurm puts on the other with the
+#                busy one planted as SLURM_JOB_GPUS (srun copies the user's
+#                environment), with and without the plugin's slurmctld
+#                lookup (gres=), and a batch job with it planted as
+#                SLURM_STEP_GPUS, get their partitions on their own GPU
 #   user         a job submitted as nobody: its partition is nobody's, and
 #                its client (as nobody) is in it
 #   restarts     slurmd restarted under a job: its end still destroys the
@@ -439,6 +444,71 @@ if [ -n "$gres_gpu" ]; then
 	no_partitions || fail "partitions left after jobs $g1 $g2: $(partition_names)"
 else
 	log "gpus: skipped (mknod is not permitted here, so the node has no GPU GRES)"
+fi
+
+# --- planted: a GPU variable the user sets does not move the partition --------
+# srun copies the user's environment into the step. Slurm overwrites
+# SLURM_STEP_GPUS there (SLURM_JOB_GPUS in a batch step) and leaves the other
+# as the user set it: a step that Slurm puts on the free GPU, with the busy
+# GPU planted as SLURM_JOB_GPUS, still gets its partition on its own GPU, and
+# so does a batch job with it planted as SLURM_STEP_GPUS.
+step=planted
+if [ -n "$gres_gpu" ]; then
+	h=$(submit --gres=gpu:1,gpumem:1G --wrap "GPB_DEVICE=\$SLURM_JOB_GPUS exec $CLIENT hold 134217728") ||
+		fail "sbatch h"
+	wait_for 30 "job $h to hold its memory" job_said "$h" held
+	busy=$(partition_field "slurm-$h" "' '.join(str(x['device']) for x in p['devices'])")
+	case $busy in
+	0) free=1 ;;
+	1) free=0 ;;
+	*) fail "job $h with one GPU has its partition on devices '$busy'" ;;
+	esac
+	# planted_srun SRUN-ARGS...: with $busy planted as SLURM_JOB_GPUS, a
+	# step of one GPU that Slurm puts on GPU $free gets its partition there. The client
+	# registers on the device Slurm gave the step: refused (no such
+	# device) when the partition is elsewhere.
+	planted_srun() {
+		SLURM_JOB_GPUS=$busy srun --time=2 "$@" sh -c \
+			'echo "job=$SLURM_JOB_ID planted=$SLURM_JOB_GPUS step=$SLURM_STEP_GPUS"; GPB_DEVICE=$SLURM_STEP_GPUS exec "$0" hold 67108864' \
+			"$CLIENT" >"$T/out/planted.out" 2>&1 &
+		srun_pid=$!
+		wait_for 30 "the step with SLURM_JOB_GPUS=$busy planted to hold its memory" held_or_ended
+		if ! grep -qx held "$T/out/planted.out"; then
+			wait "$srun_pid" # all of its output, the client's reason included
+			fail "the step with SLURM_JOB_GPUS=$busy planted ($*) did not get a partition on its own GPU: $(cat "$T/out/planted.out")"
+		fi
+		pj=$(sed -n 's/^job=\([0-9]*\) .*/\1/p' "$T/out/planted.out")
+		grep -qx "job=$pj planted=$busy step=$free" "$T/out/planted.out" ||
+			fail "the step did not run as planned (planted $busy, on GPU $free): $(cat "$T/out/planted.out")"
+		dp=$(partition_field "slurm-$pj" "' '.join(str(x['device']) for x in p['devices'])")
+		[ "$dp" = "$free" ] ||
+			fail "with SLURM_JOB_GPUS=$busy planted ($*), job $pj on GPU $free got its partition on devices '$dp'"
+		log "planted: SLURM_JOB_GPUS=$busy srun $*, Slurm's GPU $free: partition on device $dp"
+		scancel "$pj" || fail "scancel $pj"
+		wait "$srun_pid"
+		wait_for 30 "job $pj to end" job_gone "$pj"
+	}
+	held_or_ended() {
+		grep -qx held "$T/out/planted.out" || ! kill -0 "$srun_pid" 2>/dev/null
+	}
+	# The GPUs from slurmctld's record of the job (read with its gpumem);
+	# then with gres= (no record), from the step's variable alone.
+	planted_srun --gres=gpu:1,gpumem:1G
+	write_plugstack gres=
+	planted_srun --gres=gpu:1 --gpu-mem=256M
+	write_plugstack
+	pb=$(SLURM_STEP_GPUS=$busy submit --gres=gpu:1,gpumem:1G --wrap "GPB_DEVICE=\$SLURM_JOB_GPUS exec $CLIENT hold 67108864") ||
+		fail "sbatch with SLURM_STEP_GPUS planted"
+	wait_for 30 "job $pb (SLURM_STEP_GPUS=$busy planted) to hold its memory" job_said "$pb" held
+	dp=$(partition_field "slurm-$pb" "' '.join(str(x['device']) for x in p['devices'])")
+	[ "$dp" = "$free" ] ||
+		fail "with SLURM_STEP_GPUS=$busy planted, batch job $pb got its partition on devices '$dp', not $free"
+	scancel "$h" "$pb" || fail "scancel $h $pb"
+	wait_for 30 "job $h to end" job_gone "$h"
+	wait_for 30 "job $pb to end" job_gone "$pb"
+	no_partitions || fail "partitions left after jobs $h $pj $pb: $(partition_names)"
+else
+	log "planted: skipped (mknod is not permitted here, so the node has no GPU GRES)"
 fi
 
 # --- user: a job of another uid owns its partition ------------------------------
