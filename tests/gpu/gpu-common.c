@@ -648,14 +648,25 @@ static cJSON *gt_status(gpb_client *c)
 	return r;
 }
 
-uint64_t gt_status_used(gpb_client *c)
+/* A figure of status's totals (a decimal string). */
+static uint64_t gt_status_total(gpb_client *c, const char *name)
 {
 	cJSON *r = gt_status(c);
-	const cJSON *used = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "totals"), "used");
-	CHECK(cJSON_IsString(used));
-	uint64_t v = strtoull(used->valuestring, NULL, 10);
+	const cJSON *f = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "totals"), name);
+	CHECK(cJSON_IsString(f));
+	uint64_t v = strtoull(f->valuestring, NULL, 10);
 	cJSON_Delete(r);
 	return v;
+}
+
+uint64_t gt_status_used(gpb_client *c)
+{
+	return gt_status_total(c, "used");
+}
+
+uint64_t gt_status_fenced(gpb_client *c)
+{
+	return gt_status_total(c, "fenced");
 }
 
 void gt_status_backend(gpb_client *c, char *out, size_t len)

@@ -163,6 +163,8 @@ uint64_t gt_register(gpb_client *c, int device);
 void gt_wait_slabs(gpb_client *c, int device, uint64_t want);
 /* totals.used and the backend name from `status`. */
 uint64_t gt_status_used(gpb_client *c);
+/* status totals' fenced: bytes kept for a process that may still write there. */
+uint64_t gt_status_fenced(gpb_client *c);
 void gt_status_backend(gpb_client *c, char *out, size_t len);
 
 /* Runs this program again as a child with @args (NULL-terminated, argv[1..]):
