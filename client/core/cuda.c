@@ -44,7 +44,6 @@
 #include "error.h"
 #include "slab.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,15 +200,15 @@ static int cuda_import(struct cuda_mapping *m, const uint8_t *handle, int fd,
 			return error_set(GPB_E_BACKEND,
 			                 "the daemon serves VMM memory (transport vmm), but this "
 			                 "process's CUDA driver has no virtual memory management");
-		int kept;
-		if (cuda_vmm_keep(handle, fd, &kept) < 0)
-			return fd < 0 ? error_set(GPB_E_PROTOCOL,
-			                          "a vmm slab came without its descriptor")
-			              : error_set_errno(GPB_E_SYSTEM, errno,
-			                                "copy of a slab descriptor");
-		rc = cuda_vmm_map(&cuda, m->dev, kept, size, &m->ptr, &m->vmm_mapped, &what);
+		CUmemGenericAllocationHandle h;
+		rc = cuda_vmm_keep(&cuda, handle, fd, &h, &what);
+		if (rc == CUDA_ERROR_NOT_FOUND && fd < 0)
+			return error_set(GPB_E_PROTOCOL, "a vmm slab came without its descriptor");
+		if (rc != CUDA_SUCCESS)
+			return cuda_error(rc, what);
+		rc = cuda_vmm_map(&cuda, m->dev, h, size, &m->ptr, &m->vmm_mapped, &what);
 		if (rc != CUDA_SUCCESS) {
-			cuda_vmm_unkeep(handle);
+			cuda_vmm_unkeep(&cuda, handle);
 			return cuda_error(rc, what);
 		}
 		memcpy(m->vmm_tag, handle, PROTO_HANDLE_SIZE);
@@ -245,7 +244,7 @@ static int cuda_unimport(struct cuda_mapping *m, void *unused)
 	(void)unused;
 	if (m->vmm_mapped) {
 		cuda_vmm_unmap(&cuda, m->ptr, m->vmm_mapped);
-		cuda_vmm_unkeep(m->vmm_tag);
+		cuda_vmm_unkeep(&cuda, m->vmm_tag);
 		m->vmm_mapped = 0;
 		return 0;
 	}

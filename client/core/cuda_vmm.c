@@ -3,19 +3,25 @@
  * physical memory behind the POSIX descriptor that came with its grant.
  *
  * Mapping a slab is five driver calls (cuMemImportFromShareableHandle,
- * cuMemAddressReserve, cuMemMap, cuMemRelease, cuMemSetAccess) and
- * unmapping two (cuMemUnmap, cuMemAddressFree), where legacy IPC takes one
- * each; the slab cache (slab.c) makes that once per slab and process, not
- * once per allocation. The imported handle is released as soon as the
- * range is mapped: the mapping holds the memory, so nothing else needs
- * undoing at close, and the memory goes back to the driver when both the
- * daemon and every mapping let go.
+ * cuMemAddressReserve, cuMemMap, cuMemSetAccess, and cuMemRelease when it
+ * is unmapped for good) and unmapping two (cuMemUnmap, cuMemAddressFree),
+ * where legacy IPC takes one each; the slab cache (slab.c) makes that once
+ * per slab and process, not once per allocation.
  *
- * The descriptor that came with the grant is kept (one per slab and
- * process, cuda_vmm_keep) while a mapping of the slab lives: a CUDA
- * context reset takes mappings with it, and the slab is then mapped anew
- * from the copy, the daemon sending no descriptor for a slab the
- * connection holds.
+ * Descriptors: none per slab. The descriptor that came with the grant is
+ * imported and closed at once (slab_cache_get closes it after the open);
+ * the imported allocation handle is kept instead (one per slab and
+ * process, cuda_vmm_keep) while a mapping of the slab lives, dead or not: a
+ * CUDA context reset may take mappings with it, and the slab is then
+ * mapped anew from the handle, the daemon sending no descriptor for a slab
+ * the connection holds. A handle is a driver object and costs no
+ * descriptor (an H100: after the import, close(fd), cuMemMap and the
+ * release of both handles the memory stays usable), where a kept copy of
+ * the descriptor cost one per slab: 80 GiB in 64 MiB slabs is 1,280, over
+ * the usual soft RLIMIT_NOFILE of 1,024. Whether a reset also invalidates
+ * imported handles is for a GPU to say (test-gpu-ctx prints it): if mapping
+ * from the kept handle fails, the allocation answers GPB_E_CONTEXT_RESET
+ * as for any memory lost with its context (slab_cache_renew).
  *
  * Access: read-write for the slab's device and for every other device of
  * this process that can access it as a peer (cuDeviceCanAccessPeer), as
@@ -23,57 +29,84 @@
  */
 #include "cuda_vmm.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "proto.h"
 
 #define CUDA_VMM_MAX_ACCESS 64
 
-/* A slab's descriptor kept for mapping it again (cuda_vmm_keep). */
+/* A slab's imported handle kept for mapping it again (cuda_vmm_keep). */
 struct cuda_vmm_kept {
 	struct cuda_vmm_kept *next;
 	uint8_t tag[PROTO_HANDLE_SIZE];
-	int fd;
+	CUmemGenericAllocationHandle handle;
 	unsigned refs;
 };
 
 static pthread_mutex_t cuda_vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cuda_vmm_kept *cuda_vmm_kepts;
 
-int cuda_vmm_keep(const uint8_t *tag, int fd, int *kept)
+/* The import of descriptor @fd. */
+static CUresult cuda_vmm_import(const struct cuda_api *api, int fd,
+                                CUmemGenericAllocationHandle *handle, const char **what)
 {
+	*what = "cuMemImportFromShareableHandle";
+	return api->MemImportFromShareableHandle(handle, (void *)(uintptr_t)fd,
+	                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+}
+
+CUresult cuda_vmm_keep(const struct cuda_api *api, const uint8_t *tag, int fd,
+                       CUmemGenericAllocationHandle *handle, const char **what)
+{
+	CUmemGenericAllocationHandle fresh = 0;
 	struct cuda_vmm_kept *k;
-	int rc = -1;
+	CUresult rc = CUDA_SUCCESS;
 
 	pthread_mutex_lock(&cuda_vmm_lock);
 	for (k = cuda_vmm_kepts; k && memcmp(k->tag, tag, PROTO_HANDLE_SIZE) != 0; k = k->next)
 		;
-	if (!k && fd >= 0 && (k = calloc(1, sizeof(*k)))) {
-		k->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-		if (k->fd < 0) {
-			free(k);
-			k = NULL;
-		} else {
-			memcpy(k->tag, tag, PROTO_HANDLE_SIZE);
-			k->next = cuda_vmm_kepts;
-			cuda_vmm_kepts = k;
+	if (!k && fd < 0) {
+		*what = "the slab's kept handle";
+		rc = CUDA_ERROR_NOT_FOUND;
+		goto out;
+	}
+	if (fd >= 0) {
+		rc = cuda_vmm_import(api, fd, &fresh, what);
+		if (rc != CUDA_SUCCESS)
+			goto out;
+	}
+	if (!k) {
+		k = calloc(1, sizeof(*k));
+		if (!k) {
+			api->MemRelease(fresh);
+			*what = "allocating a handle record";
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
 		}
+		memcpy(k->tag, tag, PROTO_HANDLE_SIZE);
+		k->handle = fresh;
+		k->next = cuda_vmm_kepts;
+		cuda_vmm_kepts = k;
+	} else if (fd >= 0) {
+		/* Kept for mappings that died with a context (a live one is
+		 * never opened again), and maybe gone with it: the
+		 * descriptor the daemon sent now is the sure one. */
+		api->MemRelease(k->handle);
+		k->handle = fresh;
 	}
-	if (k) {
-		k->refs++;
-		*kept = k->fd;
-		rc = 0;
-	}
+	k->refs++;
+	*handle = k->handle;
+out:
 	pthread_mutex_unlock(&cuda_vmm_lock);
 	return rc;
 }
 
-void cuda_vmm_unkeep(const uint8_t *tag)
+void cuda_vmm_unkeep(const struct cuda_api *api, const uint8_t *tag)
 {
+	struct cuda_vmm_kept *gone = NULL;
+
 	pthread_mutex_lock(&cuda_vmm_lock);
 	for (struct cuda_vmm_kept **pp = &cuda_vmm_kepts; *pp; pp = &(*pp)->next) {
 		struct cuda_vmm_kept *k = *pp;
@@ -81,22 +114,28 @@ void cuda_vmm_unkeep(const uint8_t *tag)
 			continue;
 		if (--k->refs == 0) {
 			*pp = k->next;
-			close(k->fd);
-			free(k);
+			gone = k;
 		}
 		break;
 	}
 	pthread_mutex_unlock(&cuda_vmm_lock);
+	if (!gone)
+		return;
+	/* The mappings are gone: the memory goes back to the driver when the
+	 * daemon lets go too. Refused for a handle a reset took: nothing to
+	 * undo then. */
+	api->MemRelease(gone->handle);
+	free(gone);
 }
 
 void cuda_vmm_forget_all(void)
 {
-	/* The child's copies of the parent's descriptors: closed, so that a
-	 * slab the daemon hands the child is mapped from what it sends. */
+	/* The parent's handles, not valid in a child under CUDA: forgotten
+	 * without a driver call, so that a slab the daemon hands the child is
+	 * mapped from the descriptor it sends. */
 	while (cuda_vmm_kepts) {
 		struct cuda_vmm_kept *k = cuda_vmm_kepts;
 		cuda_vmm_kepts = k->next;
-		close(k->fd);
 		free(k);
 	}
 	pthread_mutex_init(&cuda_vmm_lock, NULL);
@@ -126,8 +165,8 @@ static size_t cuda_vmm_access(const struct cuda_api *api, CUdevice dev,
 	return n;
 }
 
-CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t size,
-                      CUdeviceptr *ptr, size_t *mapped, const char **what)
+CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, CUmemGenericAllocationHandle handle,
+                      uint64_t size, CUdeviceptr *ptr, size_t *mapped, const char **what)
 {
 	CUmemAllocationProp prop = {
 	    .type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -135,7 +174,6 @@ CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t
 	    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)dev}};
 	CUmemAccessDesc access[CUDA_VMM_MAX_ACCESS];
 	size_t naccess = cuda_vmm_access(api, dev, access);
-	CUmemGenericAllocationHandle handle;
 	size_t granularity = 0;
 	CUdeviceptr va = 0;
 	CUresult rc;
@@ -149,15 +187,10 @@ CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t
 	if (granularity == 0 || size == 0 || size > SIZE_MAX - granularity)
 		return CUDA_ERROR_INVALID_VALUE;
 	size_t n = (size_t)((size + granularity - 1) / granularity * granularity);
-	*what = "cuMemImportFromShareableHandle";
-	rc = api->MemImportFromShareableHandle(&handle, (void *)(uintptr_t)fd,
-	                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-	if (rc != CUDA_SUCCESS)
-		return rc;
 	*what = "cuMemAddressReserve";
 	rc = api->MemAddressReserve(&va, n, 0, 0, 0);
 	if (rc != CUDA_SUCCESS)
-		goto release;
+		return rc;
 	*what = "cuMemMap";
 	rc = api->MemMap(va, n, 0, handle, 0);
 	if (rc != CUDA_SUCCESS)
@@ -168,15 +201,11 @@ CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t
 		api->MemUnmap(va, n);
 		goto free_va;
 	}
-	/* The mapping holds the memory from here on. */
-	api->MemRelease(handle);
 	*ptr = va;
 	*mapped = n;
 	return CUDA_SUCCESS;
 free_va:
 	api->MemAddressFree(va, n);
-release:
-	api->MemRelease(handle);
 	return rc;
 }
 

@@ -11,33 +11,37 @@
 #include "cudaapi.h"
 
 /*
- * Maps the memory whose POSIX descriptor is @fd (exported by the daemon
- * with cuMemExportToShareableHandle; not closed here) on device @dev:
- * imports it, reserves an address range, maps @size bytes rounded up to
- * the allocation granularity, lets go of the imported handle (the mapping
- * holds the memory) and makes the range readable and writable from @dev.
- * CUDA_SUCCESS with *ptr and *mapped (the bytes mapped, for cuda_vmm_unmap),
- * else the failing call's result, its name in *what, nothing left behind.
+ * The process's imported handle of a slab's memory, keyed by the slab's
+ * handle @tag, kept while a mapping of the slab lives (a live one, or one
+ * that died with its CUDA context and is mapped anew from it): the
+ * descriptor the daemon sent is not kept (the caller closes it). With
+ * @fd >= 0 (not taken) the descriptor is imported (and replaces a handle
+ * kept for dead mappings); with @fd < 0 the kept handle is taken. Each
+ * success takes a reference, dropped with cuda_vmm_unkeep(). Returns
+ * CUDA_SUCCESS with *handle (owned by the table), CUDA_ERROR_NOT_FOUND with
+ * @fd < 0 and none kept, else the failing call's result, its name in *what.
  */
-CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, int fd, uint64_t size,
-                      CUdeviceptr *ptr, size_t *mapped, const char **what);
-/* Unmaps and frees the address range; the driver frees the memory when the
- * daemon has let go too. */
-void cuda_vmm_unmap(const struct cuda_api *api, CUdeviceptr ptr, size_t mapped);
+CUresult cuda_vmm_keep(const struct cuda_api *api, const uint8_t *tag, int fd,
+                       CUmemGenericAllocationHandle *handle, const char **what);
+/* Drops a reference taken by cuda_vmm_keep(); the last releases the handle
+ * (cuMemRelease), whatever mappings of it are left holding the memory. */
+void cuda_vmm_unkeep(const struct cuda_api *api, const uint8_t *tag);
 
 /*
- * The process keeps a copy of a slab's descriptor while a mapping of it
- * lives, keyed by the slab's handle @tag: a mapping that died with its CUDA
- * context is mapped anew from it (the daemon sends no descriptor for a
- * slab the connection holds). With @fd >= 0 (not taken) a copy is kept,
- * or the one kept already referenced again; with @fd < 0 the kept one is.
- * 0 with *kept (owned by the table), else -1 (none kept, or no memory).
+ * Maps the memory of @handle (from cuda_vmm_keep) on device @dev: reserves
+ * an address range, maps @size bytes rounded up to the allocation
+ * granularity and makes the range readable and writable from @dev and its
+ * peers. CUDA_SUCCESS with *ptr and *mapped (the bytes mapped, for
+ * cuda_vmm_unmap), else the failing call's result, its name in *what,
+ * nothing left behind.
  */
-int cuda_vmm_keep(const uint8_t *tag, int fd, int *kept);
-/* Drops a reference taken by cuda_vmm_keep(); the last closes the copy. */
-void cuda_vmm_unkeep(const uint8_t *tag);
-/* In a forked child (cuda.c's fork handler): closes and forgets every kept
- * descriptor, the parent's. */
+CUresult cuda_vmm_map(const struct cuda_api *api, CUdevice dev, CUmemGenericAllocationHandle handle,
+                      uint64_t size, CUdeviceptr *ptr, size_t *mapped, const char **what);
+/* Unmaps and frees the address range; the driver frees the memory when the
+ * handle is released and the daemon has let go too. */
+void cuda_vmm_unmap(const struct cuda_api *api, CUdeviceptr ptr, size_t mapped);
+/* In a forked child (cuda.c's fork handler): forgets every kept handle,
+ * the parent's, without a driver call. */
 void cuda_vmm_forget_all(void);
 
 #endif

@@ -254,10 +254,11 @@ uint64_t fake_new_serial_locked(void);
  * handle or a mapping of it, and counted by cuMemGetInfo until the last of
  * them let go (or died). fake_vmm_record_new: the creator holds it;
  * CUDA_ERROR_OUT_OF_MEMORY when the device is full. fake_vmm_hold: this
- * process takes (hold) or drops its hold on serial; taking one on a record
- * that is gone revives it (a descriptor kept the memory alive). */
+ * process takes (hold) or drops its hold on serial; false when the record
+ * is gone (its last holder let go: the file is unlinked, and no handle or
+ * descriptor of the fake keeps it, so there is nothing to take). */
 CUresult fake_vmm_record_new(int dev, uint64_t size, uint64_t *serial);
-void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold);
+bool fake_vmm_hold(uint64_t serial, bool hold);
 
 /* ---- fakecuda_vmm.c -------------------------------------------------------- */
 

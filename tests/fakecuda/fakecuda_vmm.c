@@ -8,15 +8,16 @@
  * Physical memory is a file of the state directory (vmm-SERIAL): its first
  * `size` bytes are the memory, a trailer page after them says what it is
  * (struct fake_vmm_file); it is unlinked when the last process holding the
- * memory lets go. The shareable handle is, as the driver's are all
- * descriptors of /dev/nvidiactl (measured on an H100), a descriptor of the
- * fake's control file whose offset names the memory (fakecuda_internal.h):
- * a process that receives it (over SCM_RIGHTS) imports the same bytes, and
- * every exported descriptor has one (dev, inode), so nothing can tell two
- * allocations apart by the file. The descriptor of the control file a
- * process holds from cuInit on imports as the driver's own /dev/nvidiactl
- * descriptor does: as a handle that cuMemMap refuses
- * (CUDA_ERROR_NOT_SUPPORTED). A reservation is an inaccessible anonymous range, a
+ * memory lets go. A handle holds no descriptor, as the driver's hold none
+ * (a handle is a driver object): the file is opened by its name only for
+ * the call that needs it (cuMemCreate, an import's check, cuMemMap) and
+ * closed before the call returns, the mapping keeping the pages. The shareable handle is, as the
+ * driver's are all descriptors of /dev/nvidiactl (measured on an H100), a descriptor of the fake's
+ * control file whose offset names the memory (fakecuda_internal.h): a process that receives it
+ * (over SCM_RIGHTS) imports the same bytes, and every exported descriptor has one (dev, inode), so
+ * nothing can tell two allocations apart by the file. The descriptor of the control file a process
+ * holds from cuInit on imports as the driver's own /dev/nvidiactl descriptor does: as a handle that
+ * cuMemMap refuses (CUDA_ERROR_NOT_SUPPORTED). A reservation is an inaccessible anonymous range, a
  * mapping the memfd mapped over it, made readable and writable only by
  * cuMemSetAccess (until then a touch faults, as on a GPU).
  *
@@ -78,7 +79,6 @@ struct fake_phys {
 	int handle_types;
 	bool control;     /* the import of a bare control descriptor: maps nothing */
 	bool rdma;        /* allocFlags.gpuDirectRDMACapable */
-	int fd;           /* the memory's file */
 	unsigned handles; /* live handles */
 	unsigned maps;    /* live mappings */
 };
@@ -140,13 +140,11 @@ CUresult fake_vmm_record_new(int dev, uint64_t size, uint64_t *serial)
 	return CUDA_SUCCESS;
 }
 
-void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold)
+bool fake_vmm_hold(uint64_t serial, bool hold)
 {
 	fake_lock_state();
 	struct fake_record *r = fake_record_find(serial);
-	if (!r && hold && (r = fake_record_free_slot()))
-		*r = (struct fake_record){
-		    .owner = getpid(), .vmm = 1, .device = dev, .size = size, .serial = serial};
+	bool found = r != NULL;
 	bool held = false;
 	for (int j = 0; r && j < FAKE_MAX_IMPORTER; j++) {
 		if (r->importers[j] == getpid())
@@ -160,6 +158,7 @@ void fake_vmm_hold(uint64_t serial, int dev, uint64_t size, bool hold)
 	if (r && !held)
 		fake_vmm_record_drop(r);
 	fake_unlock_state();
+	return found;
 }
 
 void fake_vmm_record_drop(struct fake_record *r)
@@ -207,16 +206,9 @@ static struct fake_vhandle *vmm_handle_find(CUmemGenericAllocationHandle h)
 	return NULL;
 }
 
-/* Drops the process's hold when nothing of it is left here. Lock held.
- * With mappings but no handle left, nothing can map or export it again:
- * the memfd is closed (the mappings keep the pages), so that the process
- * holds no descriptor a driver would not hold either. */
+/* Drops the process's hold when nothing of it is left here. Lock held. */
 static void vmm_phys_put(struct fake_phys *p)
 {
-	if (!p->handles && p->fd >= 0) {
-		close(p->fd);
-		p->fd = -1;
-	}
 	if (p->handles || p->maps)
 		return;
 	for (struct fake_phys **pp = &vmm_phys; *pp; pp = &(*pp)->next) {
@@ -226,7 +218,7 @@ static void vmm_phys_put(struct fake_phys *p)
 		}
 	}
 	if (!p->control)
-		fake_vmm_hold(p->serial, p->device, p->size, false);
+		fake_vmm_hold(p->serial, false);
 	free(p);
 }
 
@@ -293,17 +285,16 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
 	                          .rdma = p->rdma};
 	char path[300];
 	fake_vmm_path(p->serial, path, sizeof(path));
-	p->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	void *mem = MAP_FAILED;
 	/* Processes of other users import it (the fake, not the mode, decides). */
-	if (p->fd >= 0 && fchmod(p->fd, 0666) == 0 &&
-	    ftruncate(p->fd, (off_t)(size + VMM_TRAILER)) == 0 &&
-	    pwrite(p->fd, &f, sizeof(f), (off_t)size) == (ssize_t)sizeof(f))
-		mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
+	if (fd >= 0 && fchmod(fd, 0666) == 0 && ftruncate(fd, (off_t)(size + VMM_TRAILER)) == 0 &&
+	    pwrite(fd, &f, sizeof(f), (off_t)size) == (ssize_t)sizeof(f))
+		mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (fd >= 0)
+		close(fd);
 	if (mem == MAP_FAILED) {
-		if (p->fd >= 0)
-			close(p->fd);
-		fake_vmm_hold(p->serial, p->device, size, false);
+		fake_vmm_hold(p->serial, false);
 		free(p);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -372,7 +363,7 @@ FAKE_EXPORT CUresult cuMemExportToShareableHandle(void *shareable,
 }
 
 static CUresult vmm_import_control(CUmemGenericAllocationHandle *handle);
-static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle, int fd,
+static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle,
                                 const struct fake_vmm_file *f);
 
 FAKE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
@@ -404,9 +395,8 @@ FAKE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
 			close(fd);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	CUresult rc = vmm_import_file(handle, fd, &f);
 	close(fd);
-	return rc;
+	return vmm_import_file(handle, &f);
 }
 
 /* A handle of the control file: it holds no memory, maps nothing. */
@@ -415,7 +405,7 @@ static CUresult vmm_import_control(CUmemGenericAllocationHandle *handle)
 	struct fake_phys *p = calloc(1, sizeof(*p));
 	if (!p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*p = (struct fake_phys){.control = true, .fd = -1};
+	*p = (struct fake_phys){.control = true};
 	pthread_mutex_lock(&fake_lock);
 	CUresult rc = vmm_handle_new(p, handle);
 	if (rc != CUDA_SUCCESS)
@@ -424,8 +414,9 @@ static CUresult vmm_import_control(CUmemGenericAllocationHandle *handle)
 	return rc;
 }
 
-/* The import of VMM memory whose file fd is (not taken) and f its trailer. */
-static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle, int fd,
+/* The import of VMM memory whose trailer is f (its file checked and
+ * closed: the handle keeps the name, as a driver's keeps no descriptor). */
+static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle,
                                 const struct fake_vmm_file *fp)
 {
 	struct fake_vmm_file f = *fp;
@@ -433,15 +424,9 @@ static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle, int fd,
 	struct fake_phys *p = vmm_phys;
 	while (p && p->serial != f.serial)
 		p = p->next;
-	if (p && p->fd < 0 && (p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
-		pthread_mutex_unlock(&fake_lock);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	if (!p) {
 		p = calloc(1, sizeof(*p));
-		int own = p ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
-		if (own < 0) {
-			free(p);
+		if (!p) {
 			pthread_mutex_unlock(&fake_lock);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
@@ -450,10 +435,14 @@ static CUresult vmm_import_file(CUmemGenericAllocationHandle *handle, int fd,
 		                        .device = f.device,
 		                        .handle_types = f.handle_types,
 		                        .rdma = f.rdma != 0,
-		                        .fd = own,
 		                        .next = vmm_phys};
+		/* Its last holder let go since the file was checked: gone. */
+		if (!fake_vmm_hold(p->serial, true)) {
+			free(p);
+			pthread_mutex_unlock(&fake_lock);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
 		vmm_phys = p;
-		fake_vmm_hold(p->serial, p->device, p->size, true);
 	}
 	CUresult rc = vmm_handle_new(p, handle);
 	if (rc != CUDA_SUCCESS)
@@ -554,8 +543,16 @@ FAKE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 	if (!v || v->phys->control || !va || offset > v->phys->size ||
 	    size > v->phys->size - offset || vmm_map_overlapping(p, size, vmm_maps))
 		goto out;
+	/* The file by its name, for this mmap only (the process holds it as
+	 * an importer, so it is not unlinked meanwhile). */
+	char path[300];
+	fake_vmm_path(v->phys->serial, path, sizeof(path));
+	int fd = open(path, O_RDWR | O_CLOEXEC);
 	void *at =
-	    mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, v->phys->fd, (off_t)offset);
+	    fd < 0 ? MAP_FAILED
+	           : mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, (off_t)offset);
+	if (fd >= 0)
+		close(fd);
 	if (at == MAP_FAILED) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;

@@ -9,7 +9,15 @@
  *   Device.reset does. The allocation mapped in it is not handed out as if
  *   it lived: the copy helpers answer GPB_E_CONTEXT_RESET. Allocating again
  *   works, in the primary context made anew, in the same (held) slab as
- *   before and in a new one; everything frees without a violation.
+ *   before and in a new one; everything frees without a violation. Under
+ *   vmm the held slab is mapped again from the allocation handle the
+ *   library kept (it keeps no descriptor); what the driver did to the old
+ *   mapping and to that handle is printed (`vmm after a reset: ...`; the
+ *   fake takes the mapping and keeps the handle; a GPU's answer settles
+ *   it, and where the handle went too the allocation must answer
+ *   GPB_E_CONTEXT_RESET). After a second reset a second connection of the
+ *   process is handed the slab and maps it from the descriptor that comes
+ *   with the grant, the bytes written before both resets intact.
  * - own: a context of the application's own (cuCtxCreate) current at the
  *   first mapping is the process's context of the device from then on: a
  *   slab mapped later, with the primary context current, goes there too.
@@ -121,6 +129,87 @@ static void expect_closed(gpb_client *c, gpb_client *c2)
 	CHECK(st.open_now == 0 && st.opens == st.closes);
 }
 
+/* What is left of the VMM mapping at @ptr after its context was reset:
+ * whether the driver still maps it and, if so, whether it still holds the
+ * @n bytes of pattern @seed written before. */
+static const char *vmm_old_mapping(const void *ptr, size_t n, unsigned seed, char *out, size_t len)
+{
+	CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+	unsigned long long fl = 0;
+	char name[64];
+	CUresult rc = cu.MemGetAccess(&fl, &loc, (CUdeviceptr)(uintptr_t)ptr);
+	if (rc != CUDA_SUCCESS) {
+		snprintf(out, len, "gone (cuMemGetAccess: %s)",
+		         cuda_api_error_name(&cu, rc, name, sizeof(name)));
+		return out;
+	}
+	if (!(fl & CU_MEM_ACCESS_FLAGS_PROT_READ)) {
+		snprintf(out, len, "still mapped, access %llu", fl);
+		return out;
+	}
+	unsigned char *buf = malloc(n), *want = malloc(n);
+	CHECK(buf && want);
+	gt_fill(want, n, seed);
+	rc = cu.MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)ptr, n);
+	snprintf(out, len, "still mapped and readable through the old pointer: %s",
+	         rc != CUDA_SUCCESS          ? cuda_api_error_name(&cu, rc, name, sizeof(name))
+	         : memcmp(buf, want, n) == 0 ? "bytes intact"
+	                                     : "bytes changed");
+	free(buf);
+	free(want);
+	return out;
+}
+
+/* Under vmm, after the context of @a was reset: prints what the driver
+ * did to its mapping, and maps its held slab again for *b (from the handle
+ * the library kept). Returns whether that worked: where the driver took
+ * the handle too (a GPU may; the fake does not) the allocation must answer
+ * GPB_E_CONTEXT_RESET, as any memory lost with its context. */
+static bool vmm_after_reset(gpb_client *c, uint64_t inst, const struct gpb_allocation *a,
+                            struct gpb_allocation *b)
+{
+	char old[160];
+	vmm_old_mapping(a->ptr, SIZE, 1, old, sizeof(old));
+	int rc = gpb_alloc(c, inst, SIZE, 0, b);
+	printf("vmm after a reset: the old mapping %s; the held slab mapped again from the "
+	       "kept allocation handle: %s%s%s\n",
+	       old, rc == GPB_OK ? "yes" : gpb_strerror(rc), rc == GPB_OK ? "" : ": ",
+	       rc == GPB_OK ? "" : gpb_last_error());
+	if (rc == GPB_OK)
+		return true;
+	if (gt_fake() || rc != GPB_E_CONTEXT_RESET)
+		GT_FAIL("the held slab was not mapped again after a reset: %s (%s)",
+		        gpb_strerror(rc), gpb_last_error());
+	return false;
+}
+
+/* After a second reset: a second connection of this process attaches @b
+ * (written with pattern 2), its slab mapped anew from the descriptor that
+ * comes with that first grant to the connection. */
+static void attach_after_reset(const char *socket, const struct gpb_allocation *b)
+{
+	gpb_client *c2 = NULL;
+	struct gpb_allocation at;
+	unsigned char *buf = malloc(SIZE), *want = malloc(SIZE);
+	CHECK(buf && want);
+	GPB(gpb_connect(socket, "gpu-ctx-reset-2", &c2));
+	GPB(gpb_attach(c2, b->id, &at));
+	CHECK(at.slab == b->slab);
+	expect_reset(b->ptr);
+	check_ctx(at.ptr);
+	gt_fill(want, SIZE, 2);
+	GPB(gpb_copy_from_device(buf, at.ptr, SIZE, NULL));
+	CHECK(memcmp(buf, want, SIZE) == 0);
+	write_read(at.ptr, SIZE, 6);
+	GPB(gpb_detach(c2, b->id));
+	gpb_disconnect(c2);
+	free(buf);
+	free(want);
+	if (gt_vmm())
+		printf("vmm after a second reset: a second connection mapped the slab from its "
+		       "descriptor, the bytes intact\n");
+}
+
 static int case_reset(const char *socket)
 {
 	gpb_client *c = NULL;
@@ -144,10 +233,16 @@ static int case_reset(const char *socket)
 	/* A new primary context: memory works again, in it. */
 	CU(cu.CtxPopCurrent(&gone));
 	gt_cuda_context(0);
-	GPB(gpb_alloc(c, inst, SIZE, 0, &b));
-	CHECK(b.slab == a.slab);
-	check_ctx(b.ptr);
-	write_read(b.ptr, SIZE, 2);
+	bool remapped = true;
+	if (gt_vmm())
+		remapped = vmm_after_reset(c, inst, &a, &b);
+	else
+		GPB(gpb_alloc(c, inst, SIZE, 0, &b));
+	if (remapped) {
+		CHECK(b.slab == a.slab);
+		check_ctx(b.ptr);
+		write_read(b.ptr, SIZE, 2);
+	}
 	GPB(gpb_alloc(c, inst, LARGE, 0, &big));
 	check_ctx(big.ptr);
 	write_read(big.ptr, LARGE, 3);
@@ -155,8 +250,16 @@ static int case_reset(const char *socket)
 	if (gt_fake())
 		expect_reset(a.ptr);
 
+	if (remapped) {
+		CU(cu.DevicePrimaryCtxReset(dev));
+		CU(cu.CtxPopCurrent(&gone));
+		gt_cuda_context(0);
+		attach_after_reset(socket, &b);
+	}
+
 	GPB(gpb_free(c, a.id));
-	GPB(gpb_free(c, b.id));
+	if (remapped)
+		GPB(gpb_free(c, b.id));
 	GPB(gpb_free(c, big.id));
 	expect_closed(c, NULL);
 	gpb_disconnect(c);
