@@ -79,7 +79,7 @@ case $bundle in /*) ;; *) bundle=$top/$bundle ;; esac
 B=$bundle
 BUILD=$B/build
 progs="vmm info alloc kill handles ctx order share label host invalidate evict async small pools
-	capacity legacy-ipc modes mig driver torch vmm-uid errors"
+	capacity legacy-ipc modes mig driver torch vmm-uid vmm-start fork fds errors"
 pytests="numba cupy torch"
 
 # ---- steps run by timeout (a shell function cannot be) ---------------------
@@ -290,6 +290,9 @@ if [ "$dry" = 1 ]; then
 	# As tests/gpu/meson.build's cuda-fake environments.
 	fake_env=(GPB_FAKE_CUDA=1 "LD_LIBRARY_PATH=$BUILD/tests/fakecuda:$LD_LIBRARY_PATH")
 	bench_env=(GPB_BENCH_QUICK=1)
+	# test-gpu-fds maps 128 slabs rather than 1,280 (the suite's
+	# cuda-fake-fds maps them all): the dry run checks this script.
+	export GPB_BENCH_QUICK=1
 	export LD_LIBRARY_PATH="$BUILD/tests/fakecuda:$LD_LIBRARY_PATH"
 fi
 
