@@ -237,8 +237,13 @@ mps_checks() {
 	mps_started=1
 	# shellcheck disable=SC2016 # expanded by that bash
 	check mps-start 30 bash -c 'nvidia-cuda-mps-control -d || exit 1
-		for _ in $(seq 100); do [ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ] && exit 0; sleep 0.1; done
-		echo "FAIL: no control pipe in $CUDA_MPS_PIPE_DIRECTORY after 10 s"; exit 1'
+		for _ in $(seq 100); do
+			# A Unix socket with CUDA 13.0 (its log: "using socket"), a FIFO before.
+			c=$CUDA_MPS_PIPE_DIRECTORY/control
+			{ [ -S "$c" ] || [ -p "$c" ]; } && exit 0
+			sleep 0.1
+		done
+		echo "FAIL: no control socket or pipe in $CUDA_MPS_PIPE_DIRECTORY after 10 s"; exit 1'
 	if [ "${verdict[mps-start]}" = PASS ]; then
 		for t in vmm alloc kill; do
 			check "mps-vmm-$t" 60 env GPB_CUDA_TRANSPORT=vmm "$BUILD/tests/gpu/test-gpu-$t"

@@ -204,9 +204,17 @@ int broker_create(struct backend *backend, const struct broker_limits *limits, s
 		for (int i = 0; i < b->device_count; i++)
 			totals[i] = b->dev[i].info.total;
 		rc = policy_init(&b->policy, &pc, b->device_count, totals);
-		for (int i = 0; rc == 0 && i < b->device_count; i++)
-			rc = policy_set_reserve(&b->policy, i,
-			                        b->dev[i].info.in_use + b->dev[i].info.reserve);
+		for (int i = 0; rc == 0 && i < b->device_count; i++) {
+			/* Slabs are made of 2 MiB units: the odd rest of a
+			 * device (an H200's capacity is 141593.56 MiB) is kept
+			 * out too, so that the capacity can be had to the last
+			 * byte. */
+			uint64_t total = b->dev[i].info.total;
+			uint64_t kept = b->dev[i].info.in_use + b->dev[i].info.reserve;
+			if (kept < total)
+				kept += (total - kept) % POOL_SLAB_ALIGN;
+			rc = policy_set_reserve(&b->policy, i, kept);
+		}
 		for (int i = 0; rc == 0 && i < b->device_count; i++)
 			rc = broker_pool_guard(b, i, b->dev[i].pool);
 	}

@@ -325,6 +325,8 @@ FAKE_EXPORT unsigned fakecuda_host_registrations(void);
 FAKE_EXPORT uint64_t fakecuda_calls(const char *name);
 /* VMM physical allocations live in the state file, of every process. */
 FAKE_EXPORT unsigned fakecuda_vmm_live(void);
+/* Whether the memory mapped at addr was made GPUDirect RDMA capable (-1: none). */
+FAKE_EXPORT int fakecuda_vmm_rdma(uintptr_t addr);
 FAKE_EXPORT unsigned fakecuda_imported_pools(uint64_t *ids, unsigned max);
 FAKE_EXPORT unsigned fakecuda_pending_work(void);
 

@@ -79,6 +79,7 @@ struct fake_phys {
 	int handle_types;
 	bool control;     /* the import of a bare control descriptor: maps nothing */
 	bool rdma;        /* allocFlags.gpuDirectRDMACapable */
+	bool created;     /* by cuMemCreate here, not imported */
 	unsigned handles; /* live handles */
 	unsigned maps;    /* live mappings */
 };
@@ -272,6 +273,7 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
 	p->size = size;
 	p->handle_types = (int)prop->requestedHandleTypes;
 	p->rdma = prop->allocFlags.gpuDirectRDMACapable != 0;
+	p->created = true;
 	CUresult rc = fake_vmm_record_new(p->device, size, &p->serial);
 	if (rc != CUDA_SUCCESS) {
 		free(p);
@@ -743,8 +745,22 @@ FAKE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp 
 		prop->requestedHandleTypes = (CUmemAllocationHandleType)v->phys->handle_types;
 		prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 		prop->location.id = v->phys->device;
-		prop->allocFlags.gpuDirectRDMACapable = v->phys->rdma;
+		/* An importer reads no flag: an H200 (driver 580.159.04) answered 0
+		 * for a slab the daemon made with it. */
+		prop->allocFlags.gpuDirectRDMACapable = v->phys->created && v->phys->rdma;
 	}
 	pthread_mutex_unlock(&fake_lock);
 	return v ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* For tests: whether the memory mapped at addr in this process was made
+ * GPUDirect RDMA capable (1 or 0), or -1 when nothing is mapped there. What
+ * the driver's own calls cannot tell an importer. */
+FAKE_EXPORT int fakecuda_vmm_rdma(uintptr_t addr)
+{
+	pthread_mutex_lock(&fake_lock);
+	struct fake_vmap *m = vmm_map_overlapping(addr, 1, vmm_maps);
+	int r = m ? m->phys->rdma : -1;
+	pthread_mutex_unlock(&fake_lock);
+	return r;
 }

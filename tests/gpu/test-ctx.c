@@ -195,7 +195,14 @@ static void attach_after_reset(const char *socket, const struct gpb_allocation *
 	GPB(gpb_connect(socket, "gpu-ctx-reset-2", &c2));
 	GPB(gpb_attach(c2, b->id, &at));
 	CHECK(at.slab == b->slab);
-	expect_reset(b->ptr);
+	/* The fake keeps a dead mapping's addresses; a GPU may map the slab
+	 * anew at the very address, where the old pointer is live memory
+	 * again (what an H200 showed on transport ipc, as far as a copy
+	 * through the old pointer working tells). */
+	if (gt_fake() || at.ptr != b->ptr)
+		expect_reset(b->ptr);
+	else
+		printf("after a second reset the slab was mapped again at the old address\n");
 	check_ctx(at.ptr);
 	gt_fill(want, SIZE, 2);
 	GPB(gpb_copy_from_device(buf, at.ptr, SIZE, NULL));

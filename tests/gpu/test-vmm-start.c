@@ -42,10 +42,21 @@ static void *driver_sym(const char *name)
 	return sym;
 }
 
-/* Whether the driver says the memory mapped at ptr was made GPUDirect RDMA
- * capable. */
+/* Whether the memory mapped at ptr was made GPUDirect RDMA capable. The
+ * driver does not tell an importer (an H200, driver 580.159.04: the
+ * imported mapping's properties read 0 for a slab the daemon made with the
+ * flag, as its log said): the fake's record is asked; on a GPU what the
+ * driver says is printed, and the daemon's log line is the check. */
 static bool mapping_rdma(void *ptr)
 {
+	if (gt_fake()) {
+		int (*rdma_of)(uintptr_t);
+		void *f = driver_sym("fakecuda_vmm_rdma");
+		memcpy(&rdma_of, &f, sizeof(rdma_of));
+		int r = rdma_of((uintptr_t)ptr);
+		CHECK(r >= 0);
+		return r == 1;
+	}
 	retain_fn retain;
 	props_fn props;
 	void *s = driver_sym("cuMemRetainAllocationHandle");
@@ -95,9 +106,11 @@ static void test_rdma(void)
 	int attr = device_rdma();
 	gt_daemon_start(&d, "cuda", NULL, NULL);
 	bool rdma = serve_once(&d, true);
-	printf("GPUDirect RDMA with VMM: the device says %d, a slab's mapping is %s\n", attr,
+	printf("GPUDirect RDMA with VMM: the device says %d; a slab's mapping, %s, is %s\n", attr,
+	       gt_fake() ? "as the fake recorded it" : "as the driver tells the importer",
 	       rdma ? "capable" : "not capable");
-	CHECK(rdma == (attr == 1));
+	if (gt_fake())
+		CHECK(rdma == (attr == 1));
 	CHECK(gt_log_contains(&d, attr == 1 ? "VMM slabs GPUDirect RDMA capable"
 	                                    : "VMM slabs not GPUDirect RDMA capable"));
 	gt_daemon_stop(&d);
