@@ -237,8 +237,14 @@ static void check_host_memory(const struct api *a)
 	void *hp = NULL;
 	CU(a->attr(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER, (CUdeviceptr)(uintptr_t)p + 8));
 	CHECK(hp == (char *)p + 8);
-	/* Allocated, not registered: cuMemHostUnregister refuses it. */
-	CHECK(a->host_unregister(p) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	/* Allocated, not registered: the fake refuses cuMemHostUnregister
+	 * with CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED; an H200 (driver
+	 * 580.159.04) answered otherwise, which is printed here until a GPU
+	 * run says what it is and the fake follows. */
+	CUresult unreg = a->host_unregister(p);
+	printf("cuMemHostUnregister of cuMemHostAlloc memory = %d\n", (int)unreg);
+	if (gt_fake())
+		CHECK(unreg == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 	/* A copy between it and device memory. */
 	CUdeviceptr d;
 	CU(a->alloc(&d, MiB));
