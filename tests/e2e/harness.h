@@ -58,6 +58,13 @@ int th_daemon_fds(const struct th_daemon *d);
 long th_daemon_rss_kib(const struct th_daemon *d);
 
 /* A raw connection (no library). Fails the test on error. */
+/* The socket address of path (false: too long). */
+struct sockaddr_un;
+bool th_sockaddr(const char *path, struct sockaddr_un *sa);
+/* A bare connection that has said hello: its descriptor; -1 when the
+ * daemon refused it (its reply in refused, at most size bytes with the
+ * NUL), -2 when it could not connect or nothing came back. */
+int th_connect_hello(const char *path, char *refused, size_t size);
 int th_connect(const char *path);
 /* Sends all bytes; returns 0 or -errno. */
 int th_send(int fd, const void *buf, size_t len);

@@ -196,37 +196,13 @@ static void test_share(void **state)
 	unlink(conf);
 }
 
-/* A raw connection as the caller; -1 refused (why: the reply), -2 other. */
-static int raw_connect(const char *path, char *why, size_t size)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return -2;
-	static const char hello[] =
-	    "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1]}}\n";
-	th_send(fd, hello, sizeof(hello) - 1);
-	char reply[1024];
-	int n = th_read_line(fd, reply, sizeof(reply), 5000);
-	if (n > 0 && strstr(reply, "\"result\""))
-		return fd;
-	th_close(fd);
-	if (n <= 0)
-		return -2;
-	size_t len = strlen(reply) < size ? strlen(reply) : size - 1;
-	memcpy(why, reply, len);
-	why[len] = '\0';
-	return -1;
-}
-
 /* As uid: connects until refused; reports how many and why, holds them. */
 static int user_fill(const char *path, uid_t uid, int out, int in)
 {
 	become(uid);
 	int fds[NOFILE], n = 0, fd;
 	char why[512] = "";
-	while (n < NOFILE && (fd = raw_connect(path, why, sizeof(why))) >= 0)
+	while (n < NOFILE && (fd = th_connect_hello(path, why, sizeof(why))) >= 0)
 		fds[n++] = fd;
 	if (fd == -2)
 		return 20;

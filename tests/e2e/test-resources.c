@@ -277,42 +277,13 @@ static void test_rss_after_burst(void **state)
 
 #define NOBODY 65534
 
-/* A child's raw connection, hello done; -1 when refused (*refused says
- * how: the error line), -2 on any other failure. */
-static int child_connect(const char *path, char *refused, size_t size)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -2;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return -2;
-	/* A refused connection may be closed before the hello is sent (its
-	 * send then fails): what it was told is still there to read. */
-	static const char hello[] =
-	    "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1]}}\n";
-	th_send(fd, hello, sizeof(hello) - 1);
-	char reply[4096];
-	int n = th_read_line(fd, reply, sizeof(reply), 5000);
-	if (n > 0 && strstr(reply, "\"result\""))
-		return fd;
-	th_close(fd);
-	if (n <= 0)
-		return -2;
-	size_t len = strlen(reply) < size ? strlen(reply) : size - 1;
-	memcpy(refused, reply, len);
-	refused[len] = '\0';
-	return -1;
-}
-
 /* As nobody: connects until refused, reports how many got in and the
  * refusal on out, holds them until in says so. */
 static int nobody_fill(const char *path, int out, int in)
 {
 	int fds[64], n = 0, fd;
 	char refused[512] = "";
-	while (n < 64 && (fd = child_connect(path, refused, sizeof(refused))) >= 0)
+	while (n < 64 && (fd = th_connect_hello(path, refused, sizeof(refused))) >= 0)
 		fds[n++] = fd;
 	if (fd == -2)
 		return 10 + (n < 10 ? n : 10); /* says at which connection */
@@ -375,7 +346,7 @@ static void test_admin_reserve(void **state)
 	int fds[RESERVED];
 	connect_all(&b.daemon, fds, RESERVED);
 	char why[512] = "";
-	assert_int_equal(child_connect(b.daemon.socket, why, sizeof(why)), -1);
+	assert_int_equal(th_connect_hello(b.daemon.socket, why, sizeof(why)), -1);
 	assert_int_equal(th_error_code(why), -32006);
 	assert_non_null(strstr(why, "\"message\":\"limit reached: too many clients\""));
 	assert_int_equal(th_status_field(b.client, "clients"), MAX);
