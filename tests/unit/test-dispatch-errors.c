@@ -322,6 +322,7 @@ static void send_big(struct broker *b, struct session *s, const char *frame, siz
 	if (rlen >= 2 && rlen <= PROTO_MAX_REPLY && dr.frame[rlen - 1] == '\n')
 		rc = proto_reply_parse(dr.frame, rlen - 1, &out->r);
 	out->fd = dr.fd;
+	out->fd_owned = dr.fd_owned;
 	free(dr.frame);
 	if (rc != 0)
 		fail_msg("reply of %zu bytes: not a parseable frame within max_reply (%d)", rlen,
