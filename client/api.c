@@ -467,7 +467,7 @@ GPB_EXPORT int gpb_event_fd(gpb_client *c)
 
 GPB_EXPORT int gpb_dispatch(gpb_client *c)
 {
-	struct conn_event *events, *ev;
+	struct client_conn_event *events, *ev;
 	gpb_event_fn fn;
 	void *data;
 	int rc, n = 0;
@@ -475,8 +475,8 @@ GPB_EXPORT int gpb_dispatch(gpb_client *c)
 	rc = client_enter_events(c);
 	if (rc < 0)
 		return rc;
-	rc = conn_pump(&c->conn);
-	events = conn_take_events(&c->conn);
+	rc = client_conn_pump(&c->conn);
+	events = client_conn_take_events(&c->conn);
 	fn = c->event_fn;
 	data = c->event_data;
 	client_leave(c);
@@ -487,7 +487,7 @@ GPB_EXPORT int gpb_dispatch(gpb_client *c)
 		events = ev->next;
 		if (fn)
 			fn(c, ev->name, ev->data, data);
-		conn_event_free(ev);
+		client_conn_event_free(ev);
 		n++;
 	}
 	/* Events that arrived before the connection died are still worth

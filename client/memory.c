@@ -42,10 +42,10 @@ static int memory_undo(gpb_client *c, enum track_kind kind, uint64_t id, uint64_
 
 	snprintf(saved, sizeof(saved), "%s", error_message());
 	if (client_call_id(c, memory_undo_method[kind], PROTO_F_ID, id) < 0)
-		conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64 ": %s", id,
-		          error_message());
+		client_conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64 ": %s",
+		                 id, error_message());
 	else if (slab && !track_holds_slab(&c->track, slab))
-		conn_send_release(&c->conn, slab); /* refused when not kept: dropped */
+		client_conn_send_release(&c->conn, slab); /* refused when not kept: dropped */
 	return error_set(err, "%s", saved);
 }
 
@@ -87,7 +87,7 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 		return error_set(GPB_E_NOMEM, "out of memory");
 	if (c->conn.dead) {
 		cJSON_Delete(params);
-		return conn_dead_error(&c->conn);
+		return client_conn_dead_error(&c->conn);
 	}
 	if (!c->track.opener) {
 		cJSON_Delete(params);
@@ -100,7 +100,7 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 		cJSON_Delete(params);
 		return rc;
 	}
-	rc = conn_call(&c->conn, method, params, &rep, &fd);
+	rc = client_conn_call(&c->conn, method, params, &rep, &fd);
 	if (rc < 0)
 		goto out;
 	if (is_host_type(rep.result)) {
@@ -114,14 +114,15 @@ static int memory_call(gpb_client *c, enum track_kind kind, const char *method, 
 		if (fd >= 0)
 			close(fd);
 		if (proto_get_id64(rep.result, PROTO_F_ID, &id) < 0)
-			rc = conn_fail(&c->conn, GPB_E_PROTOCOL, "reply without a valid 'id'");
+			rc = client_conn_fail(&c->conn, GPB_E_PROTOCOL,
+			                      "reply without a valid 'id'");
 		else
 			rc = memory_undo(c, kind, id, memory_grant_slab(rep.result), rc);
 		goto out_reply;
 	}
 	rc = track_adopt(&c->track, kind, &prep, rep.result, fd, out, &id);
 	if (rc == GPB_E_PROTOCOL)
-		rc = conn_fail(&c->conn, rc, "%s", error_message());
+		rc = client_conn_fail(&c->conn, rc, "%s", error_message());
 	else if (rc < 0)
 		rc = memory_undo(c, kind, id, memory_grant_slab(rep.result), rc);
 	if (rc < 0 && result_json) {
@@ -144,7 +145,7 @@ static int memory_send_released(gpb_client *c)
 	int rc = 0;
 
 	for (size_t i = 0; i < n && rc == 0; i++)
-		rc = conn_send_release(&c->conn, ids[i]);
+		rc = client_conn_send_release(&c->conn, ids[i]);
 	return rc;
 }
 
@@ -163,7 +164,7 @@ static int memory_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_
 	int fd, rc;
 
 	if (c->conn.dead)
-		return conn_dead_error(&c->conn);
+		return client_conn_dead_error(&c->conn);
 	if (!c->track.opener)
 		return error_set(GPB_E_NOT_SUPPORTED,
 		                 "this libgpubroker cannot map memory of the '%s' backend",
@@ -172,12 +173,13 @@ static int memory_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_
 	if (rc < 0)
 		return rc;
 	uint64_t reclaims = c->conn.reclaims;
-	rc = conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
+	rc = client_conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
 	/* Refused for room while the daemon asked this connection for slabs
 	 * it kept (answered already): once more, which the released slabs may
 	 * serve. */
 	if (rc == GPB_E_OUT_OF_MEMORY && c->conn.reclaims != reclaims)
-		rc = conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep, &fd);
+		rc = client_conn_call_alloc(&c->conn, instance, size, alignment, wait_ms, &g, &rep,
+		                            &fd);
 	uint64_t slab = 0;
 	if (rc == 1) {
 		slab = g.slab;
@@ -188,7 +190,7 @@ static int memory_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_
 		proto_reply_finish(&rep);
 	}
 	if (rc == GPB_E_PROTOCOL)
-		rc = conn_fail(&c->conn, rc, "%s", error_message());
+		rc = client_conn_fail(&c->conn, rc, "%s", error_message());
 	else if (rc < 0 && id)
 		rc = memory_undo(c, TRACK_ALLOC, id, slab, rc);
 	track_prep_release(&prep);
@@ -220,12 +222,13 @@ static int memory_release_call(gpb_client *c, enum track_kind kind, const char *
 	if (have_id && !ordered)
 		track_finish_work(&c->track, kind, id);
 	closed = have_id && track_release_early(&c->track, kind, id);
-	rc = conn_call(&c->conn, method, params, &rep, NULL);
+	rc = client_conn_call(&c->conn, method, params, &rep, NULL);
 	if (rc < 0) {
 		if (closed && !c->conn.dead)
-			rc = conn_fail(&c->conn, rc,
-			               "%s of %016" PRIx64 " failed after its slab was closed: %s",
-			               method, id, error_message());
+			rc = client_conn_fail(&c->conn, rc,
+			                      "%s of %016" PRIx64
+			                      " failed after its slab was closed: %s",
+			                      method, id, error_message());
 		return rc;
 	}
 	if (have_id)
@@ -255,7 +258,7 @@ static int memory_free_quiet(gpb_client *c, uint64_t id, bool ordered)
 		track_finish_work(&c->track, TRACK_ALLOC, id);
 	track_release_early(&c->track, TRACK_ALLOC, id);
 	track_release(&c->track, TRACK_ALLOC, id);
-	rc = conn_send_free(&c->conn, id);
+	rc = client_conn_send_free(&c->conn, id);
 	if (rc == 0)
 		rc = memory_send_released(c);
 	return rc;
@@ -288,7 +291,7 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 	if (rc < 0)
 		return rc;
 	if (c->conn.dead) {
-		rc = conn_dead_error(&c->conn);
+		rc = client_conn_dead_error(&c->conn);
 	} else if (kind == TRACK_ALLOC && hostmem_get(c, id)) {
 		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
 	} else if (!memory_owned(c, kind, id)) {
@@ -396,7 +399,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 
 	if (c->conn.dead) {
 		cJSON_Delete(params);
-		return conn_dead_error(&c->conn);
+		return client_conn_dead_error(&c->conn);
 	}
 	/* Counted first, to have room for their ids. */
 	if (label)
@@ -412,11 +415,12 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 	track_finish_all(&c->track);
 	if (closing)
 		closing = track_release_label_early(&c->track, label, instance, closed, closing);
-	rc = conn_call(&c->conn, PROTO_M_FREE_LABEL, params, &rep, NULL);
+	rc = client_conn_call(&c->conn, PROTO_M_FREE_LABEL, params, &rep, NULL);
 	if (rc < 0) {
 		if (closing && !c->conn.dead)
-			rc = conn_fail(&c->conn, rc, "free_label failed after closing slabs: %s",
-			               error_message());
+			rc = client_conn_fail(&c->conn, rc,
+			                      "free_label failed after closing slabs: %s",
+			                      error_message());
 		free(closed);
 		return rc;
 	}
@@ -430,9 +434,9 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 		/* Closed, yet the daemon did not free all of it: the two sides
 		 * disagree for good. */
 		if (track_holds_slab(&c->track, closed[i])) {
-			rc = conn_fail(&c->conn, GPB_E_PROTOCOL,
-			               "free_label left slab %016" PRIx64 " held after closing it",
-			               closed[i]);
+			rc = client_conn_fail(
+			    &c->conn, GPB_E_PROTOCOL,
+			    "free_label left slab %016" PRIx64 " held after closing it", closed[i]);
 			break;
 		}
 	}
@@ -473,7 +477,7 @@ GPB_EXPORT int gpb_release_kept(gpb_client *c)
 	if (rc < 0)
 		return rc;
 	if (c->conn.dead) {
-		rc = conn_dead_error(&c->conn);
+		rc = client_conn_dead_error(&c->conn);
 	} else {
 		n = track_release_idle(&c->track);
 		rc = memory_send_released(c);
@@ -511,7 +515,7 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 	opener = c->track.opener;
 	e = track_lookup(&c->track, TRACK_ALLOC, id);
 	if (c->conn.dead) {
-		rc = conn_dead_error(&c->conn);
+		rc = client_conn_dead_error(&c->conn);
 	} else if (hostmem_get(c, id)) {
 		rc = error_set(GPB_E_INVALID,
 		               "gpb_free_async: %016" PRIx64 " is host memory: use gpb_free", id);

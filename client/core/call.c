@@ -55,7 +55,7 @@ int client_enter_events(gpb_client *c)
 		                 "this client was connected by the parent of this forked process: "
 		                 "a child connects anew (gpb_connect)");
 	pthread_mutex_lock(&c->lock);
-	conn_settle(&c->conn);
+	client_conn_settle(&c->conn);
 	if (c->pending)
 		client_pending_poll(c);
 	return 0;
@@ -69,7 +69,7 @@ int client_enter(gpb_client *c)
 		return rc;
 	/* A free that did not wait for its reply was refused: this call
 	 * reports it, before it changes anything. */
-	rc = conn_take_free_error(&c->conn);
+	rc = client_conn_take_free_error(&c->conn);
 	if (rc < 0)
 		pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -106,7 +106,7 @@ int client_call(gpb_client *c, const char *method, cJSON *params, client_parse_f
 
 	if (!params)
 		return error_set(GPB_E_NOMEM, "out of memory");
-	rc = conn_call(&c->conn, method, params, &rep, NULL);
+	rc = client_conn_call(&c->conn, method, params, &rep, NULL);
 	if (rc < 0)
 		return rc;
 	if (parse)
@@ -137,6 +137,6 @@ int client_result_json(const cJSON *result, void *result_json)
 
 	if (!out)
 		return 0;
-	*out = conn_json_text(result);
+	*out = client_conn_json_text(result);
 	return *out ? 0 : error_set(GPB_E_NOMEM, "out of memory");
 }

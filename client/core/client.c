@@ -79,7 +79,7 @@ int client_create(const char *path, gpb_client **out)
 	if (!c)
 		return error_set(GPB_E_NOMEM, "out of memory");
 	c->generation = client_generation;
-	rc = conn_init(&c->conn, path);
+	rc = client_conn_init(&c->conn, path);
 	if (rc < 0) {
 		free(c);
 		return rc;
@@ -110,7 +110,7 @@ static void client_forget(gpb_client *c)
 	}
 	track_finish(&c->track);
 	hostmem_abandon(c);
-	conn_finish(&c->conn);
+	client_conn_finish(&c->conn);
 	free(c);
 }
 
@@ -141,7 +141,7 @@ void client_destroy(gpb_client *c)
 	track_finish(&c->track);
 	hostmem_finish(c);
 	idmap_finish(&c->hosts);
-	conn_finish(&c->conn);
+	client_conn_finish(&c->conn);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }

@@ -38,7 +38,7 @@ struct client_pending {
 
 struct gpb_client {
 	pthread_mutex_t lock;
-	struct conn conn;
+	struct client_conn conn;
 	struct track track;
 	struct idmap hosts; /* host allocation id -> struct host_entry (hostmem.c) */
 	char backend[16];
@@ -73,7 +73,7 @@ bool client_forked(const gpb_client *c);
 
 /* Validates @c and takes its lock; clears the thread's last error. Frees
  * the queued gpb_free_async() allocations whose fences have passed. The
- * refusal of a free that did not wait (conn_take_free_error) is returned
+ * refusal of a free that did not wait (client_conn_take_free_error) is returned
  * instead, the lock not taken. */
 int client_enter(gpb_client *c);
 /* client_enter() that leaves such a refusal for the next call: for

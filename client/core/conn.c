@@ -23,20 +23,20 @@
 /* Descriptors one recvmsg() can take. The daemon sends at most one per reply
  * and the kernel hands over one message's worth per call, so this is ample;
  * too small a buffer would make the kernel drop (close) the surplus. */
-#define CONN_FDS_PER_READ 32
+#define CLIENT_CONN_FDS_PER_READ 32
 /* Descriptors waiting for their reply. Only a broken daemon gets near this. */
-#define CONN_MAX_FDS 4096
+#define CLIENT_CONN_MAX_FDS 4096
 /* Events kept for an application that never calls gpb_dispatch(): beyond
  * this the oldest are dropped so that memory stays bounded. */
-#define CONN_MAX_EVENTS 1024
-/* Reads per conn_pump(), so that a chatty daemon cannot keep gpb_dispatch()
+#define CLIENT_CONN_MAX_EVENTS 1024
+/* Reads per client_conn_pump(), so that a chatty daemon cannot keep gpb_dispatch()
  * from returning; what is left keeps the socket readable. */
-#define CONN_PUMP_READS 64
-#define CONN_READ_SIZE  16384
+#define CLIENT_CONN_PUMP_READS 64
+#define CLIENT_CONN_READ_SIZE  16384
 /* The id prefix of invalidate_done requests; no exchange's id has it. */
-#define CONN_ACK_ID "inv-"
+#define CLIENT_CONN_ACK_ID "inv-"
 
-static void conn_close_fds(struct conn *c)
+static void client_conn_close_fds(struct client_conn *c)
 {
 	while (c->fd_count) {
 		close(c->fds[c->fd_head]);
@@ -46,7 +46,7 @@ static void conn_close_fds(struct conn *c)
 	c->fd_head = 0;
 }
 
-int conn_fail(struct conn *c, int err, const char *fmt, ...)
+int client_conn_fail(struct client_conn *c, int err, const char *fmt, ...)
 {
 	char msg[sizeof(c->dead_reason)];
 	va_list ap;
@@ -63,19 +63,19 @@ int conn_fail(struct conn *c, int err, const char *fmt, ...)
 		 * the epoll set and, shut down, polls readable, so a poll loop
 		 * wakes up and learns from gpb_dispatch() that it is over. */
 		shutdown(c->sock, SHUT_RDWR);
-		conn_close_fds(c);
+		client_conn_close_fds(c);
 	}
 	return error_set(err, "%s", msg);
 }
 
-int conn_dead_error(const struct conn *c)
+int client_conn_dead_error(const struct client_conn *c)
 {
 	return error_set(GPB_E_DAEMON_GONE, "connection to the daemon is closed: %s",
 	                 c->dead_reason);
 }
 
 /* connect() interrupted by a signal completes in the background: wait for it. */
-static int conn_connect(int sock, const struct sockaddr_un *addr)
+static int client_conn_connect(int sock, const struct sockaddr_un *addr)
 {
 	struct pollfd pfd = {.fd = sock, .events = POLLOUT};
 	socklen_t len = sizeof(int);
@@ -94,7 +94,7 @@ static int conn_connect(int sock, const struct sockaddr_un *addr)
 	return -err;
 }
 
-int conn_init(struct conn *c, const char *path)
+int client_conn_init(struct client_conn *c, const char *path)
 {
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	struct epoll_event ev = {.events = EPOLLIN};
@@ -119,7 +119,7 @@ int conn_init(struct conn *c, const char *path)
 		rc = error_set_errno(GPB_E_SYSTEM, errno, "socket");
 		goto fail;
 	}
-	rc = conn_connect(c->sock, &addr);
+	rc = client_conn_connect(c->sock, &addr);
 	if (rc < 0) {
 		int err = (rc == -EACCES || rc == -EPERM) ? GPB_E_PERMISSION : GPB_E_CONNECT;
 
@@ -144,13 +144,13 @@ int conn_init(struct conn *c, const char *path)
 	}
 	return 0;
 fail:
-	conn_finish(c);
+	client_conn_finish(c);
 	return rc;
 }
 
-void conn_finish(struct conn *c)
+void client_conn_finish(struct client_conn *c)
 {
-	struct conn_event *ev = c->ev_head;
+	struct client_conn_event *ev = c->ev_head;
 
 	if (c->sock >= 0)
 		close(c->sock);
@@ -159,7 +159,7 @@ void conn_finish(struct conn *c)
 	if (c->epfd >= 0)
 		close(c->epfd);
 	c->sock = c->evfd = c->epfd = -1;
-	conn_close_fds(c);
+	client_conn_close_fds(c);
 	free(c->fds);
 	free(c->reclaimed);
 	c->reclaimed = NULL;
@@ -168,9 +168,9 @@ void conn_finish(struct conn *c)
 	c->fd_cap = 0;
 	proto_framer_finish(&c->framer);
 	while (ev) {
-		struct conn_event *next = ev->next;
+		struct client_conn_event *next = ev->next;
 
-		conn_event_free(ev);
+		client_conn_event_free(ev);
 		ev = next;
 	}
 	c->ev_head = NULL;
@@ -180,7 +180,7 @@ void conn_finish(struct conn *c)
 
 /* Maps a daemon error reply (-32xxx) to GPB_E_* and records
  * "code name: message" as the last error. */
-static int conn_reply_error(int code, const char *message)
+static int client_conn_reply_error(int code, const char *message)
 {
 	int err;
 
@@ -237,13 +237,13 @@ static int conn_reply_error(int code, const char *message)
 
 /* ---- received descriptors ---------------------------------------------- */
 
-static int conn_fd_push(struct conn *c, int fd)
+static int client_conn_fd_push(struct client_conn *c, int fd)
 {
 	if (c->fd_count == c->fd_cap) {
 		size_t cap = c->fd_cap ? c->fd_cap * 2 : 8;
 		int *fds;
 
-		if (cap > CONN_MAX_FDS)
+		if (cap > CLIENT_CONN_MAX_FDS)
 			return -E2BIG;
 		fds = malloc(cap * sizeof(*fds));
 		if (!fds)
@@ -261,7 +261,7 @@ static int conn_fd_push(struct conn *c, int fd)
 	return 0;
 }
 
-static int conn_fd_pop(struct conn *c)
+static int client_conn_fd_pop(struct client_conn *c)
 {
 	int fd;
 
@@ -275,7 +275,7 @@ static int conn_fd_pop(struct conn *c)
 
 /* ---- events ---------------------------------------------------------------- */
 
-void conn_event_free(struct conn_event *ev)
+void client_conn_event_free(struct client_conn_event *ev)
 {
 	if (!ev)
 		return;
@@ -284,7 +284,7 @@ void conn_event_free(struct conn_event *ev)
 	free(ev);
 }
 
-char *conn_json_text(const cJSON *json)
+char *client_conn_json_text(const cJSON *json)
 {
 	char *text = json ? cJSON_PrintUnformatted(json) : NULL;
 	char *copy;
@@ -300,26 +300,26 @@ char *conn_json_text(const cJSON *json)
 	return copy;
 }
 
-static int conn_queue_event(struct conn *c, const struct proto_reply *r)
+static int client_conn_queue_event(struct client_conn *c, const struct proto_reply *r)
 {
-	struct conn_event *ev = calloc(1, sizeof(*ev));
+	struct client_conn_event *ev = calloc(1, sizeof(*ev));
 
 	if (ev) {
 		ev->name = strdup(r->event);
-		ev->data = conn_json_text(r->data);
+		ev->data = client_conn_json_text(r->data);
 	}
 	if (!ev || !ev->name || !ev->data) {
-		conn_event_free(ev);
+		client_conn_event_free(ev);
 		/* Dropping it silently could hide a "shutdown". */
-		return conn_fail(c, GPB_E_NOMEM, "out of memory queueing an event");
+		return client_conn_fail(c, GPB_E_NOMEM, "out of memory queueing an event");
 	}
-	if (c->ev_count == CONN_MAX_EVENTS) {
-		struct conn_event *old = c->ev_head;
+	if (c->ev_count == CLIENT_CONN_MAX_EVENTS) {
+		struct client_conn_event *old = c->ev_head;
 
 		c->ev_head = old->next;
 		if (!c->ev_head)
 			c->ev_tail = &c->ev_head;
-		conn_event_free(old);
+		client_conn_event_free(old);
 		c->ev_count--;
 	}
 	*c->ev_tail = ev;
@@ -336,9 +336,9 @@ static int conn_queue_event(struct conn *c, const struct proto_reply *r)
 	return 0;
 }
 
-struct conn_event *conn_take_events(struct conn *c)
+struct client_conn_event *client_conn_take_events(struct client_conn *c)
 {
-	struct conn_event *head = c->ev_head;
+	struct client_conn_event *head = c->ev_head;
 	uint64_t count;
 
 	c->ev_head = NULL;
@@ -357,12 +357,12 @@ struct conn_event *conn_take_events(struct conn *c)
  * One recvmsg(). Returns 1 when bytes were read, 0 when none were available
  * (@flags with MSG_DONTWAIT), or the error that killed the connection.
  */
-static int conn_read(struct conn *c, int flags)
+static int client_conn_read(struct client_conn *c, int flags)
 {
-	char buf[CONN_READ_SIZE];
+	char buf[CLIENT_CONN_READ_SIZE];
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * CONN_FDS_PER_READ)];
+		char buf[CMSG_SPACE(sizeof(int) * CLIENT_CONN_FDS_PER_READ)];
 	} control;
 	struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
 	struct msghdr msg = {
@@ -383,8 +383,10 @@ static int conn_read(struct conn *c, int flags)
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return 0;
 		if (errno == ECONNRESET)
-			return conn_fail(c, GPB_E_DAEMON_GONE, "the daemon reset the connection");
-		return conn_fail(c, GPB_E_SYSTEM, "reading from the daemon: %s", strerror(errno));
+			return client_conn_fail(c, GPB_E_DAEMON_GONE,
+			                        "the daemon reset the connection");
+		return client_conn_fail(c, GPB_E_SYSTEM, "reading from the daemon: %s",
+		                        strerror(errno));
 	}
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
 		size_t nfds;
@@ -397,44 +399,45 @@ static int conn_read(struct conn *c, int flags)
 
 			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 			/* Queue every descriptor even after a failure, so that
-			 * conn_fail() below closes them all. */
+			 * client_conn_fail() below closes them all. */
 			if (push_rc == 0)
-				push_rc = conn_fd_push(c, fd);
+				push_rc = client_conn_fd_push(c, fd);
 			if (push_rc < 0)
 				close(fd);
 		}
 	}
 	if (push_rc == -ENOMEM)
-		return conn_fail(c, GPB_E_NOMEM, "out of memory receiving a descriptor");
+		return client_conn_fail(c, GPB_E_NOMEM, "out of memory receiving a descriptor");
 	if (push_rc < 0)
-		return conn_fail(c, GPB_E_PROTOCOL,
-		                 "too many unclaimed descriptors from the daemon");
+		return client_conn_fail(c, GPB_E_PROTOCOL,
+		                        "too many unclaimed descriptors from the daemon");
 	if (msg.msg_flags & MSG_CTRUNC)
-		return conn_fail(c, GPB_E_PROTOCOL,
-		                 "descriptors from the daemon were dropped (descriptor limit?)");
+		return client_conn_fail(
+		    c, GPB_E_PROTOCOL,
+		    "descriptors from the daemon were dropped (descriptor limit?)");
 	if (n == 0)
-		return conn_fail(c, GPB_E_DAEMON_GONE, "the daemon closed the connection");
+		return client_conn_fail(c, GPB_E_DAEMON_GONE, "the daemon closed the connection");
 	if (proto_framer_push(&c->framer, buf, (size_t)n) < 0)
-		return conn_fail(c, GPB_E_NOMEM, "out of memory reading from the daemon");
+		return client_conn_fail(c, GPB_E_NOMEM, "out of memory reading from the daemon");
 	return 1;
 }
 
 /* Drops this connection's mappings for an invalidate event; the daemon may
- * let the slabs go once it hears so (conn_send_acks). */
-static void conn_invalidate(struct conn *c, uint64_t epoch)
+ * let the slabs go once it hears so (client_conn_send_acks). */
+static void client_conn_invalidate(struct client_conn *c, uint64_t epoch)
 {
 	c->on_invalidate(c->invalidate_ctx);
 	if (epoch > c->invalidate_epoch)
 		c->invalidate_epoch = epoch;
 }
 
-/* Applies an invalidate read behind the previous reply (conn_exchange). */
-static void conn_invalidate_deferred(struct conn *c)
+/* Applies an invalidate read behind the previous reply (client_conn_exchange). */
+static void client_conn_invalidate_deferred(struct client_conn *c)
 {
 	if (!c->invalidate_pending)
 		return;
 	c->invalidate_pending = false;
-	conn_invalidate(c, c->invalidate_deferred);
+	client_conn_invalidate(c, c->invalidate_deferred);
 	c->invalidate_deferred = 0;
 }
 
@@ -443,16 +446,17 @@ static void conn_invalidate_deferred(struct conn *c)
  * *rep), 0 when it was an event, or the error that killed the connection.
  * With @want_id NULL no request is outstanding, so a reply is a protocol error.
  */
-static int conn_handle_frame(struct conn *c, const char *frame, size_t len, const char *want_id,
-                             struct proto_reply *rep)
+static int client_conn_handle_frame(struct client_conn *c, const char *frame, size_t len,
+                                    const char *want_id, struct proto_reply *rep)
 {
 	struct proto_reply r;
 	int rc = proto_reply_parse(frame, len, &r);
 
 	if (rc == -ENOMEM)
-		return conn_fail(c, GPB_E_NOMEM, "out of memory reading a reply");
+		return client_conn_fail(c, GPB_E_NOMEM, "out of memory reading a reply");
 	if (rc < 0)
-		return conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a frame that is not a reply");
+		return client_conn_fail(c, GPB_E_PROTOCOL,
+		                        "the daemon sent a frame that is not a reply");
 	if (r.event) {
 		/* Dropped here, not in gpb_dispatch(): a reply behind this event
 		 * may put the connection back in a slab, and must find the
@@ -466,24 +470,24 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 				if (epoch > c->invalidate_deferred)
 					c->invalidate_deferred = epoch;
 			} else {
-				conn_invalidate(c, epoch);
+				client_conn_invalidate(c, epoch);
 			}
 		}
 		if (strcmp(r.event, PROTO_EV_RECLAIM) == 0 && c->on_reclaim) {
-			rc = conn_reclaim(c, r.data);
+			rc = client_conn_reclaim(c, r.data);
 			if (rc < 0) {
 				proto_reply_finish(&r);
 				return rc;
 			}
 		}
-		rc = conn_queue_event(c, &r);
+		rc = client_conn_queue_event(c, &r);
 		proto_reply_finish(&r);
 		return rc;
 	}
-	if (r.id && strncmp(r.id, CONN_FREE_ID, sizeof(CONN_FREE_ID) - 1) == 0) {
+	if (r.id && strncmp(r.id, CLIENT_CONN_FREE_ID, sizeof(CLIENT_CONN_FREE_ID) - 1) == 0) {
 		/* A free that did not wait: only its failure is answered. */
 		if (r.code && !c->free_error) {
-			c->free_error = conn_reply_error(r.code, r.message);
+			c->free_error = client_conn_reply_error(r.code, r.message);
 			snprintf(c->free_message, sizeof(c->free_message),
 			         "free (request %.16s): %s", r.id, error_message());
 		}
@@ -491,8 +495,9 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		proto_reply_finish(&r);
 		return 0;
 	}
-	if (r.id && (strncmp(r.id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1) == 0 ||
-	             strncmp(r.id, CONN_RELEASE_ID, sizeof(CONN_RELEASE_ID) - 1) == 0)) {
+	if (r.id &&
+	    (strncmp(r.id, CLIENT_CONN_ACK_ID, sizeof(CLIENT_CONN_ACK_ID) - 1) == 0 ||
+	     strncmp(r.id, CLIENT_CONN_RELEASE_ID, sizeof(CLIENT_CONN_RELEASE_ID) - 1) == 0)) {
 		/* The answer to an invalidate_done: nothing waits for it (an
 		 * older daemon's "method not found" included). */
 		proto_reply_finish(&r);
@@ -503,10 +508,11 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 		 * parting word before it closes (too many clients, no hello
 		 * in time): keep it as the reason. */
 		if (!r.id && r.code) {
-			c->parting = conn_reply_error(r.code, r.message);
-			rc = conn_fail(c, c->parting, "%s", error_message());
+			c->parting = client_conn_reply_error(r.code, r.message);
+			rc = client_conn_fail(c, c->parting, "%s", error_message());
 		} else {
-			rc = conn_fail(c, GPB_E_PROTOCOL, "the daemon sent a reply to no request");
+			rc = client_conn_fail(c, GPB_E_PROTOCOL,
+			                      "the daemon sent a reply to no request");
 		}
 		proto_reply_finish(&r);
 		return rc;
@@ -514,8 +520,8 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 	/* A null id is the daemon's answer to a request whose id it could not
 	 * read; with one request in flight it can only be ours. */
 	if (r.id && strcmp(r.id, want_id) != 0) {
-		rc = conn_fail(c, GPB_E_PROTOCOL, "reply to request %.64s while waiting for %s",
-		               r.id, want_id);
+		rc = client_conn_fail(c, GPB_E_PROTOCOL,
+		                      "reply to request %.64s while waiting for %s", r.id, want_id);
 		proto_reply_finish(&r);
 		return rc;
 	}
@@ -524,7 +530,7 @@ static int conn_handle_frame(struct conn *c, const char *frame, size_t len, cons
 }
 
 /* Queues the events among the complete frames already buffered. */
-static int conn_process_buffered(struct conn *c)
+static int client_conn_process_buffered(struct client_conn *c)
 {
 	for (;;) {
 		char *frame;
@@ -534,41 +540,42 @@ static int conn_process_buffered(struct conn *c)
 		if (rc == 0)
 			return 0;
 		if (rc < 0)
-			return conn_fail(c, GPB_E_PROTOCOL,
-			                 "frame from the daemon exceeds %u bytes", PROTO_MAX_REPLY);
-		rc = conn_handle_frame(c, frame, len, NULL, NULL);
+			return client_conn_fail(c, GPB_E_PROTOCOL,
+			                        "frame from the daemon exceeds %u bytes",
+			                        PROTO_MAX_REPLY);
+		rc = client_conn_handle_frame(c, frame, len, NULL, NULL);
 		if (rc < 0)
 			return rc;
 	}
 }
 
-void conn_settle(struct conn *c)
+void client_conn_settle(struct client_conn *c)
 {
-	conn_invalidate_deferred(c);
-	conn_send_acks(c);
+	client_conn_invalidate_deferred(c);
+	client_conn_send_acks(c);
 }
 
-int conn_pump(struct conn *c)
+int client_conn_pump(struct client_conn *c)
 {
 	int rc;
 
 	if (c->dead)
-		return conn_dead_error(c);
+		return client_conn_dead_error(c);
 	c->quiet_sends = 0;
-	rc = conn_process_buffered(c);
-	for (int i = 0; rc == 0 && i < CONN_PUMP_READS; i++) {
-		rc = conn_read(c, MSG_DONTWAIT);
+	rc = client_conn_process_buffered(c);
+	for (int i = 0; rc == 0 && i < CLIENT_CONN_PUMP_READS; i++) {
+		rc = client_conn_read(c, MSG_DONTWAIT);
 		if (rc <= 0)
 			break;
-		rc = conn_process_buffered(c);
+		rc = client_conn_process_buffered(c);
 	}
-	conn_send_acks(c);
+	client_conn_send_acks(c);
 	return rc < 0 ? rc : 0;
 }
 
 /* ---- writing and exchanges ------------------------------------------------ */
 
-int conn_write_frame(struct conn *c, const char *buf, size_t len)
+int client_conn_write_frame(struct client_conn *c, const char *buf, size_t len)
 {
 	while (len) {
 		/* MSG_NOSIGNAL: a daemon that went away must not kill the
@@ -585,20 +592,22 @@ int conn_write_frame(struct conn *c, const char *buf, size_t len)
 		if (errno == EPIPE || errno == ECONNRESET) {
 			/* What the daemon said before closing (a "shutdown"
 			 * event) is still readable: keep it for dispatch. */
-			if (conn_pump(c) == 0)
-				conn_fail(c, GPB_E_DAEMON_GONE, "the daemon closed the connection");
+			if (client_conn_pump(c) == 0)
+				client_conn_fail(c, GPB_E_DAEMON_GONE,
+				                 "the daemon closed the connection");
 			if (c->parting)
 				return error_set(c->parting, "%s", c->dead_reason);
-			return conn_dead_error(c);
+			return client_conn_dead_error(c);
 		}
-		return conn_fail(c, GPB_E_SYSTEM, "writing to the daemon: %s", strerror(errno));
+		return client_conn_fail(c, GPB_E_SYSTEM, "writing to the daemon: %s",
+		                        strerror(errno));
 	}
 	return 0;
 }
 
 /* A request id in decimal, without snprintf: that costs about 700
  * instructions, and runs twice per alloc+free. @buf holds 21 bytes. */
-void conn_format_id(char *buf, uint64_t v)
+void client_conn_format_id(char *buf, uint64_t v)
 {
 	char tmp[20], *p = tmp + sizeof(tmp);
 	size_t n;
@@ -615,32 +624,32 @@ void conn_format_id(char *buf, uint64_t v)
 /* Tells the daemon that the slabs of the invalidate events read so far are
  * closed, under an id no exchange uses: its reply is dropped as it comes. A
  * failure kills the connection, which lets the slabs go as well. */
-void conn_send_acks(struct conn *c)
+void client_conn_send_acks(struct client_conn *c)
 {
-	char id[sizeof(CONN_ACK_ID) + 20];
+	char id[sizeof(CLIENT_CONN_ACK_ID) + 20];
 	cJSON *params;
 	size_t len;
 	char *frame;
 
-	conn_send_releases(c);
+	client_conn_send_releases(c);
 	if (c->dead || c->invalidate_acked >= c->invalidate_epoch)
 		return;
-	/* First: conn_write_frame() may pump, and so come back here. */
+	/* First: client_conn_write_frame() may pump, and so come back here. */
 	c->invalidate_acked = c->invalidate_epoch;
-	memcpy(id, CONN_ACK_ID, sizeof(CONN_ACK_ID) - 1);
-	conn_format_id(id + sizeof(CONN_ACK_ID) - 1, c->invalidate_acked);
+	memcpy(id, CLIENT_CONN_ACK_ID, sizeof(CLIENT_CONN_ACK_ID) - 1);
+	client_conn_format_id(id + sizeof(CLIENT_CONN_ACK_ID) - 1, c->invalidate_acked);
 	params = cJSON_CreateObject();
 	if (!params || proto_add_u64(params, PROTO_F_EPOCH, c->invalidate_acked) < 0) {
 		cJSON_Delete(params);
-		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
+		client_conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
 		return;
 	}
 	frame = proto_encode_request(id, PROTO_M_INVALIDATE_DONE, params, &len);
 	if (!frame) {
-		conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
+		client_conn_fail(c, GPB_E_NOMEM, "out of memory answering an invalidate event");
 		return;
 	}
-	conn_write_frame(c, frame, len);
+	client_conn_write_frame(c, frame, len);
 	free(frame);
 }
 
@@ -648,16 +657,16 @@ void conn_send_acks(struct conn *c)
  * Sends @frame (@len bytes, the request @id) and reads until its reply.
  * With @fast, a success reply that proto_fast_grant_parse() takes fills
  * it and 1 is returned (no tree built); any other reply is decoded the
- * general way into *rep (0). Errors as conn_call().
+ * general way into *rep (0). Errors as client_conn_call().
  */
-int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const char *id,
-                        struct proto_reply *rep, int *fd, struct proto_fast_grant *fast)
+int client_conn_exchange_frame(struct client_conn *c, const char *frame, size_t len, const char *id,
+                               struct proto_reply *rep, int *fd, struct proto_fast_grant *fast)
 {
 	struct proto_reply r;
 	bool has_fd = false, got_fast = false;
 	int rc;
 
-	rc = conn_write_frame(c, frame, len);
+	rc = client_conn_write_frame(c, frame, len);
 	if (rc < 0)
 		return rc;
 
@@ -667,8 +676,9 @@ int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const cha
 
 		rc = proto_framer_next(&c->framer, &f, &flen);
 		if (rc < 0)
-			return conn_fail(c, GPB_E_PROTOCOL,
-			                 "frame from the daemon exceeds %u bytes", PROTO_MAX_REPLY);
+			return client_conn_fail(c, GPB_E_PROTOCOL,
+			                        "frame from the daemon exceeds %u bytes",
+			                        PROTO_MAX_REPLY);
 		if (rc == 1) {
 			/* A grant in its canonical form carries no handle, so
 			 * no descriptor either. */
@@ -676,17 +686,17 @@ int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const cha
 				got_fast = true;
 				break;
 			}
-			rc = conn_handle_frame(c, f, flen, id, &r);
+			rc = client_conn_handle_frame(c, f, flen, id, &r);
 			if (rc < 0)
 				return rc;
 			if (rc == 1)
 				break;
 			/* Answered at once: the reply waited for may be an
 			 * allocation waiting for this very slab. */
-			conn_send_releases(c);
+			client_conn_send_releases(c);
 			continue;
 		}
-		rc = conn_read(c, 0);
+		rc = client_conn_read(c, 0);
 		if (rc < 0)
 			return rc;
 	}
@@ -695,16 +705,18 @@ int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const cha
 		rc = proto_get_bool(r.result, PROTO_F_FD, &has_fd);
 		if (rc < 0 && rc != -ENOENT) {
 			proto_reply_finish(&r);
-			return conn_fail(c, GPB_E_PROTOCOL, "'fd' in a reply is not a boolean");
+			return client_conn_fail(c, GPB_E_PROTOCOL,
+			                        "'fd' in a reply is not a boolean");
 		}
 	}
 	if (has_fd) {
-		int got = conn_fd_pop(c);
+		int got = client_conn_fd_pop(c);
 
 		if (got < 0) {
 			proto_reply_finish(&r);
-			return conn_fail(c, GPB_E_PROTOCOL,
-			                 "a reply announced a descriptor that did not arrive");
+			return client_conn_fail(
+			    c, GPB_E_PROTOCOL,
+			    "a reply announced a descriptor that did not arrive");
 		}
 		if (fd)
 			*fd = got;
@@ -719,13 +731,13 @@ int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const cha
 	 * them came after this reply: the caller applies the reply first.
 	 */
 	c->defer_invalidate = true;
-	conn_process_buffered(c);
+	client_conn_process_buffered(c);
 	c->defer_invalidate = false;
 
 	if (got_fast)
 		return 1;
 	if (r.code) {
-		rc = conn_reply_error(r.code, r.message);
+		rc = client_conn_reply_error(r.code, r.message);
 		proto_reply_finish(&r);
 		if (fd && *fd >= 0) {
 			close(*fd);
@@ -738,45 +750,46 @@ int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const cha
 }
 
 /* What every exchange does first: the connection settled and alive. */
-int conn_exchange_start(struct conn *c, struct proto_reply *rep, int *fd)
+int client_conn_exchange_start(struct client_conn *c, struct proto_reply *rep, int *fd)
 {
 	memset(rep, 0, sizeof(*rep));
 	if (fd)
 		*fd = -1;
-	conn_invalidate_deferred(c);
+	client_conn_invalidate_deferred(c);
 	if (c->dead)
-		return conn_dead_error(c);
+		return client_conn_dead_error(c);
 	c->quiet_sends = 0;
 	return 0;
 }
 
-static int conn_exchange(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep,
-                         int *fd)
+static int client_conn_exchange(struct client_conn *c, const char *method, cJSON *params,
+                                struct proto_reply *rep, int *fd)
 {
 	char id[24];
 	size_t len;
 	char *frame;
-	int rc = conn_exchange_start(c, rep, fd);
+	int rc = client_conn_exchange_start(c, rep, fd);
 
 	if (rc < 0) {
 		cJSON_Delete(params);
 		return rc;
 	}
-	conn_format_id(id, c->next_id++);
+	client_conn_format_id(id, c->next_id++);
 	frame = proto_encode_request(id, method, params, &len);
 	if (!frame)
 		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
-	rc = conn_exchange_frame(c, frame, len, id, rep, fd, NULL);
+	rc = client_conn_exchange_frame(c, frame, len, id, rep, fd, NULL);
 	free(frame);
 	return rc;
 }
 
-int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd)
+int client_conn_call(struct client_conn *c, const char *method, cJSON *params,
+                     struct proto_reply *rep, int *fd)
 {
-	int rc = conn_exchange(c, method, params, rep, fd);
+	int rc = client_conn_exchange(c, method, params, rep, fd);
 
 	/* An invalidate read during the exchange is answered now; a failure
 	 * there does not undo the reply. */
-	conn_send_acks(c);
+	client_conn_send_acks(c);
 	return rc;
 }

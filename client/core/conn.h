@@ -20,13 +20,13 @@
 
 #include "proto.h"
 
-struct conn_event {
-	struct conn_event *next;
+struct client_conn_event {
+	struct client_conn_event *next;
 	char *name;
 	char *data; /* JSON text of the data object */
 };
 
-struct conn {
+struct client_conn {
 	int sock;
 	int evfd; /* readable while events are queued */
 	int epfd; /* sock + evfd: what gpb_event_fd() hands out */
@@ -38,7 +38,7 @@ struct conn {
 	/* Descriptors received but not yet claimed by a reply, oldest first. */
 	int *fds;
 	size_t fd_head, fd_count, fd_cap;
-	struct conn_event *ev_head, **ev_tail;
+	struct client_conn_event *ev_head, **ev_tail;
 	size_t ev_count;
 	/* Called when an `invalidate` event is read, before any frame after
 	 * it: the daemon released everything this connection held. */
@@ -59,7 +59,7 @@ struct conn {
 	uint64_t *reclaimed;
 	size_t nreclaimed, reclaimed_cap;
 	uint64_t reclaims; /* reclaim events answered, ever */
-	/* A free sent without waiting (conn_send_free) that the daemon
+	/* A free sent without waiting (client_conn_send_free) that the daemon
 	 * refused: its error, returned by the connection's next call. */
 	int free_error;
 	char free_message[160];
@@ -69,9 +69,9 @@ struct conn {
 
 /* Connects to @path (not NULL). Returns GPB_E_CONNECT, GPB_E_PERMISSION,
  * GPB_E_SYSTEM or GPB_E_NOMEM; on failure nothing needs finishing. */
-int conn_init(struct conn *c, const char *path);
+int client_conn_init(struct client_conn *c, const char *path);
 /* Closes every descriptor and frees queued events. */
-void conn_finish(struct conn *c);
+void client_conn_finish(struct client_conn *c);
 
 /*
  * Sends @method with @params (consumed, NULL = {}) and waits for its reply,
@@ -79,57 +79,59 @@ void conn_finish(struct conn *c);
  * On 0, *rep holds a success reply (release with proto_reply_finish) and, if
  * @fd is not NULL, *fd the descriptor the reply carried ("fd": true) or -1;
  * the caller owns it. A descriptor arriving where @fd is NULL is closed.
- * An error reply is mapped with conn_reply_error() and returned (*rep is
+ * An error reply is mapped with client_conn_reply_error() and returned (*rep is
  * then empty). Any failure of the stream kills the connection.
  */
-int conn_call(struct conn *c, const char *method, cJSON *params, struct proto_reply *rep, int *fd);
+int client_conn_call(struct client_conn *c, const char *method, cJSON *params,
+                     struct proto_reply *rep, int *fd);
 
 /*
  * gpb_alloc's exchange without the cJSON tree (proto/codec.h): the request
  * written directly, and a grant in its canonical form read into @fast
  * (returns 1). Any other reply is decoded the general way into *rep
  * (returns 0: a fresh slab's grant, with its descriptor in *fd). Errors as
- * conn_call(); an invalidate read meanwhile is answered as conn_call does.
+ * client_conn_call(); an invalidate read meanwhile is answered as client_conn_call does.
  */
 struct proto_fast_grant;
-int conn_call_alloc(struct conn *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                    uint32_t wait_ms, struct proto_fast_grant *fast, struct proto_reply *rep,
-                    int *fd);
+int client_conn_call_alloc(struct client_conn *c, uint64_t instance, uint64_t size,
+                           uint64_t alignment, uint32_t wait_ms, struct proto_fast_grant *fast,
+                           struct proto_reply *rep, int *fd);
 
 /*
  * gpb_free's request: sent, not waited for (the daemon answers only an
- * error, kept for conn_take_free_error()). Returns 0 or what killed the
+ * error, kept for client_conn_take_free_error()). Returns 0 or what killed the
  * connection.
  */
-int conn_send_free(struct conn *c, uint64_t id);
+int client_conn_send_free(struct client_conn *c, uint64_t id);
 /* Tells the daemon that this connection let go of slab @slab, which it
  * kept empty (its mapping closed already); the reply is dropped. */
-int conn_send_release(struct conn *c, uint64_t slab);
+int client_conn_send_release(struct client_conn *c, uint64_t slab);
 /* The error of a free sent earlier, as a GPB_E_* with its message set
  * (once), or 0. */
-int conn_take_free_error(struct conn *c);
+int client_conn_take_free_error(struct client_conn *c);
 
 /* Applies an invalidate event read right behind the previous reply (held
  * back so that the caller could apply that reply first) and answers it.
  * Every API call does this first, before it looks at its bookkeeping: a
  * free of an allocation the event took must find it gone. */
-void conn_settle(struct conn *c);
+void client_conn_settle(struct client_conn *c);
 
 /* Reads what is available without blocking and queues the events in it.
  * Returns 0, or the error that killed the connection. */
-int conn_pump(struct conn *c);
+int client_conn_pump(struct client_conn *c);
 
 /* Detaches the queued events (oldest first) and clears the event fd. */
-struct conn_event *conn_take_events(struct conn *c);
-void conn_event_free(struct conn_event *ev);
+struct client_conn_event *client_conn_take_events(struct client_conn *c);
+void client_conn_event_free(struct client_conn_event *ev);
 
 /* Kills the connection (see above) and records @err with a message. */
-int conn_fail(struct conn *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int client_conn_fail(struct client_conn *c, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Prints @json (NULL = {}) compactly into a malloc'd string, or NULL. */
-char *conn_json_text(const cJSON *json);
+char *client_conn_json_text(const cJSON *json);
 
 /* GPB_E_DAEMON_GONE with the reason the connection died. */
-int conn_dead_error(const struct conn *c);
+int client_conn_dead_error(const struct client_conn *c);
 
 #endif

@@ -15,22 +15,24 @@
 #include <string.h>
 
 /* A reclaim event: the slab is unmapped now, and its release sent once the
- * frames at hand are handled (conn_send_acks). */
-int conn_reclaim(struct conn *c, const cJSON *data)
+ * frames at hand are handled (client_conn_send_acks). */
+int client_conn_reclaim(struct client_conn *c, const cJSON *data)
 {
 	uint64_t slab;
 	int rc;
 
 	if (proto_get_id64(data, PROTO_F_SLAB, &slab) < 0)
-		return conn_fail(c, GPB_E_PROTOCOL, "a reclaim event without a valid 'slab'");
+		return client_conn_fail(c, GPB_E_PROTOCOL,
+		                        "a reclaim event without a valid 'slab'");
 	rc = c->on_reclaim(c->invalidate_ctx, slab);
 	if (rc < 0)
-		return conn_fail(c, rc, "%s", error_message());
+		return client_conn_fail(c, rc, "%s", error_message());
 	if (c->nreclaimed == c->reclaimed_cap) {
 		size_t cap = c->reclaimed_cap ? 2 * c->reclaimed_cap : 8;
 		uint64_t *more = realloc(c->reclaimed, cap * sizeof(*more));
 		if (!more)
-			return conn_fail(c, GPB_E_NOMEM, "out of memory answering a reclaim event");
+			return client_conn_fail(c, GPB_E_NOMEM,
+			                        "out of memory answering a reclaim event");
 		c->reclaimed = more;
 		c->reclaimed_cap = cap;
 	}
@@ -40,15 +42,15 @@ int conn_reclaim(struct conn *c, const cJSON *data)
 }
 
 /* Answers the reclaim events read so far (their slabs are unmapped). */
-void conn_send_releases(struct conn *c)
+void client_conn_send_releases(struct client_conn *c)
 {
 	while (!c->dead && c->nreclaimed) {
 		uint64_t slab = c->reclaimed[--c->nreclaimed];
-		conn_send_release(c, slab);
+		client_conn_send_release(c, slab);
 	}
 }
 
-int conn_take_free_error(struct conn *c)
+int client_conn_take_free_error(struct client_conn *c)
 {
 	int rc = c->free_error;
 
@@ -59,76 +61,76 @@ int conn_take_free_error(struct conn *c)
 }
 
 /* Writes "<prefix><n>" for a request id into @buf (24 bytes at least). */
-static size_t conn_prefixed_id(char *buf, const char *prefix, uint64_t n)
+static size_t client_conn_prefixed_id(char *buf, const char *prefix, uint64_t n)
 {
 	size_t len = strlen(prefix);
 
 	memcpy(buf, prefix, len);
-	conn_format_id(buf + len, n);
+	client_conn_format_id(buf + len, n);
 	return strlen(buf);
 }
 
 /* Sends a frame @method with the params text @params (an object) under
  * the id "<prefix><next id>", without waiting for its reply. */
-static int conn_send_quiet(struct conn *c, const char *prefix, const char *method,
-                           const char *params)
+static int client_conn_send_quiet(struct client_conn *c, const char *prefix, const char *method,
+                                  const char *params)
 {
 	char frame[256], id[32];
 	int n;
 
 	if (c->dead)
-		return conn_dead_error(c);
-	conn_prefixed_id(id, prefix, c->next_id++);
+		return client_conn_dead_error(c);
+	client_conn_prefixed_id(id, prefix, c->next_id++);
 	n = snprintf(frame, sizeof(frame),
 	             "{\"" PROTO_F_ID "\":\"%s\",\"" PROTO_F_METHOD "\":\"%s\",\"" PROTO_F_PARAMS
 	             "\":%s}\n",
 	             id, method, params);
 	if (n < 0 || (size_t)n >= sizeof(frame))
 		return error_set(GPB_E_NOMEM, "cannot encode a '%s' request", method);
-	return conn_write_frame(c, frame, (size_t)n);
+	return client_conn_write_frame(c, frame, (size_t)n);
 }
 
-int conn_send_free(struct conn *c, uint64_t id)
+int client_conn_send_free(struct client_conn *c, uint64_t id)
 {
 	char rid[32], frame[128];
 	size_t len;
 	int rc;
 
 	if (c->dead)
-		return conn_dead_error(c);
-	conn_prefixed_id(rid, CONN_FREE_ID, c->next_id++);
+		return client_conn_dead_error(c);
+	client_conn_prefixed_id(rid, CLIENT_CONN_FREE_ID, c->next_id++);
 	len = proto_fast_free_request(frame, sizeof(frame), rid, id, false);
-	rc = len ? conn_write_frame(c, frame, len)
+	rc = len ? client_conn_write_frame(c, frame, len)
 	         : error_set(GPB_E_NOMEM, "cannot encode a 'free'");
-	if (rc == 0 && ++c->quiet_sends >= CONN_QUIET_PUMP)
-		rc = conn_pump(c);
+	if (rc == 0 && ++c->quiet_sends >= CLIENT_CONN_QUIET_PUMP)
+		rc = client_conn_pump(c);
 	return rc;
 }
 
-int conn_send_release(struct conn *c, uint64_t slab)
+int client_conn_send_release(struct client_conn *c, uint64_t slab)
 {
 	char params[48];
 
 	snprintf(params, sizeof(params), "{\"" PROTO_F_SLAB "\":\"%016" PRIx64 "\"}", slab);
-	return conn_send_quiet(c, CONN_RELEASE_ID, PROTO_M_RELEASE, params);
+	return client_conn_send_quiet(c, CLIENT_CONN_RELEASE_ID, PROTO_M_RELEASE, params);
 }
 
-int conn_call_alloc(struct conn *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                    uint32_t wait_ms, struct proto_fast_grant *fast, struct proto_reply *rep,
-                    int *fd)
+int client_conn_call_alloc(struct client_conn *c, uint64_t instance, uint64_t size,
+                           uint64_t alignment, uint32_t wait_ms, struct proto_fast_grant *fast,
+                           struct proto_reply *rep, int *fd)
 {
 	char id[24], frame[256];
 	size_t len;
-	int rc = conn_exchange_start(c, rep, fd);
+	int rc = client_conn_exchange_start(c, rep, fd);
 
 	if (rc < 0)
 		return rc;
-	conn_format_id(id, c->next_id++);
+	client_conn_format_id(id, c->next_id++);
 	len =
 	    proto_fast_alloc_request(frame, sizeof(frame), id, instance, size, alignment, wait_ms);
 	if (!len)
 		return error_set(GPB_E_NOMEM, "cannot encode an 'alloc' request");
-	rc = conn_exchange_frame(c, frame, len, id, rep, fd, fast);
-	conn_send_acks(c);
+	rc = client_conn_exchange_frame(c, frame, len, id, rep, fd, fast);
+	client_conn_send_acks(c);
 	return rc;
 }

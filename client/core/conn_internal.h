@@ -7,34 +7,34 @@
 
 #include "conn.h"
 
-/* The id prefixes of frees that do not wait (conn_send_free) and of
+/* The id prefixes of frees that do not wait (client_conn_send_free) and of
  * releases of kept slabs: their replies are not waited for either. */
-#define CONN_FREE_ID    "f-"
-#define CONN_RELEASE_ID "rel-"
+#define CLIENT_CONN_FREE_ID    "f-"
+#define CLIENT_CONN_RELEASE_ID "rel-"
 /* Frees sent without reading between two non-blocking reads of what the
  * daemon sent meanwhile (events, a free's error): the daemon stops reading
  * from a client that leaves too much unread. */
-#define CONN_QUIET_PUMP 256
+#define CLIENT_CONN_QUIET_PUMP 256
 
 struct proto_fast_grant;
 
 /* Writes all of @buf; the error that killed the connection otherwise. */
-int conn_write_frame(struct conn *c, const char *buf, size_t len);
+int client_conn_write_frame(struct client_conn *c, const char *buf, size_t len);
 /* A request id in decimal into @buf (21 bytes). */
-void conn_format_id(char *buf, uint64_t v);
+void client_conn_format_id(char *buf, uint64_t v);
 /* Answers what was read and not answered yet: reclaim events (release)
  * and invalidate events (invalidate_done). */
-void conn_send_acks(struct conn *c);
+void client_conn_send_acks(struct client_conn *c);
 /* What every exchange does first: the connection settled and alive. */
-int conn_exchange_start(struct conn *c, struct proto_reply *rep, int *fd);
+int client_conn_exchange_start(struct client_conn *c, struct proto_reply *rep, int *fd);
 /* Sends @frame (request @id) and reads until its reply: 1 with @fast
  * filled (a grant read by the typed codec), 0 with *rep, or an error. */
-int conn_exchange_frame(struct conn *c, const char *frame, size_t len, const char *id,
-                        struct proto_reply *rep, int *fd, struct proto_fast_grant *fast);
+int client_conn_exchange_frame(struct client_conn *c, const char *frame, size_t len, const char *id,
+                               struct proto_reply *rep, int *fd, struct proto_fast_grant *fast);
 /* A reclaim event's data: unmaps the slab (on_reclaim) and queues its
  * release. 0, or the error that killed the connection. */
-int conn_reclaim(struct conn *c, const cJSON *data);
-/* Sends the releases queued by conn_reclaim(). */
-void conn_send_releases(struct conn *c);
+int client_conn_reclaim(struct client_conn *c, const cJSON *data);
+/* Sends the releases queued by client_conn_reclaim(). */
+void client_conn_send_releases(struct client_conn *c);
 
 #endif

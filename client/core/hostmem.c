@@ -125,7 +125,8 @@ int hostmem_adopt(gpb_client *c, const cJSON *result, int fd, struct gpb_allocat
 		else
 			free(h);
 		if (id && client_call_id(c, PROTO_M_FREE, PROTO_F_ID, id) < 0)
-			conn_fail(&c->conn, GPB_E_PROTOCOL, "could not give back %016" PRIx64, id);
+			client_conn_fail(&c->conn, GPB_E_PROTOCOL,
+			                 "could not give back %016" PRIx64, id);
 		return error_set(rc, "%s", saved);
 	}
 	idmap_put(&c->hosts, id, h); /* reserved above */
@@ -149,9 +150,9 @@ int hostmem_call(gpb_client *c, cJSON *params, struct gpb_allocation *out, char 
 		return error_set(GPB_E_NOMEM, "out of memory");
 	if (c->conn.dead) {
 		cJSON_Delete(params);
-		return conn_dead_error(&c->conn);
+		return client_conn_dead_error(&c->conn);
 	}
-	rc = conn_call(&c->conn, PROTO_M_ALLOC, params, &rep, &fd);
+	rc = client_conn_call(&c->conn, PROTO_M_ALLOC, params, &rep, &fd);
 	if (rc < 0)
 		return rc;
 	rc = hostmem_adopt(c, rep.result, fd, out, result_json);
@@ -187,7 +188,7 @@ int hostmem_free(gpb_client *c, uint64_t id, cJSON *params, char **result_json)
 	}
 	if (!params)
 		return error_set(GPB_E_NOMEM, "out of memory");
-	rc = conn_call(&c->conn, PROTO_M_FREE, params, &rep, NULL);
+	rc = client_conn_call(&c->conn, PROTO_M_FREE, params, &rep, NULL);
 	if (rc < 0)
 		return rc;
 	if (result_json)

@@ -179,10 +179,10 @@ static bool cuda_device_trial(struct backend *b, int ordinal, struct cuda_device
 	const char *what = "cuCtxPushCurrent";
 	char name[64];
 	CUcontext popped;
-	d->vmm_rdma = cuda_vmm_rdma(api, d->dev);
+	d->vmm_rdma = backend_vmm_rdma(api, d->dev);
 	CUresult rc = api->CtxPushCurrent(d->ctx);
 	if (rc == CUDA_SUCCESS) {
-		rc = cuda_vmm_trial(api, d->ordinal, d->vmm_granularity, d->vmm_rdma, &what);
+		rc = backend_vmm_trial(api, d->ordinal, d->vmm_granularity, d->vmm_rdma, &what);
 		if (rc != CUDA_SUCCESS && d->vmm_rdma && strcmp(what, "cuMemCreate") == 0) {
 			/* The attribute promised the flag, the driver refused
 			 * it: slabs without it still serve. */
@@ -191,7 +191,7 @@ static bool cuda_device_trial(struct backend *b, int ordinal, struct cuda_device
 			         "are made without it",
 			         ordinal, cuda_api_error_name(api, rc, name, sizeof(name)));
 			d->vmm_rdma = false;
-			rc = cuda_vmm_trial(api, d->ordinal, d->vmm_granularity, false, &what);
+			rc = backend_vmm_trial(api, d->ordinal, d->vmm_granularity, false, &what);
 		}
 		api->CtxPopCurrent(&popped);
 	}
@@ -218,7 +218,7 @@ static bool cuda_device_transport(struct backend *b, int ordinal, struct cuda_de
 	bool want_ipc = strcmp(cu->transport, BACKEND_TRANSPORT_IPC) == 0;
 
 	if (!want_ipc &&
-	    cuda_vmm_probe(&cu->api, d->dev, ordinal, &d->vmm_granularity, why, sizeof(why)) &&
+	    backend_vmm_probe(&cu->api, d->dev, ordinal, &d->vmm_granularity, why, sizeof(why)) &&
 	    cuda_device_trial(b, ordinal, d, why, sizeof(why))) {
 		snprintf(d->info.transport, sizeof(d->info.transport), BACKEND_TRANSPORT_VMM);
 		return true;
@@ -514,7 +514,7 @@ static void cuda_slab_free(struct backend *b, int device, struct cuda_slab *cs)
 	if (cs->base.vmm) {
 		/* Mapped by a client still (a killed one being torn down): the
 		 * driver keeps the memory until it lets go too. */
-		if ((rc = cuda_vmm_release(&cu->api, cs->vmm, cs->base.fd)) != CUDA_SUCCESS)
+		if ((rc = backend_vmm_release(&cu->api, cs->vmm, cs->base.fd)) != CUDA_SUCCESS)
 			cuda_log(b, rc, device, "cuMemRelease");
 		cs->base.fd = -1;
 		return;
@@ -564,8 +564,8 @@ static int cuda_slab_create_vmm(struct backend *b, int device, struct cuda_slab 
 	int err = cuda_enter(b, device);
 	if (err < 0)
 		return err;
-	CUresult rc = cuda_vmm_create(&cu->api, d->ordinal, d->vmm_granularity, cs->base.size,
-	                              d->vmm_rdma, &cs->vmm, &fd, &what);
+	CUresult rc = backend_vmm_create(&cu->api, d->ordinal, d->vmm_granularity, cs->base.size,
+	                                 d->vmm_rdma, &cs->vmm, &fd, &what);
 	cuda_leave(b, device);
 	if (rc == CUDA_ERROR_OUT_OF_MEMORY && strcmp(what, "cuMemCreate") == 0) {
 		log_debug("cuda: device %d: cuMemCreate of %llu bytes: out of memory", device,
@@ -577,7 +577,7 @@ static int cuda_slab_create_vmm(struct backend *b, int device, struct cuda_slab 
 	cs->base.vmm = true;
 	cs->base.fd = fd;
 	cs->base.id = b->next_slab_id++;
-	if (cuda_vmm_tag(cs->base.id, cs->base.size, cs->base.handle, PROTO_HANDLE_SIZE) < 0) {
+	if (backend_vmm_tag(cs->base.id, cs->base.size, cs->base.handle, PROTO_HANDLE_SIZE) < 0) {
 		cuda_slab_free(b, device, cs);
 		return -EIO;
 	}

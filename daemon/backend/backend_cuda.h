@@ -20,8 +20,8 @@
  * with *granularity (the minimum allocation granularity), else false with
  * the reason in @why.
  */
-bool cuda_vmm_probe(const struct cuda_api *api, CUdevice dev, int ordinal, size_t *granularity,
-                    char *why, size_t why_len);
+bool backend_vmm_probe(const struct cuda_api *api, CUdevice dev, int ordinal, size_t *granularity,
+                       char *why, size_t why_len);
 
 /*
  * Makes a VMM slab of @size bytes rounded up to @granularity on device
@@ -33,28 +33,29 @@ bool cuda_vmm_probe(const struct cuda_api *api, CUdevice dev, int ordinal, size_
  * else the failing call's result with its name in *what and nothing left
  * behind.
  */
-CUresult cuda_vmm_create(const struct cuda_api *api, int ordinal, size_t granularity, uint64_t size,
-                         bool rdma, CUmemGenericAllocationHandle *handle, int *fd,
-                         const char **what);
+CUresult backend_vmm_create(const struct cuda_api *api, int ordinal, size_t granularity,
+                            uint64_t size, bool rdma, CUmemGenericAllocationHandle *handle, int *fd,
+                            const char **what);
 /* Lets go of the daemon's descriptor and handle: the memory is the
  * driver's again once no client maps it either. */
-CUresult cuda_vmm_release(const struct cuda_api *api, CUmemGenericAllocationHandle handle, int fd);
+CUresult backend_vmm_release(const struct cuda_api *api, CUmemGenericAllocationHandle handle,
+                             int fd);
 
 /* Whether device @dev takes allocFlags.gpuDirectRDMACapable in cuMemCreate
  * (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED). */
-bool cuda_vmm_rdma(const struct cuda_api *api, CUdevice dev);
+bool backend_vmm_rdma(const struct cuda_api *api, CUdevice dev);
 
 /*
  * The trial at start (context pushed): one granule made as a slab is
- * (cuda_vmm_create, with @rdma), its descriptor imported as a client
+ * (backend_vmm_create, with @rdma), its descriptor imported as a client
  * would, and all of it released. CUDA_SUCCESS, or the failing call's
  * result with its name in *what and nothing left behind.
  */
-CUresult cuda_vmm_trial(const struct cuda_api *api, int ordinal, size_t granularity, bool rdma,
-                        const char **what);
+CUresult backend_vmm_trial(const struct cuda_api *api, int ordinal, size_t granularity, bool rdma,
+                           const char **what);
 
 /* The 64 handle bytes of VMM slab @id: a tag that only names the slab for
  * the client's cache (the descriptor is the capability). 0 or -EIO. */
-int cuda_vmm_tag(uint64_t id, uint64_t size, unsigned char *tag, size_t len);
+int backend_vmm_tag(uint64_t id, uint64_t size, unsigned char *tag, size_t len);
 
 #endif

@@ -24,7 +24,7 @@
  * register broker memory with a NIC as they could cuMemAlloc memory; the
  * driver refuses the flag where the attribute is 0.
  *
- * A trial at start (cuda_vmm_trial): the attributes can promise what the
+ * A trial at start (backend_vmm_trial): the attributes can promise what the
  * driver then refuses (Confidential Computing, some virtualised GPUs
  * advertise VMM but refuse export), which would fail every allocation; one
  * granule is made, exported, imported and released before the device is
@@ -40,7 +40,7 @@
 
 #define VMM_TAG_MAGIC "GPBVMM\0\0"
 
-static void cuda_vmm_prop(CUmemAllocationProp *prop, int ordinal)
+static void backend_vmm_prop(CUmemAllocationProp *prop, int ordinal)
 {
 	memset(prop, 0, sizeof(*prop));
 	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -49,8 +49,8 @@ static void cuda_vmm_prop(CUmemAllocationProp *prop, int ordinal)
 	prop->location.id = ordinal;
 }
 
-bool cuda_vmm_probe(const struct cuda_api *api, CUdevice dev, int ordinal, size_t *granularity,
-                    char *why, size_t why_len)
+bool backend_vmm_probe(const struct cuda_api *api, CUdevice dev, int ordinal, size_t *granularity,
+                       char *why, size_t why_len)
 {
 	int vmm = 0, fd = 0;
 	CUmemAllocationProp prop;
@@ -74,7 +74,7 @@ bool cuda_vmm_probe(const struct cuda_api *api, CUdevice dev, int ordinal, size_
 		         "the device cannot export memory as a POSIX file descriptor");
 		return false;
 	}
-	cuda_vmm_prop(&prop, ordinal);
+	backend_vmm_prop(&prop, ordinal);
 	rc = api->MemGetAllocationGranularity(granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (rc != CUDA_SUCCESS || *granularity == 0) {
 		snprintf(why, why_len, "cuMemGetAllocationGranularity failed (CUresult %d)",
@@ -86,8 +86,9 @@ bool cuda_vmm_probe(const struct cuda_api *api, CUdevice dev, int ordinal, size_
 
 /* Clears the memory of @handle through a temporary mapping (context
  * pushed); the mapping is gone again on return. */
-static CUresult cuda_vmm_scrub(const struct cuda_api *api, int ordinal,
-                               CUmemGenericAllocationHandle handle, size_t size, const char **what)
+static CUresult backend_vmm_scrub(const struct cuda_api *api, int ordinal,
+                                  CUmemGenericAllocationHandle handle, size_t size,
+                                  const char **what)
 {
 	CUdeviceptr va = 0;
 	CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = ordinal},
@@ -123,9 +124,9 @@ free_va:
 	return rc;
 }
 
-CUresult cuda_vmm_create(const struct cuda_api *api, int ordinal, size_t granularity, uint64_t size,
-                         bool rdma, CUmemGenericAllocationHandle *handle, int *fd,
-                         const char **what)
+CUresult backend_vmm_create(const struct cuda_api *api, int ordinal, size_t granularity,
+                            uint64_t size, bool rdma, CUmemGenericAllocationHandle *handle, int *fd,
+                            const char **what)
 {
 	CUmemAllocationProp prop;
 	CUresult rc;
@@ -135,12 +136,12 @@ CUresult cuda_vmm_create(const struct cuda_api *api, int ordinal, size_t granula
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	size_t phys = (size_t)((size + granularity - 1) / granularity * granularity);
-	cuda_vmm_prop(&prop, ordinal);
+	backend_vmm_prop(&prop, ordinal);
 	prop.allocFlags.gpuDirectRDMACapable = rdma ? 1 : 0;
 	*what = "cuMemCreate";
 	if ((rc = api->MemCreate(handle, phys, &prop, 0)) != CUDA_SUCCESS)
 		return rc;
-	rc = cuda_vmm_scrub(api, ordinal, *handle, phys, what);
+	rc = backend_vmm_scrub(api, ordinal, *handle, phys, what);
 	if (rc == CUDA_SUCCESS) {
 		*what = "cuMemExportToShareableHandle";
 		*fd = -1;
@@ -152,14 +153,15 @@ CUresult cuda_vmm_create(const struct cuda_api *api, int ordinal, size_t granula
 	return rc;
 }
 
-CUresult cuda_vmm_release(const struct cuda_api *api, CUmemGenericAllocationHandle handle, int fd)
+CUresult backend_vmm_release(const struct cuda_api *api, CUmemGenericAllocationHandle handle,
+                             int fd)
 {
 	if (fd >= 0)
 		close(fd);
 	return api->MemRelease(handle);
 }
 
-int cuda_vmm_tag(uint64_t id, uint64_t size, unsigned char *tag, size_t len)
+int backend_vmm_tag(uint64_t id, uint64_t size, unsigned char *tag, size_t len)
 {
 	if (len < 24)
 		return -EINVAL;
@@ -170,7 +172,7 @@ int cuda_vmm_tag(uint64_t id, uint64_t size, unsigned char *tag, size_t len)
 	return getrandom(tag + 24, len - 24, 0) == (ssize_t)(len - 24) ? 0 : -EIO;
 }
 
-bool cuda_vmm_rdma(const struct cuda_api *api, CUdevice dev)
+bool backend_vmm_rdma(const struct cuda_api *api, CUdevice dev)
 {
 	int v = 0;
 	return api->DeviceGetAttribute(&v,
@@ -179,13 +181,13 @@ bool cuda_vmm_rdma(const struct cuda_api *api, CUdevice dev)
 	       v == 1;
 }
 
-CUresult cuda_vmm_trial(const struct cuda_api *api, int ordinal, size_t granularity, bool rdma,
-                        const char **what)
+CUresult backend_vmm_trial(const struct cuda_api *api, int ordinal, size_t granularity, bool rdma,
+                           const char **what)
 {
 	CUmemGenericAllocationHandle handle, imported;
 	int fd = -1;
 	CUresult rc =
-	    cuda_vmm_create(api, ordinal, granularity, granularity, rdma, &handle, &fd, what);
+	    backend_vmm_create(api, ordinal, granularity, granularity, rdma, &handle, &fd, what);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	*what = "cuMemImportFromShareableHandle";
@@ -195,7 +197,7 @@ CUresult cuda_vmm_trial(const struct cuda_api *api, int ordinal, size_t granular
 		*what = "cuMemRelease (imported)";
 		rc = api->MemRelease(imported);
 	}
-	CUresult rc2 = cuda_vmm_release(api, handle, fd);
+	CUresult rc2 = backend_vmm_release(api, handle, fd);
 	if (rc == CUDA_SUCCESS && rc2 != CUDA_SUCCESS) {
 		*what = "cuMemRelease";
 		rc = rc2;

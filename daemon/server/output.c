@@ -41,7 +41,7 @@ static void output_add(struct server *srv, ssize_t delta)
 	srv->dispatch.metrics.output_bytes = srv->out_bytes;
 }
 
-void output_release(struct conn *c)
+void output_release(struct server_conn *c)
 {
 	if (c->out_released)
 		return;
@@ -52,25 +52,25 @@ void output_release(struct conn *c)
 /* Drops a connection that does not read: at once, or on the next loop turn
  * when a broker operation may be using its session, or when it is not the
  * connection being served (its caller may be iterating the connections). */
-static void output_drop(struct conn *c, bool now, enum metrics_drop why)
+static void output_drop(struct server_conn *c, bool now, enum metrics_drop why)
 {
 	c->srv->dispatch.metrics.dropped[why]++;
 	if (now && !c->srv->in_send)
-		conn_close(c, "not reading its replies");
+		server_conn_close(c, "not reading its replies");
 	else
-		conn_doom(c);
+		server_conn_doom(c);
 }
 
-static void conn_on_pause_timeout(uv_timer_t *t)
+static void server_conn_on_pause_timeout(uv_timer_t *t)
 {
-	struct conn *c = t->data;
+	struct server_conn *c = t->data;
 	log_warn("session %llu (pid %d uid %u): dropped: still not reading its replies after %u ms",
 	         (unsigned long long)c->session->id, (int)c->session->pid,
 	         (unsigned)c->session->uid, c->srv->broker->limits.paused_timeout_ms);
 	output_drop(c, true, METRICS_DROP_PAUSED);
 }
 
-void conn_pause(struct conn *c)
+void server_conn_pause(struct server_conn *c)
 {
 	if (c->paused)
 		return;
@@ -78,14 +78,14 @@ void conn_pause(struct conn *c)
 	          (unsigned long long)c->session->id);
 	c->paused = true;
 	uv_read_stop((uv_stream_t *)&c->pipe);
-	uv_timer_start(&c->pause_timer, conn_on_pause_timeout,
+	uv_timer_start(&c->pause_timer, server_conn_on_pause_timeout,
 	               c->srv->broker->limits.paused_timeout_ms, 0);
 }
 
-static void conn_on_write(uv_write_t *req, int status)
+static void server_conn_on_write(uv_write_t *req, int status)
 {
-	struct conn_write *w = req->data;
-	struct conn *c = w->req.handle->data;
+	struct server_conn_write *w = req->data;
+	struct server_conn *c = w->req.handle->data;
 	list_remove(&w->link);
 	c->out_bytes -= w->cost;
 	if (!c->out_released)
@@ -99,7 +99,7 @@ static void conn_on_write(uv_write_t *req, int status)
 	if (status < 0) {
 		/* EPIPE/ECONNRESET: the client left before its reply. */
 		if (status != UV_ECANCELED)
-			conn_close(c, uv_strerror(status));
+			server_conn_close(c, uv_strerror(status));
 		return;
 	}
 	size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
@@ -109,27 +109,27 @@ static void conn_on_write(uv_write_t *req, int status)
 		uv_timer_stop(&c->pause_timer);
 		/* What its backlog held is free: give it back soon. */
 		server_trim_soon(c->srv);
-		conn_process(c);
+		server_conn_process(c);
 	}
 }
 
 /* Bytes a connection's queue holds beyond the frame being written. */
-static size_t output_backlog(const struct conn *c)
+static size_t output_backlog(const struct server_conn *c)
 {
 	if (list_empty(&c->writes))
 		return 0;
-	return c->out_bytes - list_entry(c->writes.next, struct conn_write, link)->cost;
+	return c->out_bytes - list_entry(c->writes.next, struct server_conn_write, link)->cost;
 }
 
 /* While every connection's output together is over max_output_total, drops
  * the one holding the most: the client furthest behind reading. */
-static void output_check_total(struct server *srv, struct conn *current)
+static void output_check_total(struct server *srv, struct server_conn *current)
 {
 	while (srv->out_bytes > srv->cfg.max_output_total) {
-		struct conn *worst = NULL;
+		struct server_conn *worst = NULL;
 		struct list *pos;
 		list_for_each(pos, &srv->conns) {
-			struct conn *c = list_entry(pos, struct conn, link);
+			struct server_conn *c = list_entry(pos, struct server_conn, link);
 			if (!c->out_released && (!worst || c->out_bytes > worst->out_bytes))
 				worst = c;
 		}
@@ -148,7 +148,7 @@ static void output_check_total(struct server *srv, struct conn *current)
 
 /* After a frame is queued: pauses a client over the high-water mark, drops
  * one over max_output_per_client, then holds the total. */
-static void conn_check_queue(struct conn *c)
+static void server_conn_check_queue(struct server_conn *c)
 {
 	struct server *srv = c->srv;
 	size_t backlog = output_backlog(c);
@@ -163,7 +163,7 @@ static void conn_check_queue(struct conn *c)
 	} else if (!c->paused && (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
 	                              srv->broker->limits.write_high_water ||
 	                          c->out_fds >= OUTPUT_MAX_FDS)) {
-		conn_pause(c);
+		server_conn_pause(c);
 	}
 	output_check_total(srv, c);
 }
@@ -176,7 +176,7 @@ static void conn_check_queue(struct conn *c)
  * Returns the bytes written (the descriptor went with the first), 0 when
  * nothing was (queue it instead).
  */
-static size_t conn_try_write_fd(struct conn *c, const char *frame, size_t len, int fd)
+static size_t server_conn_try_write_fd(struct server_conn *c, const char *frame, size_t len, int fd)
 {
 	uv_os_fd_t sock;
 	union {
@@ -205,7 +205,7 @@ static size_t conn_try_write_fd(struct conn *c, const char *frame, size_t len, i
 }
 
 /* Wraps a duplicate of fd in a pipe handle for uv_write2. 0 or -errno. */
-static int conn_wrap_fd(struct conn *c, struct conn_write *w, int fd)
+static int server_conn_wrap_fd(struct server_conn *c, struct server_conn_write *w, int fd)
 {
 	int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	if (dupfd < 0)
@@ -223,13 +223,13 @@ static int conn_wrap_fd(struct conn *c, struct conn_write *w, int fd)
 	return rc;
 }
 
-int conn_send(struct conn *c, char *frame, size_t len, int fd)
+int server_conn_send(struct server_conn *c, char *frame, size_t len, int fd)
 {
-	struct conn_write *w = NULL;
+	struct server_conn_write *w = NULL;
 	uv_buf_t buf = uv_buf_init(frame, (unsigned)len);
 	int rc = -ENOMEM;
 	if (frame && fd >= 0) {
-		size_t n = conn_try_write_fd(c, frame, len, fd);
+		size_t n = server_conn_try_write_fd(c, frame, len, fd);
 		if (n == len) {
 			free(frame);
 			return 0;
@@ -258,13 +258,13 @@ int conn_send(struct conn *c, char *frame, size_t len, int fd)
 	w->req.data = w;
 	list_init(&w->link);
 	if (fd >= 0) {
-		rc = conn_wrap_fd(c, w, fd);
+		rc = server_conn_wrap_fd(c, w, fd);
 		if (rc < 0)
 			goto fail;
 		rc = uv_write2(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, (uv_stream_t *)w->fd_pipe,
-		               conn_on_write);
+		               server_conn_on_write);
 	} else {
-		rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, conn_on_write);
+		rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, server_conn_on_write);
 	}
 	if (rc < 0)
 		goto fail;
@@ -275,7 +275,7 @@ int conn_send(struct conn *c, char *frame, size_t len, int fd)
 	c->out_fds += w->fd_pipe != NULL;
 	if (!c->out_released)
 		output_add(c->srv, (ssize_t)w->cost);
-	conn_check_queue(c);
+	server_conn_check_queue(c);
 	return 0;
 fail:
 	if (w && w->fd_pipe)
@@ -283,8 +283,8 @@ fail:
 	free(frame);
 	free(w);
 	if (c->srv->in_send)
-		conn_doom(c);
+		server_conn_doom(c);
 	else
-		conn_close(c, "could not queue a reply");
+		server_conn_close(c, "could not queue a reply");
 	return rc;
 }

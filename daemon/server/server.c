@@ -32,12 +32,12 @@
  * that never read would leave the daemon's RSS at its peak. */
 #define SERVER_TRIM_MS 1000
 
-static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
-static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+static void server_conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void server_conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 
-static void conn_on_handle_closed(uv_handle_t *h)
+static void server_conn_on_handle_closed(uv_handle_t *h)
 {
-	struct conn *c = h->data;
+	struct server_conn *c = h->data;
 	if (--c->open_handles > 0)
 		return;
 	struct server *srv = c->srv;
@@ -47,7 +47,7 @@ static void conn_on_handle_closed(uv_handle_t *h)
 	server_trim_soon(srv);
 }
 
-void conn_close(struct conn *c, const char *why)
+void server_conn_close(struct server_conn *c, const char *why)
 {
 	if (c->closing)
 		return;
@@ -63,31 +63,31 @@ void conn_close(struct conn *c, const char *why)
 	list_remove(&c->link);
 	c->srv->conn_count--;
 	proto_framer_finish(&c->framer);
-	uv_close((uv_handle_t *)&c->pipe, conn_on_handle_closed);
-	uv_close((uv_handle_t *)&c->hello_timer, conn_on_handle_closed);
-	uv_close((uv_handle_t *)&c->pause_timer, conn_on_handle_closed);
+	uv_close((uv_handle_t *)&c->pipe, server_conn_on_handle_closed);
+	uv_close((uv_handle_t *)&c->hello_timer, server_conn_on_handle_closed);
+	uv_close((uv_handle_t *)&c->pause_timer, server_conn_on_handle_closed);
 }
 
-static void conn_on_shutdown(uv_shutdown_t *req, int status)
+static void server_conn_on_shutdown(uv_shutdown_t *req, int status)
 {
-	conn_close(req->data, "finished");
+	server_conn_close(req->data, "finished");
 }
 
 /* Ends a connection after the replies already queued have been written. */
-static void conn_finish(struct conn *c)
+static void server_conn_finish(struct server_conn *c)
 {
 	if (c->closing || c->finishing)
 		return;
 	c->finishing = true;
 	uv_read_stop((uv_stream_t *)&c->pipe);
 	c->shutdown.data = c;
-	if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->pipe, conn_on_shutdown) < 0)
-		conn_close(c, "shutdown failed");
+	if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->pipe, server_conn_on_shutdown) < 0)
+		server_conn_close(c, "shutdown failed");
 }
 
-static void conn_on_doomed(uv_timer_t *t)
+static void server_conn_on_doomed(uv_timer_t *t)
 {
-	conn_close(t->data, "could not queue a frame");
+	server_conn_close(t->data, "could not queue a frame");
 }
 
 /*
@@ -98,23 +98,23 @@ static void conn_on_doomed(uv_timer_t *t)
  * after the handshake (and before it the broker sends nothing that can be
  * doomed but the shutdown event, after which the connection ends anyway).
  */
-void conn_doom(struct conn *c)
+void server_conn_doom(struct server_conn *c)
 {
 	if (c->doomed || c->closing)
 		return;
 	c->doomed = true;
 	output_release(c);
 	uv_read_stop((uv_stream_t *)&c->pipe);
-	uv_timer_start(&c->hello_timer, conn_on_doomed, 0, 0);
+	uv_timer_start(&c->hello_timer, server_conn_on_doomed, 0, 0);
 }
 
-void conn_process(struct conn *c)
+void server_conn_process(struct server_conn *c)
 {
 	const struct broker_limits *limits = &c->srv->broker->limits;
 	while (!c->closing && !c->finishing && !c->doomed) {
 		if (c->paused || uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
 		                     limits->write_high_water) {
-			conn_pause(c);
+			server_conn_pause(c);
 			return;
 		}
 		char *frame;
@@ -126,8 +126,8 @@ void conn_process(struct conn *c)
 		if (rc < 0) {
 			dispatch_error(PROTO_E_INVALID_REQUEST,
 			               "invalid request: frame exceeds 65536 bytes", &rep);
-			if (conn_send(c, rep.frame, rep.len, -1) == 0)
-				conn_finish(c);
+			if (server_conn_send(c, rep.frame, rep.len, -1) == 0)
+				server_conn_finish(c);
 			return;
 		}
 		dispatch_frame(&c->srv->dispatch, c->session, frame, len, &rep);
@@ -141,8 +141,8 @@ void conn_process(struct conn *c)
 		}
 		if (c->session->hello)
 			uv_timer_stop(&c->hello_timer);
-		rc = rep.deferred ? 0 : conn_send(c, rep.frame, rep.len, rep.fd);
-		/* Sent, or queued with a duplicate (conn_send): the reply's own
+		rc = rep.deferred ? 0 : server_conn_send(c, rep.frame, rep.len, rep.fd);
+		/* Sent, or queued with a duplicate (server_conn_send): the reply's own
 		 * descriptor is not kept. */
 		if (rep.fd_owned)
 			close(rep.fd);
@@ -151,48 +151,48 @@ void conn_process(struct conn *c)
 	}
 	/* Resumes a connection paused above (UV_EALREADY when reading). */
 	if (!c->closing && !c->finishing && !c->doomed && !c->paused)
-		uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
+		uv_read_start((uv_stream_t *)&c->pipe, server_conn_on_alloc, server_conn_on_read);
 }
 
-static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void server_conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	/* One loop thread, and read_cb copies the bytes into the framer
 	 * before returning: a single server-wide buffer suffices. */
-	struct conn *c = h->data;
+	struct server_conn *c = h->data;
 	*buf = uv_buf_init(c->srv->readbuf, sizeof(c->srv->readbuf));
 }
 
-static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+static void server_conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
-	struct conn *c = stream->data;
+	struct server_conn *c = stream->data;
 	if (nread == UV_EOF) {
 		/* Half-close: answer what was read, then close. */
-		conn_process(c);
-		conn_finish(c);
+		server_conn_process(c);
+		server_conn_finish(c);
 		return;
 	}
 	if (nread < 0) {
-		conn_close(c, uv_strerror((int)nread));
+		server_conn_close(c, uv_strerror((int)nread));
 		return;
 	}
 	if (uv_pipe_pending_count(&c->pipe) > 0) {
-		conn_close(c, "client sent file descriptors");
+		server_conn_close(c, "client sent file descriptors");
 		return;
 	}
 	if (proto_framer_push(&c->framer, buf->base, (size_t)nread) < 0) {
-		conn_close(c, "out of memory");
+		server_conn_close(c, "out of memory");
 		return;
 	}
-	conn_process(c);
+	server_conn_process(c);
 }
 
-static void conn_on_hello_timeout(uv_timer_t *t)
+static void server_conn_on_hello_timeout(uv_timer_t *t)
 {
-	struct conn *c = t->data;
+	struct server_conn *c = t->data;
 	struct dispatch_reply rep;
 	dispatch_error(PROTO_E_STATE, "bad state: no hello within the hello timeout", &rep);
-	if (conn_send(c, rep.frame, rep.len, -1) == 0)
-		conn_finish(c);
+	if (server_conn_send(c, rep.frame, rep.len, -1) == 0)
+		server_conn_finish(c);
 }
 
 /* Connections of one uid that are still being served. */
@@ -201,16 +201,16 @@ static unsigned server_uid_connections(struct server *srv, uid_t uid)
 	unsigned n = 0;
 	struct list *pos, *tmp;
 	list_for_each_safe(pos, tmp, &srv->conns) {
-		struct conn *c = list_entry(pos, struct conn, link);
+		struct server_conn *c = list_entry(pos, struct server_conn, link);
 		n += c->session && !c->closing && !c->finishing && c->session->uid == uid;
 	}
 	return n;
 }
 
 /* A connection with its handles initialised, counted, not yet open. */
-static struct conn *conn_create(struct server *srv)
+static struct server_conn *server_conn_create(struct server *srv)
 {
-	struct conn *c = calloc(1, sizeof(*c));
+	struct server_conn *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
 	c->srv = srv;
@@ -230,7 +230,7 @@ static struct conn *conn_create(struct server *srv)
 
 /* Opens the session of a connected client and starts reading (or refuses
  * it over a limit). */
-static void conn_serve(struct conn *c, const struct peer *peer)
+static void server_conn_serve(struct server_conn *c, const struct peer *peer)
 {
 	struct server *srv = c->srv;
 	unsigned same_uid = server_uid_connections(srv, peer->uid);
@@ -238,14 +238,14 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 	if (!c->session) {
 		if (peer->pidfd >= 0)
 			close(peer->pidfd);
-		conn_close(c, "out of memory");
+		server_conn_close(c, "out of memory");
 		return;
 	}
 	c->session->pidfd = peer->pidfd; /* the session's to close */
 	c->session->conn = c;
 	c->session->admin = peer->admin;
 	if (broker_session_set_groups(c->session, peer->groups, peer->ngroups) < 0) {
-		conn_close(c, "out of memory");
+		server_conn_close(c, "out of memory");
 		return;
 	}
 	log_debug("session %llu: connected: pid %d uid %u gid %u%s",
@@ -291,28 +291,28 @@ static void conn_serve(struct conn *c, const struct peer *peer)
 		                                         : max,
 		                               &len);
 		srv->dispatch.metrics.refused[why]++;
-		if (conn_send(c, frame, len, -1) == 0)
-			conn_finish(c);
+		if (server_conn_send(c, frame, len, -1) == 0)
+			server_conn_finish(c);
 		return;
 	}
-	uv_timer_start(&c->hello_timer, conn_on_hello_timeout, srv->broker->limits.hello_timeout_ms,
-	               0);
-	uv_read_start((uv_stream_t *)&c->pipe, conn_on_alloc, conn_on_read);
+	uv_timer_start(&c->hello_timer, server_conn_on_hello_timeout,
+	               srv->broker->limits.hello_timeout_ms, 0);
+	uv_read_start((uv_stream_t *)&c->pipe, server_conn_on_alloc, server_conn_on_read);
 }
 
 /* Serves fd as a client with these credentials; on failure fd is still
  * the caller's. */
 static int server_serve_fd(struct server *srv, int fd, const struct peer *peer)
 {
-	struct conn *c = conn_create(srv);
+	struct server_conn *c = server_conn_create(srv);
 	if (!c)
 		return -ENOMEM;
 	int rc = uv_pipe_open(&c->pipe, fd);
 	if (rc < 0) {
-		conn_close(c, "cannot open the descriptor");
+		server_conn_close(c, "cannot open the descriptor");
 		return rc;
 	}
-	conn_serve(c, peer);
+	server_conn_serve(c, peer);
 	return 0;
 }
 
@@ -343,18 +343,18 @@ int server_attach_fd(struct server *srv, int fd, uid_t uid, gid_t gid, pid_t pid
 /* dispatch_close_fn: an administrator's evict. */
 static void server_close(void *ctx, struct session *s, const char *why)
 {
-	struct conn *c = s->conn;
+	struct server_conn *c = s->conn;
 	if (c && !c->closing) {
 		log_info("session %llu (pid %d uid %u): %s", (unsigned long long)s->id, (int)s->pid,
 		         (unsigned)s->uid, why);
-		conn_finish(c);
+		server_conn_finish(c);
 	}
 }
 
 /* dispatch_send_fn: frames for a session outside its current reply. */
 static void server_send(void *ctx, struct session *s, char *frame, size_t len, int fd)
 {
-	struct conn *c = s->conn;
+	struct server_conn *c = s->conn;
 	if (!c || c->closing || c->finishing || c->doomed) {
 		free(frame);
 		return;
@@ -362,7 +362,7 @@ static void server_send(void *ctx, struct session *s, char *frame, size_t len, i
 	struct server *srv = c->srv;
 	bool nested = srv->in_send;
 	srv->in_send = true;
-	conn_send(c, frame, len, fd);
+	server_conn_send(c, frame, len, fd);
 	srv->in_send = nested;
 }
 
@@ -405,7 +405,7 @@ static void server_on_drain_timeout(uv_timer_t *t)
 	struct list *pos, *tmp;
 	log_warn("shutdown: closing %u clients that did not finish in time", srv->conn_count);
 	list_for_each_safe(pos, tmp, &srv->conns) {
-		conn_close(list_entry(pos, struct conn, link), "shutdown");
+		server_conn_close(list_entry(pos, struct server_conn, link), "shutdown");
 	}
 }
 
@@ -433,14 +433,14 @@ static void server_stop(struct server *srv, const char *reason)
 	 * closed once they are written (or when the drain timer runs out). */
 	struct list *pos, *tmp;
 	list_for_each_safe(pos, tmp, &srv->conns) {
-		struct conn *c = list_entry(pos, struct conn, link);
+		struct server_conn *c = list_entry(pos, struct server_conn, link);
 		if (c->closing || c->finishing)
 			continue;
 		cJSON *data = cJSON_CreateObject();
 		if (data)
 			cJSON_AddStringToObject(data, PROTO_F_REASON, reason);
 		dispatch_send_event(&srv->dispatch, c->session, PROTO_EV_SHUTDOWN, data);
-		conn_finish(c);
+		server_conn_finish(c);
 	}
 	/* A timer is due relative to the loop's time, which was taken when
 	 * the loop woke for the signal: the time spent since (the events

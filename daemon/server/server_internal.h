@@ -28,8 +28,8 @@ struct server {
 	uv_timer_t drain;
 	uv_timer_t waits; /* the broker's deadline for waiting allocations */
 	uv_timer_t trim;  /* gives freed heap back to the system once things calm down */
-	bool in_send; /* conn_send called from inside a broker operation (an event): do not close
-	                 now */
+	bool in_send; /* server_conn_send called from inside a broker operation (an event): do not
+	                 close now */
 	struct systemd_watchdog watchdog;
 	struct exitwatch exits; /* processes of evicted sessions */
 	struct list conns;
@@ -39,7 +39,7 @@ struct server {
 	char readbuf[PROTO_MAX_FRAME];
 };
 
-struct conn {
+struct server_conn {
 	uv_pipe_t pipe;
 	uv_timer_t hello_timer;
 	uv_timer_t pause_timer; /* runs while paused: drops a client that stays so */
@@ -48,7 +48,7 @@ struct conn {
 	struct session *session;
 	struct proto_framer framer;
 	struct list link;
-	struct list writes; /* struct conn_write queued, oldest first */
+	struct list writes; /* struct server_conn_write queued, oldest first */
 	size_t out_bytes;   /* what those hold: their frames and requests */
 	unsigned out_fds;   /* of those, how many hold a descriptor's duplicate */
 	int open_handles;
@@ -57,9 +57,9 @@ struct conn {
 	bool out_released; /* out_bytes no longer counts in the server's total */
 };
 
-struct conn_write {
+struct server_conn_write {
 	uv_write_t req;
-	struct list link; /* in conn.writes */
+	struct list link; /* in server_conn.writes */
 	size_t cost;      /* bytes it holds: the frame, this, the descriptor's pipe */
 	char *frame;
 	uv_pipe_t *fd_pipe; /* wraps a dup of the descriptor being passed */
@@ -69,13 +69,13 @@ struct conn_write {
 
 /* Ends a connection now: pending writes are cancelled, the session's
  * allocations and instances are reclaimed. Idempotent. */
-void conn_close(struct conn *c, const char *why);
+void server_conn_close(struct server_conn *c, const char *why);
 /* Closes a connection on the next loop turn: for one the broker may be
  * sending to from inside an operation. */
-void conn_doom(struct conn *c);
+void server_conn_doom(struct server_conn *c);
 /* Answers every complete frame buffered, unless the client is too far
  * behind reading its replies; resumes reading. */
-void conn_process(struct conn *c);
+void server_conn_process(struct server_conn *c);
 /* Arms the timer that gives freed heap back to the system (malloc_trim),
  * unless it is armed: after a connection goes, or drains its backlog. */
 void server_trim_soon(struct server *srv);
@@ -88,12 +88,12 @@ void server_trim_soon(struct server *srv);
  * the descriptor or nothing. May drop this or other connections that do
  * not read (max_output_per_client, max_output_total). 0 or -errno.
  */
-int conn_send(struct conn *c, char *frame, size_t len, int fd);
+int server_conn_send(struct server_conn *c, char *frame, size_t len, int fd);
 /* Stops reading from a client that is too far behind reading its replies
  * (resumed when it catches up), and starts the clock on dropping it. */
-void conn_pause(struct conn *c);
+void server_conn_pause(struct server_conn *c);
 /* Takes a closing connection's output out of the server's total: it is
  * freed with the connection. Idempotent. */
-void output_release(struct conn *c);
+void output_release(struct server_conn *c);
 
 #endif
