@@ -1,13 +1,14 @@
 #!/bin/sh
-# The layers of the tree, written down where they are enforced.
+# No #include goes up a layer or sideways.
 #
 #   tests/check-layers.sh [SOURCE_ROOT]
 #
-# Every module is one folder. A module may include its own headers and those
-# of the modules listed after it below (the whole list, not only the layer
-# right under it: a layer may skip the ones between). An #include "x.h" of a
-# header that lives in any other module's folder is a layer going up (or
-# sideways) and fails, as does an include of a header no module holds.
+# The layers are the table in tests/layers.table (check-calls.sh reads the
+# same one). Every module is one folder. A module may include its own headers
+# and those of the modules listed after it in the table (the whole list, not
+# only the layer right under it: a layer may skip the ones between). An
+# #include "x.h" of a header that lives in any other module's folder is a
+# layer going up (or sideways) and fails, as does an include of a header no module holds.
 # Meson gives each module's library only the include directories of the
 # modules below it, so such an include does not compile either; this check
 # says which rule it broke, and also catches what the build cannot see:
@@ -21,28 +22,8 @@ cd "$top"
 found=$(mktemp)
 trap 'rm -f "$found"' EXIT INT TERM
 
-# module     folder            may include
-layers='
-common       common            -
-schema       proto             -
-proto        proto             schema common
-log          daemon/log        -
-pool         daemon/pool       -
-policy       daemon/policy     common
-backend      daemon/backend    log schema common
-broker       daemon/broker     backend pool policy log schema common
-conf         daemon/conf       broker backend pool policy log schema common
-dispatch     daemon/dispatch   broker backend pool policy log proto schema common
-server       daemon/server     dispatch conf broker backend pool policy log proto schema common
-gpubrokerd   daemon            server dispatch conf broker backend pool policy log proto schema common
-public       include           -
-base         client/base       public
-layout       client/layout     base public
-core         client/core       base proto schema common public
-library      client            core layout base proto schema common public
-ctl          client/ctl        proto schema public
-spank        slurm             conf public
-'
+# "module folder may-include..." rows, comments and blank lines dropped.
+layers=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' tests/layers.table)
 # Modules that speak no JSON and run no event loop.
 no_json='common schema log pool policy backend broker conf'
 
@@ -135,7 +116,7 @@ for d in common proto include daemon daemon/* client client/* slurm; do
 done
 
 if [ "$fail" -ne 0 ]; then
-	echo "check-layers: FAILED (the table is in tests/check-layers.sh; docs/design.md explains it)" >&2
+	echo "check-layers: FAILED (the table is tests/layers.table; docs/design.md explains it)" >&2
 	exit 1
 fi
 echo "check-layers: every include goes down a layer"
