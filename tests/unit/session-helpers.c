@@ -322,7 +322,7 @@ void check_members(const cJSON *obj, const struct proto_member *list)
 void expect_error(struct broker *b, struct session *s, const char *frame, const char *id, int code,
                   const char *field)
 {
-	struct reply r;
+	struct reply r = {.fd = -1};
 	char why[256] = "";
 
 	send_frame(b, s, frame, strlen(frame), &r);
@@ -375,7 +375,7 @@ bool limit_data_is(const struct reply *r, const char *name, double value)
 
 void hello(struct broker *b, struct session *s, const char *client)
 {
-	struct reply r;
+	struct reply r = {.fd = -1};
 
 	request(b, s, &r,
 	        "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1],"

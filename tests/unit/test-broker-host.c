@@ -135,7 +135,7 @@ static void test_host_requests(void **state)
 {
 	struct broker *b = broker_new(64 * MiB, 0, 0);
 	struct session *s = open_session(b, UID_A, 101);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	hello(b, s, "host");

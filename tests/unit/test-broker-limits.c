@@ -146,7 +146,7 @@ static void test_attach_limit(void **state)
 	struct session *s1 = open_session(b, UID_A, 1);
 	struct session *s2 = open_session(b, UID_A, 2);
 	struct broker_grant g;
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	struct broker_instance *i1 = reg(b, s1, 0);

@@ -35,7 +35,7 @@ static void test_register_caps(void **state)
 {
 	struct broker *b = policy_broker(100 * MiB, POLICY_ACTIVE, 0);
 	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_B, "two");
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	request(b, s1, &r, "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"a\"}}");
@@ -106,7 +106,7 @@ static void test_quota(void **state)
 	struct session *s1 = client(b, UID_A, "one");
 	struct broker_instance *a = reg_p(b, s1, 0, 0.25, NULL);
 	struct broker_grant g;
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	assert_int_equal(a->pol.cap, 16 * MiB);
@@ -141,7 +141,7 @@ static void test_limit(void **state)
 	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
 	struct broker_instance *a1 = reg_p(b, s1, 1, 0, NULL);
 	struct broker_grant g;
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	assert_true(admin->admin);
@@ -214,7 +214,7 @@ static void test_set_mode(void **state)
 	struct session *s2 = client(b, UID_B, "two");
 	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
 	struct broker_instance *c = reg_p(b, s2, 0, 0.25, NULL);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	assert_int_equal(sent_count, 0); /* passive: caps did not move */
@@ -249,7 +249,7 @@ static void test_set_proportion(void **state)
 	struct session *s2 = client(b, UID_B, "two");
 	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
 	struct broker_instance *c = reg_p(b, s2, 0, 0, NULL);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	sent_clear();
@@ -346,7 +346,7 @@ static void test_policy_query(void **state)
 	struct broker_instance *a = reg_p(b, s1, 0, 0.5, "solver");
 	reg_p(b, s2, 0, 0, "solver");
 	reg_p(b, s2, 1, 0, NULL);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	alloc_ok(b, s1, a, 10 * MiB, 0);
@@ -414,7 +414,7 @@ static void test_groups(void **state)
 	struct session *s3 = client(b, UID_B, "three");
 	struct broker_instance *a = reg_p(b, s1, 0, 0.2, NULL);
 	struct broker_instance *c = reg_p(b, s2, 0, 0.3, NULL);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	expect_error_fmt(b, s1, PROTO_E_NOT_FOUND, NULL,
@@ -516,7 +516,7 @@ static void test_departure(void **state)
  * returns the slabs let go. */
 static uint64_t invalidate_done(struct broker *b, struct session *s, uint64_t epoch)
 {
-	struct reply r;
+	struct reply r = {.fd = -1};
 	if (!epoch)
 		epoch = ju64(jget(sent_nth(s, sent_to(s, "invalidate") - 1), "data"), "epoch");
 	request(b, s, &r,
@@ -703,7 +703,7 @@ static void test_set_allocator(void **state)
 	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
 	struct session *admin = client(b, 0, "root"), *s1 = client(b, UID_A, "one");
 	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	alloc_ok(b, s1, a, 4096, 0);

@@ -32,7 +32,7 @@
 static void queue(struct broker *b, struct session *s, const struct broker_instance *inst,
                   const char *requests)
 {
-	struct reply r;
+	struct reply r = {.fd = -1};
 	request(b, s, &r,
 	        "{\"id\":\"q\",\"method\":\"queue_request\",\"params\":{\"instance\":\"%016" PRIx64
 	        "\",\"requests\":%s}}",
@@ -46,7 +46,7 @@ static void queue(struct broker *b, struct session *s, const struct broker_insta
 static uint64_t allocate(struct broker *b, struct session *s, const struct broker_instance *inst,
                          const char *key)
 {
-	struct reply r;
+	struct reply r = {.fd = -1};
 	request(b, s, &r,
 	        "{\"id\":\"a\",\"method\":\"allocate_queue\",\"params\":{\"instance\":\"%016" PRIx64
 	        "\"}}",
@@ -88,7 +88,7 @@ static void test_queue_host(void **state)
 	struct broker *b = policy_broker(64 * MiB, POLICY_ACTIVE, 0);
 	struct session *s = client(b, UID_A, "one"), *other = client(b, UID_A, "two");
 	struct broker_instance *in = reg_p(b, s, 0, 0, "g");
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	/* 10000 runs of 8 KiB on the device: 82 MB for a 64 MiB cap, two
@@ -201,7 +201,7 @@ static void test_queue_host_refused(void **state)
 	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
 	struct session *s = client(b, UID_A, "one");
 	struct broker_instance *in = reg_p(b, s, 0, 0, "g");
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	/* Over max_host_memory: the device array made first goes back, the

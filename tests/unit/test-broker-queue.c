@@ -32,7 +32,7 @@
 static void queue_ok(struct broker *b, struct session *s, const struct broker_instance *inst,
                      const char *requests, int queued)
 {
-	struct reply r;
+	struct reply r = {.fd = -1};
 	request(b, s, &r,
 	        "{\"id\":\"q\",\"method\":\"queue_request\",\"params\":{\"instance\":\"%016" PRIx64
 	        "\",\"requests\":%s}}",
@@ -69,7 +69,7 @@ static void test_queue_allocate(void **state)
 	struct broker *b = policy_broker(64 * MiB, POLICY_ACTIVE, 0);
 	struct session *s[3];
 	struct broker_instance *in[3];
-	struct reply r;
+	struct reply r = {.fd = -1};
 	const cJSON *shape;
 	(void)state;
 
@@ -186,7 +186,7 @@ static void test_queue_more(void **state)
 	struct broker *b = policy_broker(64 * MiB, POLICY_PASSIVE, 0);
 	struct session *admin = client(b, 0, "root"), *s1 = client(b, UID_A, "one");
 	struct broker_instance *a = reg_p(b, s1, 0, 0, "g");
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	/* Malformed requests, each on its field. */

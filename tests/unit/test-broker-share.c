@@ -223,7 +223,7 @@ static void test_orphan_lifetime(void **state)
 	assert_int_equal(dev_stats(b, 0).used, MiB);
 	/* What operators see. */
 	hello(b, s2, "op");
-	struct reply r;
+	struct reply r = {.fd = -1};
 	request(b, s2, &r, "{\"id\":\"st\",\"method\":\"status\"}");
 	const cJSON *st = result_of(&r, "st");
 	assert_int_equal(jnum(st, "orphans"), 1);
@@ -415,7 +415,7 @@ static void test_share_requests(void **state)
 	struct broker *b = broker_new(64 * MiB, 0, 0);
 	struct session *s1 = open_session(b, UID_A, 101);
 	struct session *s2 = open_session(b, UID_A, 102);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	hello(b, s1, "a");

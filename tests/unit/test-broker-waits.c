@@ -171,7 +171,7 @@ static void test_wait_user_cap(void **state)
 	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_A, "two");
 	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
 	struct broker_instance *c = reg_p(b, s2, 0, 0, NULL);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	broker_set_rules(b, &rule, 1);
@@ -250,7 +250,7 @@ static void test_wait_cancelled(void **state)
 	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_B, "two");
 	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
 	struct broker_instance *c = reg_p(b, s2, 0, 0, NULL);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	struct broker_grant g = alloc_ok(b, s1, a, 6 * MiB, 0);

@@ -41,7 +41,7 @@ static void test_dispatch_ids_and_malformed(void **state)
 {
 	struct broker *b = broker_new(64 * MiB, 0, 0);
 	struct session *s = open_session(b, UID_A, 1);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	char id64[65], id65[66], frame[256];
 	(void)state;
 
@@ -135,7 +135,7 @@ static void test_dispatch_broker_errors(void **state)
 	struct broker *b = broker_new(8 * MiB, 2, 3);
 	struct session *s = open_session(b, UID_A, 1);
 	struct session *other = open_session(b, UID_B, 2);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	hello(b, s, "errors");
@@ -241,7 +241,7 @@ static void test_dispatch_limit_error_data(void **state)
 {
 	struct broker *b = broker_new(64 * MiB, 1, 1);
 	struct session *s = open_session(b, UID_A, 1);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	bool ok;
 	(void)state;
 
@@ -285,7 +285,7 @@ static void test_dispatch_unregister_busy_field(void **state)
 {
 	struct broker *b = broker_new(64 * MiB, 0, 0);
 	struct session *s = open_session(b, UID_A, 1);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	hello(b, s, "busy");
@@ -343,7 +343,7 @@ static void test_dispatch_long_unknown_method(void **state)
 	size_t hl = strlen(head);
 	struct broker *b = broker_new(64 * MiB, 0, 0);
 	struct session *s = open_session(b, UID_A, 1);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	hello(b, s, "long");
@@ -387,7 +387,7 @@ static void test_dispatch_clients_at_max_clients(void **state)
 	/* An administrator: the only one who is shown every user's clients. */
 	struct session *s = open_session(b, 0, 1);
 	const char *req = "{\"id\":\"c\",\"method\":\"clients\"}";
-	struct reply r;
+	struct reply r = {.fd = -1};
 	char name[PROTO_MAX_NAME + 1];
 	(void)state;
 
@@ -428,7 +428,7 @@ static void test_backend_fd_exhaustion(void **state)
 	struct broker_instance *inst = reg(b, s, 0);
 	struct rlimit saved, lim;
 	struct broker_grant g;
-	struct reply r;
+	struct reply r = {.fd = -1};
 	char frame[256];
 	(void)state;
 
@@ -503,7 +503,7 @@ static int oom_request(struct broker *b, struct session *s, long n, const char *
 /* hello, asking the daemon to keep emptied slabs for the session. */
 static void hello_keep(struct broker *b, struct session *s)
 {
-	struct reply r;
+	struct reply r = {.fd = -1};
 	request(b, s, &r,
 	        "{\"id\":\"h\",\"method\":\"hello\",\"params\":{\"versions\":[1],"
 	        "\"keep_slabs\":true}}");
@@ -515,7 +515,7 @@ static void hello_keep(struct broker *b, struct session *s)
 /* hello (keeping emptied slabs with keep), then an instance "x"; its id. */
 static uint64_t hello_register(struct broker *b, struct session *s, bool keep, const char *client)
 {
-	struct reply r;
+	struct reply r = {.fd = -1};
 	if (keep)
 		hello_keep(b, s);
 	else
@@ -534,7 +534,7 @@ static void grant_out_of_memory(bool keep)
 		struct broker *b = broker_new(64 * MiB, 0, 0);
 		struct session *s = open_session(b, UID_A, 1);
 		struct session *t = open_session(b, UID_A, 2);
-		struct reply r;
+		struct reply r = {.fd = -1};
 		/* With keep: given back, a slab the grant handed over is not
 		 * kept either: the client never took it. */
 		uint64_t inst = hello_register(b, s, keep, "owner");
@@ -598,7 +598,7 @@ static void claim_out_of_memory(bool keep)
 	for (long n = 0; n < 1000 && !(dev_done && host_done); n++) {
 		struct broker *b = broker_new(64 * MiB, 0, 0);
 		struct session *s = open_session(b, UID_A, 1);
-		struct reply r;
+		struct reply r = {.fd = -1};
 		char frame[256];
 		uint64_t inst = hello_register(b, s, keep, "claimer");
 		if (keep) {

@@ -41,7 +41,7 @@ static void test_dispatch_end_to_end(void **state)
 	const uint64_t mem = 64 * MiB;
 	struct broker *b = broker_new(mem, 5, 1000);
 	struct session *s = broker_session_open(b, UID_A, 100, 4242);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	const cJSON *res, *o, *lim;
 	char handle_hex[2 * PROTO_HANDLE_SIZE + 1];
 	unsigned char handle[PROTO_HANDLE_SIZE];
@@ -375,7 +375,7 @@ static void test_dispatch_state(void **state)
 {
 	struct broker *b = broker_new(64 * MiB, 0, 0);
 	struct session *s = open_session(b, UID_A, 1);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	/* Before hello: everything else is -32000. */
@@ -469,7 +469,7 @@ static void test_dispatch_params(void **state)
 {
 	struct broker *b = broker_new(64 * MiB, 0, 0);
 	struct session *s = open_session(b, UID_A, 1);
-	struct reply r;
+	struct reply r = {.fd = -1};
 	(void)state;
 
 	hello(b, s, "params");
