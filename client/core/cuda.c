@@ -401,6 +401,23 @@ static int cuda_open(const uint8_t *handle, int fd, const struct slab_target *wh
 	return 0;
 }
 
+/* A forked child's inherited mapping (slab.c): its records freed, no
+ * driver call (the pool import and the context are the parent's). */
+static void cuda_forget(void *priv)
+{
+	struct cuda_mapping *m = priv;
+	if (m->pool) {
+		pthread_mutex_lock(&cuda_pool_lock);
+		bool last = --m->pool->maps == 0;
+		pthread_mutex_unlock(&cuda_pool_lock);
+		if (last)
+			free(m->pool);
+	}
+	if (m->cctx)
+		cuda_ctx_forget(m->cctx);
+	free(m);
+}
+
 static void cuda_close(void *base, uint64_t size, void *priv)
 {
 	(void)base;
@@ -592,6 +609,7 @@ const struct slab_opener slab_cuda_opener = {
     .close_first = 1,
     .open = cuda_open,
     .close = cuda_close,
+    .forget = cuda_forget,
     .copy = cuda_copy,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,

@@ -50,6 +50,15 @@ void cuda_ctx_forget_all(void)
 	pthread_mutex_init(&cuda_ctx_lock, NULL);
 }
 
+void cuda_ctx_forget(struct cuda_ctx *c)
+{
+	pthread_mutex_lock(&cuda_ctx_lock);
+	bool last = --c->refs == 0;
+	pthread_mutex_unlock(&cuda_ctx_lock);
+	if (last)
+		free(c);
+}
+
 bool cuda_ctx_alive(const struct cuda_api *api, struct cuda_ctx *c)
 {
 	pthread_mutex_lock(&cuda_ctx_lock);

@@ -50,6 +50,10 @@ CUresult cuda_ctx_get(const struct cuda_api *api, CUdevice dev, struct cuda_ctx 
 /* Drops a reference; the last lets go of a primary context's retain (a dead
  * one's too: a reset does not release it). */
 void cuda_ctx_put(const struct cuda_api *api, struct cuda_ctx *c);
+/* cuda_ctx_put() in a forked child, of a record of its parent's: the last
+ * reference frees it with no driver call (cuda_ctx_forget_all dropped the
+ * list, and the retain is the parent's). */
+void cuda_ctx_forget(struct cuda_ctx *c);
 /* In a forked child (cuda.c's fork handler): no context of the parent's is
  * this process's; forgets them all without a driver call. */
 void cuda_ctx_forget_all(void);

@@ -239,7 +239,9 @@ void slab_cache_put(struct slab_map *map)
 		/* The parent's (slab_atfork_child): not on the list, not
 		 * counted, and no driver state of this process behind it. */
 		pthread_mutex_unlock(&slab_lock);
-		if (!map->opener->alive)
+		if (map->opener->forget)
+			map->opener->forget(map->priv);
+		else
 			map->opener->close(map->base, map->size, map->priv);
 		free(map);
 		return;

@@ -59,6 +59,10 @@ struct slab_opener {
 	            void **base, void **priv);
 	/* Unmaps what open() mapped. */
 	void (*close)(void *base, uint64_t size, void *priv);
+	/* Frees what open() made with no driver call: a forked child's
+	 * inherited mapping (NULL: close() is safe in a child, as sim's
+	 * munmap is). */
+	void (*forget)(void *priv);
 	/* Copies @n bytes between host memory and this mapping, queued on
 	 * @stream where the backend has streams. 0 or a GPB_E_* code. */
 	int (*copy)(void *priv, void *dst, const void *src, size_t n, bool to_device, void *stream);

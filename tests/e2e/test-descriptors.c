@@ -173,6 +173,15 @@ static void test_host_flood(void **state)
 static void test_share(void **state)
 {
 	enum { WANT = 1000 };
+	if (th_valgrind()) {
+		/* valgrind answers the daemon's getrlimit() with its own
+		 * emulated limit (19988 here), not the one this test sets, and
+		 * the share is half of what getrlimit says; the normal and ASan
+		 * passes run this. */
+		printf("# under valgrind: the daemon sees valgrind's RLIMIT_NOFILE, not this "
+		       "test's\n");
+		skip();
+	}
 	if (geteuid() != 0) {
 		printf("# not root: cannot run a client as another user\n");
 		skip();
@@ -244,6 +253,15 @@ static void fill_start(struct child *ch, const char *socket, uid_t uid)
 static void test_admin_spare(void **state)
 {
 	enum { LIMIT = 160 };
+	if (th_valgrind()) {
+		/* valgrind answers the daemon's getrlimit() with its own
+		 * emulated limit (19988 here), not the one this test sets, and
+		 * the share is half of what getrlimit says; the normal and ASan
+		 * passes run this. */
+		printf("# under valgrind: the daemon sees valgrind's RLIMIT_NOFILE, not this "
+		       "test's\n");
+		skip();
+	}
 	if (geteuid() != 0) {
 		printf("# not root: cannot run a client as another user\n");
 		skip();

@@ -68,7 +68,8 @@ struct fake_vmm_file {
 	uint64_t size;
 	int32_t device;
 	int32_t handle_types;
-	int32_t rdma; /* made with allocFlags.gpuDirectRDMACapable */
+	int32_t rdma;  /* made with allocFlags.gpuDirectRDMACapable */
+	int32_t spare; /* no padding: the whole trailer is written, every byte set */
 };
 
 /* Physical memory this process holds (a handle or a mapping of it). */

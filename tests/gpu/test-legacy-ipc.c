@@ -157,6 +157,9 @@ static void real_namespaces(struct gt_daemon *d)
 			CHECK(st == 0 && strncmp(line, "refused", 7) == 0 &&
 			      strstr(line, "PID namespace"));
 		fflush(stdout);
+		/* The parent's client: forgotten here (a forked child's
+		 * disconnect says nothing to the daemon), not leaked. */
+		gpb_disconnect(c);
 		_exit(0);
 	}
 	CHECK(gt_wait(pid) == 0);
