@@ -280,7 +280,7 @@ void gt_stage_use(void)
 		const char *was = getenv("LD_LIBRARY_PATH");
 		char path[PATH_MAX * 2];
 		snprintf(path, sizeof(path), "%s%s%s", gt_stage_dir, was && *was ? ":" : "",
-			 was && *was ? was : "");
+		         was && *was ? was : "");
 		setenv("LD_LIBRARY_PATH", path, 1);
 	}
 }
