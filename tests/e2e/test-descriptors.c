@@ -170,14 +170,13 @@ static void test_host_flood(void **state)
 	unlink(conf);
 }
 
-static void test_share(void **state)
+/* The share cases need root (clients of other users) and the daemon's own
+ * getrlimit(): valgrind answers it with its emulated limit (19988 here),
+ * not the one this test sets, and the share is half of what getrlimit
+ * says; the normal and ASan passes run them. */
+static void skip_unless_share_testable(void)
 {
-	enum { WANT = 1000 };
 	if (th_valgrind()) {
-		/* valgrind answers the daemon's getrlimit() with its own
-		 * emulated limit (19988 here), not the one this test sets, and
-		 * the share is half of what getrlimit says; the normal and ASan
-		 * passes run this. */
 		printf("# under valgrind: the daemon sees valgrind's RLIMIT_NOFILE, not this "
 		       "test's\n");
 		skip();
@@ -186,6 +185,12 @@ static void test_share(void **state)
 		printf("# not root: cannot run a client as another user\n");
 		skip();
 	}
+}
+
+static void test_share(void **state)
+{
+	enum { WANT = 1000 };
+	skip_unless_share_testable();
 	struct th_daemon d;
 	char conf[64];
 	start(&d, "socket_mode = 0666\nallocator = direct\n", NOFILE, conf, sizeof(conf));
@@ -253,19 +258,7 @@ static void fill_start(struct child *ch, const char *socket, uid_t uid)
 static void test_admin_spare(void **state)
 {
 	enum { LIMIT = 160 };
-	if (th_valgrind()) {
-		/* valgrind answers the daemon's getrlimit() with its own
-		 * emulated limit (19988 here), not the one this test sets, and
-		 * the share is half of what getrlimit says; the normal and ASan
-		 * passes run this. */
-		printf("# under valgrind: the daemon sees valgrind's RLIMIT_NOFILE, not this "
-		       "test's\n");
-		skip();
-	}
-	if (geteuid() != 0) {
-		printf("# not root: cannot run a client as another user\n");
-		skip();
-	}
+	skip_unless_share_testable();
 	struct th_daemon d;
 	char conf[64];
 	start(&d, "socket_mode = 0666\n", LIMIT, conf, sizeof(conf));

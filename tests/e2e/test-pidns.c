@@ -144,14 +144,9 @@ static void test_evicted_kept(void **state)
 	pid_t daemon_pid = child_of(d.pid);
 	gpb_client *admin = th_client(&d, "admin");
 
-	int up[2], down[2];
-	assert_int_equal(pipe(up), 0);
-	assert_int_equal(pipe(down), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	int rd, wr;
+	pid_t pid = th_fork_linked(&rd, &wr);
 	if (pid == 0) {
-		close(up[0]);
-		close(down[1]);
 		gpb_client *c = NULL;
 		uint64_t inst;
 		struct gpb_allocation a;
@@ -162,16 +157,14 @@ static void test_evicted_kept(void **state)
 		    gpb_alloc(c, inst, 4096, 0, &a) != 0)
 			th_child_exit(81);
 		memset(a.ptr, 0x5a, 4096);
-		if (write(up[1], "r", 1) != 1 || read(down[0], &go, 1) != 1)
+		if (write(wr, "r", 1) != 1 || read(rd, &go, 1) != 1)
 			th_child_exit(82);
 		/* Evicted meanwhile: it still has the slab mapped, and writes. */
 		memset(a.ptr, 0x6b, 4096);
 		th_child_exit(0);
 	}
-	close(up[1]);
-	close(down[0]);
 	char got;
-	assert_int_equal(read(up[0], &got, 1), 1);
+	assert_int_equal(read(rd, &got, 1), 1);
 
 	char session[17];
 	long seen_pid = -1;
@@ -187,12 +180,12 @@ static void test_evicted_kept(void **state)
 	 * the fix: 0 ghosts, the slab back in the pool at once. */
 	assert_int_equal(ghosts(admin), 1);
 
-	assert_int_equal(write(down[1], "g", 1), 1);
+	assert_int_equal(write(wr, "g", 1), 1);
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	close(up[0]);
-	close(down[1]);
+	close(rd);
+	close(wr);
 	struct ghost_wait w = {admin, 0};
 	if (kernel_has_peer_pidfd()) {
 		/* Watched through its socket's pidfd: let go once it exited. */
