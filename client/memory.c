@@ -17,10 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MEMORY_GRANULE       256u       /* the daemon's minimum alignment */
-#define MEMORY_MAX_ALIGNMENT (2u << 20) /* and its maximum */
-#define MEMORY_MAX_WAIT_MS   86400000u  /* the daemon's longest wait: a day */
-
 /* What gives back an alloc or an attach. */
 static const char *const memory_undo_method[TRACK_KINDS] = {
     [TRACK_ALLOC] = PROTO_M_FREE,
@@ -324,21 +320,21 @@ GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, u
 		rc = error_set(GPB_E_INVALID, "gpb_alloc: size must be at least 1 and out set");
 		goto out;
 	}
-	if (wait_ms > MEMORY_MAX_WAIT_MS) {
+	if (wait_ms > PROTO_MAX_WAIT_MS) {
 		rc = error_set(GPB_E_INVALID, "gpb_alloc_wait: wait_ms is at most %u",
-		               MEMORY_MAX_WAIT_MS);
+		               PROTO_MAX_WAIT_MS);
 		goto out;
 	}
-	if (alignment && ((alignment & (alignment - 1)) || alignment > MEMORY_MAX_ALIGNMENT)) {
+	if (alignment && ((alignment & (alignment - 1)) || alignment > PROTO_MAX_ALIGNMENT)) {
 		rc =
 		    error_set(GPB_E_INVALID, "gpb_alloc: alignment must be a power of two up to %u",
-		              MEMORY_MAX_ALIGNMENT);
+		              PROTO_MAX_ALIGNMENT);
 		goto out;
 	}
 	/* Every allocation is granule-aligned, which satisfies any smaller
 	 * power of two; the daemon only accepts the granule and up. */
-	if (alignment && alignment < MEMORY_GRANULE)
-		alignment = MEMORY_GRANULE;
+	if (alignment && alignment < PROTO_GRANULE)
+		alignment = PROTO_GRANULE;
 	rc = memory_alloc(c, instance, size, alignment, wait_ms, out);
 out:
 	client_leave(c);

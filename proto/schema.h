@@ -30,6 +30,13 @@
 #define PROTO_MAX_NAME    64          /* bytes of instance, group and client names */
 #define PROTO_HANDLE_SIZE 64          /* bytes of an IPC handle (CUipcMemHandle shape) */
 
+/* alloc's bounds. Sizes are charged in granules, and an alignment is a
+ * power of two from the granule to PROTO_MAX_ALIGNMENT (the slab
+ * alignment: a larger one could not be promised inside a slab). */
+#define PROTO_GRANULE       256u
+#define PROTO_MAX_ALIGNMENT (2u << 20)
+#define PROTO_MAX_WAIT_MS   86400000 /* a day: longer waits are surely mistakes */
+
 /* ---- error codes --------------------------------------------------------- */
 
 /* Error codes carried in error.code: JSON-RPC 2.0's reserved ones plus the

@@ -14,8 +14,6 @@
 #include "config.h"
 #include "log.h"
 
-#define DISPATCH_MAX_WAIT_MS 86400000 /* a day: longer waits are surely mistakes */
-
 cJSON *dispatch_result(struct dispatch_ctx *ctx)
 {
 	ctx->result = cJSON_CreateObject();
@@ -468,6 +466,13 @@ static const char *const alloc_type_expected =
     PROTO_QUOTED(PROTO_V_MEM_DEVICE) ", " PROTO_QUOTED(PROTO_V_MEM_PINNED) ", " PROTO_QUOTED(
         PROTO_V_MEM_MAPPED) " or " PROTO_QUOTED(PROTO_V_MEM_MANAGED);
 
+#define DISPATCH_STR_(x) #x
+#define DISPATCH_STR(x)  DISPATCH_STR_(x)
+static const char alloc_alignment_expected[] =
+    "a power of two from " DISPATCH_STR(PROTO_GRANULE) " to " DISPATCH_STR(PROTO_MAX_ALIGNMENT);
+static const char alloc_wait_expected[] =
+    "an integer from 0 to " DISPATCH_STR(PROTO_MAX_WAIT_MS) " (milliseconds)";
+
 static int on_alloc(struct dispatch_ctx *ctx)
 {
 	uint64_t instance, size, align = POOL_GRANULE;
@@ -484,8 +489,7 @@ static int on_alloc(struct dispatch_ctx *ctx)
 	if (rc == 0 && (align & (align - 1)))
 		rc = -EINVAL;
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_ALIGNMENT,
-		                            "a power of two from 256 to 2097152");
+		return dispatch_param_error(ctx, rc, PROTO_F_ALIGNMENT, alloc_alignment_expected);
 	rc = proto_get_string(ctx->params, PROTO_F_TYPE, 16, &type);
 	if (rc < 0 && rc != -ENOENT)
 		return dispatch_param_error(ctx, rc, PROTO_F_TYPE, alloc_type_expected);
@@ -504,10 +508,9 @@ static int on_alloc(struct dispatch_ctx *ctx)
 		return alloc_host(ctx, instance, size, strcmp(type, PROTO_V_MEM_MAPPED) == 0);
 	}
 	int64_t wait_ms = 0;
-	rc = proto_get_int(ctx->params, PROTO_F_WAIT_MS, 0, DISPATCH_MAX_WAIT_MS, &wait_ms);
+	rc = proto_get_int(ctx->params, PROTO_F_WAIT_MS, 0, PROTO_MAX_WAIT_MS, &wait_ms);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_WAIT_MS,
-		                            "an integer from 0 to 86400000 (milliseconds)");
+		return dispatch_param_error(ctx, rc, PROTO_F_WAIT_MS, alloc_wait_expected);
 	struct broker_grant g;
 	rc = dispatch_alloc_device(ctx, instance, size, align, wait_ms, &g);
 	if (rc < 0 || ctx->deferred)

@@ -13,8 +13,7 @@
 #include "dispatch_internal.h"
 #include "pool.h"
 
-#define DISPATCH_FAST_MAX_WAIT_MS 86400000 /* on_alloc's bound */
-#define DISPATCH_FAST_REPLY       512      /* a grant with a handle and a UUID fits */
+#define DISPATCH_FAST_REPLY 512 /* a grant with a handle and a UUID fits */
 
 /* The grant as a reply frame: the typed encoder, else cJSON. NULL when
  * neither could (then the allocation is given back). */
@@ -57,7 +56,7 @@ static bool fast_alloc(struct dispatch_ctx *ctx, const struct proto_fast_req *r,
 
 	/* What on_alloc would refuse, it refuses in its own words. */
 	if (r->size == 0 || align < POOL_GRANULE || align > POOL_MAX_ALIGNMENT ||
-	    (align & (align - 1)) || r->wait_ms > DISPATCH_FAST_MAX_WAIT_MS)
+	    (align & (align - 1)) || r->wait_ms > PROTO_MAX_WAIT_MS)
 		return false;
 	int rc = dispatch_alloc_device(ctx, r->instance, r->size, align, r->wait_ms, &g);
 	if (rc < 0 || ctx->deferred) {

@@ -58,11 +58,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define POOL_GRANULE       256u
+#include "schema.h"
+
+/* The protocol's granule and alignments are the pool's: what alloc
+ * promises, the pool delivers. */
+#define POOL_GRANULE       PROTO_GRANULE
 #define POOL_SLAB_ALIGN    (2u << 20)  /* 2 MiB: slab sizes are multiples of this */
 #define POOL_DEFAULT_SLAB  (64u << 20) /* 64 MiB */
-#define POOL_MAX_ALIGNMENT POOL_SLAB_ALIGN
-#define POOL_MAX_SLAB      (1ull << 55) /* 32 PiB: larger configs and requests are refused */
+#define POOL_MAX_ALIGNMENT PROTO_MAX_ALIGNMENT
+_Static_assert(POOL_MAX_ALIGNMENT == POOL_SLAB_ALIGN, "alignments up to the slab's");
+#define POOL_MAX_SLAB (1ull << 55) /* 32 PiB: larger configs and requests are refused */
 
 struct pool;
 struct pool_slab;
