@@ -153,7 +153,7 @@ static int memory_send_released(gpb_client *c)
 static int memory_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                         uint32_t wait_ms, struct gpb_allocation *out)
 {
-	struct proto_fast_grant g;
+	struct proto_grant g;
 	struct track_prep prep;
 	struct proto_reply rep;
 	uint64_t id = 0;

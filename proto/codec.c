@@ -249,49 +249,60 @@ static int req_top(void *ctx, const char *k, size_t klen, enum scan_kind kind, c
 	return -EAGAIN;
 }
 
-/* Params of either method: which ones belong is checked once the method
- * is known (it may come after them). */
+/* A string member seen for the first time: marked present. */
+static bool take(struct req_ctx *c, unsigned bit, enum scan_kind kind, bool *has)
+{
+	if (kind != SCAN_STRING || seen(&c->params, bit) < 0)
+		return false;
+	*has = true;
+	return true;
+}
+
+/* Params of either method, into both structs: which ones belong is
+ * checked once the method is known (it may come after them). Bounds are
+ * not checked here: the caller runs the method's params check, as the
+ * general path does after its decode. */
 static int req_param(void *ctx, const char *k, size_t klen, enum scan_kind kind, const char *v,
                      size_t vlen)
 {
 	struct req_ctx *c = ctx;
-	struct proto_fast_req *r = c->r;
+	struct proto_alloc_params *a = &c->r->alloc;
+	struct proto_free_params *f = &c->r->free;
 
 	if (key_is(k, klen, PROTO_F_INSTANCE))
-		return kind == SCAN_STRING && seen(&c->params, P_INSTANCE) == 0
-		           ? parse_id64(v, vlen, &r->instance)
+		return take(c, P_INSTANCE, kind, &a->has_instance)
+		           ? parse_id64(v, vlen, &a->instance)
 		           : -EAGAIN;
 	if (key_is(k, klen, PROTO_F_SIZE))
-		return kind == SCAN_STRING && seen(&c->params, P_SIZE) == 0
-		           ? parse_u64(v, vlen, &r->size)
-		           : -EAGAIN;
-	if (key_is(k, klen, PROTO_F_ALIGNMENT)) {
-		r->has_alignment = true;
-		return kind == SCAN_STRING && seen(&c->params, P_ALIGN) == 0
-		           ? parse_u64(v, vlen, &r->alignment)
-		           : -EAGAIN;
-	}
+		return take(c, P_SIZE, kind, &a->has_size) ? parse_u64(v, vlen, &a->size) : -EAGAIN;
+	if (key_is(k, klen, PROTO_F_ALIGNMENT))
+		return take(c, P_ALIGN, kind, &a->has_alignment) ? parse_u64(v, vlen, &a->alignment)
+		                                                 : -EAGAIN;
 	if (key_is(k, klen, PROTO_F_WAIT_MS)) {
 		uint64_t w;
 		if (kind != SCAN_NUMBER || seen(&c->params, P_WAIT) < 0 ||
 		    parse_u64(v, vlen, &w) < 0)
 			return -EAGAIN;
-		r->wait_ms = (int64_t)w;
+		a->wait_ms = (int64_t)w; /* 16 digits at most: it fits */
+		a->has_wait_ms = true;
 		return 0;
 	}
-	if (key_is(k, klen, PROTO_F_TYPE))
+	if (key_is(k, klen, PROTO_F_TYPE)) {
 		/* Only the default: host memory is not the hot path. */
-		return kind == SCAN_STRING && key_is(v, vlen, PROTO_V_MEM_DEVICE)
-		           ? seen(&c->params, P_TYPE)
-		           : -EAGAIN;
+		if (kind != SCAN_STRING || !key_is(v, vlen, PROTO_V_MEM_DEVICE) ||
+		    seen(&c->params, P_TYPE) < 0)
+			return -EAGAIN;
+		a->type = PROTO_MEMORY_DEVICE;
+		a->has_type = true;
+		return 0;
+	}
 	if (key_is(k, klen, PROTO_F_ID))
-		return kind == SCAN_STRING && seen(&c->params, P_ID) == 0
-		           ? parse_id64(v, vlen, &r->free_id)
-		           : -EAGAIN;
+		return take(c, P_ID, kind, &f->has_id) ? parse_id64(v, vlen, &f->id) : -EAGAIN;
 	if (key_is(k, klen, PROTO_F_REPLY)) {
 		if ((kind != SCAN_TRUE && kind != SCAN_FALSE) || seen(&c->params, P_REPLY) < 0)
 			return -EAGAIN;
-		r->reply = kind == SCAN_TRUE;
+		f->reply = kind == SCAN_TRUE;
+		f->has_reply = true;
 		return 0;
 	}
 	return -EAGAIN;
@@ -304,7 +315,6 @@ int proto_fast_request(const char *frame, size_t len, struct proto_fast_req *out
 
 	memset(out, 0, sizeof(*out));
 	out->op = -1;
-	out->reply = true;
 	if (scan_envelope(&s, PROTO_F_PARAMS, req_top, req_param, &c) < 0 ||
 	    c.top != (TOP_ID | TOP_METHOD))
 		return -EAGAIN;
@@ -337,17 +347,33 @@ static void put(struct out *o, const char *s, size_t n)
 
 #define PUT_LIT(o, lit) put((o), (lit), sizeof(lit) - 1)
 
-/* A string cJSON prints verbatim (else the frame goes the general way). */
+static const char hexdig[] = "0123456789abcdef";
+
+/* A JSON string as cJSON_PrintUnformatted() writes it: '"', '\\' and
+ * control bytes escaped (the short forms where JSON has them), every other
+ * byte as it is. */
 static void put_str(struct out *o, const char *s)
 {
-	size_t n = strlen(s);
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '"' || s[i] == '\\' || (unsigned char)s[i] < 0x20 ||
-		    (unsigned char)s[i] > 0x7e)
-			o->bad = true;
-	}
+	static const char short_esc[32] = {
+	    ['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n', ['\r'] = 'r', ['\t'] = 't'};
+	const char *run = s;
+
 	PUT_LIT(o, "\"");
-	put(o, s, n);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char esc[6] = {'\\', 'u', '0', '0', hexdig[c >> 4], hexdig[c & 15]};
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		put(o, run, (size_t)(s - run));
+		run = s + 1;
+		if (c == '"' || c == '\\' || short_esc[c]) {
+			esc[1] = c < 0x20 ? short_esc[c] : (char)c;
+			put(o, esc, 2);
+		} else {
+			put(o, esc, sizeof(esc));
+		}
+	}
+	put(o, run, (size_t)(s - run));
 	PUT_LIT(o, "\"");
 }
 
@@ -368,8 +394,6 @@ static void put_u64(struct out *o, uint64_t v)
 	PUT_LIT(o, "\"");
 }
 
-static const char hexdig[] = "0123456789abcdef";
-
 static void put_id64(struct out *o, uint64_t v)
 {
 	char buf[18];
@@ -388,8 +412,7 @@ static size_t done(struct out *o, char *buf)
 	return o->bad ? 0 : (size_t)(o->p - buf) - 1;
 }
 
-size_t proto_fast_grant_reply(char *buf, size_t cap, const char *id,
-                              const struct proto_fast_grant *g)
+size_t proto_grant_reply(char *buf, size_t cap, const char *id, const struct proto_grant *g)
 {
 	struct out o = {buf, buf + cap, false};
 
@@ -431,6 +454,12 @@ size_t proto_fast_grant_reply(char *buf, size_t cap, const char *id,
 		}
 		if (g->keep)
 			PUT_LIT(&o, ",\"" PROTO_F_KEEP "\":true");
+	}
+	if (g->label) {
+		PUT_LIT(&o, ",\"" PROTO_F_LABEL "\":");
+		put_str(&o, g->label);
+		PUT_LIT(&o, ",\"" PROTO_F_INSTANCE "\":");
+		put_id64(&o, g->instance);
 	}
 	PUT_LIT(&o, "}}");
 	return done(&o, buf);
@@ -477,7 +506,7 @@ size_t proto_fast_free_request(char *buf, size_t cap, const char *id, uint64_t a
 /* ---- reading a grant ------------------------------------------------------- */
 
 struct grant_ctx {
-	struct proto_fast_grant *g;
+	struct proto_grant *g;
 	const char *want_id;
 	unsigned top, seen;
 };
@@ -514,7 +543,7 @@ static int grant_member(void *ctx, const char *k, size_t klen, enum scan_kind ki
                         size_t vlen)
 {
 	struct grant_ctx *c = ctx;
-	struct proto_fast_grant *g = c->g;
+	struct proto_grant *g = c->g;
 	uint64_t dev;
 
 	if (key_is(k, klen, PROTO_F_ID))
@@ -552,8 +581,7 @@ static int grant_member(void *ctx, const char *k, size_t klen, enum scan_kind ki
 	return -EAGAIN;
 }
 
-int proto_fast_grant_parse(const char *frame, size_t len, const char *want_id,
-                           struct proto_fast_grant *out)
+int proto_grant_parse(const char *frame, size_t len, const char *want_id, struct proto_grant *out)
 {
 	struct scan s = {frame, frame + len};
 	struct grant_ctx c = {out, want_id, 0, 0};

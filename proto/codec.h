@@ -26,43 +26,47 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "params.h"
 #include "schema.h"
 
-/* An alloc or free request, decoded. */
+/* An alloc or free request, decoded into the params structs that the
+ * general decoder fills (params.h): the method's is @alloc or @free. Its
+ * bounds are not checked: the caller runs proto_alloc_params_check() or
+ * proto_free_params_check(), as proto_params_decode() does. */
 struct proto_fast_req {
 	int op; /* PROTO_OP_ALLOC or PROTO_OP_FREE */
 	char id[PROTO_MAX_ID + 1];
-	/* alloc */
-	uint64_t instance, size, alignment;
-	bool has_alignment;
-	int64_t wait_ms; /* 0 when absent */
-	/* free */
-	uint64_t free_id;
-	bool reply; /* "reply": true when absent */
+	struct proto_alloc_params alloc;
+	struct proto_free_params free;
 };
 
 /* 0, or -EAGAIN: not in the canonical form (decode it the general way). */
 int proto_fast_request(const char *frame, size_t len, struct proto_fast_req *out);
 
-/* An alloc's grant, as the reply carries it (PROTO_GRANT_RESULT). */
-struct proto_fast_grant {
+/* A grant, as the reply to alloc, attach, open and claim carries it
+ * (PROTO_GRANT_RESULT; a claim adds the array's label and instance). */
+struct proto_grant {
 	uint64_t id;
 	int device;
 	uint64_t slab, slab_size, offset, size;
 	const unsigned char *handle; /* PROTO_HANDLE_SIZE bytes, or NULL */
 	const char *device_uuid;     /* with handle */
 	bool fd, pool, vmm, keep;
-	uint64_t pool_id; /* with fd and pool */
+	uint64_t pool_id;  /* with fd and pool */
+	const char *label; /* a claim's, or NULL */
+	uint64_t instance; /* with label */
 };
+
+/* Room for any grant reply: the id, label and UUID escaped at worst. */
+#define PROTO_GRANT_REPLY_MAX (1024 + 6 * (PROTO_MAX_ID + 2 * PROTO_MAX_NAME))
 
 /*
  * Writes the success reply to request @id carrying @g, newline included
- * and NUL-terminated, into @buf (@cap bytes). Returns its length (without
- * the NUL), or 0 when it does not fit or
- * @id / device_uuid need escaping (encode it the general way then).
+ * and NUL-terminated, into @buf (@cap bytes): the one encoder of a grant,
+ * byte for byte what cJSON_PrintUnformatted() writes for the same object.
+ * Returns its length (without the NUL), or 0 when it does not fit.
  */
-size_t proto_fast_grant_reply(char *buf, size_t cap, const char *id,
-                              const struct proto_fast_grant *g);
+size_t proto_grant_reply(char *buf, size_t cap, const char *id, const struct proto_grant *g);
 
 /*
  * Reads a success reply to request @want_id that carries a grant in a slab
@@ -71,8 +75,7 @@ size_t proto_fast_grant_reply(char *buf, size_t cap, const char *id,
  * error, another id, a grant handing a slab over) or not canonical (decode
  * it the general way).
  */
-int proto_fast_grant_parse(const char *frame, size_t len, const char *want_id,
-                           struct proto_fast_grant *out);
+int proto_grant_parse(const char *frame, size_t len, const char *want_id, struct proto_grant *out);
 
 /* The request frames the library sends on the hot path, newline included
  * and NUL-terminated, into @buf: their length, or 0 when they do not fit. */

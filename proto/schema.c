@@ -10,7 +10,7 @@
 #include <string.h>
 
 const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
-#define PROTO_OP_INFO_(id, flags) [PROTO_OP_##id] = {PROTO_M_##id, (flags)},
+#define PROTO_OP_INFO_(id, name, flags) [PROTO_OP_##id] = {PROTO_M_##id, (flags)},
     PROTO_OPS(PROTO_OP_INFO_)
 #undef PROTO_OP_INFO_
 };
@@ -196,11 +196,15 @@ const char *const proto_values[] = {
 };
 const unsigned proto_value_count = sizeof(proto_values) / sizeof(proto_values[0]);
 
+/* Every method's params (empty lists included: PROTOCOL.md need name
+ * nothing for them), then the replies that have lists. */
+#define PROTO_PARAMS_INFO_(id, name, flags)                                                        \
+	{PROTO_M_##id, PROTO_F_PARAMS, PROTO_PARAM_TABLE(PROTO_##id##_PARAMS)},
 const struct proto_message_info proto_messages[] = {
-    {PROTO_M_ALLOC, PROTO_F_PARAMS, PROTO_MEMBER_TABLE(PROTO_ALLOC_PARAMS)},
+    PROTO_OPS(PROTO_PARAMS_INFO_){PROTO_M_QUEUE_REQUEST, PROTO_F_PARAMS,
+                                  PROTO_PARAM_TABLE(PROTO_QUEUE_ITEM)},
     {PROTO_M_ALLOC, PROTO_F_RESULT, PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT)},
     {PROTO_M_ALLOC, PROTO_F_RESULT, PROTO_MEMBER_TABLE(PROTO_HOST_RESULT)},
-    {PROTO_M_FREE, PROTO_F_PARAMS, PROTO_MEMBER_TABLE(PROTO_FREE_PARAMS)},
 };
 const unsigned proto_message_count = sizeof(proto_messages) / sizeof(proto_messages[0]);
 

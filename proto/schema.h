@@ -21,6 +21,8 @@
 #ifndef GPB_PROTO_SCHEMA_H
 #define GPB_PROTO_SCHEMA_H
 
+#include <stdint.h> /* the bounds of the params lists */
+
 #define PROTO_VERSION     1
 #define PROTO_MAX_FRAME   65536       /* request bytes, including the terminating '\n' */
 #define PROTO_MAX_REPLY   (16u << 20) /* reply and event bytes: lists of clients grow */
@@ -32,10 +34,23 @@
 
 /* alloc's bounds. Sizes are charged in granules, and an alignment is a
  * power of two from the granule to PROTO_MAX_ALIGNMENT (the slab
- * alignment: a larger one could not be promised inside a slab). */
-#define PROTO_GRANULE       256u
-#define PROTO_MAX_ALIGNMENT (2u << 20)
+ * alignment: a larger one could not be promised inside a slab). Plain
+ * decimal literals, so that PROTO_STR() spells them in messages. */
+#define PROTO_GRANULE       256
+#define PROTO_MAX_ALIGNMENT 2097152  /* 2 MiB */
 #define PROTO_MAX_WAIT_MS   86400000 /* a day: longer waits are surely mistakes */
+
+#define PROTO_MAX_UID       4294967294 /* a uid parameter; (uid_t)-1 means none */
+#define PROTO_MAX_DEVICES   64         /* device indices are 0 to 63 */
+#define PROTO_MAX_DIMS      8          /* dimensions of a queued array's shape */
+#define PROTO_MAX_QUEUE     64         /* requests queued on one instance, and per request */
+#define PROTO_MAX_ELEM_SIZE 65536      /* bytes of one element of a queued array */
+#define PROTO_TOKEN_SIZE    32         /* bytes of a partition's token ... */
+#define PROTO_TOKEN_HEX     64         /* ... and its hex digits */
+
+/* A limit as text, for messages: PROTO_STR(PROTO_MAX_NAME) is "64". */
+#define PROTO_STR_(x) #x
+#define PROTO_STR(x)  PROTO_STR_(x)
 
 /* ---- error codes --------------------------------------------------------- */
 
@@ -119,47 +134,47 @@ enum proto_op_flags {
  * PROTO_M_<suffix> and the enum PROTO_OP_<suffix>. The order is the enum's
  * (metrics count per op in it); names are case-sensitive. */
 #define PROTO_OPS(X)                                                                               \
-	X(HELLO, PROTO_OPF_BEFORE_HELLO)                                                           \
-	X(REGISTER, 0)                                                                             \
-	X(UNREGISTER, 0)                                                                           \
-	X(ALLOC, 0)                                                                                \
-	X(FREE, 0)                                                                                 \
-	X(ATTACH, 0)                                                                               \
-	X(DETACH, 0)                                                                               \
-	X(MEM_INFO, 0)                                                                             \
-	X(STATS, 0)                                                                                \
-	X(STATUS, 0)                                                                               \
-	X(CLIENTS, 0)                                                                              \
-	X(DEVICES, 0)                                                                              \
-	X(RELOAD, PROTO_OPF_ADMIN)                                                                 \
-	X(METRICS, 0)                                                                              \
-	X(POLICY, 0)                                                                               \
-	X(SET_PROPORTION, 0)                                                                       \
-	X(SET_AUTO, 0)                                                                             \
-	X(SET_GROUP, 0)                                                                            \
-	X(GROUP_INFO, 0)                                                                           \
-	X(SET_MODE, PROTO_OPF_ADMIN)                                                               \
-	X(SET_LIMIT, PROTO_OPF_ADMIN)                                                              \
-	X(QUEUE_REQUEST, 0)                                                                        \
-	X(ALLOCATE_QUEUE, 0)                                                                       \
-	X(CHUNK_PARAMETERS, 0)                                                                     \
-	X(CLAIM, 0)                                                                                \
-	X(FREE_LABEL, 0)                                                                           \
-	X(INVALIDATE_ALL, PROTO_OPF_ADMIN)                                                         \
-	X(SET_ALLOCATOR, PROTO_OPF_ADMIN)                                                          \
-	X(EVICT, PROTO_OPF_ADMIN)                                                                  \
-	X(SELFCHECK, PROTO_OPF_ADMIN)                                                              \
-	X(EXPORT, 0)                                                                               \
-	X(UNEXPORT, 0)                                                                             \
-	X(OPEN, 0)                                                                                 \
-	X(INVALIDATE_DONE, 0)                                                                      \
-	X(PARTITION_CREATE, PROTO_OPF_ADMIN)                                                       \
-	X(PARTITION_DESTROY, PROTO_OPF_ADMIN)                                                      \
-	X(PARTITIONS, 0)                                                                           \
-	X(GOODBYE, 0)                                                                              \
-	X(RELEASE, 0)
+	X(HELLO, hello, PROTO_OPF_BEFORE_HELLO)                                                    \
+	X(REGISTER, register_instance, 0) /* "register" is a C keyword */                          \
+	X(UNREGISTER, unregister, 0)                                                               \
+	X(ALLOC, alloc, 0)                                                                         \
+	X(FREE, free, 0)                                                                           \
+	X(ATTACH, attach, 0)                                                                       \
+	X(DETACH, detach, 0)                                                                       \
+	X(MEM_INFO, mem_info, 0)                                                                   \
+	X(STATS, stats, 0)                                                                         \
+	X(STATUS, status, 0)                                                                       \
+	X(CLIENTS, clients, 0)                                                                     \
+	X(DEVICES, devices, 0)                                                                     \
+	X(RELOAD, reload, PROTO_OPF_ADMIN)                                                         \
+	X(METRICS, metrics, 0)                                                                     \
+	X(POLICY, policy, 0)                                                                       \
+	X(SET_PROPORTION, set_proportion, 0)                                                       \
+	X(SET_AUTO, set_auto, 0)                                                                   \
+	X(SET_GROUP, set_group, 0)                                                                 \
+	X(GROUP_INFO, group_info, 0)                                                               \
+	X(SET_MODE, set_mode, PROTO_OPF_ADMIN)                                                     \
+	X(SET_LIMIT, set_limit, PROTO_OPF_ADMIN)                                                   \
+	X(QUEUE_REQUEST, queue_request, 0)                                                         \
+	X(ALLOCATE_QUEUE, allocate_queue, 0)                                                       \
+	X(CHUNK_PARAMETERS, chunk_parameters, 0)                                                   \
+	X(CLAIM, claim, 0)                                                                         \
+	X(FREE_LABEL, free_label, 0)                                                               \
+	X(INVALIDATE_ALL, invalidate_all, PROTO_OPF_ADMIN)                                         \
+	X(SET_ALLOCATOR, set_allocator, PROTO_OPF_ADMIN)                                           \
+	X(EVICT, evict, PROTO_OPF_ADMIN)                                                           \
+	X(SELFCHECK, selfcheck, PROTO_OPF_ADMIN)                                                   \
+	X(EXPORT, export, 0)                                                                       \
+	X(UNEXPORT, unexport, 0)                                                                   \
+	X(OPEN, open, 0)                                                                           \
+	X(INVALIDATE_DONE, invalidate_done, 0)                                                     \
+	X(PARTITION_CREATE, partition_create, PROTO_OPF_ADMIN)                                     \
+	X(PARTITION_DESTROY, partition_destroy, PROTO_OPF_ADMIN)                                   \
+	X(PARTITIONS, partitions, 0)                                                               \
+	X(GOODBYE, goodbye, 0)                                                                     \
+	X(RELEASE, release, 0)
 
-#define PROTO_OP_ENUM_(id, flags) PROTO_OP_##id,
+#define PROTO_OP_ENUM_(id, name, flags) PROTO_OP_##id,
 enum proto_op { PROTO_OPS(PROTO_OP_ENUM_) PROTO_OP_COUNT };
 #undef PROTO_OP_ENUM_
 
@@ -348,6 +363,20 @@ enum proto_kind {
 	PROTO_KIND_TRUE, /* present and true, or absent */
 	PROTO_KIND_HEX,  /* PROTO_HANDLE_SIZE bytes as hex digits */
 	PROTO_KIND_ARRAY,
+	/* Request parameters only (params.h has their C types): */
+	PROTO_KIND_ALIGN,     /* U64, and a power of two */
+	PROTO_KIND_BYTES,     /* U64, or a whole JSON number */
+	PROTO_KIND_SHARE,     /* a JSON number in (0, 1] */
+	PROTO_KIND_PNAME,     /* STRING of PROTO_NAME_CHARS (a partition's name) */
+	PROTO_KIND_MEMORY,    /* one of PROTO_MEMORY_VALUES, as its index */
+	PROTO_KIND_MODE,      /* one of PROTO_MODE_VALUES */
+	PROTO_KIND_ALLOCATOR, /* one of PROTO_ALLOCATOR_VALUES */
+	PROTO_KIND_TOKEN,     /* PROTO_TOKEN_SIZE bytes as hex digits */
+	PROTO_KIND_DEVICE,    /* a device index (INT) or its UUID (STRING) */
+	PROTO_KIND_DEVICES,   /* a non-empty ARRAY of DEVICE */
+	PROTO_KIND_VERSIONS,  /* an ARRAY of whole numbers */
+	PROTO_KIND_SHAPE,     /* an ARRAY of 1-PROTO_MAX_DIMS whole numbers, each at least 1 */
+	PROTO_KIND_QUEUE,     /* an ARRAY of 1-PROTO_MAX_QUEUE PROTO_QUEUE_ITEM objects */
 };
 
 enum proto_presence {
@@ -356,18 +385,148 @@ enum proto_presence {
 };
 
 /*
- * The hot path's messages, X(field suffix, PROTO_KIND_ suffix, presence), in
- * the order the daemon writes them: a typed encoder and decoder for alloc
- * and free (one that skips the cJSON tree) can be generated from these
- * lists; test-proto-schema checks each against its section of PROTOCOL.md
- * and test-dispatch the daemon's replies against the result lists.
+ * The messages' member lists. A reply's and an event's are X(field suffix,
+ * PROTO_KIND_ suffix, presence), in the order the daemon writes them;
+ * test-dispatch checks the daemon's replies against them.
+ *
+ * A request's params are X(field suffix, C member, PROTO_KIND_ suffix,
+ * presence, lo, hi, expected): proto/params.h makes each method's params
+ * struct from its list (proto_<name>_params, a has_<member> flag beside
+ * each member), and proto/params.c decodes and checks every request
+ * against it, in the list's order, the hot path's included (codec.h). lo
+ * and hi bound a number's value (U64, INT, BYTES, ALIGN) or a string's
+ * bytes (STRING, PNAME); expected is what a refusal says the value must be.
+ * test-proto-schema checks each list against its section of PROTOCOL.md.
+ * Every method has a list (PROTO_<suffix>_PARAMS), empty for none.
  */
+#define PROTO_NO_PARAMS(X)
+
+/* The words of the common refusals. */
+#define PROTO_EXPECT_ID64   "16 lowercase hex digits"
+#define PROTO_EXPECT_NAME   "a string of 1-" PROTO_STR(PROTO_MAX_NAME) " bytes"
+#define PROTO_EXPECT_BOOL   "a boolean"
+#define PROTO_EXPECT_SHARE  "a number in (0, 1]"
+#define PROTO_EXPECT_UID    "a uid (0 to " PROTO_STR(PROTO_MAX_UID) ")"
+#define PROTO_EXPECT_DEVICE "a device index or UUID"
+
+#define PROTO_HELLO_PARAMS(X)                                                                      \
+	X(VERSIONS, versions, VERSIONS, PROTO_REQUIRED, 0, 0, "an array of integers")              \
+	X(CLIENT, client, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)            \
+	X(KEEP_SLABS, keep_slabs, BOOL, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_BOOL)                   \
+	X(TOKEN, token, TOKEN, PROTO_OPTIONAL, 0, 0,                                               \
+	  PROTO_STR(PROTO_TOKEN_HEX) " lowercase hex digits")
+#define PROTO_REGISTER_PARAMS(X)                                                                   \
+	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)                \
+	X(DEVICE, device, DEVICE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_DEVICE)                       \
+	X(PROPORTION, proportion, SHARE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_SHARE)                 \
+	X(GROUP, group, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)
+#define PROTO_INSTANCE_PARAMS(X)                                                                   \
+	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)
+#define PROTO_UNREGISTER_PARAMS PROTO_INSTANCE_PARAMS
 #define PROTO_ALLOC_PARAMS(X)                                                                      \
-	X(INSTANCE, ID64, PROTO_REQUIRED)                                                          \
-	X(SIZE, U64, PROTO_REQUIRED)                                                               \
-	X(ALIGNMENT, U64, PROTO_OPTIONAL)                                                          \
-	X(TYPE, STRING, PROTO_OPTIONAL)                                                            \
-	X(WAIT_MS, INT, PROTO_OPTIONAL)
+	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                       \
+	X(SIZE, size, U64, PROTO_REQUIRED, 1, UINT64_MAX,                                          \
+	  "a decimal string of 1-20 digits, at least 1")                                           \
+	X(ALIGNMENT, alignment, ALIGN, PROTO_OPTIONAL, PROTO_GRANULE, PROTO_MAX_ALIGNMENT,         \
+	  "a power of two from " PROTO_STR(PROTO_GRANULE) " to " PROTO_STR(PROTO_MAX_ALIGNMENT))   \
+	X(TYPE, type, MEMORY, PROTO_OPTIONAL, 0, 0, PROTO_MEMORY_EXPECTED)                         \
+	X(WAIT_MS, wait_ms, INT, PROTO_OPTIONAL, 0, PROTO_MAX_WAIT_MS,                             \
+	  "an integer from 0 to " PROTO_STR(PROTO_MAX_WAIT_MS) " (milliseconds)")
+/* free (and detach); the result is {}, none at all for a free with
+ * "reply": false that succeeds. */
+#define PROTO_FREE_PARAMS(X)                                                                       \
+	X(ID, id, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                                   \
+	X(REPLY, reply, BOOL, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_BOOL)
+#define PROTO_ID_PARAMS(X)  X(ID, id, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)
+#define PROTO_ATTACH_PARAMS PROTO_ID_PARAMS
+#define PROTO_DETACH_PARAMS PROTO_ID_PARAMS
+#define PROTO_CLAIM_PARAMS  PROTO_ID_PARAMS
+#define PROTO_MEM_INFO_PARAMS(X)                                                                   \
+	X(INSTANCE, instance, ID64, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_ID64)
+#define PROTO_STATS_PARAMS(X)       X(DEVICE, device, DEVICE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_DEVICE)
+#define PROTO_STATUS_PARAMS         PROTO_NO_PARAMS
+#define PROTO_CLIENTS_PARAMS        PROTO_NO_PARAMS
+#define PROTO_DEVICES_PARAMS        PROTO_NO_PARAMS
+#define PROTO_RELOAD_PARAMS         PROTO_NO_PARAMS
+#define PROTO_METRICS_PARAMS        PROTO_NO_PARAMS
+#define PROTO_POLICY_PARAMS         PROTO_NO_PARAMS
+#define PROTO_INVALIDATE_ALL_PARAMS PROTO_NO_PARAMS
+#define PROTO_SELFCHECK_PARAMS      PROTO_NO_PARAMS
+#define PROTO_PARTITIONS_PARAMS     PROTO_NO_PARAMS
+#define PROTO_GOODBYE_PARAMS        PROTO_NO_PARAMS
+#define PROTO_SET_PROPORTION_PARAMS(X)                                                             \
+	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                       \
+	X(PROPORTION, proportion, SHARE, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_SHARE)
+#define PROTO_SET_AUTO_PARAMS PROTO_INSTANCE_PARAMS
+#define PROTO_SET_GROUP_PARAMS(X)                                                                  \
+	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                       \
+	X(GROUP, group, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)
+#define PROTO_GROUP_INFO_PARAMS(X)                                                                 \
+	X(GROUP, group, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)              \
+	X(UID, uid, INT, PROTO_OPTIONAL, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)
+#define PROTO_SET_MODE_PARAMS(X)                                                                   \
+	X(MODE, mode, MODE, PROTO_REQUIRED, 0, 0,                                                  \
+	  PROTO_QUOTED(PROTO_V_MODE_ACTIVE) " or " PROTO_QUOTED(PROTO_V_MODE_PASSIVE))
+#define PROTO_SET_LIMIT_PARAMS(X)                                                                  \
+	X(DEVICE, device, DEVICE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_DEVICE)                       \
+	X(SIZE, size, U64, PROTO_OPTIONAL, 0, UINT64_MAX, "a decimal string of 1-20 digits")       \
+	X(FRACTION, fraction, SHARE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_SHARE)
+#define PROTO_QUEUE_REQUEST_PARAMS(X)                                                              \
+	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                       \
+	X(REQUESTS, requests, QUEUE, PROTO_REQUIRED, 1, PROTO_MAX_QUEUE,                           \
+	  "an array of 1-" PROTO_STR(PROTO_MAX_QUEUE) " request objects")
+/* One element of queue_request's and chunk_parameters' "requests". */
+#define PROTO_QUEUE_ITEM(X)                                                                        \
+	X(LABEL, label, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)              \
+	X(SHAPE, shape, SHAPE, PROTO_REQUIRED, 1, PROTO_MAX_DIMS,                                  \
+	  "an array of 1-" PROTO_STR(PROTO_MAX_DIMS) " positive integers")                         \
+	X(ELEM_SIZE, elem_size, INT, PROTO_REQUIRED, 1, PROTO_MAX_ELEM_SIZE,                       \
+	  "an integer from 1 to " PROTO_STR(PROTO_MAX_ELEM_SIZE))                                  \
+	X(AXIS, axis, INT, PROTO_OPTIONAL, 0, PROTO_MAX_DIMS - 1, "a dimension of the shape")      \
+	X(UNCHUNKABLE, unchunkable, BOOL, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_BOOL)                 \
+	X(TYPE, type, MEMORY, PROTO_OPTIONAL, 0, 0, PROTO_MEMORY_EXPECTED)
+#define PROTO_ALLOCATE_QUEUE_PARAMS PROTO_INSTANCE_PARAMS
+#define PROTO_CHUNK_PARAMETERS_PARAMS(X)                                                           \
+	X(REQUESTS, requests, QUEUE, PROTO_REQUIRED, 1, PROTO_MAX_QUEUE,                           \
+	  "an array of 1-" PROTO_STR(PROTO_MAX_QUEUE) " request objects")                          \
+	X(GROUP, group, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)              \
+	X(AVAILABLE, available, U64, PROTO_OPTIONAL, 0, UINT64_MAX,                                \
+	  "a decimal string of 1-20 digits")                                                       \
+	X(CHUNK_LENGTH, chunk_length, INT, PROTO_OPTIONAL, 1, INT64_MAX, "a positive integer")     \
+	X(AXIS_LENGTH, axis_length, INT, PROTO_OPTIONAL, 1, INT64_MAX, "a positive integer")       \
+	X(UID, uid, INT, PROTO_OPTIONAL, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)
+#define PROTO_FREE_LABEL_PARAMS(X)                                                                 \
+	X(LABEL, label, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)              \
+	X(INSTANCE, instance, ID64, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_ID64)
+#define PROTO_SET_ALLOCATOR_PARAMS(X)                                                              \
+	X(ALLOCATOR, allocator, ALLOCATOR, PROTO_REQUIRED, 0, 0,                                   \
+	  PROTO_QUOTED(PROTO_V_ALLOC_POOL) ", " PROTO_QUOTED(                                      \
+	      PROTO_V_ALLOC_DIRECT) " or " PROTO_QUOTED(PROTO_V_ALLOC_ASYNC))
+#define PROTO_EVICT_PARAMS(X) X(SESSION, session, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)
+#define PROTO_EXPORT_PARAMS(X)                                                                     \
+	X(ID, id, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                                   \
+	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)                \
+	X(UID, uid, INT, PROTO_OPTIONAL, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)
+#define PROTO_UNEXPORT_PARAMS(X)                                                                   \
+	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)
+#define PROTO_OPEN_PARAMS(X)                                                                       \
+	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)                \
+	X(OWNER, owner, INT, PROTO_OPTIONAL, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)
+#define PROTO_INVALIDATE_DONE_PARAMS(X)                                                            \
+	X(EPOCH, epoch, U64, PROTO_REQUIRED, 1, UINT64_MAX,                                        \
+	  "the u64 epoch of an invalidate event sent")
+#define PROTO_PARTITION_EXPECTED                                                                   \
+	"a string of 1-" PROTO_STR(PROTO_MAX_NAME) " bytes of A-Z, a-z, 0-9, '.', '_' and '-'"
+#define PROTO_PARTITION_CREATE_PARAMS(X)                                                           \
+	X(NAME, name, PNAME, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_PARTITION_EXPECTED)          \
+	X(UID, uid, INT, PROTO_REQUIRED, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)                       \
+	X(SIZE, size, BYTES, PROTO_REQUIRED, 1, UINT64_MAX,                                        \
+	  "bytes per device, at least 1 (a decimal string)")                                       \
+	X(DEVICES, devices, DEVICES, PROTO_OPTIONAL, 1, PROTO_MAX_DEVICES,                         \
+	  "a non-empty array of device indices or UUIDs")
+#define PROTO_PARTITION_DESTROY_PARAMS(X)                                                          \
+	X(NAME, name, PNAME, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_PARTITION_EXPECTED)
+#define PROTO_RELEASE_PARAMS(X) X(SLAB, slab, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)
 
 /* alloc of device memory, attach, open and claim: the grant. handle and
  * device_uuid come the first time a connection is given the slab, fd with
@@ -395,12 +554,6 @@ enum proto_presence {
 	X(SIZE, U64, PROTO_REQUIRED)                                                               \
 	X(FD, TRUE, PROTO_REQUIRED)
 
-/* free (and detach); the result is {}, none at all for a free with
- * "reply": false that succeeds. */
-#define PROTO_FREE_PARAMS(X)                                                                       \
-	X(ID, ID64, PROTO_REQUIRED)                                                                \
-	X(REPLY, BOOL, PROTO_OPTIONAL)
-
 /* A member of a message list, for tables and tests. */
 struct proto_member {
 	const char *name; /* PROTO_F_* */
@@ -412,6 +565,11 @@ struct proto_member {
  * name: PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT). */
 #define PROTO_MEMBER_(id, kind, presence) {PROTO_F_##id, PROTO_KIND_##kind, (presence)},
 #define PROTO_MEMBER_TABLE(list)          ((const struct proto_member[]){list(PROTO_MEMBER_){NULL, 0, 0}})
+/* The same of a params list (its C member and bounds left out). */
+#define PROTO_PARAM_MEMBER_(id, cname, kind, presence, lo, hi, expected)                           \
+	{PROTO_F_##id, PROTO_KIND_##kind, (presence)},
+#define PROTO_PARAM_TABLE(list)                                                                    \
+	((const struct proto_member[]){list(PROTO_PARAM_MEMBER_){NULL, 0, 0}})
 
 /* The lists above as tables; part is
  * "params" or "result", method the PROTO_M_* whose section of PROTOCOL.md
@@ -515,6 +673,34 @@ extern const unsigned proto_event_count;
  * connections and its slabs' descriptors; a slab or a connection past it is
  * refused. */
 #define PROTO_V_LIMIT_FILES_PER_UID "open_files_per_uid"
+
+/* The values of alloc's and a queued request's "type", set_mode's "mode"
+ * and set_allocator's "allocator", in the order of the indices that the
+ * decoded params carry (params.h). */
+enum proto_memory {
+	PROTO_MEMORY_DEVICE,
+	PROTO_MEMORY_PINNED,
+	PROTO_MEMORY_MAPPED,
+	PROTO_MEMORY_MANAGED
+};
+enum proto_mode { PROTO_MODE_ACTIVE, PROTO_MODE_PASSIVE };
+enum proto_allocator { PROTO_ALLOCATOR_POOL, PROTO_ALLOCATOR_DIRECT, PROTO_ALLOCATOR_ASYNC };
+#define PROTO_MEMORY_VALUES                                                                        \
+	{                                                                                          \
+		PROTO_V_MEM_DEVICE, PROTO_V_MEM_PINNED, PROTO_V_MEM_MAPPED, PROTO_V_MEM_MANAGED    \
+	}
+#define PROTO_MODE_VALUES                                                                          \
+	{                                                                                          \
+		PROTO_V_MODE_ACTIVE, PROTO_V_MODE_PASSIVE                                          \
+	}
+#define PROTO_ALLOCATOR_VALUES                                                                     \
+	{                                                                                          \
+		PROTO_V_ALLOC_POOL, PROTO_V_ALLOC_DIRECT, PROTO_V_ALLOC_ASYNC                      \
+	}
+#define PROTO_MEMORY_EXPECTED                                                                      \
+	PROTO_QUOTED(PROTO_V_MEM_DEVICE)                                                           \
+	", " PROTO_QUOTED(PROTO_V_MEM_PINNED) ", " PROTO_QUOTED(                                   \
+	    PROTO_V_MEM_MAPPED) " or " PROTO_QUOTED(PROTO_V_MEM_MANAGED)
 
 /* A value (or name) in JSON quotes, for messages that list the accepted
  * values and for encoders that write JSON text: "\"" v "\"". */

@@ -655,12 +655,12 @@ void client_conn_send_acks(struct client_conn *c)
 
 /*
  * Sends @frame (@len bytes, the request @id) and reads until its reply.
- * With @fast, a success reply that proto_fast_grant_parse() takes fills
+ * With @fast, a success reply that proto_grant_parse() takes fills
  * it and 1 is returned (no tree built); any other reply is decoded the
  * general way into *rep (0). Errors as client_conn_call().
  */
 int client_conn_exchange_frame(struct client_conn *c, const char *frame, size_t len, const char *id,
-                               struct proto_reply *rep, int *fd, struct proto_fast_grant *fast)
+                               struct proto_reply *rep, int *fd, struct proto_grant *fast)
 {
 	struct proto_reply r;
 	bool has_fd = false, got_fast = false;
@@ -682,7 +682,7 @@ int client_conn_exchange_frame(struct client_conn *c, const char *frame, size_t 
 		if (rc == 1) {
 			/* A grant in its canonical form carries no handle, so
 			 * no descriptor either. */
-			if (fast && proto_fast_grant_parse(f, flen, id, fast) == 0) {
+			if (fast && proto_grant_parse(f, flen, id, fast) == 0) {
 				got_fast = true;
 				break;
 			}

@@ -92,9 +92,9 @@ int client_conn_call(struct client_conn *c, const char *method, cJSON *params,
  * (returns 0: a fresh slab's grant, with its descriptor in *fd). Errors as
  * client_conn_call(); an invalidate read meanwhile is answered as client_conn_call does.
  */
-struct proto_fast_grant;
+struct proto_grant;
 int client_conn_call_alloc(struct client_conn *c, uint64_t instance, uint64_t size,
-                           uint64_t alignment, uint32_t wait_ms, struct proto_fast_grant *fast,
+                           uint64_t alignment, uint32_t wait_ms, struct proto_grant *fast,
                            struct proto_reply *rep, int *fd);
 
 /*

@@ -116,7 +116,7 @@ int client_conn_send_release(struct client_conn *c, uint64_t slab)
 }
 
 int client_conn_call_alloc(struct client_conn *c, uint64_t instance, uint64_t size,
-                           uint64_t alignment, uint32_t wait_ms, struct proto_fast_grant *fast,
+                           uint64_t alignment, uint32_t wait_ms, struct proto_grant *fast,
                            struct proto_reply *rep, int *fd)
 {
 	char id[24], frame[256];

@@ -16,7 +16,7 @@
  * from a client that leaves too much unread. */
 #define CLIENT_CONN_QUIET_PUMP 256
 
-struct proto_fast_grant;
+struct proto_grant;
 
 /* Writes all of @buf; the error that killed the connection otherwise. */
 int client_conn_write_frame(struct client_conn *c, const char *buf, size_t len);
@@ -30,7 +30,7 @@ int client_conn_exchange_start(struct client_conn *c, struct proto_reply *rep, i
 /* Sends @frame (request @id) and reads until its reply: 1 with @fast
  * filled (a grant read by the typed codec), 0 with *rep, or an error. */
 int client_conn_exchange_frame(struct client_conn *c, const char *frame, size_t len, const char *id,
-                               struct proto_reply *rep, int *fd, struct proto_fast_grant *fast);
+                               struct proto_reply *rep, int *fd, struct proto_grant *fast);
 /* A reclaim event's data: unmaps the slab (on_reclaim) and queues its
  * release. 0, or the error that killed the connection. */
 int client_conn_reclaim(struct client_conn *c, const cJSON *data);

@@ -409,7 +409,7 @@ int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, 
 	return track_adopt_result(t, kind, prep, &r, fd, out);
 }
 
-int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_fast_grant *g,
+int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_grant *g,
                       struct gpb_allocation *out, uint64_t *id)
 {
 	struct track_result r = {

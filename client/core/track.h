@@ -102,8 +102,8 @@ int track_adopt(struct track *t, enum track_kind kind, struct track_prep *prep, 
 
 /* track_adopt() of an alloc's grant read by the typed codec (no handle:
  * the connection holds its slab). */
-struct proto_fast_grant;
-int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_fast_grant *g,
+struct proto_grant;
+int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_grant *g,
                       struct gpb_allocation *out, uint64_t *id);
 
 /* The entry for @id, or NULL. */

@@ -3,6 +3,8 @@
  */
 #include "dispatch_internal.h"
 
+#include "codec.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,27 +99,9 @@ int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 	return rc;
 }
 
-static int on_hello(struct dispatch_ctx *ctx)
+int dispatch_hello(struct dispatch_ctx *ctx, const struct proto_hello_params *p)
 {
-	const cJSON *versions = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_VERSIONS);
-	const char *client = NULL;
-	bool ok = false;
-	if (!cJSON_IsArray(versions))
-		return dispatch_param_error(ctx, versions ? -EINVAL : -ENOENT, PROTO_F_VERSIONS,
-		                            "an array of integers");
-	const cJSON *v;
-	cJSON_ArrayForEach(v, versions)
-	{
-		if (!cJSON_IsNumber(v))
-			return dispatch_param_error(ctx, -EINVAL, PROTO_F_VERSIONS,
-			                            "an array of integers");
-		if (v->valuedouble == PROTO_VERSION)
-			ok = true;
-	}
-	int rc = proto_get_string(ctx->params, PROTO_F_CLIENT, PROTO_MAX_NAME, &client);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_CLIENT, "a string of 1-64 bytes");
-	if (!ok) {
+	if (!p->versions) {
 		proto_error_set(&ctx->err, PROTO_E_VERSION,
 		                "no common protocol version (this daemon speaks %d)",
 		                PROTO_VERSION);
@@ -129,17 +113,14 @@ static int on_hello(struct dispatch_ctx *ctx)
 			cJSON_Delete(sup);
 		return -EPROTO;
 	}
-	bool keep = false;
-	rc = proto_get_bool(ctx->params, PROTO_F_KEEP_SLABS, &keep);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_KEEP_SLABS, "a boolean");
-	rc = dispatch_hello_token(ctx);
+	bool keep = p->has_keep_slabs && p->keep_slabs;
+	int rc = p->has_token ? dispatch_hello_token(ctx, &p->token) : 0;
 	if (rc < 0)
 		return rc;
 	struct session *s = ctx->s;
 	s->keep_slabs = keep;
 	s->hello = true;
-	snprintf(s->name, sizeof(s->name), "%s", client ? client : "");
+	snprintf(s->name, sizeof(s->name), "%s", p->has_client ? p->client : "");
 	const struct broker_limits *l = &ctx->b->limits;
 	cJSON *r = dispatch_result(ctx), *lim;
 	if (!r || proto_add_number(r, PROTO_F_VERSION, PROTO_VERSION) ||
@@ -189,28 +170,12 @@ int dispatch_device_by_uuid(const struct broker *b, const char *text)
 	return -ENODEV;
 }
 
-int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
+int dispatch_device(struct dispatch_ctx *ctx, const struct proto_device *d, int *device)
 {
-	const char *uuid;
-	int64_t index;
-	int rc = proto_get_string(ctx->params, PROTO_F_DEVICE, PROTO_MAX_NAME, &uuid);
-	if (rc == 0) {
-		int i = dispatch_device_by_uuid(ctx->b, uuid);
-		if (i >= 0) {
-			*device = i;
-			return 0;
-		}
-	} else {
-		rc = proto_get_int(ctx->params, PROTO_F_DEVICE, 0, BACKEND_MAX_DEVICES - 1, &index);
-		if (rc == -ENOENT)
-			return rc;
-		if (rc < 0)
-			return dispatch_param_error(ctx, rc, PROTO_F_DEVICE,
-			                            "a device index or UUID");
-		if (index < ctx->b->device_count) {
-			*device = index;
-			return 0;
-		}
+	int i = d->uuid ? dispatch_device_by_uuid(ctx->b, d->uuid) : d->index;
+	if (i >= 0 && i < ctx->b->device_count) {
+		*device = i;
+		return 0;
 	}
 	/* An unknown UUID or index, alike. */
 	proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: no such device");
@@ -218,30 +183,19 @@ int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device)
 	return -ENODEV;
 }
 
-static int on_register(struct dispatch_ctx *ctx)
+int dispatch_register_instance(struct dispatch_ctx *ctx,
+                               const struct proto_register_instance_params *p)
 {
-	const char *name, *group = NULL;
-	int64_t device = 0;
-	double proportion = 0;
-	int rc = proto_get_string(ctx->params, PROTO_F_NAME, PROTO_MAX_NAME, &name);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_NAME, "a string of 1-64 bytes");
-	rc = dispatch_get_device(ctx, &device);
-	if (rc < 0 && rc != -ENOENT)
-		return rc;
-	rc = proto_get_double(ctx->params, PROTO_F_PROPORTION, 0, 1, &proportion);
-	if (rc == 0 && proportion <= 0)
-		rc = -ERANGE;
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_PROPORTION, "a number in (0, 1]");
-	rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
+	int device = 0;
+	if (p->has_device && dispatch_device(ctx, &p->device, &device) < 0)
+		return -ENODEV;
+	double proportion = p->has_proportion ? p->proportion : 0;
 	struct broker_instance *inst;
-	rc = broker_register(ctx->b, ctx->s, name, (int)device, proportion, group, &inst);
+	int rc = broker_register(ctx->b, ctx->s, p->name, device, proportion,
+	                         p->has_group ? p->group : NULL, &inst);
 	if (rc == -EINVAL || rc == -ENOSPC || rc == -EUSERS)
-		return dispatch_policy_error(ctx, broker_policy_const(ctx->b, ctx->s), rc,
-		                             (int)device, proportion);
+		return dispatch_policy_error(ctx, broker_policy_const(ctx->b, ctx->s), rc, device,
+		                             proportion);
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
 	cJSON *r = dispatch_result(ctx);
@@ -254,30 +208,11 @@ static int on_register(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id)
+int dispatch_unregister(struct dispatch_ctx *ctx, const struct proto_unregister_params *p)
 {
-	int rc = proto_get_id64(ctx->params, key, id);
-	return rc < 0 ? dispatch_param_error(ctx, rc, key, "16 lowercase hex digits") : 0;
-}
-
-int dispatch_get_uid(struct dispatch_ctx *ctx, const char *key, uid_t *uid)
-{
-	int64_t v = ctx->s->uid;
-	int rc = proto_get_int(ctx->params, key, 0, UINT32_MAX - 1, &v);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, key, "a uid (0 to 4294967294)");
-	*uid = (uid_t)v;
-	return 0;
-}
-
-static int on_unregister(struct dispatch_ctx *ctx)
-{
-	uint64_t id;
-	int rc = dispatch_get_id(ctx, PROTO_F_INSTANCE, &id);
-	if (rc == 0)
-		rc = broker_unregister(ctx->b, ctx->s, id);
+	int rc = broker_unregister(ctx->b, ctx->s, p->instance);
 	if (rc < 0)
-		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
+		return dispatch_broker_error(ctx, rc, PROTO_F_INSTANCE);
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
@@ -294,41 +229,59 @@ void dispatch_grant_undo(struct broker *b, struct session *s, const struct broke
 		broker_release(b, s, g->slab_id);
 }
 
-int dispatch_attach_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
+void dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g,
+                           enum dispatch_grant kind)
 {
-	int rc = dispatch_grant_result(ctx, g);
-	if (rc < 0)
-		dispatch_grant_undo(ctx->b, ctx->s, g, true); /* the client cannot be told of it */
-	return rc;
+	ctx->grant = *g;
+	ctx->grant_kind = kind;
 }
 
-int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g)
+/* The grant's reply frame, and the descriptor that goes with it; NULL when
+ * host memory ran out (the grant is then given back: the client cannot be
+ * told of it). */
+static char *grant_frame(struct dispatch_ctx *ctx, const char *id, size_t *len)
 {
-	cJSON *r = dispatch_result(ctx);
-	if (!r || proto_add_id64(r, PROTO_F_ID, g->id) ||
-	    proto_add_number(r, PROTO_F_DEVICE, g->device) ||
-	    proto_add_id64(r, PROTO_F_SLAB, g->slab_id) ||
-	    proto_add_u64(r, PROTO_F_SLAB_SIZE, g->slab_size) ||
-	    proto_add_u64(r, PROTO_F_OFFSET, g->offset) || proto_add_u64(r, PROTO_F_SIZE, g->size))
-		return -ENOMEM;
-	if (g->handle && proto_add_hex(r, PROTO_F_HANDLE, g->handle, PROTO_HANDLE_SIZE))
-		return -ENOMEM;
-	/* With the handle, the device's UUID: the client finds the device by it
-	 * (its CUDA ordinals need not be the daemon's). */
-	if (g->handle &&
-	    !cJSON_AddStringToObject(r, PROTO_F_DEVICE_UUID, ctx->b->dev[g->device].info.uuid))
-		return -ENOMEM;
-	if (g->handle && g->fd >= 0) {
-		if (!cJSON_AddTrueToObject(r, PROTO_F_FD) ||
-		    (g->pool && (!cJSON_AddTrueToObject(r, PROTO_F_POOL) ||
-		                 proto_add_id64(r, PROTO_F_POOL_ID, g->pool_id))) ||
-		    (g->vmm && !cJSON_AddTrueToObject(r, PROTO_F_VMM)))
-			return -ENOMEM;
-		ctx->fd = g->fd;
+	const struct broker_grant *g = &ctx->grant;
+	struct proto_grant pg = {
+	    .id = g->id,
+	    .device = g->device,
+	    .slab = g->slab_id,
+	    .slab_size = g->slab_size,
+	    .offset = g->offset,
+	    .size = g->size,
+	    .handle = g->handle,
+	    /* With the handle, the device's UUID: the client finds the device
+	     * by it (its CUDA ordinals need not be the daemon's). */
+	    .device_uuid = g->handle ? ctx->b->dev[g->device].info.uuid : NULL,
+	    .fd = g->handle && g->fd >= 0,
+	    .pool = g->pool,
+	    .pool_id = g->pool_id,
+	    .vmm = g->vmm,
+	    .keep = g->keep,
+	};
+	/* A claim says which array it is: the library closes a slab before
+	 * free_label lets the daemon free it, so it must know which of its
+	 * allocations a label covers. */
+	const struct broker_alloc *a =
+	    ctx->grant_kind == DISPATCH_GRANT_CLAIM ? idmap_get(&ctx->b->allocs, g->id) : NULL;
+	if (a && a->label) {
+		pg.label = a->label;
+		pg.instance = a->inst->id;
 	}
-	if (g->handle && g->keep && !cJSON_AddTrueToObject(r, PROTO_F_KEEP))
-		return -ENOMEM;
-	return 0;
+	char *frame = malloc(PROTO_GRANT_REPLY_MAX);
+	if (frame && (*len = proto_grant_reply(frame, PROTO_GRANT_REPLY_MAX, id, &pg)) > 0) {
+		ctx->fd = pg.fd ? g->fd : -1;
+		return frame;
+	}
+	free(frame);
+	if (ctx->grant_kind == DISPATCH_GRANT_CLAIM)
+		/* Unclaimed again, it may ask again (or free it by id or
+		 * label), rather than hold what it never got. */
+		broker_unclaim(ctx->b, ctx->s, g);
+	else
+		dispatch_grant_undo(ctx->b, ctx->s, g, ctx->grant_kind == DISPATCH_GRANT_ATTACH);
+	ctx->grant_kind = DISPATCH_GRANT_NONE;
+	return NULL;
 }
 
 /*
@@ -462,63 +415,24 @@ int dispatch_host_result(struct dispatch_ctx *ctx, struct broker_host *h)
 	return 0;
 }
 
-static const char *const alloc_type_expected =
-    PROTO_QUOTED(PROTO_V_MEM_DEVICE) ", " PROTO_QUOTED(PROTO_V_MEM_PINNED) ", " PROTO_QUOTED(
-        PROTO_V_MEM_MAPPED) " or " PROTO_QUOTED(PROTO_V_MEM_MANAGED);
-
-#define DISPATCH_STR_(x) #x
-#define DISPATCH_STR(x)  DISPATCH_STR_(x)
-static const char alloc_alignment_expected[] =
-    "a power of two from " DISPATCH_STR(PROTO_GRANULE) " to " DISPATCH_STR(PROTO_MAX_ALIGNMENT);
-static const char alloc_wait_expected[] =
-    "an integer from 0 to " DISPATCH_STR(PROTO_MAX_WAIT_MS) " (milliseconds)";
-
-static int on_alloc(struct dispatch_ctx *ctx)
+int dispatch_alloc(struct dispatch_ctx *ctx, const struct proto_alloc_params *p)
 {
-	uint64_t instance, size, align = POOL_GRANULE;
-	const char *type = PROTO_V_MEM_DEVICE;
-	int rc = dispatch_get_id(ctx, PROTO_F_INSTANCE, &instance);
-	if (rc < 0)
-		return rc;
-	rc = proto_get_u64(ctx->params, PROTO_F_SIZE, 1, UINT64_MAX, &size);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_SIZE,
-		                            "a decimal string of 1-20 digits, at least 1");
-	rc =
-	    proto_get_u64(ctx->params, PROTO_F_ALIGNMENT, POOL_GRANULE, POOL_MAX_ALIGNMENT, &align);
-	if (rc == 0 && (align & (align - 1)))
-		rc = -EINVAL;
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_ALIGNMENT, alloc_alignment_expected);
-	rc = proto_get_string(ctx->params, PROTO_F_TYPE, 16, &type);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_TYPE, alloc_type_expected);
-	if (strcmp(type, PROTO_V_MEM_DEVICE) != 0) {
-		if (strcmp(type, PROTO_V_MEM_PINNED) && strcmp(type, PROTO_V_MEM_MAPPED) &&
-		    strcmp(type, PROTO_V_MEM_MANAGED))
-			return dispatch_param_error(ctx, -EINVAL, PROTO_F_TYPE,
-			                            alloc_type_expected);
-		if (strcmp(type, PROTO_V_MEM_MANAGED) == 0) {
-			/* Unified memory cannot be shared across processes. */
-			proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
-			                "memory type 'managed' is not supported: managed memory "
-			                "cannot be shared between processes");
-			return -EOPNOTSUPP;
-		}
-		return alloc_host(ctx, instance, size, strcmp(type, PROTO_V_MEM_MAPPED) == 0);
-	}
-	int64_t wait_ms = 0;
-	rc = proto_get_int(ctx->params, PROTO_F_WAIT_MS, 0, PROTO_MAX_WAIT_MS, &wait_ms);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_WAIT_MS, alloc_wait_expected);
 	struct broker_grant g;
-	rc = dispatch_alloc_device(ctx, instance, size, align, wait_ms, &g);
-	if (rc < 0 || ctx->deferred)
-		return rc;
-	rc = dispatch_grant_result(ctx, &g);
-	if (rc < 0)
-		dispatch_grant_undo(ctx->b, ctx->s, &g,
-		                    false); /* the client cannot be told of it */
+	int type = p->has_type ? p->type : PROTO_MEMORY_DEVICE;
+	if (type == PROTO_MEMORY_MANAGED) {
+		/* Unified memory cannot be shared across processes. */
+		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
+		                "memory type 'managed' is not supported: managed memory "
+		                "cannot be shared between processes");
+		return -EOPNOTSUPP;
+	}
+	if (type != PROTO_MEMORY_DEVICE)
+		return alloc_host(ctx, p->instance, p->size, type == PROTO_MEMORY_MAPPED);
+	int rc = dispatch_alloc_device(ctx, p->instance, p->size,
+	                               p->has_alignment ? p->alignment : PROTO_GRANULE,
+	                               p->has_wait_ms ? p->wait_ms : 0, &g);
+	if (rc == 0 && !ctx->deferred)
+		dispatch_grant_result(ctx, &g, DISPATCH_GRANT_ALLOC);
 	return rc;
 }
 
@@ -594,19 +508,13 @@ void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
 	struct dispatch_ctx ctx = {.d = d, .b = b, .s = w->s, .fd = -1, .id = w->id};
 	size_t len = 0;
 	char *frame = NULL;
-	if (rc == 0 && dispatch_grant_result(&ctx, g) == 0) {
-		frame = proto_encode_result(w->id, ctx.result, &len);
-		ctx.result = NULL;
+	if (rc == 0) {
+		dispatch_grant_result(&ctx, g, DISPATCH_GRANT_ALLOC);
+		frame = grant_frame(&ctx, w->id, &len);
 		if (frame) {
 			dispatch_send(d, w->s, frame, len, ctx.fd);
 			return;
 		}
-	}
-	cJSON_Delete(ctx.result);
-	ctx.result = NULL;
-	if (rc == 0) {
-		/* The client cannot be told about this memory: give it back. */
-		dispatch_grant_undo(b, w->s, g, false);
 		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
 	} else {
 		uint64_t now = broker_now_ms();
@@ -621,94 +529,51 @@ void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
 	dispatch_send(d, w->s, frame, len, -1);
 }
 
-static int on_free(struct dispatch_ctx *ctx)
+int dispatch_free(struct dispatch_ctx *ctx, const struct proto_free_params *p)
 {
-	uint64_t id;
-	bool reply = true;
-	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
-	if (rc == 0) {
-		rc = proto_get_bool(ctx->params, PROTO_F_REPLY, &reply);
-		if (rc == -ENOENT)
-			rc = 0;
-		else if (rc < 0)
-			rc = dispatch_param_error(ctx, rc, PROTO_F_REPLY, "a boolean");
-	}
-	if (rc == 0)
-		rc = broker_free(ctx->b, ctx->s, id);
+	int rc = broker_free(ctx->b, ctx->s, p->id);
+	if (rc < 0)
+		return dispatch_broker_error(ctx, rc, "allocation");
 	/* A free that does not wait for its reply gets one only when it
 	 * fails: the client learns of that from the error's id. */
-	ctx->quiet = rc == 0 && !reply;
-	if (rc < 0)
-		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "allocation");
-	return dispatch_result(ctx) ? 0 : -ENOMEM;
+	ctx->quiet = p->has_reply && !p->reply;
+	return ctx->quiet || dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
-static int on_attach(struct dispatch_ctx *ctx)
+int dispatch_attach(struct dispatch_ctx *ctx, const struct proto_attach_params *p)
 {
-	uint64_t id;
 	struct broker_grant g;
-	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
-	if (rc < 0)
-		return rc;
-	rc = broker_attach(ctx->b, ctx->s, id, &g);
+	int rc = broker_attach(ctx->b, ctx->s, p->id, &g);
 	if (rc == -EAGAIN)
 		return -ENOMEM;
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, "allocation");
-	return dispatch_attach_result(ctx, &g);
+	dispatch_grant_result(ctx, &g, DISPATCH_GRANT_ATTACH);
+	return 0;
 }
 
-static int on_detach(struct dispatch_ctx *ctx)
+int dispatch_detach(struct dispatch_ctx *ctx, const struct proto_detach_params *p)
 {
-	uint64_t id;
-	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
-	if (rc == 0)
-		rc = broker_detach(ctx->b, ctx->s, id);
+	int rc = broker_detach(ctx->b, ctx->s, p->id);
 	if (rc < 0)
-		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "attachment");
+		return dispatch_broker_error(ctx, rc, "attachment");
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
+/* One handler per method, each taking its own params struct. */
+typedef int (*dispatch_fn)(struct dispatch_ctx *ctx, const union proto_params *p);
+#define DISPATCH_CALL_(id, name, flags)                                                            \
+	static int call_##name(struct dispatch_ctx *ctx, const union proto_params *p)              \
+	{                                                                                          \
+		return dispatch_##name(ctx, &p->name);                                             \
+	}
+PROTO_OPS(DISPATCH_CALL_)
+#undef DISPATCH_CALL_
+
 static const dispatch_fn dispatch_handlers[PROTO_OP_COUNT] = {
-    [PROTO_OP_HELLO] = on_hello,
-    [PROTO_OP_REGISTER] = on_register,
-    [PROTO_OP_UNREGISTER] = on_unregister,
-    [PROTO_OP_ALLOC] = on_alloc,
-    [PROTO_OP_FREE] = on_free,
-    [PROTO_OP_ATTACH] = on_attach,
-    [PROTO_OP_DETACH] = on_detach,
-    [PROTO_OP_MEM_INFO] = dispatch_mem_info,
-    [PROTO_OP_STATS] = dispatch_stats,
-    [PROTO_OP_STATUS] = dispatch_status,
-    [PROTO_OP_CLIENTS] = dispatch_clients,
-    [PROTO_OP_DEVICES] = dispatch_devices,
-    [PROTO_OP_RELOAD] = dispatch_reload,
-    [PROTO_OP_METRICS] = dispatch_metrics,
-    [PROTO_OP_EVICT] = dispatch_evict,
-    [PROTO_OP_POLICY] = dispatch_policy,
-    [PROTO_OP_SET_PROPORTION] = dispatch_set_proportion,
-    [PROTO_OP_SET_AUTO] = dispatch_set_auto,
-    [PROTO_OP_SET_GROUP] = dispatch_set_group,
-    [PROTO_OP_GROUP_INFO] = dispatch_group_info,
-    [PROTO_OP_SET_MODE] = dispatch_set_mode,
-    [PROTO_OP_SET_LIMIT] = dispatch_set_limit,
-    [PROTO_OP_QUEUE_REQUEST] = dispatch_queue_request,
-    [PROTO_OP_ALLOCATE_QUEUE] = dispatch_allocate_queue,
-    [PROTO_OP_CHUNK_PARAMETERS] = dispatch_chunk_parameters,
-    [PROTO_OP_CLAIM] = dispatch_claim,
-    [PROTO_OP_FREE_LABEL] = dispatch_free_label,
-    [PROTO_OP_INVALIDATE_ALL] = dispatch_invalidate_all,
-    [PROTO_OP_SET_ALLOCATOR] = dispatch_set_allocator,
-    [PROTO_OP_SELFCHECK] = dispatch_selfcheck,
-    [PROTO_OP_EXPORT] = dispatch_export,
-    [PROTO_OP_UNEXPORT] = dispatch_unexport,
-    [PROTO_OP_OPEN] = dispatch_open,
-    [PROTO_OP_INVALIDATE_DONE] = dispatch_invalidate_done,
-    [PROTO_OP_GOODBYE] = dispatch_goodbye,
-    [PROTO_OP_RELEASE] = dispatch_release,
-    [PROTO_OP_PARTITION_CREATE] = dispatch_partition_create,
-    [PROTO_OP_PARTITION_DESTROY] = dispatch_partition_destroy,
-    [PROTO_OP_PARTITIONS] = dispatch_partitions,
+#define DISPATCH_HANDLER_(id, name, flags) [PROTO_OP_##id] = call_##name,
+    PROTO_OPS(DISPATCH_HANDLER_)
+#undef DISPATCH_HANDLER_
 };
 
 void dispatch_error(int code, const char *message, struct dispatch_reply *out)
@@ -737,6 +602,18 @@ void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ct
 	if (rc == 0 && (ctx->deferred || ctx->quiet)) {
 		out->frame = NULL;
 		out->deferred = true;
+		cJSON_Delete(ctx->result);
+		cJSON_Delete(ctx->data);
+	} else if (rc == 0 && ctx->grant_kind != DISPATCH_GRANT_NONE) {
+		out->frame = grant_frame(ctx, id, &out->len);
+		if (!out->frame) {
+			rc = -ENOMEM;
+			proto_error_set(&ctx->err, PROTO_E_INTERNAL,
+			                "internal error: out of memory");
+			out->frame = proto_encode_error(id, ctx->err.code, ctx->err.message, NULL,
+			                                &out->len);
+		}
+		out->fd = out->frame ? ctx->fd : -1;
 		cJSON_Delete(ctx->result);
 		cJSON_Delete(ctx->data);
 	} else if (rc == 0) {
@@ -779,7 +656,6 @@ void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, si
 		return;
 	int rc = proto_request_parse(frame, len, &req, &ctx.err);
 	if (rc == 0) {
-		ctx.params = req.params;
 		ctx.id = req.id;
 		bool early = proto_ops[req.op].flags & PROTO_OPF_BEFORE_HELLO;
 		if (!s->hello && !early) {
@@ -794,7 +670,15 @@ void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, si
 			                req.method);
 			rc = -EPERM;
 		} else {
-			rc = dispatch_handlers[req.op](&ctx);
+			/* Large (a queue of requests): only the method's member is
+			 * written. */
+			union proto_params params;
+			rc = proto_params_decode(req.op, req.params, &params, &ctx.err);
+			if (rc == 0)
+				rc = dispatch_handlers[req.op](&ctx, &params);
+			/* A partition's token is a secret: not left on the stack. */
+			if (req.op == PROTO_OP_HELLO)
+				explicit_bzero(&params.hello.token, sizeof(params.hello.token));
 		}
 	}
 	dispatch_reply_to(d, s, &ctx, rc, req.id, req.method, req.op, &t0, out);

@@ -11,14 +11,11 @@
 #include "dispatch_internal.h"
 #include "log.h"
 
-int dispatch_claim(struct dispatch_ctx *ctx)
+int dispatch_claim(struct dispatch_ctx *ctx, const struct proto_claim_params *p)
 {
 	struct broker_grant g;
-	uint64_t id;
-	int rc = proto_get_id64(ctx->params, PROTO_F_ID, &id);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_ID, "16 lowercase hex digits");
-	rc = broker_claim(ctx->b, ctx->s, id, &g);
+	uint64_t id = p->id;
+	int rc = broker_claim(ctx->b, ctx->s, id, &g);
 	if (rc == -ENOENT) {
 		struct broker_host *h;
 		rc = broker_host_claim(ctx->b, ctx->s, id, &h);
@@ -46,32 +43,16 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 		                            "an allocation not claimed yet");
 	if (rc < 0)
 		return -ENOMEM;
-	rc = dispatch_grant_result(ctx, &g);
-	/* The library closes a slab before free_label lets the daemon free
-	 * it: it needs to know which of its allocations a label covers. */
-	const struct broker_alloc *a = idmap_get(&ctx->b->allocs, id);
-	if (rc == 0 && a && a->label &&
-	    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, a->label) ||
-	     proto_add_id64(ctx->result, PROTO_F_INSTANCE, a->inst->id) < 0))
-		rc = -ENOMEM;
-	/* The client cannot be told of it: unclaimed again, it may ask again
-	 * (or free it by id or label), rather than hold what it never got. */
-	if (rc < 0)
-		broker_unclaim(ctx->b, ctx->s, &g);
-	return rc;
+	/* The reply names its label and instance (dispatch.c's grant_frame). */
+	dispatch_grant_result(ctx, &g, DISPATCH_GRANT_CLAIM);
+	return 0;
 }
 
-int dispatch_free_label(struct dispatch_ctx *ctx)
+int dispatch_free_label(struct dispatch_ctx *ctx, const struct proto_free_label_params *p)
 {
-	const char *label;
-	uint64_t instance = 0, *ids;
+	const char *label = p->label;
+	uint64_t instance = p->has_instance ? p->instance : 0, *ids;
 	size_t n = 0;
-	int rc = proto_get_string(ctx->params, PROTO_F_LABEL, PROTO_MAX_NAME, &label);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, "a string of 1-64 bytes");
-	rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &instance);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
 	ids = calloc(ctx->s->alloc_count + ctx->s->host_count + 1, sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
@@ -109,9 +90,10 @@ int dispatch_free_label(struct dispatch_ctx *ctx)
 	return arr ? 0 : -ENOMEM;
 }
 
-int dispatch_invalidate_all(struct dispatch_ctx *ctx)
+int dispatch_invalidate_all(struct dispatch_ctx *ctx, const struct proto_invalidate_all_params *p)
 {
 	uint64_t allocs, attachments;
+	(void)p;
 	broker_invalidate_all(ctx->b, &allocs, &attachments);
 	log_info("session %llu (uid %u): invalidate_all: %llu allocations, %llu attachments "
 	         "released",
@@ -126,8 +108,9 @@ int dispatch_invalidate_all(struct dispatch_ctx *ctx)
 
 /* The client has unmapped every slab of the connection, which is about to
  * close: its VMM slabs need not outlive the session (broker_session_close). */
-int dispatch_goodbye(struct dispatch_ctx *ctx)
+int dispatch_goodbye(struct dispatch_ctx *ctx, const struct proto_goodbye_params *p)
 {
+	(void)p;
 	unsigned slabs = broker_session_goodbye(ctx->s);
 	cJSON *r = dispatch_result(ctx);
 	if (!r || proto_add_u64(r, PROTO_F_SLABS, slabs))
@@ -136,13 +119,10 @@ int dispatch_goodbye(struct dispatch_ctx *ctx)
 }
 
 /* The client has closed what the invalidate events up to "epoch" released. */
-int dispatch_invalidate_done(struct dispatch_ctx *ctx)
+int dispatch_invalidate_done(struct dispatch_ctx *ctx, const struct proto_invalidate_done_params *p)
 {
-	uint64_t epoch;
 	unsigned released;
-	int rc = proto_get_u64(ctx->params, PROTO_F_EPOCH, 1, UINT64_MAX, &epoch);
-	if (rc == 0)
-		rc = broker_invalidate_done(ctx->b, ctx->s, epoch, &released);
+	int rc = broker_invalidate_done(ctx->b, ctx->s, p->epoch, &released);
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, PROTO_F_EPOCH,
 		                            "the u64 epoch of an invalidate event sent");
@@ -152,13 +132,10 @@ int dispatch_invalidate_done(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_release(struct dispatch_ctx *ctx)
+int dispatch_release(struct dispatch_ctx *ctx, const struct proto_release_params *p)
 {
-	uint64_t slab;
-	int rc = dispatch_get_id(ctx, PROTO_F_SLAB, &slab);
-	if (rc < 0)
-		return rc;
-	rc = broker_release(ctx->b, ctx->s, slab);
+	uint64_t slab = p->slab;
+	int rc = broker_release(ctx->b, ctx->s, slab);
 	if (rc == -EBUSY) {
 		proto_error_set(&ctx->err, PROTO_E_PARAMS,
 		                "invalid params: this connection still has memory in slab %016llx",

@@ -5,28 +5,47 @@
 #define GPB_DISPATCH_INTERNAL_H
 
 #include "dispatch.h"
+#include "params.h"
 
 #include <time.h>
 
-/* What a handler works with and produces: a result object or an error. */
+/* What a grant in a reply is to the broker: how to give it back when the
+ * reply cannot be made. */
+enum dispatch_grant {
+	DISPATCH_GRANT_NONE,
+	DISPATCH_GRANT_ALLOC,  /* freed */
+	DISPATCH_GRANT_ATTACH, /* detached */
+	DISPATCH_GRANT_CLAIM,  /* unclaimed */
+};
+
+/* What a handler works with and produces: a result (a grant, or an
+ * object) or an error. */
 struct dispatch_ctx {
 	struct dispatch *d;
 	struct broker *b; /* d->b */
 	struct session *s;
-	const char *id; /* the request's id (a deferred reply needs it) */
-	const cJSON *params;
-	cJSON *result; /* set on success */
-	cJSON *data;   /* optional error data */
-	int fd;        /* descriptor to pass with the result */
-	bool fd_owned; /* fd is the reply's: closed once sent (host memory) */
+	const char *id;                 /* the request's id (a deferred reply needs it) */
+	struct broker_grant grant;      /* the result, with grant_kind */
+	enum dispatch_grant grant_kind; /* NONE: the result is in result */
+	cJSON *result;                  /* set on success */
+	cJSON *data;                    /* optional error data */
+	int fd;                         /* descriptor to pass with the result */
+	bool fd_owned;                  /* fd is the reply's: closed once sent (host memory) */
 	bool deferred; /* a handler will answer later (keeping what it needs, e.g. the id) */
 	bool quiet;    /* success goes unanswered (free with "reply": false) */
 	struct proto_error err;
 };
 
-/* Handlers return 0 with ctx->result set, or a negative errno with ctx->err
- * set (-ENOMEM without ctx->err means host memory ran out). */
-typedef int (*dispatch_fn)(struct dispatch_ctx *ctx);
+/*
+ * The handlers: one per method, dispatch_<name>(ctx, params) with the
+ * method's params struct (params.h), decoded and checked already. They
+ * return 0 with a result set (ctx->result, or a grant), or a negative errno
+ * with ctx->err set (-ENOMEM without ctx->err means host memory ran out).
+ */
+#define DISPATCH_HANDLER_DECL_(id, name, flags)                                                    \
+	int dispatch_##name(struct dispatch_ctx *ctx, const struct proto_##name##_params *p);
+PROTO_OPS(DISPATCH_HANDLER_DECL_)
+#undef DISPATCH_HANDLER_DECL_
 
 /*
  * The deferred reply to a waiting alloc (a BROKER_EVENT_WAIT_DONE): the
@@ -48,67 +67,36 @@ cJSON *dispatch_result(struct dispatch_ctx *ctx);
 /* Records a parameter problem and returns -EINVAL. */
 int dispatch_param_error(struct dispatch_ctx *ctx, int rc, const char *key, const char *expected);
 
-int dispatch_mem_info(struct dispatch_ctx *ctx);
-int dispatch_stats(struct dispatch_ctx *ctx);
-int dispatch_status(struct dispatch_ctx *ctx);
-int dispatch_clients(struct dispatch_ctx *ctx);
-int dispatch_devices(struct dispatch_ctx *ctx);
-/* reload (admin): the server's reload hook. */
-int dispatch_reload(struct dispatch_ctx *ctx);
-/* evict (admin): ends another client's connection. */
-int dispatch_evict(struct dispatch_ctx *ctx);
-/* metrics: the Prometheus text (metrics.c). */
-int dispatch_metrics(struct dispatch_ctx *ctx);
-/* Walks every pool, session, allocation, wait and policy structure
- * (broker_check) and reports the first inconsistency (admin). */
-int dispatch_selfcheck(struct dispatch_ctx *ctx);
-
-/* dispatch_vram.c */
-int dispatch_policy(struct dispatch_ctx *ctx);
-int dispatch_set_proportion(struct dispatch_ctx *ctx);
-int dispatch_set_auto(struct dispatch_ctx *ctx);
-int dispatch_set_group(struct dispatch_ctx *ctx);
-int dispatch_group_info(struct dispatch_ctx *ctx);
-int dispatch_set_mode(struct dispatch_ctx *ctx);
-int dispatch_set_limit(struct dispatch_ctx *ctx);
-int dispatch_set_allocator(struct dispatch_ctx *ctx);
-/* The instance in params "instance" that this session may change: its
- * own, or any for an administrator. -EINVAL, -ENOENT (also another user's:
- * answered alike), -EPERM (another connection's of the same user), with
- * ctx->err set. */
-int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out);
-/* The stream group called group in the namespace of params "uid" (default:
- * the caller's user), with its figures: 0 with *space and *gi set, or
- * -EINVAL / -ENOENT (no member, or a user the caller may not see: answered
- * alike) with ctx->err set. */
-int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
+/* The instance @id that this session may change: its own, or any for an
+ * administrator. -ENOENT (also another user's: answered alike), -EPERM
+ * (another connection's of the same user), with ctx->err set. */
+int dispatch_target_instance(struct dispatch_ctx *ctx, uint64_t id, struct broker_instance **out);
+/* The stream group called group in the namespace of user uid, with its
+ * figures: 0 with *space and *gi set, or -ENOENT (no member, or a user the
+ * caller may not see: answered alike) with ctx->err set. */
+int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uid_t uid, uint64_t *space,
                         struct policy_group_info *gi);
+/* A uid parameter, the caller's own when absent. */
+#define DISPATCH_UID(ctx, p, member) ((p)->has_##member ? (uid_t)(p)->member : (ctx)->s->uid)
 /* Gives back what a grant the client cannot be told of committed: the
  * allocation (or the attachment), and the slab when the grant handed it
  * over (a session with keep_slabs would keep it). */
 void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
                          bool attach);
-/* The result of an alloc: the grant (and the descriptor to pass). */
-int dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
-/* The same for an attachment (attach, open); when the reply cannot be
- * built the attachment is let go again, so the client never holds what it
- * was not told of. */
-int dispatch_attach_result(struct dispatch_ctx *ctx, const struct broker_grant *g);
+/* A grant as the result: encoded when the reply is made (proto_grant_reply,
+ * with its descriptor); when that fails it is given back as @kind says, so
+ * the client never holds what it was not told of. */
+void dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g,
+                           enum dispatch_grant kind);
 /* The reply to a host alloc or claim of h: id, type, size and its descriptor. */
 int dispatch_host_result(struct dispatch_ctx *ctx, struct broker_host *h);
 
-/* The "device" parameter, an index or a UUID string: 0 with *device set,
- * -ENOENT when absent (*device kept), or -EINVAL / -ENODEV (no such device)
- * with ctx->err set. */
-int dispatch_get_device(struct dispatch_ctx *ctx, int64_t *device);
-/* The device whose UUID is text (as dispatch_get_device reads it), or
- * -ENODEV. */
+/* The device a request names (by index or UUID): 0 with *device set, or
+ * -ENODEV (no such device) with ctx->err set. */
+int dispatch_device(struct dispatch_ctx *ctx, const struct proto_device *d, int *device);
+/* The device whose UUID is text ("GPU-..." or "MIG-..." as nvidia-smi
+ * prints it, either case, with or without the prefix), or -ENODEV. */
 int dispatch_device_by_uuid(const struct broker *b, const char *text);
-/* An id64 parameter, or -EINVAL with ctx->err set. */
-int dispatch_get_id(struct dispatch_ctx *ctx, const char *key, uint64_t *id);
-/* A uid parameter, the caller's own uid when absent; or -EINVAL with
- * ctx->err set. */
-int dispatch_get_uid(struct dispatch_ctx *ctx, const char *key, uid_t *uid);
 /* Sets ctx->err for a broker error about what ("allocation", ...); returns rc. */
 int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what);
 
@@ -130,29 +118,9 @@ void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ct
 bool dispatch_fast(struct dispatch_ctx *ctx, const char *frame, size_t len,
                    const struct timespec *t0, struct dispatch_reply *out);
 
-/* dispatch_partition.c */
-int dispatch_partition_create(struct dispatch_ctx *ctx);
-int dispatch_partition_destroy(struct dispatch_ctx *ctx);
-int dispatch_partitions(struct dispatch_ctx *ctx);
-/* hello's optional "token": puts the session in its partition, or -EPERM
- * with ctx->err set (-32005, the same for every refusal). */
-int dispatch_hello_token(struct dispatch_ctx *ctx);
-/* dispatch_share.c */
-int dispatch_export(struct dispatch_ctx *ctx);
-int dispatch_unexport(struct dispatch_ctx *ctx);
-int dispatch_open(struct dispatch_ctx *ctx);
-
-/* dispatch_queue.c, dispatch_claim.c */
-int dispatch_queue_request(struct dispatch_ctx *ctx);
-int dispatch_allocate_queue(struct dispatch_ctx *ctx);
-int dispatch_chunk_parameters(struct dispatch_ctx *ctx);
-int dispatch_claim(struct dispatch_ctx *ctx);
-int dispatch_free_label(struct dispatch_ctx *ctx);
-int dispatch_invalidate_all(struct dispatch_ctx *ctx);
-int dispatch_invalidate_done(struct dispatch_ctx *ctx);
-int dispatch_goodbye(struct dispatch_ctx *ctx);
-/* release: the client let go of a slab it kept empty (dispatch_claim.c). */
-int dispatch_release(struct dispatch_ctx *ctx);
+/* hello's "token": puts the session in its partition, or -EPERM with
+ * ctx->err set (-32005, the same for every refusal). */
+int dispatch_hello_token(struct dispatch_ctx *ctx, const struct proto_token *token);
 
 /* A register/set_proportion/set_auto refusal by the policy, explained with
  * the device's figures: -32602 on "proportion". */

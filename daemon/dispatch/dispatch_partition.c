@@ -15,30 +15,6 @@
 #include "dispatch_internal.h"
 #include "log.h"
 
-#define NAME_EXPECTED "a string of 1-64 bytes of A-Z, a-z, 0-9, '.', '_' and '-'"
-
-static int get_name(struct dispatch_ctx *ctx, const char **name)
-{
-	int rc = proto_get_string(ctx->params, PROTO_F_NAME, PROTO_MAX_NAME, name);
-	if (rc == 0 && !broker_partition_name_valid(*name))
-		rc = -EINVAL;
-	return rc < 0 ? dispatch_param_error(ctx, rc, PROTO_F_NAME, NAME_EXPECTED) : 0;
-}
-
-/* "size": bytes per device, a decimal string or a whole JSON number. */
-static int get_size(struct dispatch_ctx *ctx, uint64_t *size)
-{
-	int64_t n;
-	int rc = proto_get_u64(ctx->params, PROTO_F_SIZE, 1, UINT64_MAX, size);
-	if (rc == -EINVAL && proto_get_int(ctx->params, PROTO_F_SIZE, 1, INT64_MAX, &n) == 0) {
-		*size = (uint64_t)n;
-		rc = 0;
-	}
-	return rc < 0 ? dispatch_param_error(ctx, rc, PROTO_F_SIZE,
-	                                     "bytes per device, at least 1 (a decimal string)")
-	              : 0;
-}
-
 static int bad_device(struct dispatch_ctx *ctx, const char *why)
 {
 	proto_error_set(&ctx->err, PROTO_E_PARAMS, "invalid params: %s", why);
@@ -48,32 +24,23 @@ static int bad_device(struct dispatch_ctx *ctx, const char *why)
 
 /* "devices": indices or UUIDs, each once (absent: every device); marks
  * size on each in sizes[]. */
-static int get_devices(struct dispatch_ctx *ctx, uint64_t size, uint64_t *sizes)
+static int get_devices(struct dispatch_ctx *ctx, const struct proto_partition_create_params *p,
+                       uint64_t *sizes)
 {
 	const struct broker *b = ctx->b;
-	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_DEVICES);
-	if (!devs) {
+	if (!p->has_devices) {
 		for (int i = 0; i < b->device_count; i++)
-			sizes[i] = size;
+			sizes[i] = p->size;
 		return 0;
 	}
-	if (!cJSON_IsArray(devs) || !cJSON_GetArraySize(devs))
-		return bad_device(ctx, "'devices' must be a non-empty array of device indices or "
-		                       "UUIDs");
-	const cJSON *d;
-	cJSON_ArrayForEach(d, devs)
-	{
-		int i = -ENODEV;
-		if (cJSON_IsString(d))
-			i = dispatch_device_by_uuid(b, d->valuestring);
-		else if (cJSON_IsNumber(d) && d->valuedouble >= 0 &&
-		         d->valuedouble < b->device_count && d->valuedouble == (int)d->valuedouble)
-			i = (int)d->valuedouble;
-		if (i < 0)
+	for (unsigned k = 0; k < p->devices.count; k++) {
+		const struct proto_device *d = &p->devices.dev[k];
+		int i = d->uuid ? dispatch_device_by_uuid(b, d->uuid) : d->index;
+		if (i < 0 || i >= b->device_count)
 			return bad_device(ctx, "no such device in 'devices'");
 		if (sizes[i])
 			return bad_device(ctx, "a device is named twice in 'devices'");
-		sizes[i] = size;
+		sizes[i] = p->size;
 	}
 	return 0;
 }
@@ -119,8 +86,9 @@ static int create_error(struct dispatch_ctx *ctx, int rc, const char *name,
 		proto_error_set(&ctx->err, PROTO_E_INTERNAL, "internal error: no random token");
 		return rc;
 	default:
-		return rc == -ENOMEM ? rc
-		                     : dispatch_param_error(ctx, rc, PROTO_F_NAME, NAME_EXPECTED);
+		return rc == -ENOMEM
+		           ? rc
+		           : dispatch_param_error(ctx, rc, PROTO_F_NAME, PROTO_PARTITION_EXPECTED);
 	}
 }
 
@@ -148,24 +116,18 @@ static int partition_json(const struct broker *b, cJSON *o, const struct broker_
 	return 0;
 }
 
-int dispatch_partition_create(struct dispatch_ctx *ctx)
+int dispatch_partition_create(struct dispatch_ctx *ctx,
+                              const struct proto_partition_create_params *params)
 {
-	const char *name;
-	int64_t uid;
-	uint64_t size, sizes[BACKEND_MAX_DEVICES] = {0};
-	int rc = get_name(ctx, &name);
+	uint64_t sizes[BACKEND_MAX_DEVICES] = {0};
+	int rc = get_devices(ctx, params, sizes);
 	if (rc < 0)
-		return rc;
-	rc = proto_get_int(ctx->params, PROTO_F_UID, 0, UINT32_MAX - 1, &uid);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_UID, "a uid (0 to 4294967294)");
-	if ((rc = get_size(ctx, &size)) < 0 || (rc = get_devices(ctx, size, sizes)) < 0)
 		return rc;
 	struct broker_partition *p;
 	struct broker_partition_refusal why;
-	rc = broker_partition_create(ctx->b, name, (uid_t)uid, sizes, &p, &why);
+	rc = broker_partition_create(ctx->b, params->name, (uid_t)params->uid, sizes, &p, &why);
 	if (rc < 0)
-		return create_error(ctx, rc, name, &why);
+		return create_error(ctx, rc, params->name, &why);
 	log_info("session %llu (uid %u): partition %s for uid %u", (unsigned long long)ctx->s->id,
 	         (unsigned)ctx->s->uid, p->name, (unsigned)p->uid);
 	cJSON *r = dispatch_result(ctx);
@@ -182,14 +144,11 @@ int dispatch_partition_create(struct dispatch_ctx *ctx)
 	return rc;
 }
 
-int dispatch_partition_destroy(struct dispatch_ctx *ctx)
+int dispatch_partition_destroy(struct dispatch_ctx *ctx,
+                               const struct proto_partition_destroy_params *params)
 {
-	const char *name;
-	int rc = get_name(ctx, &name);
-	if (rc < 0)
-		return rc;
 	struct broker *b = ctx->b;
-	struct broker_partition *p = broker_partition_find(b, name);
+	struct broker_partition *p = broker_partition_find(b, params->name);
 	if (!p) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such partition");
 		return -ENOENT;
@@ -238,8 +197,9 @@ int dispatch_partition_destroy(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_partitions(struct dispatch_ctx *ctx)
+int dispatch_partitions(struct dispatch_ctx *ctx, const struct proto_partitions_params *params)
 {
+	(void)params;
 	const struct broker *b = ctx->b;
 	cJSON *r = dispatch_result(ctx), *arr;
 	if (!r || !(arr = cJSON_AddArrayToObject(r, PROTO_F_PARTITIONS)))
@@ -268,19 +228,11 @@ int dispatch_partitions(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_hello_token(struct dispatch_ctx *ctx)
+_Static_assert(BROKER_TOKEN_BYTES == PROTO_TOKEN_SIZE, "a token is the protocol's size");
+
+int dispatch_hello_token(struct dispatch_ctx *ctx, const struct proto_token *token)
 {
-	int rc;
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_TOKEN);
-	if (!t)
-		return 0;
-	if (!cJSON_IsString(t))
-		return dispatch_param_error(ctx, -EINVAL, PROTO_F_TOKEN, "64 lowercase hex digits");
-	unsigned char token[BROKER_TOKEN_BYTES];
-	rc = proto_hex_decode(t->valuestring, token, sizeof(token));
-	if (rc == 0)
-		rc = broker_partition_join(ctx->b, ctx->s, token);
-	explicit_bzero(token, sizeof(token));
+	int rc = token->valid ? broker_partition_join(ctx->b, ctx->s, token->bytes) : -EPERM;
 	if (rc < 0) {
 		log_info("session %llu (pid %d uid %u): invalid partition token",
 		         (unsigned long long)ctx->s->id, (int)ctx->s->pid, (unsigned)ctx->s->uid);

@@ -36,13 +36,10 @@ static int instance_entry(struct broker *b, cJSON *arr, const struct broker_inst
 	return 0;
 }
 
-int dispatch_mem_info(struct dispatch_ctx *ctx)
+int dispatch_mem_info(struct dispatch_ctx *ctx, const struct proto_mem_info_params *params)
 {
-	uint64_t id = 0;
-	int rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &id);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
-	if (rc == 0 && !broker_instance_find(ctx->s, id)) {
+	uint64_t id = params->has_instance ? params->instance : 0;
+	if (params->has_instance && !broker_instance_find(ctx->s, id)) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no such instance");
 		return -ENOENT;
 	}
@@ -75,23 +72,11 @@ int dispatch_mem_info(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-/* The optional "device" parameter of stats: -1 means all. */
-static int device_param(struct dispatch_ctx *ctx, int *device)
+int dispatch_stats(struct dispatch_ctx *ctx, const struct proto_stats_params *p)
 {
-	int64_t d = -1;
-	int rc = dispatch_get_device(ctx, &d);
-	if (rc < 0 && rc != -ENOENT)
-		return rc;
-	*device = (int)d;
-	return 0;
-}
-
-int dispatch_stats(struct dispatch_ctx *ctx)
-{
-	int only = -1;
-	int rc = device_param(ctx, &only);
-	if (rc < 0)
-		return rc;
+	int only = -1; /* every device */
+	if (p->has_device && dispatch_device(ctx, &p->device, &only) < 0)
+		return -ENODEV;
 	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
@@ -146,8 +131,9 @@ static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr
 	return o;
 }
 
-int dispatch_status(struct dispatch_ctx *ctx)
+int dispatch_status(struct dispatch_ctx *ctx, const struct proto_status_params *p)
 {
+	(void)p;
 	struct broker *b = ctx->b;
 	uint64_t total = 0, reserved = 0, used = 0, fenced = 0;
 	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
@@ -186,8 +172,9 @@ int dispatch_status(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_devices(struct dispatch_ctx *ctx)
+int dispatch_devices(struct dispatch_ctx *ctx, const struct proto_devices_params *params)
 {
+	(void)params;
 	struct broker *b = ctx->b;
 	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
@@ -208,8 +195,9 @@ int dispatch_devices(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_clients(struct dispatch_ctx *ctx)
+int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params *p)
 {
+	(void)p;
 	cJSON *arr = result_array(ctx, PROTO_F_CLIENTS);
 	if (!arr)
 		return -ENOMEM;
@@ -268,8 +256,9 @@ static double heap_bytes(void)
 
 /* Walks every pool, session, allocation, wait and policy structure
  * (broker_check) and reports the first inconsistency. */
-int dispatch_selfcheck(struct dispatch_ctx *ctx)
+int dispatch_selfcheck(struct dispatch_ctx *ctx, const struct proto_selfcheck_params *p)
 {
+	(void)p;
 	char msg[128] = "";
 	if (broker_check(ctx->b, msg, sizeof(msg)) < 0) {
 		log_error("selfcheck: %s", msg);
@@ -296,8 +285,9 @@ int dispatch_selfcheck(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_reload(struct dispatch_ctx *ctx)
+int dispatch_reload(struct dispatch_ctx *ctx, const struct proto_reload_params *p)
 {
+	(void)p;
 	char message[sizeof(ctx->err.message)];
 	if (!ctx->d->reload) {
 		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED, "reload is not available here");
@@ -315,12 +305,9 @@ int dispatch_reload(struct dispatch_ctx *ctx)
 
 /* Ends another client's connection: it hears an `evicted` event, gets what
  * was queued for it, and everything it held is reclaimed as on any close. */
-int dispatch_evict(struct dispatch_ctx *ctx)
+int dispatch_evict(struct dispatch_ctx *ctx, const struct proto_evict_params *p)
 {
-	uint64_t id;
-	int rc = proto_get_id64(ctx->params, PROTO_F_SESSION, &id);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_SESSION, "16 lowercase hex digits");
+	uint64_t id = p->session;
 	if (id == ctx->s->id) {
 		proto_error_set(&ctx->err, PROTO_E_PARAMS,
 		                "invalid params: a client cannot evict itself");
@@ -347,8 +334,9 @@ int dispatch_evict(struct dispatch_ctx *ctx)
 	return -ENOENT;
 }
 
-int dispatch_metrics(struct dispatch_ctx *ctx)
+int dispatch_metrics(struct dispatch_ctx *ctx, const struct proto_metrics_params *p)
 {
+	(void)p;
 	char *text;
 	size_t len;
 	int rc = metrics_render(&ctx->d->metrics, ctx->b, ctx->s, &text, &len);

@@ -27,7 +27,9 @@
 #include "dispatch_internal.h"
 #include "log.h"
 
-#define QUEUE_MAX 64 /* requests queued on one instance */
+#define QUEUE_MAX PROTO_MAX_QUEUE /* requests queued on one instance */
+
+_Static_assert(PROTO_MAX_DIMS == POLICY_MAX_DIMS, "a queued shape fits the policy's");
 
 struct parsed_request {
 	const char *label;
@@ -41,99 +43,42 @@ static const char *const memory_names[] = {
     [BROKER_MEM_MAPPED] = PROTO_V_MEM_MAPPED,
 };
 
-static const char *const request_expected =
-    "an object {" PROTO_F_LABEL ", " PROTO_F_SHAPE ", " PROTO_F_ELEM_SIZE ", " PROTO_F_AXIS
-    ", " PROTO_F_UNCHUNKABLE ", " PROTO_F_TYPE "}";
-static const char *const type_expected = PROTO_QUOTED(PROTO_V_MEM_DEVICE) ", " PROTO_QUOTED(
-    PROTO_V_MEM_PINNED) " or " PROTO_QUOTED(PROTO_V_MEM_MAPPED);
-
-/* One request object. Fields are reported as "requests" with the member's
- * name in the message, so that a client can tell which went wrong. */
-static int parse_request(struct dispatch_ctx *ctx, const cJSON *o, struct parsed_request *out)
+/* The decoded requests as the policy's arrays: host memory is pinned or
+ * mapped, managed memory is refused (as alloc refuses it: unified memory
+ * cannot be shared across processes), and every array's bytes must fit in
+ * 64 bits. */
+static int queue_requests(struct dispatch_ctx *ctx, const struct proto_queue *q,
+                          struct parsed_request *out, int *n)
 {
-	struct policy_array *a = &out->arr;
-	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, PROTO_F_SHAPE), *dim;
-	const char *type = PROTO_V_MEM_DEVICE;
-	int64_t elem, axis = 0;
-	bool unchunkable = false;
-	uint64_t bytes;
-	memset(out, 0, sizeof(*out));
-	if (!cJSON_IsObject(o))
-		return dispatch_param_error(ctx, -EINVAL, PROTO_F_REQUESTS, request_expected);
-	int rc = proto_get_string(o, PROTO_F_LABEL, PROTO_MAX_NAME, &out->label);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, "a string of 1-64 bytes");
-	if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) < 1 ||
-	    cJSON_GetArraySize(shape) > POLICY_MAX_DIMS)
-		return dispatch_param_error(ctx, shape ? -EINVAL : -ENOENT, PROTO_F_SHAPE,
-		                            "an array of 1-8 positive integers");
-	cJSON_ArrayForEach(dim, shape)
-	{
-		double d = cJSON_IsNumber(dim) ? dim->valuedouble : 0;
-		if (!(d >= 1 && d <= 9007199254740992.0) || d != (double)(uint64_t)d)
-			return dispatch_param_error(ctx, -EINVAL, PROTO_F_SHAPE,
-			                            "an array of 1-8 positive integers");
-		a->shape[a->ndim++] = (uint64_t)d;
-	}
-	rc = proto_get_int(o, PROTO_F_ELEM_SIZE, 1, 65536, &elem);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_ELEM_SIZE,
-		                            "an integer from 1 to 65536");
-	rc = proto_get_int(o, PROTO_F_AXIS, 0, a->ndim - 1, &axis);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_AXIS, "a dimension of the shape");
-	rc = proto_get_bool(o, PROTO_F_UNCHUNKABLE, &unchunkable);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_UNCHUNKABLE, "a boolean");
-	rc = proto_get_string(o, PROTO_F_TYPE, 16, &type);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_TYPE, type_expected);
-	if (strcmp(type, PROTO_V_MEM_MANAGED) == 0) {
-		/* As for alloc: unified memory cannot be shared across processes. */
-		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
-		                "memory type 'managed' is not supported: managed memory cannot "
-		                "be shared between processes");
-		return -EOPNOTSUPP;
-	}
-	int found = -1;
-	for (int t = BROKER_MEM_DEVICE; t <= BROKER_MEM_MAPPED; t++) {
-		if (strcmp(type, memory_names[t]) == 0)
-			found = t;
-	}
-	if (found < 0)
-		return dispatch_param_error(ctx, -EINVAL, PROTO_F_TYPE, type_expected);
-	out->type = (enum broker_memory)found;
-	a->elem_size = (uint64_t)elem;
-	a->axis = (unsigned)axis;
-	a->unchunkable = unchunkable;
-	if (policy_array_bytes(a, POOL_GRANULE, &bytes) < 0)
-		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SHAPE,
-		                            "a size that fits in 64 bits");
-	return 0;
-}
-
-/* params.requests: 1-64 request objects with distinct labels. */
-static int parse_requests(struct dispatch_ctx *ctx, struct parsed_request *out, int *n)
-{
-	const cJSON *reqs = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_REQUESTS), *o;
-	int count = 0;
-	if (!cJSON_IsArray(reqs) || cJSON_GetArraySize(reqs) < 1 ||
-	    cJSON_GetArraySize(reqs) > QUEUE_MAX)
-		return dispatch_param_error(ctx, reqs ? -EINVAL : -ENOENT, PROTO_F_REQUESTS,
-		                            "an array of 1-64 request objects");
-	cJSON_ArrayForEach(o, reqs)
-	{
-		int rc = parse_request(ctx, o, &out[count]);
-		if (rc < 0)
-			return rc;
-		for (int i = 0; i < count; i++) {
-			if (strcmp(out[i].label, out[count].label) == 0)
-				return dispatch_param_error(ctx, -EINVAL, PROTO_F_LABEL,
-				                            "labels distinct within a request");
+	static const enum broker_memory types[] = {
+	    [PROTO_MEMORY_DEVICE] = BROKER_MEM_DEVICE,
+	    [PROTO_MEMORY_PINNED] = BROKER_MEM_PINNED,
+	    [PROTO_MEMORY_MAPPED] = BROKER_MEM_MAPPED,
+	};
+	for (unsigned i = 0; i < q->count; i++) {
+		const struct proto_queue_item *it = &q->item[i];
+		struct policy_array *a = &out[i].arr;
+		uint64_t bytes;
+		memset(&out[i], 0, sizeof(out[i]));
+		int type = it->has_type ? it->type : PROTO_MEMORY_DEVICE;
+		if (type == PROTO_MEMORY_MANAGED) {
+			proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
+			                "memory type 'managed' is not supported: managed memory "
+			                "cannot be shared between processes");
+			return -EOPNOTSUPP;
 		}
-		count++;
+		out[i].label = it->label;
+		out[i].type = types[type];
+		memcpy(a->shape, it->shape.dim, sizeof(a->shape));
+		a->ndim = it->shape.ndim;
+		a->elem_size = (uint64_t)it->elem_size;
+		a->axis = it->has_axis ? (unsigned)it->axis : 0;
+		a->unchunkable = it->has_unchunkable && it->unchunkable;
+		if (policy_array_bytes(a, POOL_GRANULE, &bytes) < 0)
+			return dispatch_param_error(ctx, -ERANGE, PROTO_F_SHAPE,
+			                            "a size that fits in 64 bits");
 	}
-	*n = count;
+	*n = (int)q->count;
 	return 0;
 }
 
@@ -148,15 +93,15 @@ static struct broker_queued *queued_find(struct broker_instance *inst, const cha
 	return NULL;
 }
 
-int dispatch_queue_request(struct dispatch_ctx *ctx)
+int dispatch_queue_request(struct dispatch_ctx *ctx, const struct proto_queue_request_params *p)
 {
 	struct parsed_request reqs[QUEUE_MAX];
 	struct broker_queued *fresh[QUEUE_MAX] = {NULL};
 	struct broker_instance *inst;
 	int n, added = 0;
-	int rc = dispatch_target_instance(ctx, &inst);
+	int rc = dispatch_target_instance(ctx, p->instance, &inst);
 	if (rc == 0)
-		rc = parse_requests(ctx, reqs, &n);
+		rc = queue_requests(ctx, &p->requests, reqs, &n);
 	if (rc < 0)
 		return rc;
 	for (int i = 0; i < n; i++)
@@ -301,39 +246,28 @@ static int chunk_fit(const struct policy_array *dev, size_t n, uint64_t axis_len
 	return 0;
 }
 
-int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
+int dispatch_chunk_parameters(struct dispatch_ctx *ctx,
+                              const struct proto_chunk_parameters_params *p)
 {
 	struct parsed_request reqs[QUEUE_MAX];
 	struct policy_array arrays[QUEUE_MAX], device_arrays[QUEUE_MAX];
 	struct policy_chunking c;
 	struct policy_group_info gi;
-	const char *group = NULL;
-	uint64_t available = 0, space;
-	int64_t axis = 0, length = 0;
+	const char *group = p->has_group ? p->group : NULL;
+	uint64_t available = p->has_available ? p->available : 0, space;
+	int64_t axis = p->has_axis_length ? p->axis_length : 0;
+	int64_t length = p->has_chunk_length ? p->chunk_length : 0;
 	int n;
-	int rc = parse_requests(ctx, reqs, &n);
+	int rc = queue_requests(ctx, &p->requests, reqs, &n);
 	if (rc < 0)
 		return rc;
-	int rg = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
-	if (rg < 0 && rg != -ENOENT)
-		return dispatch_param_error(ctx, rg, PROTO_F_GROUP, "a string of 1-64 bytes");
-	int ra = proto_get_u64(ctx->params, PROTO_F_AVAILABLE, 0, UINT64_MAX, &available);
-	if (ra < 0 && ra != -ENOENT)
-		return dispatch_param_error(ctx, ra, PROTO_F_AVAILABLE,
-		                            "a decimal string of 1-20 digits");
-	int rl = proto_get_int(ctx->params, PROTO_F_CHUNK_LENGTH, 1, INT64_MAX, &length);
-	if (rl < 0 && rl != -ENOENT)
-		return dispatch_param_error(ctx, rl, PROTO_F_CHUNK_LENGTH, "a positive integer");
-	if ((rg == 0) + (ra == 0) + (rl == 0) != 1)
+	if (p->has_group + p->has_available + p->has_chunk_length != 1)
 		return dispatch_param_error(ctx, -EINVAL, PROTO_F_GROUP,
 		                            "given alone: one of '" PROTO_F_GROUP
 		                            "', '" PROTO_F_AVAILABLE "' or '" PROTO_F_CHUNK_LENGTH
 		                            "'");
-	rc = proto_get_int(ctx->params, PROTO_F_AXIS_LENGTH, 1, INT64_MAX, &axis);
-	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_AXIS_LENGTH, "a positive integer");
-	if (rg == 0) {
-		rc = dispatch_group_find(ctx, group, &space, &gi);
+	if (p->has_group) {
+		rc = dispatch_group_find(ctx, group, DISPATCH_UID(ctx, p, uid), &space, &gi);
 		if (rc < 0)
 			return rc;
 		available = gi.available;
@@ -348,7 +282,7 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 	if (!axis)
 		axis = (int64_t)longest_axis(arrays, (size_t)n);
 	rc = chunk_fit(device_arrays, ndev, (uint64_t)axis, available,
-	               rl == 0 ? (uint64_t)length : 0, &c);
+	               p->has_chunk_length ? (uint64_t)length : 0, &c);
 	if (rc == -ENOMEM)
 		return chunk_oom(ctx, group ? group : "the request", c.chunk_bytes, available,
 		                 false);
@@ -665,12 +599,12 @@ static unsigned batch_announce(struct dispatch_ctx *ctx, const struct batch *bt,
 	return members;
 }
 
-int dispatch_allocate_queue(struct dispatch_ctx *ctx)
+int dispatch_allocate_queue(struct dispatch_ctx *ctx, const struct proto_allocate_queue_params *p)
 {
 	struct broker_instance *inst;
 	struct batch bt;
 	struct policy_chunking gc;
-	int rc = dispatch_target_instance(ctx, &inst);
+	int rc = dispatch_target_instance(ctx, p->instance, &inst);
 	if (rc < 0)
 		return rc;
 	/* The group of the instance's user: stream groups are per user. */

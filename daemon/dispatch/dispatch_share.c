@@ -8,25 +8,12 @@
 #include "broker.h"
 #include "dispatch_internal.h"
 
-static int get_name(struct dispatch_ctx *ctx, const char **name)
+int dispatch_export(struct dispatch_ctx *ctx, const struct proto_export_params *p)
 {
-	int rc = proto_get_string(ctx->params, PROTO_F_NAME, PROTO_MAX_NAME, name);
-	return rc < 0 ? dispatch_param_error(ctx, rc, PROTO_F_NAME, "a string of 1-64 bytes") : 0;
-}
-
-int dispatch_export(struct dispatch_ctx *ctx)
-{
-	uint64_t id;
-	const char *name;
-	uid_t uid;
-	int rc = dispatch_get_id(ctx, PROTO_F_ID, &id);
-	if (rc == 0)
-		rc = get_name(ctx, &name);
-	if (rc == 0)
-		rc = dispatch_get_uid(ctx, PROTO_F_UID, &uid);
-	if (rc < 0)
-		return rc;
-	rc = broker_export(ctx->b, ctx->s, id, name, uid);
+	uint64_t id = p->id;
+	const char *name = p->name;
+	uid_t uid = DISPATCH_UID(ctx, p, uid);
+	int rc = broker_export(ctx->b, ctx->s, id, name, uid);
 	switch (rc) {
 	case 0:
 		break;
@@ -67,32 +54,23 @@ int dispatch_export(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_unexport(struct dispatch_ctx *ctx)
+int dispatch_unexport(struct dispatch_ctx *ctx, const struct proto_unexport_params *p)
 {
-	const char *name;
-	int rc = get_name(ctx, &name);
-	if (rc == 0)
-		rc = broker_unexport(ctx->b, ctx->s, name);
+	int rc = broker_unexport(ctx->b, ctx->s, p->name);
 	if (rc < 0)
-		return ctx->err.code ? rc : dispatch_broker_error(ctx, rc, "export");
+		return dispatch_broker_error(ctx, rc, "export");
 	return dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
-int dispatch_open(struct dispatch_ctx *ctx)
+int dispatch_open(struct dispatch_ctx *ctx, const struct proto_open_params *p)
 {
-	const char *name;
 	struct broker_grant g;
-	uid_t owner;
-	int rc = get_name(ctx, &name);
 	/* Whose namespace: without "owner" the caller's own, never another's. */
-	if (rc == 0)
-		rc = dispatch_get_uid(ctx, PROTO_F_OWNER, &owner);
-	if (rc < 0)
-		return rc;
-	rc = broker_open(ctx->b, ctx->s, owner, name, &g);
+	int rc = broker_open(ctx->b, ctx->s, DISPATCH_UID(ctx, p, owner), p->name, &g);
 	if (rc == -EAGAIN)
 		return -ENOMEM;
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, "export");
-	return dispatch_attach_result(ctx, &g);
+	dispatch_grant_result(ctx, &g, DISPATCH_GRANT_ATTACH);
+	return 0;
 }

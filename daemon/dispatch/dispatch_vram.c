@@ -143,8 +143,9 @@ static int devices_json(const struct policy *p, bool part, cJSON *r)
 	return 0;
 }
 
-int dispatch_policy(struct dispatch_ctx *ctx)
+int dispatch_policy(struct dispatch_ctx *ctx, const struct proto_policy_params *params)
 {
+	(void)params;
 	struct broker *b = ctx->b;
 	/* A session inside a partition sees the partition as its devices. */
 	const struct policy *p = broker_policy_const(b, ctx->s);
@@ -181,12 +182,8 @@ int dispatch_policy(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_target_instance(struct dispatch_ctx *ctx, struct broker_instance **out)
+int dispatch_target_instance(struct dispatch_ctx *ctx, uint64_t id, struct broker_instance **out)
 {
-	uint64_t id;
-	int rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &id);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");
 	struct broker_instance *inst = broker_instance_get(ctx->b, id);
 	/* Another user's instance: the same answer as one that does not exist. */
 	if (!inst || !broker_sees(ctx->s, inst->owner->uid)) {
@@ -216,18 +213,13 @@ static int instance_result(struct dispatch_ctx *ctx, const struct broker_instanc
 	return 0;
 }
 
-int dispatch_set_proportion(struct dispatch_ctx *ctx)
+int dispatch_set_proportion(struct dispatch_ctx *ctx, const struct proto_set_proportion_params *p)
 {
 	struct broker_instance *inst;
-	double proportion;
-	int rc = dispatch_target_instance(ctx, &inst);
+	double proportion = p->proportion;
+	int rc = dispatch_target_instance(ctx, p->instance, &inst);
 	if (rc < 0)
 		return rc;
-	rc = proto_get_double(ctx->params, PROTO_F_PROPORTION, 0, 1, &proportion);
-	if (rc == 0 && !(proportion > 0))
-		rc = -ERANGE;
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_PROPORTION, "a number in (0, 1]");
 	rc = broker_set_proportion(ctx->b, inst, proportion);
 	if (rc < 0)
 		return dispatch_policy_error(ctx, broker_policy_const(ctx->b, inst->owner), rc,
@@ -238,10 +230,10 @@ int dispatch_set_proportion(struct dispatch_ctx *ctx)
 	return instance_result(ctx, inst, true);
 }
 
-int dispatch_set_auto(struct dispatch_ctx *ctx)
+int dispatch_set_auto(struct dispatch_ctx *ctx, const struct proto_set_auto_params *p)
 {
 	struct broker_instance *inst;
-	int rc = dispatch_target_instance(ctx, &inst);
+	int rc = dispatch_target_instance(ctx, p->instance, &inst);
 	if (rc < 0)
 		return rc;
 	rc = broker_set_auto(ctx->b, inst);
@@ -254,29 +246,21 @@ int dispatch_set_auto(struct dispatch_ctx *ctx)
 	return instance_result(ctx, inst, true);
 }
 
-int dispatch_set_group(struct dispatch_ctx *ctx)
+int dispatch_set_group(struct dispatch_ctx *ctx, const struct proto_set_group_params *p)
 {
 	struct broker_instance *inst;
-	const char *group;
-	int rc = dispatch_target_instance(ctx, &inst);
+	int rc = dispatch_target_instance(ctx, p->instance, &inst);
 	if (rc < 0)
 		return rc;
-	rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
+	rc = broker_set_group(ctx->b, inst, p->group);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
-	rc = broker_set_group(ctx->b, inst, group);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, PROTO_EXPECT_NAME);
 	return instance_result(ctx, inst, false);
 }
 
-int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *space,
+int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uid_t uid, uint64_t *space,
                         struct policy_group_info *gi)
 {
-	uid_t uid;
-	int rc = dispatch_get_uid(ctx, PROTO_F_UID, &uid);
-	if (rc < 0)
-		return rc;
 	/* Another user's group, for a caller who may not see it, is not there. */
 	if (!broker_sees(ctx->s, uid) ||
 	    policy_group_info(broker_policy_const(ctx->b, ctx->s), (uint64_t)uid, group, gi) < 0) {
@@ -287,15 +271,12 @@ int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uint64_t *s
 	return 0;
 }
 
-int dispatch_group_info(struct dispatch_ctx *ctx)
+int dispatch_group_info(struct dispatch_ctx *ctx, const struct proto_group_info_params *params)
 {
-	const char *group;
+	const char *group = params->group;
 	struct policy_group_info gi;
 	uint64_t space;
-	int rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
-	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
-	rc = dispatch_group_find(ctx, group, &space, &gi);
+	int rc = dispatch_group_find(ctx, group, DISPATCH_UID(ctx, params, uid), &space, &gi);
 	if (rc < 0)
 		return rc;
 	cJSON *r = dispatch_result(ctx), *members;
@@ -336,17 +317,10 @@ int dispatch_group_info(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_set_mode(struct dispatch_ctx *ctx)
+int dispatch_set_mode(struct dispatch_ctx *ctx, const struct proto_set_mode_params *p)
 {
-	const char *name;
-	enum policy_mode mode, previous = ctx->b->policy.cfg.mode;
-	int rc = proto_get_string(ctx->params, PROTO_F_MODE, 16, &name);
-	if (rc == 0 && policy_mode_parse(name, &mode) < 0)
-		rc = -EINVAL;
-	if (rc < 0)
-		return dispatch_param_error(
-		    ctx, rc, PROTO_F_MODE,
-		    PROTO_QUOTED(PROTO_V_MODE_ACTIVE) " or " PROTO_QUOTED(PROTO_V_MODE_PASSIVE));
+	enum policy_mode mode = p->mode == PROTO_MODE_ACTIVE ? POLICY_ACTIVE : POLICY_PASSIVE,
+	                 previous = ctx->b->policy.cfg.mode;
 	/* Every running client's cap follows now (cap_changed events). */
 	broker_set_mode(ctx->b, mode);
 	if (mode != previous)
@@ -359,30 +333,21 @@ int dispatch_set_mode(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_set_limit(struct dispatch_ctx *ctx)
+int dispatch_set_limit(struct dispatch_ctx *ctx, const struct proto_set_limit_params *p)
 {
-	int64_t device = -1;
-	uint64_t size = 0;
-	double fraction = 0;
-	int rc = dispatch_get_device(ctx, &device);
-	if (rc < 0 && rc != -ENOENT)
-		return rc;
-	int rs = proto_get_u64(ctx->params, PROTO_F_SIZE, 0, UINT64_MAX, &size);
-	if (rs < 0 && rs != -ENOENT)
-		return dispatch_param_error(ctx, rs, PROTO_F_SIZE,
-		                            "a decimal string of 1-20 digits");
-	int rf = proto_get_double(ctx->params, PROTO_F_FRACTION, 0, 1, &fraction);
-	if (rf == 0 && !(fraction > 0))
-		rf = -ERANGE;
-	if (rf < 0 && rf != -ENOENT)
-		return dispatch_param_error(ctx, rf, PROTO_F_FRACTION, "a number in (0, 1]");
+	int device = -1; /* every device */
+	uint64_t size = p->has_size ? p->size : 0;
+	double fraction = p->has_fraction ? p->fraction : 0;
+	if (p->has_device && dispatch_device(ctx, &p->device, &device) < 0)
+		return -ENODEV;
+	int rs = p->has_size ? 0 : -ENOENT, rf = p->has_fraction ? 0 : -ENOENT;
 	/* Exactly one of the two: "size": "0" is how a limit is removed. */
 	if ((rs == 0) == (rf == 0))
 		return dispatch_param_error(ctx, rs == 0 ? -EINVAL : -ENOENT, PROTO_F_SIZE,
 		                            "either '" PROTO_F_SIZE
 		                            "' (bytes, \"0\" = no limit) or '" PROTO_F_FRACTION
 		                            "'");
-	rc = broker_set_limit(ctx->b, (int)device, size, rf == 0 ? fraction : 0);
+	int rc = broker_set_limit(ctx->b, device, size, rf == 0 ? fraction : 0);
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, PROTO_F_SIZE, "a valid limit");
 	if (rf == 0)
@@ -399,20 +364,17 @@ int dispatch_set_limit(struct dispatch_ctx *ctx)
 	return 0;
 }
 
-int dispatch_set_allocator(struct dispatch_ctx *ctx)
+int dispatch_set_allocator(struct dispatch_ctx *ctx, const struct proto_set_allocator_params *p)
 {
-	const char *name;
-	enum broker_allocator kind, previous = ctx->b->allocator;
+	static const enum broker_allocator kinds[] = {
+	    [PROTO_ALLOCATOR_POOL] = BROKER_ALLOCATOR_POOL,
+	    [PROTO_ALLOCATOR_DIRECT] = BROKER_ALLOCATOR_DIRECT,
+	    [PROTO_ALLOCATOR_ASYNC] = BROKER_ALLOCATOR_ASYNC,
+	};
+	enum broker_allocator kind = kinds[p->allocator], previous = ctx->b->allocator;
+	const char *name = broker_allocator_name(kind);
 	uint64_t allocs, attachments;
-	int rc = proto_get_string(ctx->params, PROTO_F_ALLOCATOR, 16, &name);
-	if (rc == 0 && broker_allocator_parse(name, &kind) < 0)
-		rc = -EINVAL;
-	if (rc < 0)
-		return dispatch_param_error(
-		    ctx, rc, PROTO_F_ALLOCATOR,
-		    PROTO_QUOTED(PROTO_V_ALLOC_POOL) ", " PROTO_QUOTED(
-		        PROTO_V_ALLOC_DIRECT) " or " PROTO_QUOTED(PROTO_V_ALLOC_ASYNC));
-	rc = broker_set_allocator(ctx->b, kind, &allocs, &attachments);
+	int rc = broker_set_allocator(ctx->b, kind, &allocs, &attachments);
 	if (rc == -EOPNOTSUPP) {
 		int dev = 0;
 		while (dev < ctx->b->device_count - 1 && ctx->b->dev[dev].info.async)

@@ -19,12 +19,13 @@
 #include <cmocka.h>
 
 #include "codec.h"
+#include "params.h"
 #include "proto.h"
 
 static const char *corpus_dir;
 
-/* What dispatch_grant_result() and proto_encode_result() write. */
-static char *general_grant(const char *id, const struct proto_fast_grant *g, size_t *len)
+/* What cJSON writes for the same grant: proto_encode_result() of the object. */
+static char *general_grant(const char *id, const struct proto_grant *g, size_t *len)
 {
 	cJSON *r = cJSON_CreateObject();
 	assert_non_null(r);
@@ -49,6 +50,10 @@ static char *general_grant(const char *id, const struct proto_fast_grant *g, siz
 		if (g->keep)
 			cJSON_AddTrueToObject(r, PROTO_F_KEEP);
 	}
+	if (g->label) {
+		assert_non_null(cJSON_AddStringToObject(r, PROTO_F_LABEL, g->label));
+		assert_int_equal(proto_add_id64(r, PROTO_F_INSTANCE, g->instance), 0);
+	}
 	return proto_encode_result(id, r, len);
 }
 
@@ -59,11 +64,20 @@ static void test_grant_bytes(void **state)
 	for (size_t i = 0; i < sizeof(handle); i++)
 		handle[i] = (unsigned char)(i * 37 + 1);
 	const uint64_t values[] = {0, 1, 9, 10, 255, 1ull << 32, UINT64_MAX};
-	const char *ids[] = {"1", "f-12", "alloc/7 x", "0123456789012345678901234567890123456789"};
+	/* Ids and labels that need escaping too: quotes, backslashes, every
+	 * short escape, other control bytes, and UTF-8 (written as it is). */
+	const char *ids[] = {"1",
+	                     "f-12",
+	                     "alloc/7 x",
+	                     "0123456789012345678901234567890123456789",
+	                     "a\"b\\c",
+	                     "\b\f\n\r\t\x01\x1f",
+	                     "caf\xc3\xa9 \x7f"};
+	const char *labels[] = {NULL, "state", "x\"y\n\x02", "\xe2\x82\xac"};
 	unsigned n = 0;
 	for (size_t v = 0; v < sizeof(values) / sizeof(values[0]); v++) {
 		for (unsigned shape = 0; shape < 6; shape++) {
-			struct proto_fast_grant g = {
+			struct proto_grant g = {
 			    .id = values[v] ^ 0x9a41c07be2d35f18ull,
 			    .device = (int)(v % 3),
 			    .slab = values[v],
@@ -77,19 +91,21 @@ static void test_grant_bytes(void **state)
 			    .pool_id = shape == 3 ? values[(v + 4) % 7] : 0,
 			    .vmm = shape == 4,
 			    .keep = shape == 1 || shape == 5,
+			    .label = labels[(v + shape) % 4],
+			    .instance = values[(v + 5) % 7],
 			};
-			const char *id = ids[(v + shape) % 4];
-			char buf[512];
-			size_t len = proto_fast_grant_reply(buf, sizeof(buf), id, &g), glen;
+			const char *id = ids[(v + shape) % 7];
+			char buf[PROTO_GRANT_REPLY_MAX];
+			size_t len = proto_grant_reply(buf, sizeof(buf), id, &g), glen;
 			char *want = general_grant(id, &g, &glen);
 			assert_non_null(want);
 			if (len != glen || memcmp(buf, want, len) != 0)
 				fail_msg("typed %.*s\ncJSON %s", (int)len, buf, want);
 			assert_int_equal(buf[len], '\0');
 			/* And read back, where the fast reader takes it (no handle). */
-			struct proto_fast_grant back;
-			int rc = proto_fast_grant_parse(buf, len - 1, id, &back);
-			if (!g.handle) {
+			struct proto_grant back;
+			int rc = proto_grant_parse(buf, len - 1, id, &back);
+			if (!g.handle && !g.label && id == ids[0]) {
 				assert_int_equal(rc, 0);
 				assert_true(back.id == g.id && back.device == g.device &&
 				            back.slab == g.slab && back.slab_size == g.slab_size &&
@@ -97,18 +113,15 @@ static void test_grant_bytes(void **state)
 			} else {
 				assert_int_equal(rc, -EAGAIN);
 			}
-			assert_int_equal(proto_fast_grant_parse(buf, len - 1, "other", &back),
-			                 -EAGAIN);
+			assert_int_equal(proto_grant_parse(buf, len - 1, "other", &back), -EAGAIN);
 			free(want);
 			n++;
 		}
 	}
-	/* Too small a buffer, an id that needs escaping: 0 (the general way). */
-	struct proto_fast_grant g = {.id = 1, .slab = 2, .slab_size = 3, .size = 1};
-	char small[16], buf[512];
-	assert_int_equal(proto_fast_grant_reply(small, sizeof(small), "1", &g), 0);
-	assert_int_equal(proto_fast_grant_reply(buf, sizeof(buf), "a\"b", &g), 0);
-	assert_int_equal(proto_fast_grant_reply(buf, sizeof(buf), "a\\b", &g), 0);
+	/* Too small a buffer: 0. */
+	struct proto_grant g = {.id = 1, .slab = 2, .slab_size = 3, .size = 1};
+	char small[16];
+	assert_int_equal(proto_grant_reply(small, sizeof(small), "1", &g), 0);
 	print_message("%u grants byte-identical\n", n);
 }
 
@@ -171,25 +184,28 @@ static void compare_request(const char *frame, size_t len)
 		fail_msg("fast path took what the general one refuses: %.*s", (int)len, frame);
 	assert_int_equal(req.op, f.op);
 	assert_string_equal(req.id, f.id);
-	uint64_t v;
+	/* The same params structs, and the same verdict on their bounds. */
+	union proto_params u;
+	struct proto_error gerr = {0}, ferr = {0};
+	int grc = proto_params_decode(req.op, req.params, &u, &gerr);
 	if (f.op == PROTO_OP_ALLOC) {
-		assert_int_equal(proto_get_id64(req.params, PROTO_F_INSTANCE, &v), 0);
-		assert_true(v == f.instance);
-		assert_int_equal(proto_get_u64(req.params, PROTO_F_SIZE, 0, UINT64_MAX, &v), 0);
-		assert_true(v == f.size);
-		rc = proto_get_u64(req.params, PROTO_F_ALIGNMENT, 0, UINT64_MAX, &v);
-		assert_true(f.has_alignment ? rc == 0 && v == f.alignment : rc == -ENOENT);
-		int64_t w = 0;
-		rc = proto_get_int(req.params, PROTO_F_WAIT_MS, 0, INT64_MAX, &w);
-		assert_true(rc == 0 || rc == -ENOENT);
-		assert_true(w == f.wait_ms);
+		const struct proto_alloc_params *a = &u.alloc, *b = &f.alloc;
+		int frc = proto_alloc_params_check(b, &ferr);
+		assert_int_equal(frc, grc);
+		assert_string_equal(ferr.message, gerr.message);
+		if (grc == 0)
+			assert_true(a->instance == b->instance && a->size == b->size &&
+			            a->has_alignment == b->has_alignment &&
+			            (!a->has_alignment || a->alignment == b->alignment) &&
+			            a->has_wait_ms == b->has_wait_ms &&
+			            (!a->has_wait_ms || a->wait_ms == b->wait_ms) &&
+			            a->has_type == b->has_type && a->type == b->type);
 	} else {
-		assert_int_equal(proto_get_id64(req.params, PROTO_F_ID, &v), 0);
-		assert_true(v == f.free_id);
-		bool reply = true;
-		rc = proto_get_bool(req.params, PROTO_F_REPLY, &reply);
-		assert_true(rc == 0 || rc == -ENOENT);
-		assert_true(reply == f.reply);
+		const struct proto_free_params *a = &u.free, *b = &f.free;
+		int frc = proto_free_params_check(b, &ferr);
+		assert_int_equal(frc, grc);
+		assert_true(a->id == b->id && a->has_reply == b->has_reply &&
+		            (!a->has_reply || a->reply == b->reply));
 	}
 	proto_request_finish(&req);
 }
