@@ -130,8 +130,8 @@ struct broker_partition {
 	time_t created;
 };
 
-struct broker_parting; /* broker_reset.c */
-struct broker_ghost;   /* broker_reset.c */
+struct broker_parting; /* broker_internal.h */
+struct broker_ghost;   /* broker_internal.h */
 
 struct session {
 	uint64_t id;
