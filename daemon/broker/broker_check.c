@@ -212,29 +212,6 @@ static int check_waits(const struct broker *b, unsigned waits, char *msg, unsign
 	return 0;
 }
 
-int broker_check(const struct broker *b, char *msg, unsigned msg_len)
-{
-	struct check_totals t = {0};
-	int rc = 0;
-	for (int i = 0; i < b->device_count && rc == 0; i++)
-		rc = pool_check(b->dev[i].pool, msg, msg_len);
-	if (rc == 0)
-		rc = check_sessions(b, &t, msg, msg_len);
-	if (rc == 0)
-		rc = check_totals(b, &t, msg, msg_len);
-	if (rc == 0)
-		rc = check_exports(b, msg, msg_len);
-	if (rc == 0)
-		rc = check_waits(b, t.waits, msg, msg_len);
-	if (rc == 0)
-		rc = broker_parting_check(b, msg, msg_len);
-	if (rc == 0 && b->policy.device_count)
-		rc = policy_check(&b->policy, msg, msg_len);
-	if (rc == 0)
-		rc = broker_partitions_check(b, msg, msg_len);
-	return rc;
-}
-
 /* Adds the bytes of the fences of list to fenced[device]. */
 static void broker_fences_sum(const struct broker_parting *list, uint64_t *fenced)
 {
@@ -245,7 +222,9 @@ static void broker_fences_sum(const struct broker_parting *list, uint64_t *fence
 	}
 }
 
-int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
+/* The parting slabs and fences of the sessions and ghosts, and the
+ * retired pools: 0 or -EFAULT with msg. */
+static int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 {
 	const struct list *pos, *rpos;
 	uint64_t retired_total = 0, parting_retired = 0;
@@ -305,4 +284,27 @@ int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
 		return -EFAULT;
 	}
 	return 0;
+}
+
+int broker_check(const struct broker *b, char *msg, unsigned msg_len)
+{
+	struct check_totals t = {0};
+	int rc = 0;
+	for (int i = 0; i < b->device_count && rc == 0; i++)
+		rc = pool_check(b->dev[i].pool, msg, msg_len);
+	if (rc == 0)
+		rc = check_sessions(b, &t, msg, msg_len);
+	if (rc == 0)
+		rc = check_totals(b, &t, msg, msg_len);
+	if (rc == 0)
+		rc = check_exports(b, msg, msg_len);
+	if (rc == 0)
+		rc = check_waits(b, t.waits, msg, msg_len);
+	if (rc == 0)
+		rc = broker_parting_check(b, msg, msg_len);
+	if (rc == 0 && b->policy.device_count)
+		rc = policy_check(&b->policy, msg, msg_len);
+	if (rc == 0)
+		rc = broker_partitions_check(b, msg, msg_len);
+	return rc;
 }

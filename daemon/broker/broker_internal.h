@@ -29,6 +29,105 @@
 
 #include "broker.h"
 
+struct broker_alloc {
+	uint64_t id;
+	struct list link; /* session->allocs */
+	struct broker_instance *inst;
+	struct pool_block *block;
+	char *label;            /* made by allocate_queue: the request's label; else NULL */
+	uint32_t holders;       /* attachments (attach, open): they keep the block alive */
+	bool unclaimed;         /* made by allocate_queue and not claimed yet: the session does
+	                           not hold its slab (its client has not been given the handle) */
+	bool exported;          /* has a name in broker->exports */
+	bool orphan;            /* freed by its owner while attached: out of the table and of
+	                           every instance, alive until its last holder detaches */
+	uint64_t fence_session; /* an orphan whose owner's process may still write it
+	                           (an evicted session's): that session, whose ghost
+	                           fences the block when the last holder detaches; 0 */
+};
+
+/* A name under which an allocation can be opened (export, open), in the
+ * namespace of its exporter's uid (owner->uid). */
+struct broker_export {
+	struct list link; /* broker->exports */
+	struct broker_alloc *alloc;
+	struct session *owner;
+	uid_t uid; /* who may open it (the grantee), besides owner->uid */
+	char name[PROTO_MAX_NAME + 1];
+};
+
+struct broker_device {
+	struct backend_device_info info;
+	struct pool *pool;
+	struct backend *backend; /* the pool's callback context needs both */
+	int index;
+	struct broker *broker; /* and the share of descriptors (broker_files_of) */
+	/* Bytes of blocks kept allocated, holding nothing, for a client that
+	 * may still write there (broker_parting_add_block): part of the
+	 * pool's used, in no instance's; of retired pools too. */
+	uint64_t fenced;
+};
+
+struct broker {
+	struct backend *backend;
+	broker_event_fn event;
+	void *event_ctx;
+	struct broker_limits limits;
+	struct broker_device dev[BACKEND_MAX_DEVICES];
+	int device_count;
+	struct idmap allocs;    /* allocation id -> struct broker_alloc */
+	struct list exports;    /* struct broker_export */
+	struct idmap hosts;     /* host allocation id -> struct broker_host */
+	struct idmap uid_files; /* uid + 1 -> descriptors of that uid's slabs (a uintptr_t) */
+	uint64_t host_used;     /* bytes of every struct broker_host */
+	unsigned export_count;
+	uint64_t orphan_count;    /* allocations freed by their owner, still attached */
+	struct arena alloc_arena; /* where the struct broker_alloc records live */
+	struct list sessions;
+	unsigned session_count;
+	uint64_t instance_count;
+	uint64_t next_session_id;
+	uint64_t next_instance_id;
+	time_t started;
+	bool stopping;
+	uint64_t rand[32]; /* buffered getrandom() output for allocation ids */
+	unsigned rand_left;
+	struct policy policy;
+	enum broker_allocator allocator;
+	struct broker_stats stats;
+	struct broker_rule rules[BROKER_MAX_RULES];
+	unsigned nrules;
+	struct idmap instances; /* instance id -> struct broker_instance, every session's */
+	struct list waits;      /* struct broker_wait: allocations waiting, in arrival order */
+	unsigned wait_count;
+	broker_timer_fn timer; /* arms the wait deadline timer (the server's) */
+	void *timer_ctx;
+	uint64_t timer_deadline; /* what the timer is armed for, UINT64_MAX = nothing */
+	unsigned wait_pass;
+	bool waits_running, waits_again;
+	uint64_t invalidate_epoch; /* invalidate events sent so far (their "epoch") */
+	struct list retired;       /* struct broker_retired: old pools, slabs still parting */
+	struct list ghosts;        /* struct broker_ghost: evicted sessions' slabs */
+	broker_exit_fn exit_watch; /* the server's exit watch (NULL: none) */
+	void *exit_ctx;
+	struct list partitions; /* struct broker_partition, in creation order */
+	unsigned partition_count;
+	uint32_t last_domain; /* the pool domain of the newest partition */
+};
+
+/* The policy whose devices s's instances use: its partition's, or the
+ * broker's (what the partitions leave). */
+static inline struct policy *broker_policy_of(struct broker *b, const struct session *s)
+{
+	return s->part ? &s->part->policy : &b->policy;
+}
+
+/* The pool domain of s's slabs: its partition's, or 0 outside. */
+static inline uint32_t broker_domain_of(const struct session *s)
+{
+	return s->part ? s->part->domain : 0;
+}
+
 /* A slab a session's client may still have mapped after an invalidate. */
 struct broker_parting {
 	struct broker_parting *next;
@@ -158,6 +257,17 @@ struct broker_retired *broker_retired_find(const struct broker *b, const struct 
 bool broker_session_lingers(const struct session *s);
 /* Lets go of one ghost's slabs and fences (its process is gone). */
 void broker_ghost_free(struct broker *b, struct broker_ghost *g);
+/* Lets go of every parting slab of s (its session ends). */
+void broker_parting_drop(struct broker *b, struct session *s);
+/*
+ * An evicted session ends: every slab it held or had parting stays pinned,
+ * as a "ghost" of the session, until its process has exited (the exit
+ * watch, by pidfd or pid; at once without an exit watch). A process that
+ * can be watched by neither (pid 0: another PID namespace, and no pidfd)
+ * keeps its ghost until the broker is destroyed: pid 0 says nothing about
+ * whether it exited.
+ */
+void broker_ghost_make(struct broker *b, struct session *s);
 /* Lets go of every ghost, watched or not (the broker goes). */
 void broker_ghosts_drop(struct broker *b);
 /* Releases everything s holds and its instances (broker_session_close
@@ -171,6 +281,8 @@ void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a);
 
 /* ---- broker_wait.c ---- */
 
+/* Drops a session's waits without answering (it is going away). */
+void broker_waits_drop(struct broker *b, struct session *s);
 /* Sends cap_changed for every cap the policy moved, then serves the waits. */
 void broker_policy_changed(struct broker *b);
 
@@ -191,9 +303,12 @@ void broker_partitions_drop(struct broker *b);
 void broker_pool_config(const struct broker *b, enum broker_allocator kind,
                         struct pool_config *cfg);
 
-/* ---- broker_check.c ---- */
+/* ---- broker.c ---- */
 
-/* selfcheck of the parting slabs and retired pools: 0 or -EFAULT with msg. */
-int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len);
+/* Bytes the broker may still hand out on a device outside partitions: its
+ * capacity (the memory partitions leave, bounded by the policy's limit)
+ * minus live allocations. For a session in a partition, policy_device_available
+ * on broker_policy_const(). */
+uint64_t broker_device_free(const struct broker *b, int device);
 
 #endif

@@ -49,10 +49,12 @@ int dispatch_claim(struct dispatch_ctx *ctx)
 	rc = dispatch_grant_result(ctx, &g);
 	/* The library closes a slab before free_label lets the daemon free
 	 * it: it needs to know which of its allocations a label covers. */
-	const struct broker_alloc *a = idmap_get(&ctx->b->allocs, id);
-	if (rc == 0 && a && a->label &&
-	    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, a->label) ||
-	     proto_add_id64(ctx->result, PROTO_F_INSTANCE, a->inst->id) < 0))
+	const char *label = NULL;
+	uint64_t instance = 0;
+	if (rc == 0 && broker_allocation_label(ctx->b, ctx->s, id, &label, &instance) == 0 &&
+	    label &&
+	    (!cJSON_AddStringToObject(ctx->result, PROTO_F_LABEL, label) ||
+	     proto_add_id64(ctx->result, PROTO_F_INSTANCE, instance) < 0))
 		rc = -ENOMEM;
 	/* The client cannot be told of it: unclaimed again, it may ask again
 	 * (or free it by id or label), rather than hold what it never got. */
@@ -76,19 +78,7 @@ int dispatch_free_label(struct dispatch_ctx *ctx)
 	if (!ids)
 		return -ENOMEM;
 	/* Collected first: freeing serves waits, which adds allocations. */
-	const struct list *pos;
-	list_for_each(pos, &ctx->s->allocs) {
-		const struct broker_alloc *a = list_entry(pos, const struct broker_alloc, link);
-		if (a->label && strcmp(a->label, label) == 0 &&
-		    (!instance || a->inst->id == instance))
-			ids[n++] = a->id;
-	}
-	list_for_each(pos, &ctx->s->hosts) {
-		const struct broker_host *h = list_entry(pos, const struct broker_host, link);
-		if (h->label && strcmp(h->label, label) == 0 &&
-		    (!instance || h->instance == instance))
-			ids[n++] = h->id;
-	}
+	n = broker_labelled(ctx->s, label, instance, ids, ctx->s->alloc_count + ctx->s->host_count);
 	if (!n) {
 		free(ids);
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no allocation with that label");

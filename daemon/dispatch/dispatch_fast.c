@@ -27,7 +27,7 @@ static char *fast_grant_frame(struct dispatch_ctx *ctx, const struct broker_gran
 	    .offset = g->offset,
 	    .size = g->size,
 	    .handle = g->handle,
-	    .device_uuid = g->handle ? ctx->b->dev[g->device].info.uuid : NULL,
+	    .device_uuid = g->handle ? broker_device_info(ctx->b, g->device)->uuid : NULL,
 	    .fd = g->handle && g->fd >= 0,
 	    .pool = g->pool,
 	    .pool_id = g->pool_id,

@@ -53,7 +53,7 @@ static int get_devices(struct dispatch_ctx *ctx, uint64_t size, uint64_t *sizes)
 	const struct broker *b = ctx->b;
 	const cJSON *devs = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_DEVICES);
 	if (!devs) {
-		for (int i = 0; i < b->device_count; i++)
+		for (int i = 0; i < broker_device_count(b); i++)
 			sizes[i] = size;
 		return 0;
 	}
@@ -67,7 +67,8 @@ static int get_devices(struct dispatch_ctx *ctx, uint64_t size, uint64_t *sizes)
 		if (cJSON_IsString(d))
 			i = dispatch_device_by_uuid(b, d->valuestring);
 		else if (cJSON_IsNumber(d) && d->valuedouble >= 0 &&
-		         d->valuedouble < b->device_count && d->valuedouble == (int)d->valuedouble)
+		         d->valuedouble < broker_device_count(b) &&
+		         d->valuedouble == (int)d->valuedouble)
 			i = (int)d->valuedouble;
 		if (i < 0)
 			return bad_device(ctx, "no such device in 'devices'");
@@ -134,7 +135,7 @@ static int partition_json(const struct broker *b, cJSON *o, const struct broker_
 	    (figures && proto_add_number(o, PROTO_F_SESSIONS, p->sessions)) ||
 	    !(devs = cJSON_AddArrayToObject(o, PROTO_F_DEVICES)))
 		return -ENOMEM;
-	for (int i = 0; i < b->device_count; i++) {
+	for (int i = 0; i < broker_device_count(b); i++) {
 		if (!p->size[i])
 			continue;
 		cJSON *d = proto_array_add_object(devs);
@@ -206,9 +207,7 @@ int dispatch_partition_destroy(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	unsigned n = 0, sessions;
 	uint64_t reclaimed;
-	struct list *pos;
-	list_for_each(pos, &b->sessions) {
-		struct session *s = list_entry(pos, struct session, link);
+	for (struct session *s = broker_session_next(b, NULL); s; s = broker_session_next(b, s)) {
 		if (s->part != p || n >= p->sessions)
 			continue;
 		cJSON *data = cJSON_CreateObject();
@@ -246,14 +245,12 @@ int dispatch_partitions(struct dispatch_ctx *ctx)
 		return -ENOMEM;
 	unsigned hidden = 0;
 	uint64_t hidden_size = 0;
-	const struct list *pos;
-	list_for_each(pos, &b->partitions) {
-		const struct broker_partition *p =
-		    list_entry(pos, const struct broker_partition, link);
+	for (const struct broker_partition *p = broker_partition_next(b, NULL); p;
+	     p = broker_partition_next(b, p)) {
 		/* Another user's partition: only counted. */
 		if (!broker_sees(ctx->s, p->uid)) {
 			hidden++;
-			for (int i = 0; i < b->device_count; i++)
+			for (int i = 0; i < broker_device_count(b); i++)
 				hidden_size += p->size[i];
 			continue;
 		}

@@ -481,17 +481,10 @@ static void send_ready(struct dispatch *d, const struct batch *bt, struct broker
 		cJSON *o, *sj;
 		if (bt->owner[i] != inst)
 			continue;
-		if (type == BROKER_MEM_DEVICE) {
-			const struct broker_alloc *a = idmap_get(&b->allocs, bt->ids[i]);
-			if (!a)
-				continue;
-			size = pool_block_size(a->block);
-		} else {
-			const struct broker_host *h = idmap_get(&b->hosts, bt->ids[i]);
-			if (!h)
-				continue;
-			size = h->size;
-		}
+		/* Device and host memory share one space of ids. */
+		size = broker_allocation_size(b, bt->ids[i]);
+		if (!size)
+			continue;
 		policy_chunked_shape(&bt->arr[i], c->chunk_length, shape);
 		o = cJSON_CreateObject();
 		if (!o || !cJSON_AddItemToArray(arrs, o))
@@ -524,7 +517,9 @@ static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct brok
                              bool host)
 {
 	if (host && rc == -ENOMEM) {
-		uint64_t max = ctx->b->limits.max_host_memory, used = ctx->b->host_used;
+		struct broker_summary sum;
+		broker_summary(ctx->b, &sum);
+		uint64_t max = broker_get_limits(ctx->b)->max_host_memory, used = sum.host_used;
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
 		                "out of memory: the batch's host memory is over max_host_memory "
 		                "(%llu bytes left)",
@@ -555,7 +550,7 @@ static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct brok
 	case -EIO:
 		proto_error_set(&ctx->err, PROTO_E_BACKEND,
 		                "backend error: the %s backend could not provide memory",
-		                ctx->b->backend->ops->name);
+		                broker_backend_name(ctx->b));
 		return rc;
 	default:
 		return -ENOMEM;
@@ -596,7 +591,7 @@ static int batch_chunk_count(struct dispatch_ctx *ctx, const struct batch *bt,
 		if (rc == 0 && c.chunks > chunks)
 			chunks = c.chunks;
 	}
-	for (int d = 0; rc == 0 && d < b->device_count; d++) {
+	for (int d = 0; rc == 0 && d < broker_device_count(b); d++) {
 		snprintf(where, sizeof(where), "device %d", d);
 		rc = batch_chunks(ctx, bt, axis, NULL, d, policy_device_available(p, d), where,
 		                  false, &c);

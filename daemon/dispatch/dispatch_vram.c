@@ -148,9 +148,11 @@ int dispatch_policy(struct dispatch_ctx *ctx)
 	struct broker *b = ctx->b;
 	/* A session inside a partition sees the partition as its devices. */
 	const struct policy *p = broker_policy_const(b, ctx->s);
+	struct broker_summary sum;
+	broker_summary(b, &sum);
 	cJSON *r = dispatch_result(ctx), *insts;
 	if (!r || !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(p->cfg.mode)) ||
-	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(b->allocator)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(sum.allocator)) ||
 	    proto_add_number(r, PROTO_F_MIN_AUTO_SHARE, p->cfg.min_auto_share) ||
 	    devices_json(p, ctx->s->part != NULL, r) ||
 	    (ctx->s->part && !cJSON_AddStringToObject(r, PROTO_F_PARTITION, ctx->s->part->name)) ||
@@ -339,7 +341,7 @@ int dispatch_group_info(struct dispatch_ctx *ctx)
 int dispatch_set_mode(struct dispatch_ctx *ctx)
 {
 	const char *name;
-	enum policy_mode mode, previous = ctx->b->policy.cfg.mode;
+	enum policy_mode mode, previous = broker_policy_const(ctx->b, NULL)->cfg.mode;
 	int rc = proto_get_string(ctx->params, PROTO_F_MODE, 16, &name);
 	if (rc == 0 && policy_mode_parse(name, &mode) < 0)
 		rc = -EINVAL;
@@ -394,7 +396,7 @@ int dispatch_set_limit(struct dispatch_ctx *ctx)
 		         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid,
 		         (unsigned long long)size, device < 0 ? "every device" : "one device");
 	cJSON *r = dispatch_result(ctx);
-	if (!r || devices_json(&ctx->b->policy, false, r))
+	if (!r || devices_json(broker_policy_const(ctx->b, NULL), false, r))
 		return -ENOMEM;
 	return 0;
 }
@@ -402,7 +404,9 @@ int dispatch_set_limit(struct dispatch_ctx *ctx)
 int dispatch_set_allocator(struct dispatch_ctx *ctx)
 {
 	const char *name;
-	enum broker_allocator kind, previous = ctx->b->allocator;
+	struct broker_summary sum;
+	broker_summary(ctx->b, &sum);
+	enum broker_allocator kind, previous = sum.allocator;
 	uint64_t allocs, attachments;
 	int rc = proto_get_string(ctx->params, PROTO_F_ALLOCATOR, 16, &name);
 	if (rc == 0 && broker_allocator_parse(name, &kind) < 0)
@@ -415,12 +419,14 @@ int dispatch_set_allocator(struct dispatch_ctx *ctx)
 	rc = broker_set_allocator(ctx->b, kind, &allocs, &attachments);
 	if (rc == -EOPNOTSUPP) {
 		int dev = 0;
-		while (dev < ctx->b->device_count - 1 && ctx->b->dev[dev].info.async)
+		while (dev < broker_device_count(ctx->b) - 1 &&
+		       broker_device_info(ctx->b, dev)->async)
 			dev++;
 		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
 		                "allocator '%s' is not available: device %d (%s) of the %s backend "
 		                "has no stream-ordered memory pool that other processes can import",
-		                name, dev, ctx->b->dev[dev].info.name, ctx->b->backend->ops->name);
+		                name, dev, broker_device_info(ctx->b, dev)->name,
+		                broker_backend_name(ctx->b));
 		return rc;
 	}
 	if (rc < 0)
