@@ -3,7 +3,7 @@
  * dispatcher or the server.
  *
  * The files call in one direction, each only those listed before it
- * (tests/check-calls.sh checks it with tests/broker-files.table):
+ * (meson.build lists them so; tests/check-file-order.sh checks it):
  *
  *   broker_base.c       events, ids, instance lookups, queued requests
  *   broker_rules.c      the operator's rules and a session's groups
