@@ -9,10 +9,11 @@
  * costs no handle, descriptor or open; the slab is then pinned in the pool
  * (reserved, not used: no policy figure counts it) until the client says it
  * let go (release) or the broker needs it back (reclaim: the device is short
- * of memory). A reclaimed slab is "parting" until the client answers, as
- * after an invalidate: with cuda, memory a process still maps must not go
- * back to the driver. A client that never answers keeps it, charged to its
- * uid, never handed to another.
+ * of memory; broker_reclaim_device, in broker_alloc.c). A reclaimed slab
+ * is "parting" until the client answers, as after an invalidate: with
+ * cuda, memory a process still maps must not go back to the driver. A
+ * client that never answers keeps it, charged to its uid, never handed to
+ * another.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -15,7 +15,8 @@
  * client answers the event's epoch with invalidate_done (libgpubroker does
  * as it reads the event) or the session ends. A pool replaced by
  * set_allocator is "retired": it lives on, holding only parting slabs,
- * until the last of them is let go.
+ * until the last of them is let go. The parting slabs, fences and retired
+ * pools themselves are broker_alloc.c's; this file only makes them.
  */
 #include <errno.h>
 #include <stdio.h>
