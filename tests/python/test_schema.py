@@ -145,3 +145,20 @@ def test_the_scan_finds_a_wire_name(literal, tmp_path):
     ])
     found = [n.value for n in wire_positions(ast.parse(code))]
     assert found.count(literal) == 7 and literal in wire_names()
+
+
+def test_errors_are_told_apart_by_code_not_text():
+    """No comparison reads an error's message (GpubrokerError.detail, its
+    str()): a message may change, the code (its class) is the protocol's."""
+    bad = []
+    for mod, tree in modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in [node.left] + node.comparators:
+                text = isinstance(operand, ast.Attribute) and operand.attr == "detail" or \
+                    isinstance(operand, ast.Call) and isinstance(operand.func, ast.Name) \
+                    and operand.func.id == "str"
+                if text:
+                    bad.append("%s:%d" % (mod, node.lineno))
+    assert not bad, "an error matched by its text: " + ", ".join(bad)
