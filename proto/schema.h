@@ -21,21 +21,71 @@
 #ifndef GPB_PROTO_SCHEMA_H
 #define GPB_PROTO_SCHEMA_H
 
-#define PROTO_VERSION     1
-#define PROTO_MAX_FRAME   65536       /* request bytes, including the terminating '\n' */
-#define PROTO_MAX_REPLY   (16u << 20) /* reply and event bytes: lists of clients grow */
-#define PROTO_MAX_DEPTH   8           /* nesting of objects/arrays, top level = 1 */
-#define PROTO_MAX_KEYS    64          /* members per object, elements per array */
-#define PROTO_MAX_ID      64          /* bytes of a request id */
-#define PROTO_MAX_NAME    64          /* bytes of instance, group and client names */
-#define PROTO_HANDLE_SIZE 64          /* bytes of an IPC handle (CUipcMemHandle shape) */
+#define PROTO_VERSION 1
+
+/* ---- limits ---------------------------------------------------------------
+ *
+ * Every bound a message is held to, defined here only: the daemon, the
+ * library, the CLI and their messages use these macros (PROTO_STR spells
+ * one in a message), PROTOCOL.md states each once in its table of limits
+ * and the Python package has them from python/gpubroker/_schema.py, which
+ * tools/gen-pyschema.py writes from this header; test-proto-schema checks
+ * both against PROTO_LIMITS below. Plain integer constants, so that each
+ * serves in an array bound, a #if and a stringified message alike. */
+#define PROTO_MAX_FRAME     65536    /* request bytes, including the terminating '\n' */
+#define PROTO_MAX_REPLY     16777216 /* reply and event bytes (16 MiB): lists of clients grow */
+#define PROTO_MAX_DEPTH     8        /* nesting of objects/arrays, top level = 1 */
+#define PROTO_MAX_KEYS      64       /* members per object, elements per array */
+#define PROTO_MAX_ID        64       /* bytes of a request id */
+#define PROTO_MAX_NAME      64 /* bytes of instance, group, client, label, export, partition names */
+#define PROTO_HANDLE_SIZE   64    /* bytes of an IPC handle (CUipcMemHandle shape) */
+#define PROTO_TOKEN_HEX     64    /* hex digits of a partition token (256 bits) */
+#define PROTO_MAX_DIMS      8     /* dimensions of an array request's shape */
+#define PROTO_MAX_ELEM_SIZE 65536 /* bytes per element of an array request */
+#define PROTO_MAX_REQUESTS  64    /* array requests in one queue_request or chunk_parameters */
+#define PROTO_MAX_QUEUED    64    /* array requests queued on one instance */
 
 /* alloc's bounds. Sizes are charged in granules, and an alignment is a
  * power of two from the granule to PROTO_MAX_ALIGNMENT (the slab
  * alignment: a larger one could not be promised inside a slab). */
-#define PROTO_GRANULE       256u
-#define PROTO_MAX_ALIGNMENT (2u << 20)
+#define PROTO_GRANULE       256
+#define PROTO_MAX_ALIGNMENT 2097152  /* 2 MiB */
 #define PROTO_MAX_WAIT_MS   86400000 /* a day: longer waits are surely mistakes */
+
+/* The limits above, X(suffix, name): the macro is PROTO_<suffix>, the name
+ * the one PROTOCOL.md's table of limits and _schema.py give it. */
+#define PROTO_LIMITS(X)                                                                            \
+	X(MAX_FRAME, "max_frame")                                                                  \
+	X(MAX_REPLY, "max_reply")                                                                  \
+	X(MAX_DEPTH, "max_depth")                                                                  \
+	X(MAX_KEYS, "max_members")                                                                 \
+	X(MAX_ID, "max_id")                                                                        \
+	X(MAX_NAME, "max_name")                                                                    \
+	X(HANDLE_SIZE, "handle_size")                                                              \
+	X(TOKEN_HEX, "token_hex")                                                                  \
+	X(MAX_DIMS, "max_dims")                                                                    \
+	X(MAX_ELEM_SIZE, "max_elem_size")                                                          \
+	X(MAX_REQUESTS, "max_requests")                                                            \
+	X(MAX_QUEUED, "max_queued")                                                                \
+	X(GRANULE, "granule")                                                                      \
+	X(MAX_ALIGNMENT, "max_alignment")                                                          \
+	X(MAX_WAIT_MS, "max_wait_ms")
+
+struct proto_limit_info {
+	const char *name; /* as PROTOCOL.md's table of limits gives it */
+	unsigned long value;
+};
+
+extern const struct proto_limit_info proto_limits[];
+extern const unsigned proto_limit_count;
+
+/* A limit (or any macro) as a string literal, for messages:
+ * "a string of 1-" PROTO_STR(PROTO_MAX_NAME) " bytes". */
+#define PROTO_STR_(x) #x
+#define PROTO_STR(x)  PROTO_STR_(x)
+
+/* What a name parameter must be, as -32602's messages say it. */
+#define PROTO_NAME_EXPECTED "a string of 1-" PROTO_STR(PROTO_MAX_NAME) " bytes"
 
 /* ---- error codes --------------------------------------------------------- */
 

@@ -116,7 +116,7 @@ static int on_hello(struct dispatch_ctx *ctx)
 	}
 	int rc = proto_get_string(ctx->params, PROTO_F_CLIENT, PROTO_MAX_NAME, &client);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_CLIENT, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_CLIENT, PROTO_NAME_EXPECTED);
 	if (!ok) {
 		proto_error_set(&ctx->err, PROTO_E_VERSION,
 		                "no common protocol version (this daemon speaks %d)",
@@ -225,7 +225,7 @@ static int on_register(struct dispatch_ctx *ctx)
 	double proportion = 0;
 	int rc = proto_get_string(ctx->params, PROTO_F_NAME, PROTO_MAX_NAME, &name);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_NAME, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_NAME, PROTO_NAME_EXPECTED);
 	rc = dispatch_get_device(ctx, &device);
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
@@ -236,7 +236,7 @@ static int on_register(struct dispatch_ctx *ctx)
 		return dispatch_param_error(ctx, rc, PROTO_F_PROPORTION, "a number in (0, 1]");
 	rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rc < 0 && rc != -ENOENT)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, PROTO_NAME_EXPECTED);
 	struct broker_instance *inst;
 	rc = broker_register(ctx->b, ctx->s, name, (int)device, proportion, group, &inst);
 	if (rc == -EINVAL || rc == -ENOSPC || rc == -EUSERS)
@@ -467,12 +467,10 @@ static const char *const alloc_type_expected =
     PROTO_QUOTED(PROTO_V_MEM_DEVICE) ", " PROTO_QUOTED(PROTO_V_MEM_PINNED) ", " PROTO_QUOTED(
         PROTO_V_MEM_MAPPED) " or " PROTO_QUOTED(PROTO_V_MEM_MANAGED);
 
-#define DISPATCH_STR_(x) #x
-#define DISPATCH_STR(x)  DISPATCH_STR_(x)
 static const char alloc_alignment_expected[] =
-    "a power of two from " DISPATCH_STR(PROTO_GRANULE) " to " DISPATCH_STR(PROTO_MAX_ALIGNMENT);
+    "a power of two from " PROTO_STR(PROTO_GRANULE) " to " PROTO_STR(PROTO_MAX_ALIGNMENT);
 static const char alloc_wait_expected[] =
-    "an integer from 0 to " DISPATCH_STR(PROTO_MAX_WAIT_MS) " (milliseconds)";
+    "an integer from 0 to " PROTO_STR(PROTO_MAX_WAIT_MS) " (milliseconds)";
 
 static int on_alloc(struct dispatch_ctx *ctx)
 {

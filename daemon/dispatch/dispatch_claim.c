@@ -70,7 +70,7 @@ int dispatch_free_label(struct dispatch_ctx *ctx)
 	size_t n = 0;
 	int rc = proto_get_string(ctx->params, PROTO_F_LABEL, PROTO_MAX_NAME, &label);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, PROTO_NAME_EXPECTED);
 	rc = proto_get_id64(ctx->params, PROTO_F_INSTANCE, &instance);
 	if (rc < 0 && rc != -ENOENT)
 		return dispatch_param_error(ctx, rc, PROTO_F_INSTANCE, "16 lowercase hex digits");

@@ -15,7 +15,7 @@
 #include "dispatch_internal.h"
 #include "log.h"
 
-#define NAME_EXPECTED "a string of 1-64 bytes of A-Z, a-z, 0-9, '.', '_' and '-'"
+#define NAME_EXPECTED PROTO_NAME_EXPECTED " of A-Z, a-z, 0-9, '.', '_' and '-'"
 
 static int get_name(struct dispatch_ctx *ctx, const char **name)
 {
@@ -272,7 +272,8 @@ int dispatch_hello_token(struct dispatch_ctx *ctx)
 	if (!t)
 		return 0;
 	if (!cJSON_IsString(t))
-		return dispatch_param_error(ctx, -EINVAL, PROTO_F_TOKEN, "64 lowercase hex digits");
+		return dispatch_param_error(ctx, -EINVAL, PROTO_F_TOKEN,
+		                            PROTO_STR(PROTO_TOKEN_HEX) " lowercase hex digits");
 	unsigned char token[BROKER_TOKEN_BYTES];
 	rc = proto_hex_decode(t->valuestring, token, sizeof(token));
 	if (rc == 0)

@@ -27,8 +27,6 @@
 #include "dispatch_internal.h"
 #include "log.h"
 
-#define QUEUE_MAX 64 /* requests queued on one instance */
-
 struct parsed_request {
 	const char *label;
 	struct policy_array arr;
@@ -62,23 +60,25 @@ static int parse_request(struct dispatch_ctx *ctx, const cJSON *o, struct parsed
 		return dispatch_param_error(ctx, -EINVAL, PROTO_F_REQUESTS, request_expected);
 	int rc = proto_get_string(o, PROTO_F_LABEL, PROTO_MAX_NAME, &out->label);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_LABEL, PROTO_NAME_EXPECTED);
 	if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) < 1 ||
-	    cJSON_GetArraySize(shape) > POLICY_MAX_DIMS)
-		return dispatch_param_error(ctx, shape ? -EINVAL : -ENOENT, PROTO_F_SHAPE,
-		                            "an array of 1-8 positive integers");
+	    cJSON_GetArraySize(shape) > PROTO_MAX_DIMS)
+		return dispatch_param_error(
+		    ctx, shape ? -EINVAL : -ENOENT, PROTO_F_SHAPE,
+		    "an array of 1-" PROTO_STR(PROTO_MAX_DIMS) " positive integers");
 	cJSON_ArrayForEach(dim, shape)
 	{
 		double d = cJSON_IsNumber(dim) ? dim->valuedouble : 0;
 		if (!(d >= 1 && d <= 9007199254740992.0) || d != (double)(uint64_t)d)
-			return dispatch_param_error(ctx, -EINVAL, PROTO_F_SHAPE,
-			                            "an array of 1-8 positive integers");
+			return dispatch_param_error(
+			    ctx, -EINVAL, PROTO_F_SHAPE,
+			    "an array of 1-" PROTO_STR(PROTO_MAX_DIMS) " positive integers");
 		a->shape[a->ndim++] = (uint64_t)d;
 	}
-	rc = proto_get_int(o, PROTO_F_ELEM_SIZE, 1, 65536, &elem);
+	rc = proto_get_int(o, PROTO_F_ELEM_SIZE, 1, PROTO_MAX_ELEM_SIZE, &elem);
 	if (rc < 0)
 		return dispatch_param_error(ctx, rc, PROTO_F_ELEM_SIZE,
-		                            "an integer from 1 to 65536");
+		                            "an integer from 1 to " PROTO_STR(PROTO_MAX_ELEM_SIZE));
 	rc = proto_get_int(o, PROTO_F_AXIS, 0, a->ndim - 1, &axis);
 	if (rc < 0 && rc != -ENOENT)
 		return dispatch_param_error(ctx, rc, PROTO_F_AXIS, "a dimension of the shape");
@@ -112,15 +112,16 @@ static int parse_request(struct dispatch_ctx *ctx, const cJSON *o, struct parsed
 	return 0;
 }
 
-/* params.requests: 1-64 request objects with distinct labels. */
+/* params.requests: 1-PROTO_MAX_REQUESTS request objects with distinct labels. */
 static int parse_requests(struct dispatch_ctx *ctx, struct parsed_request *out, int *n)
 {
 	const cJSON *reqs = cJSON_GetObjectItemCaseSensitive(ctx->params, PROTO_F_REQUESTS), *o;
 	int count = 0;
 	if (!cJSON_IsArray(reqs) || cJSON_GetArraySize(reqs) < 1 ||
-	    cJSON_GetArraySize(reqs) > QUEUE_MAX)
-		return dispatch_param_error(ctx, reqs ? -EINVAL : -ENOENT, PROTO_F_REQUESTS,
-		                            "an array of 1-64 request objects");
+	    cJSON_GetArraySize(reqs) > PROTO_MAX_REQUESTS)
+		return dispatch_param_error(
+		    ctx, reqs ? -EINVAL : -ENOENT, PROTO_F_REQUESTS,
+		    "an array of 1-" PROTO_STR(PROTO_MAX_REQUESTS) " request objects");
 	cJSON_ArrayForEach(o, reqs)
 	{
 		int rc = parse_request(ctx, o, &out[count]);
@@ -150,8 +151,8 @@ static struct broker_queued *queued_find(struct broker_instance *inst, const cha
 
 int dispatch_queue_request(struct dispatch_ctx *ctx)
 {
-	struct parsed_request reqs[QUEUE_MAX];
-	struct broker_queued *fresh[QUEUE_MAX] = {NULL};
+	struct parsed_request reqs[PROTO_MAX_REQUESTS];
+	struct broker_queued *fresh[PROTO_MAX_REQUESTS] = {NULL};
 	struct broker_instance *inst;
 	int n, added = 0;
 	int rc = dispatch_target_instance(ctx, &inst);
@@ -161,14 +162,14 @@ int dispatch_queue_request(struct dispatch_ctx *ctx)
 		return rc;
 	for (int i = 0; i < n; i++)
 		added += !queued_find(inst, reqs[i].label);
-	if (inst->queued_count + (unsigned)added > QUEUE_MAX) {
+	if (inst->queued_count + (unsigned)added > PROTO_MAX_QUEUED) {
 		proto_error_set(&ctx->err, PROTO_E_LIMIT,
 		                "limit reached: at most %d requests queued on an instance",
-		                QUEUE_MAX);
+		                PROTO_MAX_QUEUED);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
 			cJSON_AddStringToObject(ctx->data, PROTO_F_LIMIT, PROTO_V_LIMIT_MAX_QUEUED);
-			cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, QUEUE_MAX);
+			cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, PROTO_MAX_QUEUED);
 		}
 		return -EMFILE;
 	}
@@ -303,8 +304,8 @@ static int chunk_fit(const struct policy_array *dev, size_t n, uint64_t axis_len
 
 int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 {
-	struct parsed_request reqs[QUEUE_MAX];
-	struct policy_array arrays[QUEUE_MAX], device_arrays[QUEUE_MAX];
+	struct parsed_request reqs[PROTO_MAX_REQUESTS];
+	struct policy_array arrays[PROTO_MAX_REQUESTS], device_arrays[PROTO_MAX_REQUESTS];
 	struct policy_chunking c;
 	struct policy_group_info gi;
 	const char *group = NULL;
@@ -316,7 +317,7 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx)
 		return rc;
 	int rg = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rg < 0 && rg != -ENOENT)
-		return dispatch_param_error(ctx, rg, PROTO_F_GROUP, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rg, PROTO_F_GROUP, PROTO_NAME_EXPECTED);
 	int ra = proto_get_u64(ctx->params, PROTO_F_AVAILABLE, 0, UINT64_MAX, &available);
 	if (ra < 0 && ra != -ENOENT)
 		return dispatch_param_error(ctx, ra, PROTO_F_AVAILABLE,

@@ -11,7 +11,7 @@
 static int get_name(struct dispatch_ctx *ctx, const char **name)
 {
 	int rc = proto_get_string(ctx->params, PROTO_F_NAME, PROTO_MAX_NAME, name);
-	return rc < 0 ? dispatch_param_error(ctx, rc, PROTO_F_NAME, "a string of 1-64 bytes") : 0;
+	return rc < 0 ? dispatch_param_error(ctx, rc, PROTO_F_NAME, PROTO_NAME_EXPECTED) : 0;
 }
 
 int dispatch_export(struct dispatch_ctx *ctx)

@@ -265,10 +265,10 @@ int dispatch_set_group(struct dispatch_ctx *ctx)
 		return rc;
 	rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, PROTO_NAME_EXPECTED);
 	rc = broker_set_group(ctx->b, inst, group);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, PROTO_NAME_EXPECTED);
 	return instance_result(ctx, inst, false);
 }
 
@@ -296,7 +296,7 @@ int dispatch_group_info(struct dispatch_ctx *ctx)
 	uint64_t space;
 	int rc = proto_get_string(ctx->params, PROTO_F_GROUP, PROTO_MAX_NAME, &group);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, "a string of 1-64 bytes");
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, PROTO_NAME_EXPECTED);
 	rc = dispatch_group_find(ctx, group, &space, &gi);
 	if (rc < 0)
 		return rc;

@@ -124,8 +124,10 @@ void server_conn_process(struct server_conn *c)
 		if (rc == 0)
 			break;
 		if (rc < 0) {
-			dispatch_error(PROTO_E_INVALID_REQUEST,
-			               "invalid request: frame exceeds 65536 bytes", &rep);
+			dispatch_error(
+			    PROTO_E_INVALID_REQUEST,
+			    "invalid request: frame exceeds " PROTO_STR(PROTO_MAX_FRAME) " bytes",
+			    &rep);
 			if (server_conn_send(c, rep.frame, rep.len, -1) == 0)
 				server_conn_finish(c);
 			return;
