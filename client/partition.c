@@ -12,9 +12,10 @@
 static int token_parse(const cJSON *result, void *arg)
 {
 	const char *token;
-	if (proto_get_string(result, PROTO_F_TOKEN, 64, &token) < 0 || strlen(token) != 64)
+	if (proto_get_string(result, PROTO_F_TOKEN, PROTO_TOKEN_HEX, &token) < 0 ||
+	    strlen(token) != PROTO_TOKEN_HEX)
 		return error_set(GPB_E_PROTOCOL, "partition_create reply without a token");
-	memcpy(arg, token, 65);
+	memcpy(arg, token, PROTO_TOKEN_HEX + 1);
 	return 0;
 }
 

@@ -14,6 +14,14 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The public header's arrays, sized by the protocol's limits (it cannot
+ * include schema.h: it is installed alone). */
+_Static_assert(sizeof(((struct gpb_array_request *)0)->shape) / sizeof(uint64_t) == PROTO_MAX_DIMS,
+               "gpb_array_request.shape holds PROTO_MAX_DIMS dimensions");
+_Static_assert(sizeof(((struct gpb_instance_info *)0)->name) == PROTO_MAX_NAME + 1 &&
+                   sizeof(((struct gpb_instance_info *)0)->group) == PROTO_MAX_NAME + 1,
+               "gpb_instance_info's names hold PROTO_MAX_NAME bytes");
+
 /* Copies a string member into a fixed buffer; a missing or long one is a
  * protocol error. */
 static int copy_string(const cJSON *obj, const char *key, char *buf, size_t size)
@@ -353,8 +361,9 @@ static cJSON *requests_json(const struct gpb_array_request *reqs, size_t n, int 
 	cJSON *arr = cJSON_CreateArray();
 
 	*rc = GPB_E_NOMEM;
-	if (!reqs || n < 1 || n > 64) {
-		*rc = error_set(GPB_E_INVALID, "between 1 and 64 array requests");
+	if (!reqs || n < 1 || n > PROTO_MAX_REQUESTS) {
+		*rc = error_set(GPB_E_INVALID,
+		                "between 1 and " PROTO_STR(PROTO_MAX_REQUESTS) " array requests");
 		cJSON_Delete(arr);
 		return NULL;
 	}
@@ -362,7 +371,7 @@ static cJSON *requests_json(const struct gpb_array_request *reqs, size_t n, int 
 		const struct gpb_array_request *r = &reqs[i];
 		cJSON *o = cJSON_CreateObject(), *shape;
 
-		if (!r->label || r->ndim < 1 || r->ndim > 8 || r->axis >= r->ndim ||
+		if (!r->label || r->ndim < 1 || r->ndim > PROTO_MAX_DIMS || r->axis >= r->ndim ||
 		    (r->type && r->type != GPB_HOST_PINNED && r->type != GPB_HOST_MAPPED)) {
 			*rc = error_set(GPB_E_INVALID,
 			                "array request %zu: label, ndim, axis or type", i);
@@ -500,7 +509,7 @@ static int chunk_query_parse(const cJSON *result, void *arg)
 		memset(q->shapes[i], 0, sizeof(q->shapes[i]));
 		cJSON_ArrayForEach(dim, shape)
 		{
-			if (!cJSON_IsNumber(dim) || d >= 8)
+			if (!cJSON_IsNumber(dim) || d >= PROTO_MAX_DIMS)
 				return error_set(GPB_E_PROTOCOL, "a chunked shape is not numbers");
 			q->shapes[i][d++] = (uint64_t)dim->valuedouble;
 		}

@@ -279,7 +279,7 @@ static int parse_queue(const cJSON *v, struct proto_queue *q, struct proto_error
 {
 	const cJSON *e;
 	int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
-	if (n < 1 || n > PROTO_MAX_QUEUE)
+	if (n < 1 || n > PROTO_MAX_REQUESTS)
 		return -EINVAL;
 	q->count = 0;
 	cJSON_ArrayForEach(e, v)

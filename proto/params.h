@@ -81,7 +81,7 @@ struct proto_queue_item {
 
 struct proto_queue {
 	unsigned count;
-	struct proto_queue_item item[PROTO_MAX_QUEUE];
+	struct proto_queue_item item[PROTO_MAX_REQUESTS];
 };
 
 /* struct proto_<name>_params for every method (an unused byte in those of

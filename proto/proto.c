@@ -311,7 +311,7 @@ int proto_request_parse(const char *frame, size_t len, struct proto_request *req
 	if (op < 0) {
 		/* Cut at a character boundary: the message must stay UTF-8. */
 		int n = 0;
-		while (req->method[n] && n < 64)
+		while (req->method[n] && n < PROTO_MAX_NAME)
 			n++;
 		while (n > 0 && req->method[n] && ((unsigned char)req->method[n] & 0xc0) == 0x80)
 			n--;

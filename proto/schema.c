@@ -15,6 +15,13 @@ const struct proto_op_info proto_ops[PROTO_OP_COUNT] = {
 #undef PROTO_OP_INFO_
 };
 
+const struct proto_limit_info proto_limits[] = {
+#define PROTO_LIMIT_INFO_(id, name) {name, PROTO_##id},
+    PROTO_LIMITS(PROTO_LIMIT_INFO_)
+#undef PROTO_LIMIT_INFO_
+};
+const unsigned proto_limit_count = sizeof(proto_limits) / sizeof(proto_limits[0]);
+
 int proto_op_lookup(const char *name)
 {
 	for (int i = 0; i < PROTO_OP_COUNT; i++) {

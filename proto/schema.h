@@ -23,34 +23,77 @@
 
 #include <stdint.h> /* the bounds of the params lists */
 
-#define PROTO_VERSION     1
-#define PROTO_MAX_FRAME   65536       /* request bytes, including the terminating '\n' */
-#define PROTO_MAX_REPLY   (16u << 20) /* reply and event bytes: lists of clients grow */
-#define PROTO_MAX_DEPTH   8           /* nesting of objects/arrays, top level = 1 */
-#define PROTO_MAX_KEYS    64          /* members per object, elements per array */
-#define PROTO_MAX_ID      64          /* bytes of a request id */
-#define PROTO_MAX_NAME    64          /* bytes of instance, group and client names */
-#define PROTO_HANDLE_SIZE 64          /* bytes of an IPC handle (CUipcMemHandle shape) */
+#define PROTO_VERSION 1
+
+/* ---- limits ---------------------------------------------------------------
+ *
+ * Every bound a message is held to, defined here only: the daemon, the
+ * library, the CLI and their messages use these macros (PROTO_STR spells
+ * one in a message), PROTOCOL.md states each once in its table of limits
+ * and the Python package has them from python/gpubroker/_schema.py, which
+ * tools/gen-pyschema.py writes from this header; test-proto-schema checks
+ * both against PROTO_LIMITS below. Plain integer constants, so that each
+ * serves in an array bound, a #if and a stringified message alike. */
+#define PROTO_MAX_FRAME     65536    /* request bytes, including the terminating '\n' */
+#define PROTO_MAX_REPLY     16777216 /* reply and event bytes (16 MiB): lists of clients grow */
+#define PROTO_MAX_DEPTH     8        /* nesting of objects/arrays, top level = 1 */
+#define PROTO_MAX_KEYS      64       /* members per object, elements per array */
+#define PROTO_MAX_ID        64       /* bytes of a request id */
+#define PROTO_MAX_NAME      64 /* bytes of instance, group, client, label, export, partition names */
+#define PROTO_HANDLE_SIZE   64         /* bytes of an IPC handle (CUipcMemHandle shape) */
+#define PROTO_TOKEN_HEX     64         /* hex digits of a partition token (256 bits) */
+#define PROTO_MAX_DIMS      8          /* dimensions of an array request's shape */
+#define PROTO_MAX_ELEM_SIZE 65536      /* bytes per element of an array request */
+#define PROTO_MAX_REQUESTS  64         /* array requests in one queue_request or chunk_parameters */
+#define PROTO_MAX_QUEUED    64         /* array requests queued on one instance */
+#define PROTO_MAX_DEVICES   64         /* device indices are 0 to 63 */
+#define PROTO_TOKEN_SIZE    32         /* bytes of a partition token (PROTO_TOKEN_HEX digits) */
+#define PROTO_MAX_UID       4294967294 /* a uid parameter; (uid_t)-1 means none */
 
 /* alloc's bounds. Sizes are charged in granules, and an alignment is a
  * power of two from the granule to PROTO_MAX_ALIGNMENT (the slab
- * alignment: a larger one could not be promised inside a slab). Plain
- * decimal literals, so that PROTO_STR() spells them in messages. */
+ * alignment: a larger one could not be promised inside a slab). */
 #define PROTO_GRANULE       256
 #define PROTO_MAX_ALIGNMENT 2097152  /* 2 MiB */
 #define PROTO_MAX_WAIT_MS   86400000 /* a day: longer waits are surely mistakes */
 
-#define PROTO_MAX_UID       4294967294 /* a uid parameter; (uid_t)-1 means none */
-#define PROTO_MAX_DEVICES   64         /* device indices are 0 to 63 */
-#define PROTO_MAX_DIMS      8          /* dimensions of a queued array's shape */
-#define PROTO_MAX_QUEUE     64         /* requests queued on one instance, and per request */
-#define PROTO_MAX_ELEM_SIZE 65536      /* bytes of one element of a queued array */
-#define PROTO_TOKEN_SIZE    32         /* bytes of a partition's token ... */
-#define PROTO_TOKEN_HEX     64         /* ... and its hex digits */
+/* The limits above, X(suffix, name): the macro is PROTO_<suffix>, the name
+ * the one PROTOCOL.md's table of limits and _schema.py give it. */
+#define PROTO_LIMITS(X)                                                                            \
+	X(MAX_FRAME, "max_frame")                                                                  \
+	X(MAX_REPLY, "max_reply")                                                                  \
+	X(MAX_DEPTH, "max_depth")                                                                  \
+	X(MAX_KEYS, "max_members")                                                                 \
+	X(MAX_ID, "max_id")                                                                        \
+	X(MAX_NAME, "max_name")                                                                    \
+	X(HANDLE_SIZE, "handle_size")                                                              \
+	X(TOKEN_HEX, "token_hex")                                                                  \
+	X(MAX_DIMS, "max_dims")                                                                    \
+	X(MAX_ELEM_SIZE, "max_elem_size")                                                          \
+	X(MAX_REQUESTS, "max_requests")                                                            \
+	X(MAX_QUEUED, "max_queued")                                                                \
+	X(MAX_DEVICES, "max_devices")                                                              \
+	X(TOKEN_SIZE, "token_size")                                                                \
+	X(MAX_UID, "max_uid")                                                                      \
+	X(GRANULE, "granule")                                                                      \
+	X(MAX_ALIGNMENT, "max_alignment")                                                          \
+	X(MAX_WAIT_MS, "max_wait_ms")
 
-/* A limit as text, for messages: PROTO_STR(PROTO_MAX_NAME) is "64". */
+struct proto_limit_info {
+	const char *name; /* as PROTOCOL.md's table of limits gives it */
+	unsigned long value;
+};
+
+extern const struct proto_limit_info proto_limits[];
+extern const unsigned proto_limit_count;
+
+/* A limit (or any macro) as a string literal, for messages:
+ * "a string of 1-" PROTO_STR(PROTO_MAX_NAME) " bytes". */
 #define PROTO_STR_(x) #x
 #define PROTO_STR(x)  PROTO_STR_(x)
+
+/* What a name parameter must be, as -32602's messages say it. */
+#define PROTO_NAME_EXPECTED "a string of 1-" PROTO_STR(PROTO_MAX_NAME) " bytes"
 
 /* ---- error codes --------------------------------------------------------- */
 
@@ -376,7 +419,7 @@ enum proto_kind {
 	PROTO_KIND_DEVICES,   /* a non-empty ARRAY of DEVICE */
 	PROTO_KIND_VERSIONS,  /* an ARRAY of whole numbers */
 	PROTO_KIND_SHAPE,     /* an ARRAY of 1-PROTO_MAX_DIMS whole numbers, each at least 1 */
-	PROTO_KIND_QUEUE,     /* an ARRAY of 1-PROTO_MAX_QUEUE PROTO_QUEUE_ITEM objects */
+	PROTO_KIND_QUEUE,     /* an ARRAY of 1-PROTO_MAX_REQUESTS PROTO_QUEUE_ITEM objects */
 };
 
 enum proto_presence {
@@ -403,7 +446,6 @@ enum proto_presence {
 
 /* The words of the common refusals. */
 #define PROTO_EXPECT_ID64   "16 lowercase hex digits"
-#define PROTO_EXPECT_NAME   "a string of 1-" PROTO_STR(PROTO_MAX_NAME) " bytes"
 #define PROTO_EXPECT_BOOL   "a boolean"
 #define PROTO_EXPECT_SHARE  "a number in (0, 1]"
 #define PROTO_EXPECT_UID    "a uid (0 to " PROTO_STR(PROTO_MAX_UID) ")"
@@ -411,15 +453,15 @@ enum proto_presence {
 
 #define PROTO_HELLO_PARAMS(X)                                                                      \
 	X(VERSIONS, versions, VERSIONS, PROTO_REQUIRED, 0, 0, "an array of integers")              \
-	X(CLIENT, client, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)            \
+	X(CLIENT, client, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)          \
 	X(KEEP_SLABS, keep_slabs, BOOL, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_BOOL)                   \
 	X(TOKEN, token, TOKEN, PROTO_OPTIONAL, 0, 0,                                               \
 	  PROTO_STR(PROTO_TOKEN_HEX) " lowercase hex digits")
 #define PROTO_REGISTER_PARAMS(X)                                                                   \
-	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)                \
+	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)              \
 	X(DEVICE, device, DEVICE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_DEVICE)                       \
 	X(PROPORTION, proportion, SHARE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_SHARE)                 \
-	X(GROUP, group, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)
+	X(GROUP, group, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)
 #define PROTO_INSTANCE_PARAMS(X)                                                                   \
 	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)
 #define PROTO_UNREGISTER_PARAMS PROTO_INSTANCE_PARAMS
@@ -460,9 +502,9 @@ enum proto_presence {
 #define PROTO_SET_AUTO_PARAMS PROTO_INSTANCE_PARAMS
 #define PROTO_SET_GROUP_PARAMS(X)                                                                  \
 	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                       \
-	X(GROUP, group, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)
+	X(GROUP, group, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)
 #define PROTO_GROUP_INFO_PARAMS(X)                                                                 \
-	X(GROUP, group, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)              \
+	X(GROUP, group, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)            \
 	X(UID, uid, INT, PROTO_OPTIONAL, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)
 #define PROTO_SET_MODE_PARAMS(X)                                                                   \
 	X(MODE, mode, MODE, PROTO_REQUIRED, 0, 0,                                                  \
@@ -473,11 +515,11 @@ enum proto_presence {
 	X(FRACTION, fraction, SHARE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_SHARE)
 #define PROTO_QUEUE_REQUEST_PARAMS(X)                                                              \
 	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                       \
-	X(REQUESTS, requests, QUEUE, PROTO_REQUIRED, 1, PROTO_MAX_QUEUE,                           \
-	  "an array of 1-" PROTO_STR(PROTO_MAX_QUEUE) " request objects")
+	X(REQUESTS, requests, QUEUE, PROTO_REQUIRED, 1, PROTO_MAX_REQUESTS,                        \
+	  "an array of 1-" PROTO_STR(PROTO_MAX_REQUESTS) " request objects")
 /* One element of queue_request's and chunk_parameters' "requests". */
 #define PROTO_QUEUE_ITEM(X)                                                                        \
-	X(LABEL, label, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)              \
+	X(LABEL, label, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)            \
 	X(SHAPE, shape, SHAPE, PROTO_REQUIRED, 1, PROTO_MAX_DIMS,                                  \
 	  "an array of 1-" PROTO_STR(PROTO_MAX_DIMS) " positive integers")                         \
 	X(ELEM_SIZE, elem_size, INT, PROTO_REQUIRED, 1, PROTO_MAX_ELEM_SIZE,                       \
@@ -487,16 +529,16 @@ enum proto_presence {
 	X(TYPE, type, MEMORY, PROTO_OPTIONAL, 0, 0, PROTO_MEMORY_EXPECTED)
 #define PROTO_ALLOCATE_QUEUE_PARAMS PROTO_INSTANCE_PARAMS
 #define PROTO_CHUNK_PARAMETERS_PARAMS(X)                                                           \
-	X(REQUESTS, requests, QUEUE, PROTO_REQUIRED, 1, PROTO_MAX_QUEUE,                           \
-	  "an array of 1-" PROTO_STR(PROTO_MAX_QUEUE) " request objects")                          \
-	X(GROUP, group, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)              \
+	X(REQUESTS, requests, QUEUE, PROTO_REQUIRED, 1, PROTO_MAX_REQUESTS,                        \
+	  "an array of 1-" PROTO_STR(PROTO_MAX_REQUESTS) " request objects")                       \
+	X(GROUP, group, STRING, PROTO_OPTIONAL, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)            \
 	X(AVAILABLE, available, U64, PROTO_OPTIONAL, 0, UINT64_MAX,                                \
 	  "a decimal string of 1-20 digits")                                                       \
 	X(CHUNK_LENGTH, chunk_length, INT, PROTO_OPTIONAL, 1, INT64_MAX, "a positive integer")     \
 	X(AXIS_LENGTH, axis_length, INT, PROTO_OPTIONAL, 1, INT64_MAX, "a positive integer")       \
 	X(UID, uid, INT, PROTO_OPTIONAL, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)
 #define PROTO_FREE_LABEL_PARAMS(X)                                                                 \
-	X(LABEL, label, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)              \
+	X(LABEL, label, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)            \
 	X(INSTANCE, instance, ID64, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_ID64)
 #define PROTO_SET_ALLOCATOR_PARAMS(X)                                                              \
 	X(ALLOCATOR, allocator, ALLOCATOR, PROTO_REQUIRED, 0, 0,                                   \
@@ -505,12 +547,12 @@ enum proto_presence {
 #define PROTO_EVICT_PARAMS(X) X(SESSION, session, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)
 #define PROTO_EXPORT_PARAMS(X)                                                                     \
 	X(ID, id, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                                   \
-	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)                \
+	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)              \
 	X(UID, uid, INT, PROTO_OPTIONAL, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)
 #define PROTO_UNEXPORT_PARAMS(X)                                                                   \
-	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)
+	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)
 #define PROTO_OPEN_PARAMS(X)                                                                       \
-	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_EXPECT_NAME)                \
+	X(NAME, name, STRING, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_NAME_EXPECTED)              \
 	X(OWNER, owner, INT, PROTO_OPTIONAL, 0, PROTO_MAX_UID, PROTO_EXPECT_UID)
 #define PROTO_INVALIDATE_DONE_PARAMS(X)                                                            \
 	X(EPOCH, epoch, U64, PROTO_REQUIRED, 1, UINT64_MAX,                                        \

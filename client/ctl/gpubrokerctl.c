@@ -668,7 +668,7 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 					return usage_error("--device needs a device index or UUID, "
 					                   "not '%s'",
 					                   optarg);
-			} else if (*optarg && strlen(optarg) <= 64) {
+			} else if (*optarg && strlen(optarg) <= PROTO_MAX_NAME) {
 				o->device = -1;
 				o->device_uuid = optarg;
 			} else {

@@ -1,5 +1,8 @@
 /*
- * broker.c - devices, sessions, instances and allocations.
+ * broker.c - the broker, its devices, sessions and instances, and the
+ * public operations that free memory (free, detach, release, a ghost's
+ * end) and then serve the waits that may fit now: the top of the broker's
+ * files (broker_internal.h), so that the files below need not call up.
  *
  * Ownership: the broker owns sessions; a session owns its instances and
  * allocations; an allocation owns its pool block. The allocation table maps
@@ -19,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -171,15 +173,6 @@ struct session *broker_session_open(struct broker *b, uid_t uid, gid_t gid, pid_
 	return s;
 }
 
-/* pool_prefer: a slab the session holds, which its client has mapped. */
-static bool session_holds_slab(void *ctx, const struct pool_slab *slab)
-{
-	const struct session *s = ctx;
-	const struct backend_slab *bs = pool_slab_backend(slab);
-
-	return idmap_get(&s->held, bs->id) != NULL;
-}
-
 static bool broker_uid_connected(const struct broker *b, uid_t uid)
 {
 	const struct list *pos;
@@ -190,163 +183,9 @@ static bool broker_uid_connected(const struct broker *b, uid_t uid)
 	return false;
 }
 
-/* Frees a block of device's pool, or fences it for s (see
- * broker_parting_add_block; out of memory, it is freed). */
-static void broker_block_free(struct broker *b, struct session *s, int device,
-                              struct pool_block *block, bool fence)
-{
-	if (fence && broker_parting_add_block(b, s, device, block) == 0)
-		return;
-	/* Last: this may hand the slab back to the backend. */
-	pool_free(b->dev[device].pool, block);
-}
-
-void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a, bool fence)
-{
-	struct pool_slab *slab = pool_block_slab(a->block);
-	struct backend_slab *bs = pool_slab_backend(slab);
-	uint64_t size = pool_block_size(a->block);
-	int device = a->inst->device;
-	idmap_remove(&b->allocs, a->id);
-	list_remove(&a->link);
-	if (a->exported)
-		broker_exports_drop_alloc(b, a);
-	/* An unclaimed allocation was never counted as a hold on its slab. */
-	if (!a->unclaimed)
-		session_release(b, s, bs->id);
-	a->inst->used -= size;
-	a->inst->live--;
-	s->used -= size;
-	s->alloc_count--;
-	free(a->label);
-	a->label = NULL;
-	if (a->holders) {
-		/* Others have it open: the memory stays theirs (and the
-		 * device's, not the instance's) until the last detaches. */
-		policy_orphan(broker_policy_of(b, s), &a->inst->pol, size);
-		a->inst = NULL;
-		a->orphan = true;
-		/* Its owner's process may still write it: the block is fenced
-		 * for that process (its ghost, if it has one by then) when the
-		 * last holder lets go. */
-		if (fence)
-			a->fence_session = s->id;
-		b->orphan_count++;
-		return;
-	}
-	policy_uncharge(broker_policy_of(b, s), &a->inst->pol, size);
-	broker_block_free(b, s, device, a->block, fence);
-	arena_free(&b->alloc_arena, a);
-}
-
-void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a, bool fence)
-{
-	struct pool_slab *slab = pool_block_slab(a->block);
-	struct backend_slab *bs = pool_slab_backend(slab);
-	int device = bs->device;
-	session_release(b, s, bs->id);
-	pool_slab_unpin(b->dev[device].pool, slab);
-	if (--a->holders || !a->orphan)
-		return;
-	/* Attachments stay inside a partition (broker_attach, broker_open):
-	 * the holder's policy is the owner's. */
-	policy_orphan_release(broker_policy_of(b, s), device, pool_block_size(a->block));
-	b->orphan_count--;
-	/* Fenced for this holder's client if it may still write it, else for
-	 * the evicted owner's process while it lives. */
-	if (fence || !a->fence_session ||
-	    broker_ghost_fence(b, a->fence_session, device, a->block) < 0)
-		broker_block_free(b, s, device, a->block, fence);
-	arena_free(&b->alloc_arena, a);
-}
-
-/* Tells the owner of every instance whose cap moved, then serves the waits
- * that fit now: the tail of everything that changes the policy or frees
- * memory. */
-static void broker_policy_drain(struct broker *b, struct policy *p)
-{
-	struct policy_instance *pi;
-	while ((pi = policy_take_changed(p))) {
-		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
-		struct broker_event ev = {.type = BROKER_EVENT_CAP_CHANGED, .s = inst->owner};
-		ev.cap_changed.instance = inst->id;
-		ev.cap_changed.cap = pi->cap;
-		ev.cap_changed.share = pi->share;
-		ev.cap_changed.mode = p->cfg.mode;
-		broker_emit(b, &ev);
-	}
-}
-
-void broker_policy_changed(struct broker *b)
-{
-	struct list *pos;
-	broker_policy_drain(b, &b->policy);
-	list_for_each(pos, &b->partitions)
-		broker_policy_drain(b, &list_entry(pos, struct broker_partition, link)->policy);
-	broker_waits_run(b);
-}
-
-void broker_queue_clear(struct broker_instance *inst)
-{
-	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &inst->queued) {
-		list_remove(pos);
-		free(list_entry(pos, struct broker_queued, link));
-	}
-	inst->queued_count = 0;
-}
-
-/* Takes an instance out of the policy and the instance table and frees it. */
-static void broker_instance_free(struct broker *b, struct session *s, struct broker_instance *inst)
-{
-	broker_queue_clear(inst);
-	policy_remove(broker_policy_of(b, s), &inst->pol);
-	idmap_remove(&b->instances, inst->id);
-	list_remove(&inst->link);
-	s->instance_count--;
-	b->instance_count--;
-	free(inst);
-}
-
-void broker_session_strip(struct broker *b, struct session *s)
-{
-	struct list *pos, *tmp;
-	broker_waits_drop(b, s);
-	/* Evicted, its process lives on with its mappings: what it held is
-	 * kept from the backend with what was parting (broker_ghost_make).
-	 * Likewise a client that went without saying it unmapped its VMM
-	 * slabs (killed, or a process that closed the socket and kept the
-	 * mappings): that memory lives as long as its process maps it. */
-	bool linger = broker_session_lingers(s);
-	if (linger)
-		broker_parting_add(b, s, b->invalidate_epoch);
-	/* And the ranges of its allocations and attachments stay allocated
-	 * (fenced, with the ghost) while that process may write there: handed
-	 * to another allocation of its uid in the same slab, they would be
-	 * shared with it. */
-	list_for_each_safe(pos, tmp, &s->allocs) {
-		broker_alloc_release(b, s, list_entry(pos, struct broker_alloc, link), linger);
-	}
-	broker_hosts_release(b, s);
-	size_t it = 0;
-	struct broker_alloc *a;
-	while ((a = idmap_next(&s->attached, &it, NULL)))
-		broker_unpin(b, s, a, linger);
-	/* Empty, for a session that lives on (its partition was destroyed). */
-	idmap_finish(&s->attached);
-	idmap_init(&s->attached);
-	session_unkeep_all(b, s);
-	if (linger)
-		broker_ghost_make(b, s);
-	else
-		broker_parting_drop(b, s);
-	list_for_each_safe(pos, tmp, &s->instances) {
-		broker_instance_free(b, s, list_entry(pos, struct broker_instance, link));
-	}
-}
-
 void broker_session_close(struct broker *b, struct session *s)
 {
+	broker_waits_drop(b, s);
 	broker_session_strip(b, s);
 	if (s->part)
 		s->part->sessions--;
@@ -410,16 +249,6 @@ int broker_register(struct broker *b, struct session *s, const char *name, int d
 	return 0;
 }
 
-struct broker_instance *broker_instance_get(struct broker *b, uint64_t instance)
-{
-	return idmap_get(&b->instances, instance);
-}
-
-bool broker_sees(const struct session *s, uid_t uid)
-{
-	return s->admin || s->uid == uid;
-}
-
 int broker_set_proportion(struct broker *b, struct broker_instance *inst, double proportion)
 {
 	int rc =
@@ -465,17 +294,6 @@ int broker_set_limit(struct broker *b, int device, uint64_t bytes, double fracti
 	return rc;
 }
 
-struct broker_instance *broker_instance_find(struct session *s, uint64_t instance)
-{
-	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &s->instances) {
-		struct broker_instance *inst = list_entry(pos, struct broker_instance, link);
-		if (inst->id == instance)
-			return inst;
-	}
-	return NULL;
-}
-
 int broker_unregister(struct broker *b, struct session *s, uint64_t instance)
 {
 	struct broker_instance *inst = broker_instance_find(s, instance);
@@ -486,201 +304,6 @@ int broker_unregister(struct broker *b, struct session *s, uint64_t instance)
 	broker_instance_free(b, s, inst);
 	broker_policy_changed(b);
 	return 0;
-}
-
-/* Buffered: one getrandom() per 32. */
-int broker_new_id(struct broker *b, uint64_t *out)
-{
-	for (int tries = 0; tries < 8; tries++) {
-		if (b->rand_left == 0) {
-			if (getrandom(b->rand, sizeof(b->rand), 0) != (ssize_t)sizeof(b->rand))
-				return -EIO;
-			b->rand_left = sizeof(b->rand) / sizeof(b->rand[0]);
-		}
-		uint64_t id = b->rand[--b->rand_left];
-		if (id && !idmap_get(&b->allocs, id) && !idmap_get(&b->hosts, id)) {
-			*out = id;
-			return 0;
-		}
-	}
-	return -EIO;
-}
-
-static void broker_grant_fill(struct session *s, struct pool_block *block, bool fresh,
-                              struct broker_grant *out)
-{
-	struct backend_slab *bs = pool_slab_backend(pool_block_slab(block));
-	const struct session_slab *ss = fresh ? idmap_get(&s->held, bs->id) : NULL;
-	out->keep = ss && ss->keep;
-	/* A slab handed over after goodbye is mapped again. */
-	if (fresh)
-		s->unmapped = false;
-	out->device = bs->device;
-	out->slab_id = bs->id;
-	out->slab_size = bs->size;
-	out->offset = pool_block_offset(block);
-	out->size = pool_block_size(block);
-	out->handle = fresh ? bs->handle : NULL;
-	out->fd = fresh ? bs->fd : -1;
-	out->pool = fresh && bs->pool;
-	out->pool_id = out->pool ? bs->pool_id : 0;
-	out->vmm = fresh && bs->vmm;
-}
-
-/*
- * The policy's verdict on charging bytes more to inst. Without a limit the
- * capacity is the device's memory, and there the pool is the better judge:
- * it fails just the same when the device is full, but first hands back
- * cached empty slabs, and counts the refusal in its statistics (ooms).
- */
-static int broker_admit(struct broker *b, struct broker_instance *inst, uint64_t bytes)
-{
-	const struct policy *p = broker_policy_of(b, inst->owner);
-	int rc = policy_admit(p, &inst->pol, bytes, NULL);
-	/* Partitions make every capacity smaller than the device. */
-	return rc == -ENOMEM && p->dev[inst->device].capacity == b->dev[inst->device].info.total
-	           ? 0
-	           : rc;
-}
-
-/*
- * The allocation path of alloc and of allocate_queue. With hold false the
- * allocation is made "unclaimed": the session does not hold its slab yet
- * (its client was not given the handle), which broker_claim() does later.
- */
-static int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance *inst,
-                           uint64_t size, uint64_t align, bool hold, struct broker_grant *out,
-                           struct broker_alloc **made)
-{
-	if (b->stopping)
-		return -ESHUTDOWN;
-	if (s->alloc_count + s->attached.count + s->host_count >= b->limits.max_allocations)
-		return -EMFILE;
-	/* The policy counts what the pool will hand out: the size rounded
-	 * up to the granule. */
-	if (size > UINT64_MAX - (POOL_GRANULE - 1))
-		return -EINVAL;
-	int rc = broker_admit(b, inst, (size + POOL_GRANULE - 1) & ~(uint64_t)(POOL_GRANULE - 1));
-	if (rc < 0)
-		return rc;
-	/* An operator's cap on the user, in both modes: -EXFULL, so the reply
-	 * can name the user's cap rather than the instance's. */
-	const struct broker_rule *rule = broker_rule_for(b, s);
-	if (rule && rule->cap &&
-	    pool_uid_used(b->dev[inst->device].pool, s->uid) + size > rule->cap)
-		return -EXFULL;
-	struct broker_alloc *a = arena_alloc(&b->alloc_arena, NULL);
-	if (!a)
-		return -EAGAIN;
-	rc = broker_new_id(b, &a->id);
-	if (rc < 0)
-		goto fail;
-	struct pool *pool = b->dev[inst->device].pool;
-	/* Where the client has a slab mapped, put it there: the handle need
-	 * not be sent, nor opened again. */
-	const struct pool_prefer pref = {session_holds_slab, s};
-	rc = pool_alloc_prefer(pool, s->uid, broker_domain_of(s), size, align,
-	                       s->held.count ? &pref : NULL, &a->block);
-	if (rc == -ENOMEM)
-		/* Slabs kept empty by clients are asked back: a retry (a wait)
-		 * finds them once their clients have answered. */
-		broker_reclaim_device(b, inst->device);
-	if (rc < 0)
-		goto fail;
-	/* Should the pool ever hand out more than the rounded size, the
-	 * policy must still hold. */
-	rc = broker_admit(b, inst, pool_block_size(a->block));
-	if (rc < 0) {
-		pool_free(pool, a->block);
-		goto fail;
-	}
-	struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
-	int fresh = hold ? session_hold(b, s, pool_block_slab(a->block)) : 0;
-	if (fresh < 0 || idmap_put(&b->allocs, a->id, a) < 0) {
-		if (fresh >= 0 && hold)
-			session_unhold(b, s, bs->id, fresh == 1);
-		pool_free(pool, a->block);
-		rc = -EAGAIN;
-		goto fail;
-	}
-	a->inst = inst;
-	a->unclaimed = !hold;
-	list_insert_tail(&s->allocs, &a->link);
-	uint64_t bytes = pool_block_size(a->block);
-	inst->used += bytes;
-	inst->live++;
-	policy_charge(broker_policy_of(b, s), &inst->pol, bytes);
-	s->used += bytes;
-	s->alloc_count++;
-	if (out) {
-		out->id = a->id;
-		broker_grant_fill(s, a->block, fresh == 1, out);
-	}
-	if (made)
-		*made = a;
-	return 0;
-fail:
-	arena_free(&b->alloc_arena, a);
-	return rc;
-}
-
-int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
-                 uint64_t align, struct broker_grant *out)
-{
-	struct broker_instance *inst = broker_instance_find(s, instance);
-	if (!inst)
-		return b->stopping ? -ESHUTDOWN : -ENOENT;
-	return broker_alloc_in(b, s, inst, size, align, true, out, NULL);
-}
-
-int broker_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
-                        const char *label, uint64_t *id)
-{
-	struct broker_alloc *a;
-	char *copy = strdup(label);
-	if (!copy)
-		return -EAGAIN;
-	int rc = broker_alloc_in(b, inst->owner, inst, size, 0, false, NULL, &a);
-	if (rc < 0) {
-		free(copy);
-		return rc;
-	}
-	a->label = copy;
-	*id = a->id;
-	return 0;
-}
-
-int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out)
-{
-	struct broker_alloc *a = idmap_get(&b->allocs, id);
-	if (!a || a->inst->owner != s)
-		return -ENOENT;
-	if (!a->unclaimed)
-		return -EEXIST;
-	int fresh = session_hold(b, s, pool_block_slab(a->block));
-	if (fresh < 0)
-		return -EAGAIN;
-	a->unclaimed = false;
-	out->id = a->id;
-	broker_grant_fill(s, a->block, fresh == 1, out);
-	return 0;
-}
-
-void broker_unclaim(struct broker *b, struct session *s, const struct broker_grant *g)
-{
-	struct broker_alloc *a = broker_alloc_owned(b, s, g->id);
-	if (!a || a->unclaimed)
-		return;
-	/* A handle in the grant: the claim made the session hold the slab. */
-	session_unhold(b, s, g->slab_id, g->handle != NULL);
-	a->unclaimed = true;
-}
-
-/* An allocation this session owns; NULL for unknown and foreign ids alike. */
-struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id)
-{
-	struct broker_alloc *a = idmap_get(&b->allocs, id);
-	return a && a->inst->owner == s ? a : NULL;
 }
 
 int broker_free(struct broker *b, struct session *s, uint64_t id)
@@ -703,30 +326,6 @@ int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broke
 	return broker_hold(b, s, a, out);
 }
 
-int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
-                struct broker_grant *out)
-{
-	if (idmap_get(&s->attached, a->id))
-		return -EEXIST;
-	/* Attachments pin slabs: they count against the same limit. */
-	if (s->alloc_count + s->attached.count + s->host_count >= b->limits.max_allocations)
-		return -EMFILE;
-	struct pool_slab *slab = pool_block_slab(a->block);
-	struct backend_slab *bs = pool_slab_backend(slab);
-	int fresh = session_hold(b, s, slab);
-	if (fresh < 0)
-		return -EAGAIN;
-	if (idmap_put(&s->attached, a->id, a) < 0) {
-		session_unhold(b, s, bs->id, fresh == 1);
-		return -EAGAIN;
-	}
-	pool_slab_pin(slab);
-	a->holders++;
-	out->id = a->id;
-	broker_grant_fill(s, a->block, fresh == 1, out);
-	return 0;
-}
-
 int broker_detach(struct broker *b, struct session *s, uint64_t id)
 {
 	struct broker_alloc *a = idmap_remove(&s->attached, id);
@@ -736,18 +335,6 @@ int broker_detach(struct broker *b, struct session *s, uint64_t id)
 	broker_unpin(b, s, a, false);
 	broker_waits_run(b);
 	return 0;
-}
-
-void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx)
-{
-	b->event = fn;
-	b->event_ctx = ctx;
-}
-
-void broker_emit(struct broker *b, const struct broker_event *ev)
-{
-	if (b->event)
-		b->event(b->event_ctx, ev);
 }
 
 uint64_t broker_device_free(const struct broker *b, int device)
@@ -765,4 +352,26 @@ void broker_alloc_room(const struct broker *b, const struct session *s, int devi
 		*total = policy;
 	if (*largest > *total)
 		*largest = *total;
+}
+
+void broker_ghost_release(struct broker *b, struct broker_ghost *g)
+{
+	broker_ghost_free(b, g);
+	/* Slabs back to the device: room for a wait. */
+	broker_waits_run(b);
+}
+
+int broker_release(struct broker *b, struct session *s, uint64_t slab_id)
+{
+	if (!broker_parting_release_slab(b, s, slab_id)) {
+		struct session_slab *ss = idmap_get(&s->held, slab_id);
+		if (!ss)
+			return -ENOENT;
+		if (ss->refs)
+			return -EBUSY;
+		session_unkeep(b, s, slab_id);
+	}
+	/* The slab may have gone back: room for a wait. */
+	broker_waits_run(b);
+	return 0;
 }

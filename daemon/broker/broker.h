@@ -2,6 +2,18 @@
  * broker.h - the daemon's state: devices and their pools, sessions,
  * instances and allocations. No sockets and no JSON: the server and the
  * dispatcher are thin shells around these calls.
+ *
+ * struct broker and its devices are opaque here (broker_internal.h): the
+ * layers above read them through the calls of "What the layers above read"
+ * (broker_view.c), which copy figures into snapshot structs or walk the
+ * sessions, instances and partitions for them. Sessions, instances and
+ * partitions stay open structs: a handler reads its own session's
+ * identity (id, uid, gid, pid, name, admin, hello, part, keep_slabs, which
+ * hello and the server set) and an instance's (id, device, name, pol,
+ * used) on every request, and accessors for each would be noise. Their
+ * lists (link, instances, allocs, hosts, held, attached, parting) are the
+ * broker's: walk them with broker_session_next(), broker_instance_next()
+ * and broker_partition_next().
  */
 #ifndef GPB_BROKER_H
 #define GPB_BROKER_H
@@ -20,17 +32,8 @@
 #include "pool.h"
 #include "schema.h"
 
-struct broker_device {
-	struct backend_device_info info;
-	struct pool *pool;
-	struct backend *backend; /* the pool's callback context needs both */
-	int index;
-	struct broker *broker; /* and the share of descriptors (broker_files_of) */
-	/* Bytes of blocks kept allocated, holding nothing, for a client that
-	 * may still write there (broker_parting_add_block): part of the
-	 * pool's used, in no instance's; of retired pools too. */
-	uint64_t fenced;
-};
+struct broker;       /* broker_internal.h */
+struct broker_alloc; /* broker_internal.h */
 
 struct broker_instance {
 	uint64_t id;
@@ -44,23 +47,6 @@ struct broker_instance {
 	unsigned wait_pass; /* broker->wait_pass when a wait of it was short of quota */
 	struct list queued; /* struct broker_queued */
 	unsigned queued_count;
-};
-
-struct broker_alloc {
-	uint64_t id;
-	struct list link; /* session->allocs */
-	struct broker_instance *inst;
-	struct pool_block *block;
-	char *label;            /* made by allocate_queue: the request's label; else NULL */
-	uint32_t holders;       /* attachments (attach, open): they keep the block alive */
-	bool unclaimed;         /* made by allocate_queue and not claimed yet: the session does
-	                           not hold its slab (its client has not been given the handle) */
-	bool exported;          /* has a name in broker->exports */
-	bool orphan;            /* freed by its owner while attached: out of the table and of
-	                           every instance, alive until its last holder detaches */
-	uint64_t fence_session; /* an orphan whose owner's process may still write it
-	                           (an evicted session's): that session, whose ghost
-	                           fences the block when the last holder detaches; 0 */
 };
 
 /*
@@ -79,16 +65,6 @@ struct broker_host {
 	                      has not been given the descriptor */
 	char *label;       /* made by allocate_queue: the request's label; else NULL */
 	uint64_t instance; /* with label: the instance it was queued on */
-};
-
-/* A name under which an allocation can be opened (export, open), in the
- * namespace of its exporter's uid (owner->uid). */
-struct broker_export {
-	struct list link; /* broker->exports */
-	struct broker_alloc *alloc;
-	struct session *owner;
-	uid_t uid; /* who may open it (the grantee), besides owner->uid */
-	char name[PROTO_MAX_NAME + 1];
 };
 
 /* The memory type of a queued array request. */
@@ -130,8 +106,8 @@ struct broker_partition {
 	time_t created;
 };
 
-struct broker_parting; /* broker_reset.c */
-struct broker_ghost;   /* broker_reset.c */
+struct broker_parting; /* broker_internal.h */
+struct broker_ghost;   /* broker_internal.h */
 
 struct session {
 	uint64_t id;
@@ -269,72 +245,6 @@ struct broker_stats {
 	uint64_t reclaims;
 };
 
-struct broker {
-	struct backend *backend;
-	broker_event_fn event;
-	void *event_ctx;
-	struct broker_limits limits;
-	struct broker_device dev[BACKEND_MAX_DEVICES];
-	int device_count;
-	struct idmap allocs;    /* allocation id -> struct broker_alloc */
-	struct list exports;    /* struct broker_export */
-	struct idmap hosts;     /* host allocation id -> struct broker_host */
-	struct idmap uid_files; /* uid + 1 -> descriptors of that uid's slabs (a uintptr_t) */
-	uint64_t host_used;     /* bytes of every struct broker_host */
-	unsigned export_count;
-	uint64_t orphan_count;    /* allocations freed by their owner, still attached */
-	struct arena alloc_arena; /* where the struct broker_alloc records live */
-	struct list sessions;
-	unsigned session_count;
-	uint64_t instance_count;
-	uint64_t next_session_id;
-	uint64_t next_instance_id;
-	time_t started;
-	bool stopping;
-	uint64_t rand[32]; /* buffered getrandom() output for allocation ids */
-	unsigned rand_left;
-	struct policy policy;
-	enum broker_allocator allocator;
-	struct broker_stats stats;
-	struct broker_rule rules[BROKER_MAX_RULES];
-	unsigned nrules;
-	struct idmap instances; /* instance id -> struct broker_instance, every session's */
-	struct list waits;      /* struct broker_wait: allocations waiting, in arrival order */
-	unsigned wait_count;
-	broker_timer_fn timer; /* arms the wait deadline timer (the server's) */
-	void *timer_ctx;
-	uint64_t timer_deadline; /* what the timer is armed for, UINT64_MAX = nothing */
-	unsigned wait_pass;
-	bool waits_running, waits_again;
-	uint64_t invalidate_epoch; /* invalidate events sent so far (their "epoch") */
-	struct list retired;       /* struct broker_retired: old pools, slabs still parting */
-	struct list ghosts;        /* struct broker_ghost: evicted sessions' slabs */
-	broker_exit_fn exit_watch; /* the server's exit watch (NULL: none) */
-	void *exit_ctx;
-	struct list partitions; /* struct broker_partition, in creation order */
-	unsigned partition_count;
-	uint32_t last_domain; /* the pool domain of the newest partition */
-};
-
-/* The policy whose devices s's instances use: its partition's, or the
- * broker's (what the partitions leave). */
-static inline struct policy *broker_policy_of(struct broker *b, const struct session *s)
-{
-	return s->part ? &s->part->policy : &b->policy;
-}
-
-static inline const struct policy *broker_policy_const(const struct broker *b,
-                                                       const struct session *s)
-{
-	return s->part ? &s->part->policy : &b->policy;
-}
-
-/* The pool domain of s's slabs: its partition's, or 0 outside. */
-static inline uint32_t broker_domain_of(const struct session *s)
-{
-	return s->part ? s->part->domain : 0;
-}
-
 /* What a client needs to use an allocation (or an attachment). */
 struct broker_grant {
 	uint64_t id;
@@ -351,6 +261,81 @@ struct broker_grant {
 	bool keep;                   /* with handle: the session keeps the slab past its
 	                                last allocation (keep_slabs, allocator pool) */
 };
+
+/* ---- What the layers above read (broker_view.c) ---- */
+
+/* The devices the broker has (0 to BACKEND_MAX_DEVICES). */
+int broker_device_count(const struct broker *b);
+/* What the backend said of device (name, uuid, total, ...). */
+const struct backend_device_info *broker_device_info(const struct broker *b, int device);
+
+/* One device's figures, as `stats`, `status`, `devices` and the metrics
+ * show them. */
+struct broker_device_stats {
+	struct pool_stats pool; /* the device's current pool */
+	uint64_t fenced;        /* bytes kept allocated for a client that may still
+	                           write there: part of pool.used, in no instance */
+	uint64_t orphaned;      /* bytes freed by their owner, still attached
+	                           (outside partitions) */
+};
+void broker_device_stats(const struct broker *b, int device, struct broker_device_stats *out);
+/* Bytes uid's live allocations hold on device (its operator cap's figure). */
+uint64_t broker_uid_used(const struct broker *b, int device, uid_t uid);
+
+/* The daemon's figures as a whole. */
+struct broker_summary {
+	time_t started;
+	enum policy_mode mode;
+	enum broker_allocator allocator;
+	unsigned sessions;
+	uint64_t instances;
+	uint64_t allocations; /* live device allocations */
+	unsigned exports;
+	uint64_t orphans;          /* allocations freed by their owner, still attached */
+	uint64_t host_allocations; /* pinned and mapped host memory */
+	uint64_t host_used;        /* their bytes */
+	unsigned waits;            /* allocations waiting now */
+	struct broker_stats stats;
+};
+void broker_summary(const struct broker *b, struct broker_summary *out);
+
+/* The limits the broker runs with. */
+const struct broker_limits *broker_get_limits(const struct broker *b);
+/* Replaces them (reload), except the slab size, which the pools keep for
+ * their lifetime. */
+void broker_set_limits(struct broker *b, const struct broker_limits *limits);
+/* The backend's name (sim, cuda). */
+const char *broker_backend_name(const struct broker *b);
+/* The backend's last error message ("" when none). */
+const char *broker_backend_error(const struct broker *b);
+/* The daemon is stopping: allocations are refused with -ESHUTDOWN. */
+void broker_stop(struct broker *b);
+
+/* The policy whose devices s's instances use: its partition's, or, for s
+ * outside partitions or NULL, the broker's (what the partitions leave). */
+const struct policy *broker_policy_const(const struct broker *b, const struct session *s);
+
+/* Walks: the first with prev NULL, then the one after prev; NULL at the
+ * end. Nothing may be added or removed while walking. */
+struct session *broker_session_next(const struct broker *b, const struct session *prev);
+struct broker_instance *broker_instance_next(const struct session *s,
+                                             const struct broker_instance *prev);
+struct broker_partition *broker_partition_next(const struct broker *b,
+                                               const struct broker_partition *prev);
+/* The session with this id, or NULL. */
+struct session *broker_session_get(const struct broker *b, uint64_t id);
+
+/* The bytes of the allocation id (device or host memory), or 0 when there
+ * is none. */
+uint64_t broker_allocation_size(const struct broker *b, uint64_t id);
+/* The label (NULL: none) and instance of s's device allocation id, made by
+ * allocate_queue: -ENOENT when s has no such allocation. */
+int broker_allocation_label(const struct broker *b, const struct session *s, uint64_t id,
+                            const char **label, uint64_t *instance);
+/* The ids of s's allocations (device and host memory) labelled label, of
+ * instance (0: any), at most max of them: how many there were. */
+size_t broker_labelled(const struct session *s, const char *label, uint64_t instance, uint64_t *ids,
+                       size_t max);
 
 /* Takes ownership of backend. 0, -ENOMEM, -EINVAL (slab size). */
 int broker_create(struct backend *backend, const struct broker_limits *limits, struct broker **out);
@@ -456,11 +441,6 @@ void broker_keep_counts(const struct broker *b, struct broker_keep_counts *out);
 /* Installs the receiver of events (replacing any). */
 void broker_set_events(struct broker *b, broker_event_fn fn, void *ctx);
 
-/* Bytes the broker may still hand out on a device outside partitions: its
- * capacity (the memory partitions leave, bounded by the policy's limit)
- * minus live allocations. For a session in a partition, policy_device_available
- * on broker_policy_const(). */
-uint64_t broker_device_free(const struct broker *b, int device);
 /*
  * What s can still get on a device, for an out-of-memory answer that
  * promises nothing it cannot keep: *total, what its policy has left and its
@@ -589,17 +569,6 @@ int broker_set_allocator(struct broker *b, enum broker_allocator kind, uint64_t 
  * sent yet.
  */
 int broker_invalidate_done(struct broker *b, struct session *s, uint64_t epoch, unsigned *released);
-/* Lets go of every parting slab of s (its session ends). */
-void broker_parting_drop(struct broker *b, struct session *s);
-/*
- * An evicted session ends: every slab it held or had parting stays pinned,
- * as a "ghost" of the session, until its process has exited (the exit
- * watch, by pidfd or pid; at once without an exit watch). A process that
- * can be watched by neither (pid 0: another PID namespace, and no pidfd)
- * keeps its ghost until the broker is destroyed: pid 0 says nothing about
- * whether it exited.
- */
-void broker_ghost_make(struct broker *b, struct session *s);
 /*
  * goodbye: the session's client says it has unmapped every slab it was
  * given (and will close). Until it is handed a slab again, its close lets
@@ -663,8 +632,6 @@ void broker_waits_cancel(struct broker *b, int rc);
 /* True when allocations wait on this device in s's partition (or, for s
  * outside partitions, outside them). */
 bool broker_waits_on(const struct broker *b, const struct session *s, int device);
-/* Drops a session's waits without answering (it is going away). */
-void broker_waits_drop(struct broker *b, struct session *s);
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t broker_now_ms(void);
 

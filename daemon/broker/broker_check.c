@@ -212,6 +212,80 @@ static int check_waits(const struct broker *b, unsigned waits, char *msg, unsign
 	return 0;
 }
 
+/* Adds the bytes of the fences of list to fenced[device]. */
+static void broker_fences_sum(const struct broker_parting *list, uint64_t *fenced)
+{
+	for (const struct broker_parting *p = list; p; p = p->next) {
+		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		if (p->block)
+			fenced[bs->device] += pool_block_size(p->block);
+	}
+}
+
+/* The parting slabs and fences of the sessions and ghosts, and the
+ * retired pools: 0 or -EFAULT with msg. */
+static int broker_parting_check(const struct broker *b, char *msg, unsigned msg_len)
+{
+	const struct list *pos, *rpos;
+	uint64_t retired_total = 0, parting_retired = 0;
+	uint64_t fenced[BACKEND_MAX_DEVICES] = {0};
+	list_for_each(rpos, &b->retired)
+		retired_total += list_entry(rpos, const struct broker_retired, link)->parting;
+	list_for_each(pos, &b->sessions) {
+		const struct session *s = list_entry(pos, const struct session, link);
+		unsigned n = 0;
+		for (const struct broker_parting *p = s->parting; p; n += !p->block, p = p->next) {
+			bool current = false;
+			for (int i = 0; i < b->device_count; i++)
+				current |= p->pool == b->dev[i].pool;
+			if (!current && !broker_retired_find(b, p->pool)) {
+				snprintf(msg, msg_len, "session %llu: a parting slab of no pool",
+				         (unsigned long long)s->id);
+				return -EFAULT;
+			}
+			parting_retired += !current;
+			if (p->epoch > b->invalidate_epoch) {
+				snprintf(msg, msg_len,
+				         "session %llu: a parting slab of a future epoch",
+				         (unsigned long long)s->id);
+				return -EFAULT;
+			}
+		}
+		if (n != s->parting_count) {
+			snprintf(msg, msg_len, "session %llu: %u parting slabs, counted %u",
+			         (unsigned long long)s->id, n, s->parting_count);
+			return -EFAULT;
+		}
+		broker_fences_sum(s->parting, fenced);
+	}
+	list_for_each(pos, &b->ghosts) {
+		const struct broker_ghost *g = list_entry(pos, const struct broker_ghost, link);
+		unsigned n = 0;
+		for (const struct broker_parting *p = g->parting; p; n += !p->block, p = p->next)
+			parting_retired += broker_retired_find(b, p->pool) != NULL;
+		if (n != g->count || !g->parting) {
+			snprintf(msg, msg_len, "session %llu's ghost: %u slabs, counted %u",
+			         (unsigned long long)g->session, n, g->count);
+			return -EFAULT;
+		}
+		broker_fences_sum(g->parting, fenced);
+	}
+	for (int i = 0; i < b->device_count; i++) {
+		if (fenced[i] != b->dev[i].fenced) {
+			snprintf(msg, msg_len, "device %d: %llu bytes fenced, counted %llu", i,
+			         (unsigned long long)fenced[i],
+			         (unsigned long long)b->dev[i].fenced);
+			return -EFAULT;
+		}
+	}
+	if (parting_retired != retired_total) {
+		snprintf(msg, msg_len, "%llu slabs parting from retired pools, which count %llu",
+		         (unsigned long long)parting_retired, (unsigned long long)retired_total);
+		return -EFAULT;
+	}
+	return 0;
+}
+
 int broker_check(const struct broker *b, char *msg, unsigned msg_len)
 {
 	struct check_totals t = {0};

@@ -9,10 +9,11 @@
  * costs no handle, descriptor or open; the slab is then pinned in the pool
  * (reserved, not used: no policy figure counts it) until the client says it
  * let go (release) or the broker needs it back (reclaim: the device is short
- * of memory). A reclaimed slab is "parting" until the client answers, as
- * after an invalidate: with cuda, memory a process still maps must not go
- * back to the driver. A client that never answers keeps it, charged to its
- * uid, never handed to another.
+ * of memory; broker_reclaim_device, in broker_alloc.c). A reclaimed slab
+ * is "parting" until the client answers, as after an invalidate: with
+ * cuda, memory a process still maps must not go back to the driver. A
+ * client that never answers keeps it, charged to its uid, never handed to
+ * another.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -66,7 +67,7 @@ void session_release(struct broker *b, struct session *s, uint64_t slab_id)
 }
 
 /* Lets go of a slab s keeps empty. */
-static void session_unkeep(struct broker *b, struct session *s, uint64_t slab_id)
+void session_unkeep(struct broker *b, struct session *s, uint64_t slab_id)
 {
 	struct session_slab *ss = idmap_remove(&s->held, slab_id);
 	const struct backend_slab *bs = pool_slab_backend(ss->slab);
@@ -84,7 +85,7 @@ void session_unhold(struct broker *b, struct session *s, uint64_t slab_id, bool 
 
 /* The ids of the slabs s keeps empty (on device, or any when < 0), in a
  * malloc'd array (*n of them; NULL when none or out of memory). */
-static uint64_t *session_kept(struct session *s, int device, size_t *n)
+uint64_t *session_kept(struct session *s, int device, size_t *n)
 {
 	uint64_t *ids = NULL, id;
 	size_t it = 0, cap = 0;
@@ -114,53 +115,6 @@ void session_unkeep_all(struct broker *b, struct session *s)
 	for (size_t i = 0; i < n; i++)
 		session_unkeep(b, s, ids[i]);
 	free(ids);
-}
-
-unsigned broker_reclaim_device(struct broker *b, int device)
-{
-	struct list *pos;
-	unsigned asked = 0;
-	list_for_each(pos, &b->sessions) {
-		struct session *s = list_entry(pos, struct session, link);
-		size_t n;
-		uint64_t *ids = s->keep_slabs ? session_kept(s, device, &n) : NULL;
-		for (size_t i = 0; ids && i < n; i++) {
-			struct session_slab *ss = idmap_get(&s->held, ids[i]);
-			/* Parting first (its own pin), then no longer held: the
-			 * next grant there hands the slab over again. */
-			if (broker_parting_add_slab(b, s, ss->slab) < 0) {
-				log_warn("session %llu: slab %llu not reclaimed: out of memory",
-				         (unsigned long long)s->id, (unsigned long long)ids[i]);
-				continue;
-			}
-			session_unkeep(b, s, ids[i]);
-			b->stats.reclaims++;
-			asked++;
-			struct broker_event ev = {.type = BROKER_EVENT_RECLAIM, .s = s};
-			ev.reclaim.slab = ids[i];
-			ev.reclaim.reason = PROTO_V_REASON_MEMORY;
-			broker_emit(b, &ev);
-		}
-		free(ids);
-	}
-	if (asked)
-		log_debug("device %d short of memory: %u kept slabs asked back", device, asked);
-	return asked;
-}
-
-int broker_release(struct broker *b, struct session *s, uint64_t slab_id)
-{
-	if (!broker_parting_release_slab(b, s, slab_id)) {
-		struct session_slab *ss = idmap_get(&s->held, slab_id);
-		if (!ss)
-			return -ENOENT;
-		if (ss->refs)
-			return -EBUSY;
-		session_unkeep(b, s, slab_id);
-	}
-	/* The slab may have gone back: room for a wait. */
-	broker_waits_run(b);
-	return 0;
 }
 
 void broker_keep_counts(const struct broker *b, struct broker_keep_counts *out)

@@ -238,6 +238,7 @@ void broker_partition_destroy(struct broker *b, struct broker_partition *p, unsi
 		/* Its process may still have its slabs mapped: they are kept
 		 * from the backend until it has exited, as for an eviction. */
 		s->evicted = true;
+		broker_waits_drop(b, s);
 		broker_session_strip(b, s);
 		s->ended = true;
 	}

@@ -4,6 +4,7 @@
  * groups the server read at connect.
  */
 #include "broker.h"
+#include "broker_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -48,14 +48,6 @@ static struct broker_export *export_find(struct broker *b, uid_t owner, const ch
 	return NULL;
 }
 
-static void export_free(struct broker *b, struct broker_export *e)
-{
-	log_debug("session %llu: export %s withdrawn", (unsigned long long)e->owner->id, e->name);
-	list_remove(&e->link);
-	b->export_count--;
-	free(e);
-}
-
 int broker_export(struct broker *b, struct session *s, uint64_t id, const char *name, uid_t uid)
 {
 	struct broker_alloc *a = broker_alloc_owned(b, s, id);
@@ -96,7 +88,7 @@ int broker_unexport(struct broker *b, struct session *s, const char *name)
 	if (!e || e->owner != s)
 		return -ENOENT;
 	e->alloc->exported = false;
-	export_free(b, e);
+	broker_export_free(b, e);
 	return 0;
 }
 
@@ -108,15 +100,4 @@ int broker_open(struct broker *b, struct session *s, uid_t owner, const char *na
 	if (!e || (s->uid != e->uid && s->uid != owner) || e->owner->part != s->part)
 		return -ENOENT;
 	return broker_hold(b, s, e->alloc, out);
-}
-
-void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a)
-{
-	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &b->exports) {
-		struct broker_export *e = list_entry(pos, struct broker_export, link);
-		if (e->alloc == a)
-			export_free(b, e);
-	}
-	a->exported = false;
 }

@@ -233,3 +233,29 @@ void broker_waits_drop(struct broker *b, struct session *s)
 	}
 	broker_timer_update(b);
 }
+
+/* Tells the owner of every instance whose cap moved, then serves the waits
+ * that fit now: the tail of everything that changes the policy or frees
+ * memory. */
+static void broker_policy_drain(struct broker *b, struct policy *p)
+{
+	struct policy_instance *pi;
+	while ((pi = policy_take_changed(p))) {
+		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
+		struct broker_event ev = {.type = BROKER_EVENT_CAP_CHANGED, .s = inst->owner};
+		ev.cap_changed.instance = inst->id;
+		ev.cap_changed.cap = pi->cap;
+		ev.cap_changed.share = pi->share;
+		ev.cap_changed.mode = p->cfg.mode;
+		broker_emit(b, &ev);
+	}
+}
+
+void broker_policy_changed(struct broker *b)
+{
+	struct list *pos;
+	broker_policy_drain(b, &b->policy);
+	list_for_each(pos, &b->partitions)
+		broker_policy_drain(b, &list_entry(pos, struct broker_partition, link)->policy);
+	broker_waits_run(b);
+}

@@ -41,8 +41,8 @@ int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 		break;
 	case -EMFILE: {
 		bool instances = strcmp(what, PROTO_F_INSTANCE) == 0;
-		unsigned value =
-		    instances ? ctx->b->limits.max_instances : ctx->b->limits.max_allocations;
+		unsigned value = instances ? broker_get_limits(ctx->b)->max_instances
+		                           : broker_get_limits(ctx->b)->max_allocations;
 		const char *limit = instances ? PROTO_F_MAX_INSTANCES : PROTO_F_MAX_ALLOCATIONS;
 		proto_error_set(&ctx->err, PROTO_E_LIMIT, "limit reached: %s is %u", limit, value);
 		ctx->data = cJSON_CreateObject();
@@ -82,11 +82,11 @@ int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what)
 	case -EIO: {
 		/* The backend names what failed (a CUresult for cuda). */
 		const char *name =
-		    ctx->b->backend->last_error[0] ? ctx->b->backend->last_error : "EIO";
+		    broker_backend_error(ctx->b)[0] ? broker_backend_error(ctx->b) : "EIO";
 		proto_error_set(&ctx->err, PROTO_E_BACKEND,
 		                "backend error: the %s backend could not provide memory: %s (see "
 		                "the daemon's log)",
-		                ctx->b->backend->ops->name, name);
+		                broker_backend_name(ctx->b), name);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data)
 			cJSON_AddStringToObject(ctx->data, PROTO_F_BACKEND_ERROR, name);
@@ -121,12 +121,12 @@ int dispatch_hello(struct dispatch_ctx *ctx, const struct proto_hello_params *p)
 	s->keep_slabs = keep;
 	s->hello = true;
 	snprintf(s->name, sizeof(s->name), "%s", p->has_client ? p->client : "");
-	const struct broker_limits *l = &ctx->b->limits;
+	const struct broker_limits *l = broker_get_limits(ctx->b);
 	cJSON *r = dispatch_result(ctx), *lim;
 	if (!r || proto_add_number(r, PROTO_F_VERSION, PROTO_VERSION) ||
 	    proto_add_string(r, PROTO_F_SERVER, PROTO_V_SERVER) ||
 	    proto_add_string(r, PROTO_F_SERVER_VERSION, GPB_VERSION) ||
-	    proto_add_string(r, PROTO_F_BACKEND, ctx->b->backend->ops->name) ||
+	    proto_add_string(r, PROTO_F_BACKEND, broker_backend_name(ctx->b)) ||
 	    proto_add_id64(r, PROTO_F_SESSION, s->id) || proto_add_number(r, PROTO_F_UID, s->uid) ||
 	    (s->part && proto_add_string(r, PROTO_F_PARTITION, s->part->name)) ||
 	    (keep && !cJSON_AddTrueToObject(r, PROTO_F_KEEP_SLABS)) ||
@@ -163,8 +163,8 @@ static bool uuid_matches(const char *uuid, const char *text)
 
 int dispatch_device_by_uuid(const struct broker *b, const char *text)
 {
-	for (int i = 0; i < b->device_count; i++) {
-		if (uuid_matches(b->dev[i].info.uuid, text))
+	for (int i = 0; i < broker_device_count(b); i++) {
+		if (uuid_matches(broker_device_info(b, i)->uuid, text))
 			return i;
 	}
 	return -ENODEV;
@@ -173,7 +173,7 @@ int dispatch_device_by_uuid(const struct broker *b, const char *text)
 int dispatch_device(struct dispatch_ctx *ctx, const struct proto_device *d, int *device)
 {
 	int i = d->uuid ? dispatch_device_by_uuid(ctx->b, d->uuid) : d->index;
-	if (i >= 0 && i < ctx->b->device_count) {
+	if (i >= 0 && i < broker_device_count(ctx->b)) {
 		*device = i;
 		return 0;
 	}
@@ -252,7 +252,7 @@ static char *grant_frame(struct dispatch_ctx *ctx, const char *id, size_t *len)
 	    .handle = g->handle,
 	    /* With the handle, the device's UUID: the client finds the device
 	     * by it (its CUDA ordinals need not be the daemon's). */
-	    .device_uuid = g->handle ? ctx->b->dev[g->device].info.uuid : NULL,
+	    .device_uuid = g->handle ? broker_device_info(ctx->b, g->device)->uuid : NULL,
 	    .fd = g->handle && g->fd >= 0,
 	    .pool = g->pool,
 	    .pool_id = g->pool_id,
@@ -262,12 +262,8 @@ static char *grant_frame(struct dispatch_ctx *ctx, const char *id, size_t *len)
 	/* A claim says which array it is: the library closes a slab before
 	 * free_label lets the daemon free it, so it must know which of its
 	 * allocations a label covers. */
-	const struct broker_alloc *a =
-	    ctx->grant_kind == DISPATCH_GRANT_CLAIM ? idmap_get(&ctx->b->allocs, g->id) : NULL;
-	if (a && a->label) {
-		pg.label = a->label;
-		pg.instance = a->inst->id;
-	}
+	if (ctx->grant_kind == DISPATCH_GRANT_CLAIM)
+		broker_allocation_label(ctx->b, ctx->s, g->id, &pg.label, &pg.instance);
 	char *frame = malloc(PROTO_GRANT_REPLY_MAX);
 	if (frame && (*len = proto_grant_reply(frame, PROTO_GRANT_REPLY_MAX, id, &pg)) > 0) {
 		ctx->fd = pg.fd ? g->fd : -1;
@@ -322,8 +318,7 @@ static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint
 	case -EXFULL: {
 		const struct broker_rule *rule = broker_rule_for(ctx->b, ctx->s);
 		uint64_t cap = rule ? rule->cap : 0;
-		uint64_t used =
-		    inst ? pool_uid_used(ctx->b->dev[inst->device].pool, ctx->s->uid) : 0;
+		uint64_t used = inst ? broker_uid_used(ctx->b, inst->device, ctx->s->uid) : 0;
 		proto_error_set(
 		    &ctx->err, PROTO_E_QUOTA,
 		    "quota exceeded: user %u may hold %llu bytes per device, holds %llu, "
@@ -379,7 +374,9 @@ static int alloc_host(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size
 	struct broker_host *h;
 	int rc = broker_host_alloc(ctx->b, ctx->s, instance, size, mapped, &h);
 	if (rc == -ENOMEM) {
-		uint64_t max = ctx->b->limits.max_host_memory, used = ctx->b->host_used;
+		struct broker_summary sum;
+		broker_summary(ctx->b, &sum);
+		uint64_t max = broker_get_limits(ctx->b)->max_host_memory, used = sum.host_used;
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
 		                "out of memory: %llu bytes of host memory requested, %llu left "
 		                "under max_host_memory",
@@ -457,7 +454,7 @@ int dispatch_alloc_device(struct dispatch_ctx *ctx, uint64_t instance, uint64_t 
 		 * could never be served: say so now rather than after the wait. */
 		struct broker_instance *inst = broker_instance_find(ctx->s, instance);
 		uint64_t most = ctx->s->part ? ctx->s->part->size[inst->device]
-		                             : ctx->b->dev[inst->device].info.total;
+		                             : broker_device_info(ctx->b, inst->device)->total;
 		if (size <= most && !over_user_cap) {
 			int wrc = broker_wait_add(ctx->b, ctx->s, ctx->id, instance, size, align,
 			                          (uint64_t)wait_ms);
@@ -468,7 +465,7 @@ int dispatch_alloc_device(struct dispatch_ctx *ctx, uint64_t instance, uint64_t 
 				return 0;
 			}
 			if (wrc == -EBUSY) {
-				unsigned max = ctx->b->limits.max_inflight;
+				unsigned max = broker_get_limits(ctx->b)->max_inflight;
 				proto_error_set(
 				    &ctx->err, PROTO_E_LIMIT,
 				    "limit reached: max_inflight is %u waiting requests", max);

@@ -57,19 +57,7 @@ int dispatch_free_label(struct dispatch_ctx *ctx, const struct proto_free_label_
 	if (!ids)
 		return -ENOMEM;
 	/* Collected first: freeing serves waits, which adds allocations. */
-	const struct list *pos;
-	list_for_each(pos, &ctx->s->allocs) {
-		const struct broker_alloc *a = list_entry(pos, const struct broker_alloc, link);
-		if (a->label && strcmp(a->label, label) == 0 &&
-		    (!instance || a->inst->id == instance))
-			ids[n++] = a->id;
-	}
-	list_for_each(pos, &ctx->s->hosts) {
-		const struct broker_host *h = list_entry(pos, const struct broker_host, link);
-		if (h->label && strcmp(h->label, label) == 0 &&
-		    (!instance || h->instance == instance))
-			ids[n++] = h->id;
-	}
+	n = broker_labelled(ctx->s, label, instance, ids, ctx->s->alloc_count + ctx->s->host_count);
 	if (!n) {
 		free(ids);
 		proto_error_set(&ctx->err, PROTO_E_NOT_FOUND, "no allocation with that label");

@@ -28,15 +28,16 @@ static int get_devices(struct dispatch_ctx *ctx, const struct proto_partition_cr
                        uint64_t *sizes)
 {
 	const struct broker *b = ctx->b;
+	int count = broker_device_count(b);
 	if (!p->has_devices) {
-		for (int i = 0; i < b->device_count; i++)
+		for (int i = 0; i < count; i++)
 			sizes[i] = p->size;
 		return 0;
 	}
 	for (unsigned k = 0; k < p->devices.count; k++) {
 		const struct proto_device *d = &p->devices.dev[k];
 		int i = d->uuid ? dispatch_device_by_uuid(b, d->uuid) : d->index;
-		if (i < 0 || i >= b->device_count)
+		if (i < 0 || i >= count)
 			return bad_device(ctx, "no such device in 'devices'");
 		if (sizes[i])
 			return bad_device(ctx, "a device is named twice in 'devices'");
@@ -102,7 +103,7 @@ static int partition_json(const struct broker *b, cJSON *o, const struct broker_
 	    (figures && proto_add_number(o, PROTO_F_SESSIONS, p->sessions)) ||
 	    !(devs = cJSON_AddArrayToObject(o, PROTO_F_DEVICES)))
 		return -ENOMEM;
-	for (int i = 0; i < b->device_count; i++) {
+	for (int i = 0; i < broker_device_count(b); i++) {
 		if (!p->size[i])
 			continue;
 		cJSON *d = proto_array_add_object(devs);
@@ -165,9 +166,7 @@ int dispatch_partition_destroy(struct dispatch_ctx *ctx,
 		return -ENOMEM;
 	unsigned n = 0, sessions;
 	uint64_t reclaimed;
-	struct list *pos;
-	list_for_each(pos, &b->sessions) {
-		struct session *s = list_entry(pos, struct session, link);
+	for (struct session *s = broker_session_next(b, NULL); s; s = broker_session_next(b, s)) {
 		if (s->part != p || n >= p->sessions)
 			continue;
 		cJSON *data = cJSON_CreateObject();
@@ -206,14 +205,12 @@ int dispatch_partitions(struct dispatch_ctx *ctx, const struct proto_partitions_
 		return -ENOMEM;
 	unsigned hidden = 0;
 	uint64_t hidden_size = 0;
-	const struct list *pos;
-	list_for_each(pos, &b->partitions) {
-		const struct broker_partition *p =
-		    list_entry(pos, const struct broker_partition, link);
+	for (const struct broker_partition *p = broker_partition_next(b, NULL); p;
+	     p = broker_partition_next(b, p)) {
 		/* Another user's partition: only counted. */
 		if (!broker_sees(ctx->s, p->uid)) {
 			hidden++;
-			for (int i = 0; i < b->device_count; i++)
+			for (int i = 0; i < broker_device_count(b); i++)
 				hidden_size += p->size[i];
 			continue;
 		}

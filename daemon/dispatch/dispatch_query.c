@@ -48,9 +48,8 @@ int dispatch_mem_info(struct dispatch_ctx *ctx, const struct proto_mem_info_para
 	if (!devs)
 		return -ENOMEM;
 	bool used_dev[BACKEND_MAX_DEVICES] = {false};
-	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &ctx->s->instances) {
-		struct broker_instance *inst = list_entry(pos, struct broker_instance, link);
+	for (const struct broker_instance *inst = broker_instance_next(ctx->s, NULL); inst;
+	     inst = broker_instance_next(ctx->s, inst)) {
 		if (id && inst->id != id)
 			continue;
 		if (instance_entry(ctx->b, insts, inst) < 0)
@@ -60,7 +59,7 @@ int dispatch_mem_info(struct dispatch_ctx *ctx, const struct proto_mem_info_para
 	/* The total is the policy's: a partition's size inside one, else the
 	 * memory the partitions leave (the device's, without any). */
 	const struct policy *p = broker_policy_const(ctx->b, ctx->s);
-	for (int i = 0; i < ctx->b->device_count; i++) {
+	for (int i = 0; i < broker_device_count(ctx->b); i++) {
 		if (!used_dev[i])
 			continue;
 		cJSON *o = proto_array_add_object(devs);
@@ -80,25 +79,26 @@ int dispatch_stats(struct dispatch_ctx *ctx, const struct proto_stats_params *p)
 	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
-	for (int i = 0; i < ctx->b->device_count; i++) {
-		struct pool_stats st;
+	for (int i = 0; i < broker_device_count(ctx->b); i++) {
+		struct broker_device_stats ds;
+		const struct pool_stats *st = &ds.pool;
 		if (only >= 0 && i != only)
 			continue;
-		pool_get_stats(ctx->b->dev[i].pool, &st);
+		broker_device_stats(ctx->b, i, &ds);
 		cJSON *o = proto_array_add_object(devs);
 		if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
-		    proto_add_u64(o, PROTO_F_RESERVED, st.reserved) ||
-		    proto_add_u64(o, PROTO_F_USED, st.used) ||
-		    proto_add_u64(o, PROTO_F_FENCED, ctx->b->dev[i].fenced) ||
-		    proto_add_u64(o, PROTO_F_FREE, st.free) ||
-		    proto_add_u64(o, PROTO_F_FREE_BLOCKS, st.free_blocks) ||
-		    proto_add_u64(o, PROTO_F_LARGEST_FREE, st.largest_free) ||
-		    proto_add_u64(o, PROTO_F_PEAK, st.peak) ||
-		    proto_add_u64(o, PROTO_F_SLABS, st.slabs) ||
-		    proto_add_u64(o, PROTO_F_LIVE, st.live) ||
-		    proto_add_u64(o, PROTO_F_ALLOCS, st.allocs) ||
-		    proto_add_u64(o, PROTO_F_FREES, st.frees) ||
-		    proto_add_u64(o, PROTO_F_OOMS, st.ooms))
+		    proto_add_u64(o, PROTO_F_RESERVED, st->reserved) ||
+		    proto_add_u64(o, PROTO_F_USED, st->used) ||
+		    proto_add_u64(o, PROTO_F_FENCED, ds.fenced) ||
+		    proto_add_u64(o, PROTO_F_FREE, st->free) ||
+		    proto_add_u64(o, PROTO_F_FREE_BLOCKS, st->free_blocks) ||
+		    proto_add_u64(o, PROTO_F_LARGEST_FREE, st->largest_free) ||
+		    proto_add_u64(o, PROTO_F_PEAK, st->peak) ||
+		    proto_add_u64(o, PROTO_F_SLABS, st->slabs) ||
+		    proto_add_u64(o, PROTO_F_LIVE, st->live) ||
+		    proto_add_u64(o, PROTO_F_ALLOCS, st->allocs) ||
+		    proto_add_u64(o, PROTO_F_FREES, st->frees) ||
+		    proto_add_u64(o, PROTO_F_OOMS, st->ooms))
 			return -ENOMEM;
 	}
 	return 0;
@@ -107,11 +107,12 @@ int dispatch_stats(struct dispatch_ctx *ctx, const struct proto_stats_params *p)
 /* name, uuid, transport, total, what was kept out of the capacity (in use at start,
  * reserve), reserved, used, fenced of one device. */
 static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr, int i,
-                           struct pool_stats *st)
+                           struct broker_device_stats *ds)
 {
-	const struct backend_device_info *info = &b->dev[i].info;
+	const struct backend_device_info *info = broker_device_info(b, i);
 	const struct policy *p = broker_policy_const(b, s);
-	pool_get_stats(b->dev[i].pool, st);
+	broker_device_stats(b, i, ds);
+	const struct pool_stats *st = &ds->pool;
 	cJSON *o = proto_array_add_object(arr);
 	/* Inside a partition the device is the partition: its size is the total. */
 	if (!o || proto_add_number(o, PROTO_F_DEVICE, i) ||
@@ -125,7 +126,7 @@ static cJSON *device_entry(struct broker *b, const struct session *s, cJSON *arr
 	    proto_add_u64(o, PROTO_F_USED, s->part ? p->dev[i].used : st->used) ||
 	    /* Part of the device's used, charged to no one: inside a
 	     * partition, whose used is its policy's, none of it. */
-	    proto_add_u64(o, PROTO_F_FENCED, s->part ? 0 : b->dev[i].fenced) ||
+	    proto_add_u64(o, PROTO_F_FENCED, s->part ? 0 : ds->fenced) ||
 	    proto_add_u64(o, PROTO_F_ORPHANED, p->dev[i].orphaned))
 		return NULL;
 	return o;
@@ -139,35 +140,37 @@ int dispatch_status(struct dispatch_ctx *ctx, const struct proto_status_params *
 	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
 	if (!devs)
 		return -ENOMEM;
-	for (int i = 0; i < b->device_count; i++) {
-		struct pool_stats st;
+	for (int i = 0; i < broker_device_count(b); i++) {
+		struct broker_device_stats st;
 		cJSON *o = device_entry(b, ctx->s, devs, i, &st);
 		/* The limit too: an operator looks here first. */
 		if (!o || dispatch_limit_json(broker_policy_const(b, ctx->s), o, i))
 			return -ENOMEM;
-		total += b->dev[i].info.total;
-		reserved += st.reserved;
-		used += st.used;
-		fenced += ctx->s->part ? 0 : b->dev[i].fenced;
+		total += broker_device_info(b, i)->total;
+		reserved += st.pool.reserved;
+		used += st.pool.used;
+		fenced += ctx->s->part ? 0 : st.fenced;
 	}
+	struct broker_summary sum;
+	broker_summary(b, &sum);
 	cJSON *r = ctx->result, *totals = cJSON_AddObjectToObject(r, PROTO_F_TOTALS);
 	if (!totals || proto_add_u64(totals, PROTO_F_TOTAL, total) ||
 	    proto_add_u64(totals, PROTO_F_RESERVED, reserved) ||
 	    proto_add_u64(totals, PROTO_F_USED, used) ||
 	    proto_add_u64(totals, PROTO_F_FENCED, fenced) ||
 	    !cJSON_AddStringToObject(r, PROTO_F_SERVER_VERSION, GPB_VERSION) ||
-	    !cJSON_AddStringToObject(r, PROTO_F_BACKEND, b->backend->ops->name) ||
-	    !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(b->policy.cfg.mode)) ||
-	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(b->allocator)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_BACKEND, broker_backend_name(b)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(sum.mode)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(sum.allocator)) ||
 	    proto_add_number(r, PROTO_F_PID, getpid()) ||
-	    proto_add_number(r, PROTO_F_UPTIME_S, (double)(time(NULL) - b->started)) ||
-	    proto_add_number(r, PROTO_F_CLIENTS, b->session_count) ||
-	    proto_add_number(r, PROTO_F_INSTANCES, b->instance_count) ||
-	    proto_add_number(r, PROTO_F_ALLOCATIONS, (double)b->allocs.count) ||
-	    proto_add_number(r, PROTO_F_EXPORTS, b->export_count) ||
-	    proto_add_number(r, PROTO_F_ORPHANS, (double)b->orphan_count) ||
-	    proto_add_number(r, PROTO_F_HOST_ALLOCATIONS, (double)b->hosts.count) ||
-	    proto_add_u64(r, PROTO_F_HOST_USED, b->host_used))
+	    proto_add_number(r, PROTO_F_UPTIME_S, (double)(time(NULL) - sum.started)) ||
+	    proto_add_number(r, PROTO_F_CLIENTS, sum.sessions) ||
+	    proto_add_number(r, PROTO_F_INSTANCES, (double)sum.instances) ||
+	    proto_add_number(r, PROTO_F_ALLOCATIONS, (double)sum.allocations) ||
+	    proto_add_number(r, PROTO_F_EXPORTS, sum.exports) ||
+	    proto_add_number(r, PROTO_F_ORPHANS, (double)sum.orphans) ||
+	    proto_add_number(r, PROTO_F_HOST_ALLOCATIONS, (double)sum.host_allocations) ||
+	    proto_add_u64(r, PROTO_F_HOST_USED, sum.host_used))
 		return -ENOMEM;
 	return 0;
 }
@@ -180,14 +183,15 @@ int dispatch_devices(struct dispatch_ctx *ctx, const struct proto_devices_params
 	if (!devs)
 		return -ENOMEM;
 	const struct policy *p = broker_policy_const(b, ctx->s);
-	for (int i = 0; i < b->device_count; i++) {
-		struct pool_stats st;
+	for (int i = 0; i < broker_device_count(b); i++) {
+		struct broker_device_stats st;
+		const struct backend_device_info *info = broker_device_info(b, i);
 		char cc[16];
 		/* A partition's session sees only the partition's devices. */
 		if (ctx->s->part && !ctx->s->part->size[i])
 			continue;
 		cJSON *o = device_entry(b, ctx->s, devs, i, &st);
-		snprintf(cc, sizeof(cc), "%d.%d", b->dev[i].info.cc_major, b->dev[i].info.cc_minor);
+		snprintf(cc, sizeof(cc), "%d.%d", info->cc_major, info->cc_minor);
 		if (!o || proto_add_u64(o, PROTO_F_FREE, policy_device_available(p, i)) ||
 		    !cJSON_AddStringToObject(o, PROTO_F_COMPUTE_CAPABILITY, cc))
 			return -ENOMEM;
@@ -204,11 +208,9 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 	time_t now = time(NULL);
 	unsigned hidden = 0, hidden_instances = 0;
 	uint64_t hidden_allocs = 0, hidden_used = 0;
-	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &ctx->b->sessions) {
-		struct session *s = list_entry(pos, struct session, link);
+	for (const struct session *s = broker_session_next(ctx->b, NULL); s;
+	     s = broker_session_next(ctx->b, s)) {
 		uint64_t cap = 0;
-		struct list *ipos;
 		if (!broker_sees(ctx->s, s->uid)) {
 			hidden++;
 			hidden_instances += s->instance_count;
@@ -216,8 +218,9 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 			hidden_used += s->used;
 			continue;
 		}
-		list_for_each(ipos, &s->instances)
-			cap += list_entry(ipos, struct broker_instance, link)->pol.cap;
+		for (const struct broker_instance *inst = broker_instance_next(s, NULL); inst;
+		     inst = broker_instance_next(s, inst))
+			cap += inst->pol.cap;
 		cJSON *o = proto_array_add_object(arr);
 		if (!o || proto_add_id64(o, PROTO_F_SESSION, s->id) ||
 		    proto_add_number(o, PROTO_F_PID, s->pid) ||
@@ -270,13 +273,15 @@ int dispatch_selfcheck(struct dispatch_ctx *ctx, const struct proto_selfcheck_pa
 	}
 	const struct broker *b = ctx->b;
 	struct broker_parting_counts pc;
+	struct broker_summary sum;
 	broker_parting_counts(b, &pc);
+	broker_summary(b, &sum);
 	cJSON *r = dispatch_result(ctx);
 	if (!r || !cJSON_AddTrueToObject(r, PROTO_F_OK) ||
-	    proto_add_number(r, PROTO_F_SESSIONS, b->session_count) ||
-	    proto_add_number(r, PROTO_F_INSTANCES, (double)b->instance_count) ||
-	    proto_add_number(r, PROTO_F_ALLOCATIONS, (double)b->allocs.count) ||
-	    proto_add_number(r, PROTO_F_WAITS, b->wait_count) ||
+	    proto_add_number(r, PROTO_F_SESSIONS, sum.sessions) ||
+	    proto_add_number(r, PROTO_F_INSTANCES, (double)sum.instances) ||
+	    proto_add_number(r, PROTO_F_ALLOCATIONS, (double)sum.allocations) ||
+	    proto_add_number(r, PROTO_F_WAITS, sum.waits) ||
 	    proto_add_number(r, PROTO_F_PARTING, (double)pc.parting) ||
 	    proto_add_number(r, PROTO_F_GHOSTS, pc.ghosts) ||
 	    proto_add_number(r, PROTO_F_RETIRED, pc.retired) ||
@@ -314,11 +319,8 @@ int dispatch_evict(struct dispatch_ctx *ctx, const struct proto_evict_params *p)
 		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_SESSION);
 		return -EINVAL;
 	}
-	struct list *pos, *tmp;
-	list_for_each_safe(pos, tmp, &ctx->b->sessions) {
-		struct session *s = list_entry(pos, struct session, link);
-		if (s->id != id)
-			continue;
+	struct session *s = broker_session_get(ctx->b, id);
+	if (s) {
 		cJSON *data = cJSON_CreateObject();
 		if (data)
 			cJSON_AddStringToObject(data, PROTO_F_REASON,

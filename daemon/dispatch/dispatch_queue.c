@@ -27,10 +27,6 @@
 #include "dispatch_internal.h"
 #include "log.h"
 
-#define QUEUE_MAX PROTO_MAX_QUEUE /* requests queued on one instance */
-
-_Static_assert(PROTO_MAX_DIMS == POLICY_MAX_DIMS, "a queued shape fits the policy's");
-
 struct parsed_request {
 	const char *label;
 	struct policy_array arr;
@@ -95,8 +91,8 @@ static struct broker_queued *queued_find(struct broker_instance *inst, const cha
 
 int dispatch_queue_request(struct dispatch_ctx *ctx, const struct proto_queue_request_params *p)
 {
-	struct parsed_request reqs[QUEUE_MAX];
-	struct broker_queued *fresh[QUEUE_MAX] = {NULL};
+	struct parsed_request reqs[PROTO_MAX_REQUESTS];
+	struct broker_queued *fresh[PROTO_MAX_REQUESTS] = {NULL};
 	struct broker_instance *inst;
 	int n, added = 0;
 	int rc = dispatch_target_instance(ctx, p->instance, &inst);
@@ -106,14 +102,14 @@ int dispatch_queue_request(struct dispatch_ctx *ctx, const struct proto_queue_re
 		return rc;
 	for (int i = 0; i < n; i++)
 		added += !queued_find(inst, reqs[i].label);
-	if (inst->queued_count + (unsigned)added > QUEUE_MAX) {
+	if (inst->queued_count + (unsigned)added > PROTO_MAX_QUEUED) {
 		proto_error_set(&ctx->err, PROTO_E_LIMIT,
 		                "limit reached: at most %d requests queued on an instance",
-		                QUEUE_MAX);
+		                PROTO_MAX_QUEUED);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
 			cJSON_AddStringToObject(ctx->data, PROTO_F_LIMIT, PROTO_V_LIMIT_MAX_QUEUED);
-			cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, QUEUE_MAX);
+			cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, PROTO_MAX_QUEUED);
 		}
 		return -EMFILE;
 	}
@@ -249,8 +245,8 @@ static int chunk_fit(const struct policy_array *dev, size_t n, uint64_t axis_len
 int dispatch_chunk_parameters(struct dispatch_ctx *ctx,
                               const struct proto_chunk_parameters_params *p)
 {
-	struct parsed_request reqs[QUEUE_MAX];
-	struct policy_array arrays[QUEUE_MAX], device_arrays[QUEUE_MAX];
+	struct parsed_request reqs[PROTO_MAX_REQUESTS];
+	struct policy_array arrays[PROTO_MAX_REQUESTS], device_arrays[PROTO_MAX_REQUESTS];
 	struct policy_chunking c;
 	struct policy_group_info gi;
 	const char *group = p->has_group ? p->group : NULL;
@@ -415,17 +411,10 @@ static void send_ready(struct dispatch *d, const struct batch *bt, struct broker
 		cJSON *o, *sj;
 		if (bt->owner[i] != inst)
 			continue;
-		if (type == BROKER_MEM_DEVICE) {
-			const struct broker_alloc *a = idmap_get(&b->allocs, bt->ids[i]);
-			if (!a)
-				continue;
-			size = pool_block_size(a->block);
-		} else {
-			const struct broker_host *h = idmap_get(&b->hosts, bt->ids[i]);
-			if (!h)
-				continue;
-			size = h->size;
-		}
+		/* Device and host memory share one space of ids. */
+		size = broker_allocation_size(b, bt->ids[i]);
+		if (!size)
+			continue;
 		policy_chunked_shape(&bt->arr[i], c->chunk_length, shape);
 		o = cJSON_CreateObject();
 		if (!o || !cJSON_AddItemToArray(arrs, o))
@@ -458,7 +447,9 @@ static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct brok
                              bool host)
 {
 	if (host && rc == -ENOMEM) {
-		uint64_t max = ctx->b->limits.max_host_memory, used = ctx->b->host_used;
+		struct broker_summary sum;
+		broker_summary(ctx->b, &sum);
+		uint64_t max = broker_get_limits(ctx->b)->max_host_memory, used = sum.host_used;
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
 		                "out of memory: the batch's host memory is over max_host_memory "
 		                "(%llu bytes left)",
@@ -489,7 +480,7 @@ static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct brok
 	case -EIO:
 		proto_error_set(&ctx->err, PROTO_E_BACKEND,
 		                "backend error: the %s backend could not provide memory",
-		                ctx->b->backend->ops->name);
+		                broker_backend_name(ctx->b));
 		return rc;
 	default:
 		return -ENOMEM;
@@ -530,7 +521,7 @@ static int batch_chunk_count(struct dispatch_ctx *ctx, const struct batch *bt,
 		if (rc == 0 && c.chunks > chunks)
 			chunks = c.chunks;
 	}
-	for (int d = 0; rc == 0 && d < b->device_count; d++) {
+	for (int d = 0; rc == 0 && d < broker_device_count(b); d++) {
 		snprintf(where, sizeof(where), "device %d", d);
 		rc = batch_chunks(ctx, bt, axis, NULL, d, policy_device_available(p, d), where,
 		                  false, &c);

@@ -149,9 +149,11 @@ int dispatch_policy(struct dispatch_ctx *ctx, const struct proto_policy_params *
 	struct broker *b = ctx->b;
 	/* A session inside a partition sees the partition as its devices. */
 	const struct policy *p = broker_policy_const(b, ctx->s);
+	struct broker_summary sum;
+	broker_summary(b, &sum);
 	cJSON *r = dispatch_result(ctx), *insts;
 	if (!r || !cJSON_AddStringToObject(r, PROTO_F_MODE, policy_mode_name(p->cfg.mode)) ||
-	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(b->allocator)) ||
+	    !cJSON_AddStringToObject(r, PROTO_F_ALLOCATOR, broker_allocator_name(sum.allocator)) ||
 	    proto_add_number(r, PROTO_F_MIN_AUTO_SHARE, p->cfg.min_auto_share) ||
 	    devices_json(p, ctx->s->part != NULL, r) ||
 	    (ctx->s->part && !cJSON_AddStringToObject(r, PROTO_F_PARTITION, ctx->s->part->name)) ||
@@ -254,7 +256,7 @@ int dispatch_set_group(struct dispatch_ctx *ctx, const struct proto_set_group_pa
 		return rc;
 	rc = broker_set_group(ctx->b, inst, p->group);
 	if (rc < 0)
-		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, PROTO_EXPECT_NAME);
+		return dispatch_param_error(ctx, rc, PROTO_F_GROUP, PROTO_NAME_EXPECTED);
 	return instance_result(ctx, inst, false);
 }
 
@@ -320,7 +322,7 @@ int dispatch_group_info(struct dispatch_ctx *ctx, const struct proto_group_info_
 int dispatch_set_mode(struct dispatch_ctx *ctx, const struct proto_set_mode_params *p)
 {
 	enum policy_mode mode = p->mode == PROTO_MODE_ACTIVE ? POLICY_ACTIVE : POLICY_PASSIVE,
-	                 previous = ctx->b->policy.cfg.mode;
+	                 previous = broker_policy_const(ctx->b, NULL)->cfg.mode;
 	/* Every running client's cap follows now (cap_changed events). */
 	broker_set_mode(ctx->b, mode);
 	if (mode != previous)
@@ -359,7 +361,7 @@ int dispatch_set_limit(struct dispatch_ctx *ctx, const struct proto_set_limit_pa
 		         (unsigned long long)ctx->s->id, (unsigned)ctx->s->uid,
 		         (unsigned long long)size, device < 0 ? "every device" : "one device");
 	cJSON *r = dispatch_result(ctx);
-	if (!r || devices_json(&ctx->b->policy, false, r))
+	if (!r || devices_json(broker_policy_const(ctx->b, NULL), false, r))
 		return -ENOMEM;
 	return 0;
 }
@@ -371,18 +373,22 @@ int dispatch_set_allocator(struct dispatch_ctx *ctx, const struct proto_set_allo
 	    [PROTO_ALLOCATOR_DIRECT] = BROKER_ALLOCATOR_DIRECT,
 	    [PROTO_ALLOCATOR_ASYNC] = BROKER_ALLOCATOR_ASYNC,
 	};
-	enum broker_allocator kind = kinds[p->allocator], previous = ctx->b->allocator;
+	struct broker_summary sum;
+	broker_summary(ctx->b, &sum);
+	enum broker_allocator kind = kinds[p->allocator], previous = sum.allocator;
 	const char *name = broker_allocator_name(kind);
 	uint64_t allocs, attachments;
 	int rc = broker_set_allocator(ctx->b, kind, &allocs, &attachments);
 	if (rc == -EOPNOTSUPP) {
 		int dev = 0;
-		while (dev < ctx->b->device_count - 1 && ctx->b->dev[dev].info.async)
+		while (dev < broker_device_count(ctx->b) - 1 &&
+		       broker_device_info(ctx->b, dev)->async)
 			dev++;
 		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
 		                "allocator '%s' is not available: device %d (%s) of the %s backend "
 		                "has no stream-ordered memory pool that other processes can import",
-		                name, dev, ctx->b->dev[dev].info.name, ctx->b->backend->ops->name);
+		                name, dev, broker_device_info(ctx->b, dev)->name,
+		                broker_backend_name(ctx->b));
 		return rc;
 	}
 	if (rc < 0)

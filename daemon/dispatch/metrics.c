@@ -145,9 +145,10 @@ static void metrics_escape(const char *in, char *out, size_t size)
 
 static void metrics_devices(struct mbuf *m, const struct broker *b)
 {
-	struct pool_stats st[BACKEND_MAX_DEVICES];
-	for (int i = 0; i < b->device_count; i++)
-		pool_get_stats(b->dev[i].pool, &st[i]);
+	struct broker_device_stats st[BACKEND_MAX_DEVICES];
+	int devices = broker_device_count(b);
+	for (int i = 0; i < devices; i++)
+		broker_device_stats(b, i, &st[i]);
 	static const struct {
 		const char *name, *type, *help;
 	} series[] = {
@@ -168,20 +169,15 @@ static void metrics_devices(struct mbuf *m, const struct broker *b)
 	};
 	for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
 		mbuf_header(m, series[k].name, series[k].type, series[k].help);
-		for (int i = 0; i < b->device_count; i++) {
-			uint64_t total = b->dev[i].info.total;
-			uint64_t v[] = {total,
-			                st[i].reserved,
-			                st[i].used,
-			                b->dev[i].fenced,
-			                b->policy.dev[i].orphaned,
-			                total - st[i].used,
-			                st[i].free_blocks,
-			                st[i].live,
-			                st[i].allocs,
-			                st[i].ooms};
+		for (int i = 0; i < devices; i++) {
+			const struct backend_device_info *info = broker_device_info(b, i);
+			const struct pool_stats *ps = &st[i].pool;
+			uint64_t v[] = {info->total,     ps->reserved,   ps->used,
+			                st[i].fenced,    st[i].orphaned, info->total - ps->used,
+			                ps->free_blocks, ps->live,       ps->allocs,
+			                ps->ooms};
 			mbuf_printf(m, "%s{device=\"%d\",uuid=\"%s\"} %llu\n", series[k].name, i,
-			            b->dev[i].info.uuid, (unsigned long long)v[k]);
+			            info->uuid, (unsigned long long)v[k]);
 		}
 	}
 }
@@ -194,14 +190,12 @@ static void metrics_instances(struct mbuf *m, const struct broker *b, const stru
 	                                   "Bytes the instance may hold."};
 	for (int k = 0; k < 2; k++) {
 		mbuf_header(m, names[k], "gauge", help[k]);
-		const struct list *pos, *ipos;
-		list_for_each(pos, &b->sessions) {
-			const struct session *s = list_entry(pos, const struct session, link);
+		for (const struct session *s = broker_session_next(b, NULL); s;
+		     s = broker_session_next(b, s)) {
 			if (!broker_sees(viewer, s->uid))
 				continue;
-			list_for_each(ipos, &s->instances) {
-				const struct broker_instance *inst =
-				    list_entry(ipos, const struct broker_instance, link);
+			for (const struct broker_instance *inst = broker_instance_next(s, NULL);
+			     inst; inst = broker_instance_next(s, inst)) {
 				/* Room for every byte escaped, with metrics_escape()'s
 				 * margin: names are never cut short. */
 				char name[2 * PROTO_MAX_NAME + 3];
@@ -230,13 +224,12 @@ static void metrics_partitions(struct mbuf *m, const struct broker *b, const str
 	static const char *const help[] = {
 	    "Bytes the partition takes out of the device, guaranteed to its sessions.",
 	    "Bytes in the live allocations of the partition's sessions."};
-	const struct list *pos;
+	const struct broker_partition *p;
+	int devices = broker_device_count(b);
 	for (int k = 0; k < 2; k++) {
 		mbuf_header(m, names[k], "gauge", help[k]);
-		list_for_each(pos, &b->partitions) {
-			const struct broker_partition *p =
-			    list_entry(pos, const struct broker_partition, link);
-			for (int d = 0; d < b->device_count && broker_sees(viewer, p->uid); d++) {
+		for (p = broker_partition_next(b, NULL); p; p = broker_partition_next(b, p)) {
+			for (int d = 0; d < devices && broker_sees(viewer, p->uid); d++) {
 				if (p->size[d])
 					mbuf_printf(
 					    m,
@@ -250,9 +243,7 @@ static void metrics_partitions(struct mbuf *m, const struct broker *b, const str
 	}
 	mbuf_header(m, "gpubroker_partition_sessions", "gauge",
 	            "Connections inside the partition.");
-	list_for_each(pos, &b->partitions) {
-		const struct broker_partition *p =
-		    list_entry(pos, const struct broker_partition, link);
+	for (p = broker_partition_next(b, NULL); p; p = broker_partition_next(b, p)) {
 		if (broker_sees(viewer, p->uid))
 			mbuf_printf(
 			    m, "gpubroker_partition_sessions{partition=\"%s\",uid=\"%u\"} %u\n",
@@ -260,7 +251,7 @@ static void metrics_partitions(struct mbuf *m, const struct broker *b, const str
 	}
 	mbuf_header(m, "gpubroker_partitions_bytes", "gauge",
 	            "Bytes every partition together takes out of the device.");
-	for (int d = 0; d < b->device_count; d++)
+	for (int d = 0; d < devices; d++)
 		mbuf_printf(m, "gpubroker_partitions_bytes{device=\"%d\"} %llu\n", d,
 		            (unsigned long long)broker_partitions_size(b, d));
 }
@@ -273,9 +264,8 @@ static void metrics_uids(struct mbuf *m, const struct broker *b, const struct se
 		uint64_t connections, cap;
 	} uids[256];
 	size_t n = 0;
-	const struct list *pos;
-	list_for_each(pos, &b->sessions) {
-		const struct session *s = list_entry(pos, const struct session, link);
+	for (const struct session *s = broker_session_next(b, NULL); s;
+	     s = broker_session_next(b, s)) {
 		size_t i;
 		if (!broker_sees(viewer, s->uid))
 			continue;
@@ -298,10 +288,10 @@ static void metrics_uids(struct mbuf *m, const struct broker *b, const struct se
 	mbuf_header(m, "gpubroker_uid_used_bytes", "gauge",
 	            "Bytes in live device allocations per user and device.");
 	for (size_t i = 0; i < n; i++)
-		for (int d = 0; d < b->device_count; d++)
+		for (int d = 0; d < broker_device_count(b); d++)
 			mbuf_printf(m, "gpubroker_uid_used_bytes{uid=\"%u\",device=\"%d\"} %llu\n",
 			            (unsigned)uids[i].uid, d,
-			            (unsigned long long)pool_uid_used(b->dev[d].pool, uids[i].uid));
+			            (unsigned long long)broker_uid_used(b, d, uids[i].uid));
 	mbuf_header(m, "gpubroker_uid_cap_bytes", "gauge",
 	            "Bytes a user may hold on each device (its uid or group cap in "
 	            "gpubroker.conf); users without a cap have no series.");
@@ -317,9 +307,9 @@ static void metrics_uids(struct mbuf *m, const struct broker *b, const struct se
 }
 
 /* Allocations that waited: the queue now and how waits ended. */
-static void metrics_waits(struct mbuf *m, const struct broker *b)
+static void metrics_waits(struct mbuf *m, const struct broker_summary *sum)
 {
-	const struct broker_stats *mt = &b->stats;
+	const struct broker_stats *mt = &sum->stats;
 	const struct {
 		const char *name, *help;
 		uint64_t value;
@@ -336,7 +326,7 @@ static void metrics_waits(struct mbuf *m, const struct broker *b)
 	};
 	mbuf_header(m, "gpubroker_waiting_allocations", "gauge",
 	            "Allocations waiting for memory or quota.");
-	mbuf_printf(m, "gpubroker_waiting_allocations %u\n", b->wait_count);
+	mbuf_printf(m, "gpubroker_waiting_allocations %u\n", sum->waits);
 	for (size_t k = 0; k < sizeof(counters) / sizeof(counters[0]); k++) {
 		mbuf_header(m, counters[k].name, "counter", counters[k].help);
 		mbuf_printf(m, "%s %llu\n", counters[k].name,
@@ -346,7 +336,7 @@ static void metrics_waits(struct mbuf *m, const struct broker *b)
 
 /* Slabs kept mapped by clients with nothing in them (issue 18): reserved
  * on the devices, not used. */
-static void metrics_kept(struct mbuf *m, const struct broker *b)
+static void metrics_kept(struct mbuf *m, const struct broker *b, const struct broker_summary *sum)
 {
 	struct broker_keep_counts k;
 	broker_keep_counts(b, &k);
@@ -357,7 +347,7 @@ static void metrics_kept(struct mbuf *m, const struct broker *b)
 	mbuf_printf(m, "gpubroker_kept_bytes %llu\n", (unsigned long long)k.kept_bytes);
 	mbuf_header(m, "gpubroker_reclaims_total", "counter",
 	            "Kept slabs asked back because a device was short of memory.");
-	mbuf_printf(m, "gpubroker_reclaims_total %llu\n", (unsigned long long)b->stats.reclaims);
+	mbuf_printf(m, "gpubroker_reclaims_total %llu\n", (unsigned long long)sum->stats.reclaims);
 }
 
 static void metrics_requests(struct mbuf *m, const struct metrics *mt)
@@ -426,24 +416,26 @@ int metrics_render(const struct metrics *mt, const struct broker *b, const struc
                    char **out, size_t *len)
 {
 	struct mbuf m = {0};
+	struct broker_summary sum;
+	broker_summary(b, &sum);
 	mbuf_header(&m, "gpubroker_build_info", "gauge", "Version and backend of the daemon.");
 	mbuf_printf(&m, "gpubroker_build_info{version=\"%s\",backend=\"%s\"} 1\n", GPB_VERSION,
-	            b->backend->ops->name);
+	            broker_backend_name(b));
 	mbuf_header(&m, "gpubroker_start_time_seconds", "gauge",
 	            "Start time of the daemon since the epoch.");
-	mbuf_printf(&m, "gpubroker_start_time_seconds %lld\n", (long long)b->started);
+	mbuf_printf(&m, "gpubroker_start_time_seconds %lld\n", (long long)sum.started);
 	metrics_devices(&m, b);
 	metrics_instances(&m, b, viewer);
 	metrics_uids(&m, b, viewer);
 	metrics_partitions(&m, b, viewer);
 	mbuf_header(&m, "gpubroker_connections", "gauge", "Connections open.");
-	mbuf_printf(&m, "gpubroker_connections %u\n", b->session_count);
+	mbuf_printf(&m, "gpubroker_connections %u\n", sum.sessions);
 	mbuf_header(&m, "gpubroker_connections_total", "counter", "Connections accepted.");
 	mbuf_printf(&m, "gpubroker_connections_total %llu\n",
-	            (unsigned long long)b->stats.connections_total);
+	            (unsigned long long)sum.stats.connections_total);
 	metrics_connections(&m, mt);
-	metrics_waits(&m, b);
-	metrics_kept(&m, b);
+	metrics_waits(&m, &sum);
+	metrics_kept(&m, b, &sum);
 	metrics_requests(&m, mt);
 	if (m.err) {
 		free(m.text);

@@ -51,15 +51,16 @@
 #include <stdint.h>
 
 #include "list.h"
+#include "schema.h"
 
-#define POLICY_MAX_DEVICES    64    /* = BACKEND_MAX_DEVICES */
-#define POLICY_MAX_NAME       64    /* bytes of a group name (= PROTO_MAX_NAME) */
-#define POLICY_MAX_DIMS       8     /* dimensions of one array request */
-#define POLICY_SUM_TOLERANCE  1e-9  /* slack on "manual proportions sum to <= 1" */
-#define POLICY_MIN_AUTO_SHARE 0.001 /* default minimum share of one auto instance */
-#define POLICY_AUTO_WARN      0.05  /* warn when the auto pool is below this */
-#define POLICY_GROUP_WARN     0.95  /* warn when a group has used more than this */
-#define POLICY_CHUNK_WARN     20    /* warn when a request exceeds available this many times */
+#define POLICY_MAX_DEVICES    64             /* = BACKEND_MAX_DEVICES */
+#define POLICY_MAX_NAME       PROTO_MAX_NAME /* bytes of a group name */
+#define POLICY_MAX_DIMS       PROTO_MAX_DIMS /* dimensions of one array request */
+#define POLICY_SUM_TOLERANCE  1e-9           /* slack on "manual proportions sum to <= 1" */
+#define POLICY_MIN_AUTO_SHARE 0.001          /* default minimum share of one auto instance */
+#define POLICY_AUTO_WARN      0.05           /* warn when the auto pool is below this */
+#define POLICY_GROUP_WARN     0.95           /* warn when a group has used more than this */
+#define POLICY_CHUNK_WARN     20 /* warn when a request exceeds available this many times */
 #define POLICY_DEFAULT_GROUP  "default"
 
 enum policy_mode {

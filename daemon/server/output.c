@@ -66,7 +66,7 @@ static void server_conn_on_pause_timeout(uv_timer_t *t)
 	struct server_conn *c = t->data;
 	log_warn("session %llu (pid %d uid %u): dropped: still not reading its replies after %u ms",
 	         (unsigned long long)c->session->id, (int)c->session->pid,
-	         (unsigned)c->session->uid, c->srv->broker->limits.paused_timeout_ms);
+	         (unsigned)c->session->uid, broker_get_limits(c->srv->broker)->paused_timeout_ms);
 	output_drop(c, true, METRICS_DROP_PAUSED);
 }
 
@@ -79,7 +79,7 @@ void server_conn_pause(struct server_conn *c)
 	c->paused = true;
 	uv_read_stop((uv_stream_t *)&c->pipe);
 	uv_timer_start(&c->pause_timer, server_conn_on_pause_timeout,
-	               c->srv->broker->limits.paused_timeout_ms, 0);
+	               broker_get_limits(c->srv->broker)->paused_timeout_ms, 0);
 }
 
 static void server_conn_on_write(uv_write_t *req, int status)
@@ -104,7 +104,8 @@ static void server_conn_on_write(uv_write_t *req, int status)
 	}
 	size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
 	if (c->paused && !c->closing && !c->finishing &&
-	    queued <= c->srv->broker->limits.write_high_water / 2 && c->out_fds < OUTPUT_MAX_FDS) {
+	    queued <= broker_get_limits(c->srv->broker)->write_high_water / 2 &&
+	    c->out_fds < OUTPUT_MAX_FDS) {
 		c->paused = false;
 		uv_timer_stop(&c->pause_timer);
 		/* What its backlog held is free: give it back soon. */
@@ -161,7 +162,7 @@ static void server_conn_check_queue(struct server_conn *c)
 		    (unsigned long long)srv->cfg.max_output_per_client);
 		output_drop(c, true, METRICS_DROP_CLIENT);
 	} else if (!c->paused && (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
-	                              srv->broker->limits.write_high_water ||
+	                              broker_get_limits(srv->broker)->write_high_water ||
 	                          c->out_fds >= OUTPUT_MAX_FDS)) {
 		server_conn_pause(c);
 	}

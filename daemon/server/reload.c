@@ -44,9 +44,7 @@ void reload_apply(struct conf *running, const struct conf *next, struct broker *
 		log_info("reload: %s changed", conf_key_name(k));
 	}
 	/* The slab size is fixed for the pools' lifetime. */
-	uint64_t slab_size = b->limits.slab_size;
-	b->limits = running->limits;
-	b->limits.slab_size = slab_size;
+	broker_set_limits(b, &running->limits);
 	/* Policy keys act through the broker so running clients hear of cap
 	 * changes (cap_changed events). */
 	if (changed & (1ull << CONF_RULES)) {

@@ -110,7 +110,7 @@ void server_conn_doom(struct server_conn *c)
 
 void server_conn_process(struct server_conn *c)
 {
-	const struct broker_limits *limits = &c->srv->broker->limits;
+	const struct broker_limits *limits = broker_get_limits(c->srv->broker);
 	while (!c->closing && !c->finishing && !c->doomed) {
 		if (c->paused || uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) >
 		                     limits->write_high_water) {
@@ -124,8 +124,10 @@ void server_conn_process(struct server_conn *c)
 		if (rc == 0)
 			break;
 		if (rc < 0) {
-			dispatch_error(PROTO_E_INVALID_REQUEST,
-			               "invalid request: frame exceeds 65536 bytes", &rep);
+			dispatch_error(
+			    PROTO_E_INVALID_REQUEST,
+			    "invalid request: frame exceeds " PROTO_STR(PROTO_MAX_FRAME) " bytes",
+			    &rep);
 			if (server_conn_send(c, rep.frame, rep.len, -1) == 0)
 				server_conn_finish(c);
 			return;
@@ -255,7 +257,7 @@ static void server_conn_serve(struct server_conn *c, const struct peer *peer)
 	 * admin_reserved_connections of max_clients are kept for root and the
 	 * admin group, who would otherwise be locked out by the users they
 	 * have to deal with. */
-	unsigned max = srv->broker->limits.max_clients;
+	unsigned max = broker_get_limits(srv->broker)->max_clients;
 	unsigned reserved = srv->cfg.admin_reserved_connections;
 	char message[160];
 	enum metrics_refusal why = METRICS_REFUSALS;
@@ -296,7 +298,7 @@ static void server_conn_serve(struct server_conn *c, const struct peer *peer)
 		return;
 	}
 	uv_timer_start(&c->hello_timer, server_conn_on_hello_timeout,
-	               srv->broker->limits.hello_timeout_ms, 0);
+	               broker_get_limits(srv->broker)->hello_timeout_ms, 0);
 	uv_read_start((uv_stream_t *)&c->pipe, server_conn_on_alloc, server_conn_on_read);
 }
 
@@ -414,7 +416,7 @@ static void server_stop(struct server *srv, const char *reason)
 	if (srv->stopping)
 		return;
 	srv->stopping = true;
-	srv->broker->stopping = true;
+	broker_stop(srv->broker);
 	log_info("%s: stopping; %u clients connected", reason, srv->conn_count);
 	systemd_notify("STOPPING=1\nSTATUS=stopping (%s)", reason);
 	systemd_watchdog_stop(&srv->watchdog);
@@ -515,9 +517,11 @@ int server_create(uv_loop_t *loop, struct broker *broker, const struct conf *cfg
 static void server_status(void *ctx, char *buf, size_t size)
 {
 	struct server *srv = ctx;
+	struct broker_summary sum;
+	broker_summary(srv->broker, &sum);
 	snprintf(buf, size, "serving %d %s devices; %u clients, %llu allocations",
-	         srv->broker->device_count, srv->broker->backend->ops->name, srv->conn_count,
-	         (unsigned long long)srv->broker->allocs.count);
+	         broker_device_count(srv->broker), broker_backend_name(srv->broker),
+	         srv->conn_count, (unsigned long long)sum.allocations);
 }
 
 int server_start(struct server *srv)
@@ -546,8 +550,8 @@ int server_start(struct server *srv)
 	uv_signal_start(&srv->sigterm, server_on_signal, SIGTERM);
 	uv_signal_start(&srv->sigint, server_on_signal, SIGINT);
 	uv_signal_start(&srv->sighup, server_on_sighup, SIGHUP);
-	log_info("listening on %s (backend %s, devices: %d)", path, srv->broker->backend->ops->name,
-	         srv->broker->device_count);
+	log_info("listening on %s (backend %s, devices: %d)", path,
+	         broker_backend_name(srv->broker), broker_device_count(srv->broker));
 	/* Devices are initialised (the broker exists) and the socket listens. */
 	char status[256];
 	server_status(srv, status, sizeof(status));

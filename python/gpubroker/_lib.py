@@ -16,6 +16,8 @@ import ctypes.util
 import os
 import threading
 
+from . import _schema
+
 c_u64 = ctypes.c_uint64
 c_int = ctypes.c_int
 c_uint = ctypes.c_uint
@@ -66,8 +68,8 @@ class gpb_instance_info(ctypes.Structure):
         ("cap", c_u64),
         ("used", c_u64),
         ("free", c_u64),
-        ("name", ctypes.c_char * 65),
-        ("group", ctypes.c_char * 65),
+        ("name", ctypes.c_char * (_schema.MAX_NAME + 1)),
+        ("group", ctypes.c_char * (_schema.MAX_NAME + 1)),
         ("warning", ctypes.c_char * 160),
     ]
 
@@ -99,7 +101,7 @@ class gpb_group_info(ctypes.Structure):
     ]
 
 
-MAX_DIMS = 8
+MAX_DIMS = _schema.MAX_DIMS  # gpb_array_request.shape
 
 
 class gpb_array_request(ctypes.Structure):

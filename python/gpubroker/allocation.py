@@ -3,7 +3,7 @@
 import ctypes
 import weakref
 
-from . import errors
+from . import _schema as S, errors
 
 ALLOC = "alloc"    # made by Client.alloc(): given back with gpb_free()
 ATTACH = "attach"  # mapped by Client.attach(): given back with gpb_detach()
@@ -170,7 +170,7 @@ class Allocation:
         backend only (where ``ptr`` is host memory, shared with every process
         that maps the allocation). The view must not be used after the
         allocation is freed or its client closed."""
-        if self.client.backend != "sim" and self.kind != HOST:
+        if self.client.backend != S.V_BACKEND_SIM and self.kind != HOST:
             raise errors.NotSupportedError(
                 errors.E_NOT_SUPPORTED, "host access needs the sim backend (use read/write)",
                 "memoryview")
@@ -181,7 +181,7 @@ class Allocation:
     def __cuda_array_interface__(self):
         """The allocation as a 1-D uint8 CUDA array (cuda backend only), so
         that ``cupy.asarray(a)`` or ``numba.cuda.as_cuda_array(a)`` see it."""
-        if self.client.backend != "cuda":
+        if self.client.backend != S.V_BACKEND_CUDA:
             raise AttributeError("__cuda_array_interface__ needs the cuda backend")
         return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False),
                 "version": 3, "strides": None}

@@ -9,12 +9,11 @@ import threading
 import time
 import weakref
 
-from . import _lib, dtypes, errors
+from . import _lib, _schema as S, dtypes, errors
 from .allocation import ALLOC, ATTACH, CLAIM, HOST, Allocation
 from .records import (MODES, ArrayRequest, Chunking, Event, GroupInfo, InstanceInfo,
                       MemInfo, PolicyInfo, PoolStats)
 
-_MAX_WAIT_MS = 86400000
 DEFAULT_SOCKET = "/run/gpubroker/gpubroker.sock"  # GPB_DEFAULT_SOCKET_PATH
 
 
@@ -37,13 +36,14 @@ class _Conn:
 
 def _timeout_ms(timeout):
     ms = int(round(timeout * 1000))
-    if ms < 0 or ms > _MAX_WAIT_MS:
-        raise errors.InvalidError(errors.E_INVALID, "timeout outside 0-86400 s", "alloc")
+    if ms < 0 or ms > S.MAX_WAIT_MS:
+        raise errors.InvalidError(errors.E_INVALID,
+                                  "timeout outside 0-%d s" % (S.MAX_WAIT_MS // 1000), "alloc")
     return ms
 
 
 # ArrayRequest.memory -> gpb_array_request.type (GPB_HOST_PINNED, GPB_HOST_MAPPED).
-_MEMORY_TYPES = {"device": 0, "pinned": 1, "mapped": 2}
+_MEMORY_TYPES = {S.V_MEM_DEVICE: 0, S.V_MEM_PINNED: 1, S.V_MEM_MAPPED: 2}
 
 
 def _array_requests(requests):
@@ -53,9 +53,9 @@ def _array_requests(requests):
     keep = []
     for slot, (label, req) in zip(arr, requests):
         shape = dtypes.shape_tuple(req.shape)
-        if not 1 <= len(shape) <= _lib.MAX_DIMS:
-            raise errors.InvalidError(errors.E_INVALID, "a shape has 1-8 dimensions",
-                                      "array request")
+        if not 1 <= len(shape) <= S.MAX_DIMS:
+            raise errors.InvalidError(errors.E_INVALID,
+                                      "a shape has 1-%d dimensions" % S.MAX_DIMS, "array request")
         b = _lib.cstr(label)
         keep.append(b)
         slot.label = b
@@ -70,14 +70,15 @@ def _array_requests(requests):
         slot.unchunkable = 1 if req.unchunkable else 0
         if req.memory not in _MEMORY_TYPES:
             raise errors.InvalidError(errors.E_INVALID,
-                                      "memory is 'device', 'pinned' or 'mapped'",
+                                      "memory is %s" % " or ".join(map(repr, _MEMORY_TYPES)),
                                       "array request")
         slot.type = _MEMORY_TYPES[req.memory]
     arr._keep = keep
     return arr
 
 
-def _as_requests(label_or_requests, shape, dtype, chunk_axis, unchunkable, memory="device"):
+def _as_requests(label_or_requests, shape, dtype, chunk_axis, unchunkable,
+                 memory=S.V_MEM_DEVICE):
     """queue_request()'s two spellings as a list of (label, ArrayRequest)."""
     if isinstance(label_or_requests, collections.abc.Mapping):
         out = []
@@ -90,6 +91,13 @@ def _as_requests(label_or_requests, shape, dtype, chunk_axis, unchunkable, memor
         raise TypeError("queue_request(instance, label, shape=...) or "
                         "queue_request(instance, {label: ArrayRequest(...)})")
     return [(label_or_requests, ArrayRequest(shape, dtype, chunk_axis, unchunkable, memory))]
+
+
+def _wire_request(label, req):
+    """An ArrayRequest as the protocol's array request object."""
+    return {S.F_LABEL: label, S.F_SHAPE: list(req.shape), S.F_ELEM_SIZE: dtypes.itemsize(req.dtype),
+            S.F_AXIS: req.chunk_axis, S.F_UNCHUNKABLE: bool(req.unchunkable),
+            S.F_TYPE: req.memory}
 
 
 def _event_queuer(pending):
@@ -179,7 +187,7 @@ class Client:
     def backend(self):
         """The daemon's backend, "sim" or "cuda" (from `status`, once)."""
         if self._backend is None:
-            self._backend = self.request("status")["backend"]
+            self._backend = self.request(S.M_STATUS)[S.F_BACKEND]
         return self._backend
 
     # ---- instances ----------------------------------------------------------
@@ -395,7 +403,7 @@ class Client:
     # ---- queued requests and chunking ----------------------------------------
 
     def queue_request(self, instance, label, shape=None, dtype="float32", chunk_axis=0,
-                      unchunkable=False, memory="device"):
+                      unchunkable=False, memory=S.V_MEM_DEVICE):
         """Queues array requests on @instance (gpb_queue_request), either one
         ``queue_request(inst, "state", shape=(1000, 3), dtype="float32",
         chunk_axis=0)`` or several ``queue_request(inst, {"state":
@@ -452,9 +460,10 @@ class Client:
     def claim_ready(self, event):
         """Claims every array of an "allocation_ready" Event: {label: Allocation}
         (each with .label and .shape)."""
-        instance = int(event.data["instance"], 16)
-        return {a["label"]: self.claim(int(a["id"], 16), a["label"], tuple(a["shape"]), instance)
-                for a in event.data["arrays"]}
+        instance = int(event.data[S.F_INSTANCE], 16)
+        return {a[S.F_LABEL]: self.claim(int(a[S.F_ID], 16), a[S.F_LABEL], tuple(a[S.F_SHAPE]),
+                                         instance)
+                for a in event.data[S.F_ARRAYS]}
 
     def free_label(self, label, instance=0):
         """Frees this client's allocate_queue() arrays labelled @label (of
@@ -464,6 +473,50 @@ class Client:
             if a.kind in (CLAIM, HOST) and a.label == label and instance in (0, a.instance):
                 a._forget()
         return n
+
+    # ---- replies with the daemon's warnings ------------------------------------
+    #
+    # The calls above give a warning as a flag at most (the C structs); these
+    # give the daemon's text, which gpubroker.cubie passes on as cubie does.
+
+    def _warned(self, method, params):
+        """request(): (the result, the daemon's warnings as a list of str)."""
+        r = self.request(method, params)
+        return r, list(r.get(S.F_WARNINGS, []))
+
+    def register_warned(self, name, device=0, proportion=None, group=None):
+        """register() that also returns the daemon's warnings (the auto pool
+        under 5%): (instance id, [str])."""
+        params = {S.F_NAME: name, S.F_DEVICE: device}
+        if group is not None:
+            params[S.F_GROUP] = group
+        if proportion:
+            params[S.F_PROPORTION] = float(proportion)
+        r, warned = self._warned(S.M_REGISTER, params)
+        return int(r[S.F_INSTANCE], 16), warned
+
+    def group_available(self, group):
+        """The memory stream group @group has available (group_info), and
+        the daemon's warnings (more than 95% used): (bytes, [str])."""
+        r, warned = self._warned(S.M_GROUP_INFO, {S.F_GROUP: group})
+        return int(r[S.F_AVAILABLE]), warned
+
+    def allocate_queue_warned(self, instance):
+        """allocate_queue() that returns the daemon's warnings (the request
+        exceeds the available memory more than 20 times) instead of the
+        Chunking: [str]. Nothing queued in the group is InvalidError."""
+        return self._warned(S.M_ALLOCATE_QUEUE, {S.F_INSTANCE: "%016x" % instance})[1]
+
+    def chunk_parameters_warned(self, requests, group, axis_length=0):
+        """chunk_parameters() of @requests (a list of ArrayRequest) for
+        @group's available memory: (chunk_length, chunks, [the daemon's
+        warnings])."""
+        params = {S.F_REQUESTS: [_wire_request("r%d" % i, r) for i, r in enumerate(requests)],
+                  S.F_GROUP: group}
+        if axis_length:
+            params[S.F_AXIS_LENGTH] = int(axis_length)
+        r, warned = self._warned(S.M_CHUNK_PARAMETERS, params)
+        return int(r[S.F_CHUNK_LENGTH]), int(r[S.F_CHUNKS]), warned
 
     # ---- events -------------------------------------------------------------
 
@@ -491,7 +544,7 @@ class Client:
             events = self._pending[:]
             del self._pending[:]
         for ev in events:
-            if ev.name == "invalidate":
+            if ev.name == S.EV_INVALIDATE:
                 for a in list(self._allocations.values()):
                     a._forget()
             for h in self._handlers.get(ev.name, []) + self._handlers.get("*", []):

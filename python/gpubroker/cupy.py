@@ -35,7 +35,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("gpubroker.cupy needs CuPy: %s" % e) from e
 
-from . import dtypes
+from . import _schema as S, dtypes
 from .client import Client
 from .errors import E_NOT_SUPPORTED, NotSupportedError
 
@@ -94,7 +94,7 @@ class BrokerAllocator:
 
     def __init__(self, socket=None, name="cupy", proportion=None, group=None):
         self.client = Client(socket, "cupy")
-        if self.client.backend != "cuda":
+        if self.client.backend != S.V_BACKEND_CUDA:
             backend = self.client.backend
             self.client.close()
             raise NotSupportedError(E_NOT_SUPPORTED, "gpubrokerd serves the %s backend, whose "

@@ -61,6 +61,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("gpubroker.numba needs Numba with CUDA support (numba.cuda): %s" % e) from e
 
+from . import _schema as S
 from .client import Client
 from .errors import NotSupportedError, E_NOT_SUPPORTED, OutOfMemoryError, QuotaError
 
@@ -168,7 +169,7 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
             if self._client is not None:
                 return
             client = Client(_settings["socket"], "numba")
-            if client.backend != "cuda":
+            if client.backend != S.V_BACKEND_CUDA:
                 client.close()
                 raise NotSupportedError(
                     E_NOT_SUPPORTED,

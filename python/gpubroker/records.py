@@ -2,9 +2,9 @@
 
 import dataclasses
 
-from . import _lib
+from . import _lib, _schema as S
 
-MODES = ("passive", "active")  # enum gpb_mode, by value
+MODES = (S.V_MODE_PASSIVE, S.V_MODE_ACTIVE)  # enum gpb_mode, by value
 
 
 def _record(name, struct, doc, overrides=None):
@@ -71,4 +71,4 @@ class ArrayRequest:
     dtype: object = "float32"
     chunk_axis: int = 0
     unchunkable: bool = False
-    memory: str = "device"
+    memory: str = S.V_MEM_DEVICE

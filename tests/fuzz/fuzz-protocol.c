@@ -54,6 +54,7 @@
 #include <uv.h>
 
 #include "broker.h"
+#include "broker_internal.h"
 #include "conf.h"
 #include "jsonmem.h"
 #include "log.h"

@@ -160,7 +160,7 @@ echo "$ctl"
 # naming the installed library, importable from there.
 if [ -n "${GPB_PYTHON:-}" ]; then
 	pkg=$root$(abs "$GPB_PYTHON_PURELIB")/gpubroker
-	for f in __init__.py client.py numba.py cupy.py _config.py; do
+	for f in __init__.py client.py numba.py cupy.py _config.py _schema.py; do
 		[ -f "$pkg/$f" ] || fail "python package file $pkg/$f not installed"
 	done
 	grep -qx "LIBRARY = \"$(abs "$GPB_LIBDIR")/libgpubroker.so.0\"" "$pkg/_config.py" ||

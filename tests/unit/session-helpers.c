@@ -11,6 +11,8 @@
 
 #include "session-helpers.h"
 
+#include "broker_internal.h"
+
 /* What a test has not released yet (see session-helpers.h). */
 static struct broker *live_brokers[MAX_LIVE];
 /* The request layer over live_brokers[i], as the server keeps one. */

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "broker.h"
+#include "broker_internal.h"
 #include "proto.h"
 
 #include "session-helpers.h"

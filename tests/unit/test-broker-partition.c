@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "broker.h"
+#include "broker_internal.h"
 #include "policy.h"
 
 #include "session-helpers.h"

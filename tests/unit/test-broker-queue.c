@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "broker.h"
+#include "broker_internal.h"
 #include "dispatch.h"
 #include "policy.h"
 #include "proto.h"

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "broker.h"
+#include "broker_internal.h"
 #include "policy.h"
 #include "pool.h"
 #include "proto.h"

@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "broker.h"
+#include "broker_internal.h"
 #include "config.h"
 #include "dispatch.h"
 #include "log.h"

@@ -17,8 +17,9 @@
  *   - the alloc and free message lists: each member is named in the
  *     method's section;
  *   - values: each PROTO_V_ value is quoted ("pinned") somewhere;
- *   - a `word` code span is a name of the schema or one of the few
- *     non-protocol words listed below (functions, configuration keys).
+ *   - a `word` code span is a name of the schema (a limit's included: their
+ *     table is test-schema-copies') or one of the few non-protocol words
+ *     listed below (functions, configuration keys).
  * And the tables of schema.c list every PROTO_M_, PROTO_F_, PROTO_EV_ and
  * PROTO_V_ macro of schema.h, each name once.
  */
@@ -283,6 +284,15 @@ static bool is_field(const char *name)
 	return in_list(name, proto_fields, proto_field_count);
 }
 
+static bool is_limit(const char *name)
+{
+	for (unsigned i = 0; i < proto_limit_count; i++) {
+		if (strcmp(proto_limits[i].name, name) == 0)
+			return true;
+	}
+	return false;
+}
+
 static bool is_event(const char *name)
 {
 	for (unsigned i = 0; i < proto_event_count; i++) {
@@ -529,7 +539,7 @@ static void check_names(void)
 		}
 		/* Metric series (the metrics section) are not JSON names. */
 		if (is_field(name) || proto_op_lookup(name) >= 0 || is_event(name) ||
-		    in_list(name, proto_values, proto_value_count) ||
+		    is_limit(name) || in_list(name, proto_values, proto_value_count) ||
 		    in_list(name, not_names, sizeof(not_names) / sizeof(not_names[0])) ||
 		    strncmp(name, "gpubroker_", 10) == 0 || name[0] == '_')
 			continue;

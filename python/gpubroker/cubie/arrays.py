@@ -12,7 +12,7 @@ reference to the array (or a view of it) goes.
 
 import ctypes
 
-from .. import errors
+from .. import _schema as S, errors
 from ..allocation import HOST, _stream_ptr
 
 
@@ -76,7 +76,7 @@ def wrap(allocation, shape, dtype):
     """An array of @shape and @dtype over @allocation (see the module)."""
     np = _numpy()
     dtype = np.dtype(dtype)
-    if allocation.kind == HOST or allocation.client.backend != "cuda":
+    if allocation.kind == HOST or allocation.client.backend != S.V_BACKEND_CUDA:
         return np.asarray(_HostBuffer(allocation, shape, dtype))
     arr = DeviceArray(allocation, shape, dtype)
     try:

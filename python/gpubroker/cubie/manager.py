@@ -8,17 +8,19 @@ import threading
 import warnings
 import weakref
 
-from .. import errors
+from .. import _schema as S, errors
 from ..client import Client
 from . import arrays
 from .requests import ArrayRequest, ArrayResponse, as_request, check_requests
 
-MODES = ("passive", "active")
+MODES = (S.V_MODE_PASSIVE, S.V_MODE_ACTIVE)
 #: cubie's allocator names -> the daemon's (set_allocator): Numba's default
 #: allocates each array from the driver ("direct"), CuPy's MemoryPool pools
 #: ("pool"), CuPy's MallocAsync uses the stream-ordered pool ("async").
-ALLOCATORS = {"default": "direct", "cupy": "pool", "cupy_async": "async"}
-_MAX_NAME = 64
+ALLOCATORS = {"default": S.V_ALLOC_DIRECT, "cupy": S.V_ALLOC_POOL,
+              "cupy_async": S.V_ALLOC_ASYNC}
+#: allocate()'s memory types: the broker's device memory and its host memory.
+_BROKER_MEMORY = (S.V_MEM_DEVICE, S.V_MEM_PINNED, S.V_MEM_MAPPED)
 
 
 def placeholder_invalidate():
@@ -27,10 +29,6 @@ def placeholder_invalidate():
 
 def placeholder_dataready(response):
     """The default allocation_ready_hook: does nothing."""
-
-
-def _hex(ident):
-    return "%016x" % ident
 
 
 class _Registration:
@@ -124,9 +122,9 @@ class MemoryManager:
             first = None
             for ev in events:
                 try:
-                    if ev.name == "allocation_ready":
+                    if ev.name == S.EV_ALLOCATION_READY:
                         self._ready(ev)
-                    elif ev.name == "invalidate":
+                    elif ev.name == S.EV_INVALIDATE:
                         self._invalidated()
                 except Exception as e:  # noqa: BLE001 -- the other hooks still run
                     first = first or e
@@ -169,7 +167,7 @@ class MemoryManager:
     def _ready(self, ev):
         """An allocation_ready event: claim the arrays, run the hook."""
         data = ev.data
-        reg = self._by_ident.get(int(data["instance"], 16))
+        reg = self._by_ident.get(int(data[S.F_INSTANCE], 16))
         allocs = self.client.claim_ready(ev)
         if reg is None:  # unregistered meanwhile: give them back
             for a in allocs.values():
@@ -182,8 +180,8 @@ class MemoryManager:
             arrs[label] = arrays.wrap(a, a.shape, req.dtype if req is not None else "u1")
             runs = max(runs, req.total_runs if req is not None else 1)
         reg.allocations.update(arrs)
-        chunks, length = int(data["chunks"]), int(data["chunk_length"])
-        axis = int(data["axis_length"])
+        chunks, length = int(data[S.F_CHUNKS]), int(data[S.F_CHUNK_LENGTH])
+        axis = int(data[S.F_AXIS_LENGTH])
         if chunks == 1:
             # Not cut: cubie reports the whole run axis, its requests'
             # total_runs, even where no array has that axis.
@@ -238,10 +236,10 @@ class MemoryManager:
             pass  # still holds arrays: the daemon drops it with the connection
 
     def _name_for(self, instance):
-        return ("%s:%s" % (self._name, type(instance).__name__))[:_MAX_NAME]
+        return ("%s:%s" % (self._name, type(instance).__name__))[:S.MAX_NAME]
 
     def register(self, instance, proportion=None, invalidate_cache_hook=placeholder_invalidate,
-                 allocation_ready_hook=placeholder_dataready, stream_group="default"):
+                 allocation_ready_hook=placeholder_dataready, stream_group=S.V_GROUP_DEFAULT):
         """Registers @instance (any object, by identity) as a broker
         instance: manual @proportion in (0, 1], or the auto pool when it is
         None (or 0, as in cubie). ValueError for an instance registered
@@ -254,18 +252,14 @@ class MemoryManager:
             self._purge()
             if id(instance) in self.registry:
                 raise ValueError("Instance already registered")
-            params = {"name": self._name_for(instance), "device": self.device,
-                      "group": stream_group}
-            if proportion:
-                if not 0 <= proportion <= 1:
-                    raise ValueError("Proportion must be between 0 and 1")
-                params["proportion"] = float(proportion)
-            result = self.client.request("register", params)
-            reg = _Registration(int(result["instance"], 16), instance, invalidate_cache_hook,
-                                allocation_ready_hook)
+            if proportion and not 0 <= proportion <= 1:
+                raise ValueError("Proportion must be between 0 and 1")
+            ident, warned = self.client.register_warned(self._name_for(instance), self.device,
+                                                        proportion, stream_group)
+            reg = _Registration(ident, instance, invalidate_cache_hook, allocation_ready_hook)
             self.registry[id(instance)] = reg
             self._by_ident[reg.ident] = reg
-            for w in result.get("warnings", []):
+            for w in warned:
                 warnings.warn(w, UserWarning, stacklevel=2)
 
     def unregister(self, instance):
@@ -381,7 +375,7 @@ class MemoryManager:
             return self._streams[group]
 
     def _new_stream(self):
-        if self.client.backend == "cuda":
+        if self.client.backend == S.V_BACKEND_CUDA:
             try:
                 from numba import cuda
 
@@ -405,10 +399,10 @@ class MemoryManager:
         past 95% used."""
         with self._lock:
             self._enter()
-            r = self.client.request("group_info", {"group": group})
-        for w in r.get("warnings", []):
+            available, warned = self.client.group_available(group)
+        for w in warned:
             warnings.warn(w, UserWarning, stacklevel=2)
-        return int(r["available"])
+        return available
 
     def get_memory_info(self):
         """(free, total) of the device as the daemon counts them."""
@@ -422,13 +416,12 @@ class MemoryManager:
         group, for allocate_queue() from any member's process. TypeError
         for malformed requests, NotImplementedError for "managed"."""
         reqs = check_requests(requests)
-        wire = [r.wire(label) for label, r in reqs.items()]
+        broker = {label: r.broker() for label, r in reqs.items()}
         with self._lock:
             self._enter()
             reg = self._reg(instance)
-            if wire:
-                self.client.request("queue_request",
-                                    {"instance": _hex(reg.ident), "requests": wire})
+            if broker:
+                self.client.queue_request(reg.ident, broker)
             reg.queued.update(reqs)
 
     def allocate_queue(self, triggering_instance):
@@ -440,28 +433,29 @@ class MemoryManager:
             self._enter()
             reg = self._reg(triggering_instance)
             try:
-                r = self.client.request("allocate_queue", {"instance": _hex(reg.ident)})
-            except errors.InvalidError as e:
-                if "nothing is queued" in e.detail:
-                    return None
-                raise
+                warned = self.client.allocate_queue_warned(reg.ident)
+            except errors.InvalidError:
+                # Its code for nothing queued in the group (invalid_params;
+                # gpb_allocate_queue's GPB_E_INVALID): the instance is one
+                # the daemon gave us, so nothing else about it is invalid.
+                return None
             except (errors.OutOfMemoryError, errors.QuotaError) as e:
                 raise ValueError("Can't fit a single run in GPU VRAM (%s)" % e.detail) from e
-            for w in r.get("warnings", []):
+            for w in warned:
                 warnings.warn(w, UserWarning, stacklevel=2)
             self.poll()
         return None
 
     def _flatten(self, requests):
-        """{instance: {label: req}} or {label: req} as the wire list."""
-        wire = []
+        """{instance: {label: req}} or {label: req} as a list of the
+        broker's ArrayRequests."""
+        out = []
         for key, value in requests.items():
             if isinstance(value, dict):
-                for label, req in check_requests(value).items():
-                    wire.append(req.wire("r%d" % len(wire)))
+                out.extend(req.broker() for req in check_requests(value).values())
             else:
-                wire.append(as_request(value, key).wire("r%d" % len(wire)))
-        return wire
+                out.append(as_request(value, key).broker())
+        return out
 
     def get_chunk_parameters(self, requests, axis_length, stream_group):
         """(chunk_length, chunks) for @requests ({instance: {label:
@@ -469,18 +463,17 @@ class MemoryManager:
         available memory, cut along the run axis of @axis_length runs.
         UserWarning when the request exceeds it more than 20 times;
         ValueError when not even one run fits."""
-        params = {"requests": self._flatten(requests), "group": stream_group}
-        if axis_length:
-            params["axis_length"] = int(axis_length)
+        flat = self._flatten(requests)
         with self._lock:
             self._enter()
             try:
-                r = self.client.request("chunk_parameters", params)
+                length, chunks, warned = self.client.chunk_parameters_warned(
+                    flat, stream_group, axis_length)
             except (errors.OutOfMemoryError, errors.QuotaError) as e:
                 raise ValueError("Can't fit a single run in GPU VRAM (%s)" % e.detail) from e
-        for w in r.get("warnings", []):
+        for w in warned:
             warnings.warn(w, UserWarning, stacklevel=2)
-        return int(r["chunk_length"]), int(r["chunks"])
+        return length, chunks
 
     def compute_chunked_shapes(self, requests, chunk_size):
         """{label: shape} of @requests at @chunk_size runs per chunk;
@@ -500,7 +493,7 @@ class MemoryManager:
         if self._direct is None:
             # An instance of its own, in the auto pool, like any other user
             # of the device: allocate() names no instance in cubie.
-            self._direct = self.client.register(("%s:direct" % self._name)[:_MAX_NAME],
+            self._direct = self.client.register(("%s:direct" % self._name)[:S.MAX_NAME],
                                                 device=self.device)
         return self._direct
 
@@ -510,19 +503,19 @@ class MemoryManager:
         NotImplementedError, another type ValueError. Charged to @instance
         (a registered instance), or to this manager's own "direct"
         instance (auto pool) when None."""
-        if memory_type == "managed":
+        if memory_type == S.V_MEM_MANAGED:
             raise NotImplementedError("Managed memory not implemented")
-        if memory_type not in ("device", "pinned", "mapped"):
+        if memory_type not in _BROKER_MEMORY:
             raise ValueError("Invalid memory type: %s" % (memory_type,))
         req = ArrayRequest(dtype, tuple(shape), memory_type)
         with self._lock:
             self._enter()
             ident = self._ident(instance)
             n = max(req.nbytes, 1)
-            if memory_type == "device":
+            if memory_type == S.V_MEM_DEVICE:
                 a = self.client.alloc(ident, n)
             else:
-                a = self.client.alloc_host(ident, n, mapped=memory_type == "mapped")
+                a = self.client.alloc_host(ident, n, mapped=memory_type == S.V_MEM_MAPPED)
         return arrays.wrap(a, req.shape, dtype)
 
     def allocate_all(self, requests, instance_id, stream=0):
@@ -539,16 +532,16 @@ class MemoryManager:
             reg.allocations.update(out)
             return out
 
-    def create_host_array(self, shape, dtype, memory_type="pinned", like=None):
+    def create_host_array(self, shape, dtype, memory_type=S.V_MEM_PINNED, like=None):
         """A C-contiguous numpy array of this process ("pinned": page-locked
         by Numba with the cuda backend, else plain), zeros or a copy of
         @like. ValueError unless @memory_type is "pinned" or "host"."""
         import numpy
 
-        if memory_type not in ("pinned", "host"):
+        if memory_type not in (S.V_MEM_PINNED, "host"):
             raise ValueError("memory_type must be 'pinned' or 'host', got '%s'" % memory_type)
         arr = None
-        if memory_type == "pinned" and self.client.backend == "cuda":
+        if memory_type == S.V_MEM_PINNED and self.client.backend == S.V_BACKEND_CUDA:
             try:
                 from numba import cuda
 

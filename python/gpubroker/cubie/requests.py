@@ -1,18 +1,18 @@
 """cubie's ArrayRequest and ArrayResponse, and their translation into the
-broker's array requests (gpubroker.ArrayRequest, the protocol's JSON)."""
+broker's array requests (gpubroker.ArrayRequest)."""
 
 import dataclasses
 import operator
 from typing import Optional
 
-from .. import dtypes
+from .. import _schema as S, dtypes
 from ..records import ArrayRequest as BrokerRequest
 
 #: Memory types an ArrayRequest may name. cubie accepts "device" and
 #: "pinned"; "mapped" is broker host memory too; "managed" is accepted here
 #: and refused by queue_request() and allocate() (NotImplementedError), as
 #: cubie's allocate() refuses it.
-MEMORY_TYPES = ("device", "pinned", "mapped", "managed")
+MEMORY_TYPES = (S.V_MEM_DEVICE, S.V_MEM_PINNED, S.V_MEM_MAPPED, S.V_MEM_MANAGED)
 
 
 def _index(value, what):
@@ -42,7 +42,7 @@ class ArrayRequest:
 
     dtype: object
     shape: tuple = (1, 1, 1)
-    memory: str = "device"
+    memory: str = S.V_MEM_DEVICE
     chunk_axis_index: Optional[int] = 2
     unchunkable: bool = False
     total_runs: int = 1
@@ -86,17 +86,10 @@ class ArrayRequest:
 
     def broker(self):
         """The broker's request for this array (a gpubroker.ArrayRequest)."""
-        if self.memory == "managed":
+        if self.memory == S.V_MEM_MANAGED:
             raise NotImplementedError("Managed memory not implemented")
         axis = self.chunk_axis_index if self.chunkable else 0
         return BrokerRequest(self.shape, self.dtype, axis, not self.chunkable, self.memory)
-
-    def wire(self, label):
-        """The protocol's array request (a dict for queue_request or
-        chunk_parameters)."""
-        b = self.broker()
-        return {"label": label, "shape": list(b.shape), "elem_size": self.itemsize,
-                "axis": b.chunk_axis, "unchunkable": b.unchunkable, "type": b.memory}
 
 
 @dataclasses.dataclass
