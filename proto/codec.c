@@ -412,6 +412,16 @@ static size_t done(struct out *o, char *buf)
 	return o->bad ? 0 : (size_t)(o->p - buf) - 1;
 }
 
+size_t proto_grant_reply_room(const char *id, const struct proto_grant *g)
+{
+	size_t n = strlen(id);
+	if (g->handle && g->device_uuid)
+		n += strlen(g->device_uuid);
+	if (g->label)
+		n += strlen(g->label);
+	return 512 + 6 * n;
+}
+
 size_t proto_grant_reply(char *buf, size_t cap, const char *id, const struct proto_grant *g)
 {
 	struct out o = {buf, buf + cap, false};

@@ -57,8 +57,10 @@ struct proto_grant {
 	uint64_t instance; /* with label */
 };
 
-/* Room for any grant reply: the id, label and UUID escaped at worst. */
-#define PROTO_GRANT_REPLY_MAX (1024 + 6 * (PROTO_MAX_ID + 2 * PROTO_MAX_NAME))
+/* Room enough for the grant reply to @id: 512 bytes for the members and
+ * figures, and the strings escaped at worst (six bytes a byte). Sized to
+ * the request, so that a common grant stays a small allocation. */
+size_t proto_grant_reply_room(const char *id, const struct proto_grant *g);
 
 /*
  * Writes the success reply to request @id carrying @g, newline included

@@ -264,8 +264,9 @@ static char *grant_frame(struct dispatch_ctx *ctx, const char *id, size_t *len)
 	 * allocations a label covers. */
 	if (ctx->grant_kind == DISPATCH_GRANT_CLAIM)
 		broker_allocation_label(ctx->b, ctx->s, g->id, &pg.label, &pg.instance);
-	char *frame = malloc(PROTO_GRANT_REPLY_MAX);
-	if (frame && (*len = proto_grant_reply(frame, PROTO_GRANT_REPLY_MAX, id, &pg)) > 0) {
+	size_t room = proto_grant_reply_room(id, &pg);
+	char *frame = malloc(room);
+	if (frame && (*len = proto_grant_reply(frame, room, id, &pg)) > 0) {
 		ctx->fd = pg.fd ? g->fd : -1;
 		return frame;
 	}
