@@ -156,11 +156,10 @@ static cJSON *shape_json(const uint64_t *shape, unsigned ndim)
 	return arr;
 }
 
+/* The result's one warning (chunking_json() is the only one to warn). */
 static int add_warning(cJSON *r, const char *text)
 {
-	cJSON *arr = cJSON_GetObjectItemCaseSensitive(r, PROTO_F_WARNINGS);
-	if (!arr)
-		arr = cJSON_AddArrayToObject(r, PROTO_F_WARNINGS);
+	cJSON *arr = cJSON_AddArrayToObject(r, PROTO_F_WARNINGS);
 	cJSON *s = cJSON_CreateString(text);
 	if (!arr || !s || !cJSON_AddItemToArray(arr, s)) {
 		cJSON_Delete(s);
