@@ -343,17 +343,6 @@ uint64_t broker_device_free(const struct broker *b, int device)
 	return policy_device_available(&b->policy, device);
 }
 
-void broker_alloc_room(const struct broker *b, const struct session *s, int device, uint64_t *total,
-                       uint64_t *largest)
-{
-	uint64_t policy = policy_device_available(broker_policy_const(b, s), device);
-	pool_available(b->dev[device].pool, s->uid, broker_domain_of(s), total, largest);
-	if (*total > policy)
-		*total = policy;
-	if (*largest > *total)
-		*largest = *total;
-}
-
 void broker_ghost_release(struct broker *b, struct broker_ghost *g)
 {
 	broker_ghost_free(b, g);

@@ -182,6 +182,31 @@ struct broker_wait {
 struct broker_grant;
 
 /*
+ * Which limit refused memory, with its figures: the broker's verdict, which
+ * dispatch words and encodes without asking the broker anything more.
+ */
+enum broker_limit {
+	BROKER_LIMIT_NONE,        /* rc alone says it: -ENOENT, -ESHUTDOWN, -EIO, -EAGAIN */
+	BROKER_LIMIT_SIZE,        /* -EINVAL: too large to round up (to the granule, to pages) */
+	BROKER_LIMIT_DEVICE,      /* -ENOMEM: no room for s on device: free, largest */
+	BROKER_LIMIT_INSTANCE,    /* -EDQUOT: the instance's cap, used, requested (charged) */
+	BROKER_LIMIT_USER,        /* -EXFULL: the user's cap (a rule), used on device, requested */
+	BROKER_LIMIT_TIMEOUT,     /* -ETIMEDOUT: a wait ran out after waited_ms */
+	BROKER_LIMIT_INFLIGHT,    /* -EBUSY: value = max_inflight waiting requests */
+	BROKER_LIMIT_ALLOCATIONS, /* -EMFILE: value = max_allocations */
+	BROKER_LIMIT_FILES,       /* -ENFILE: value = the user's share of descriptors */
+	BROKER_LIMIT_HOST,        /* -ENOMEM: free = what max_host_memory leaves */
+};
+
+struct broker_refusal {
+	int rc; /* the negative errno the limit answers with */
+	enum broker_limit limit;
+	int device; /* -1 where none applies */
+	uid_t uid;
+	uint64_t instance, requested, cap, used, free, largest, waited_ms, value;
+};
+
+/*
  * What the broker has to tell a client outside the reply to its current
  * request. The broker only says what happened; the layer above it (dispatch)
  * turns each event into a frame, so no JSON and no socket is known here.
@@ -216,7 +241,8 @@ struct broker_event {
 		struct {
 			const struct broker_wait *w;
 			int rc;
-			const struct broker_grant *grant;
+			const struct broker_grant *grant;     /* rc 0 */
+			const struct broker_refusal *refusal; /* rc < 0 */
 		} wait_done;
 		struct {
 			uint64_t slab;
@@ -369,6 +395,19 @@ struct broker_instance *broker_instance_find(struct session *s, uint64_t instanc
  */
 int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
                  uint64_t align, struct broker_grant *out);
+/*
+ * alloc's admission of device memory (broker_wait.c): granted now (0, *out
+ * filled), queued to wait (BROKER_WAITING: wait_ms > 0 and it may fit once
+ * memory is freed or caps move; its answer is a BROKER_EVENT_WAIT_DONE for
+ * req_id), or refused (a negative errno, *why saying which limit, with its
+ * figures). A request that may wait does not overtake those already waiting
+ * on its device; one that could never fit (more than the device or the
+ * partition, more than the user's cap) is refused at once.
+ */
+#define BROKER_WAITING 1
+int broker_alloc_admit(struct broker *b, struct session *s, const char *req_id, uint64_t instance,
+                       uint64_t size, uint64_t align, uint64_t wait_ms, struct broker_grant *out,
+                       struct broker_refusal *why);
 /* -ENOENT: unknown, freed, or another session's (indistinguishable). */
 int broker_free(struct broker *b, struct session *s, uint64_t id);
 /*
@@ -409,11 +448,12 @@ unsigned broker_files_of(const struct broker *b, uid_t uid);
 /*
  * Host memory (broker_host.c) for one of s's instances: -ENOENT (instance),
  * -EINVAL (size), -EMFILE (max_allocations, counting host allocations),
- * -ENOMEM (max_host_memory), -EIO (no memfd), -ESHUTDOWN. Freed by
- * broker_free() like an allocation, and with the session.
+ * -ENOMEM (max_host_memory), -EIO (no memfd), -ESHUTDOWN, with *why (when
+ * not NULL) saying which limit. Freed by broker_free() like an allocation,
+ * and with the session.
  */
 int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
-                      bool mapped, struct broker_host **out);
+                      bool mapped, struct broker_host **out, struct broker_refusal *why);
 
 /* Withdraws a name s exported: -ENOENT (also for another connection's, even
  * of the same user). Openers keep what they opened. */
@@ -526,7 +566,8 @@ void broker_unclaim(struct broker *b, struct session *s, const struct broker_gra
  * the descriptor goes to the client with broker_host_claim().
  */
 int broker_host_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
-                             bool mapped, const char *label, uint64_t *id);
+                             bool mapped, const char *label, uint64_t *id,
+                             struct broker_refusal *why);
 /* s's unclaimed host allocation id, now claimed, its memfd made: -ENOENT
  * (unknown or another session's), -EEXIST (claimed already, or not made by
  * allocate_queue), -EIO (no memfd: the backend's last error says why). */

@@ -672,3 +672,15 @@ void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a)
 	}
 	a->exported = false;
 }
+
+void broker_alloc_room(const struct broker *b, const struct session *s, int device, uint64_t *total,
+                       uint64_t *largest)
+{
+	const struct policy *p = s->part ? &s->part->policy : &b->policy;
+	uint64_t policy = policy_device_available(p, device);
+	pool_available(b->dev[device].pool, s->uid, broker_domain_of(s), total, largest);
+	if (*total > policy)
+		*total = policy;
+	if (*largest > *total)
+		*largest = *total;
+}

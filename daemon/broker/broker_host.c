@@ -29,18 +29,37 @@
 #include "log.h"
 #include "memfile.h"
 
+/* Fills *why (when asked for) with the limit that answered rc. */
+static int host_refused(const struct broker *b, int rc, enum broker_limit limit, uint64_t size,
+                        struct broker_refusal *why)
+{
+	if (why) {
+		const uint64_t max = b->limits.max_host_memory;
+		*why = (struct broker_refusal){
+		    .rc = rc,
+		    .limit = limit,
+		    .device = -1,
+		    .requested = size,
+		    .free = max > b->host_used ? max - b->host_used : 0,
+		    .value = limit == BROKER_LIMIT_ALLOCATIONS ? b->limits.max_allocations : 0,
+		};
+	}
+	return rc;
+}
+
 /* A host allocation of s (the instance checks are the caller's). */
 static int host_make(struct broker *b, struct session *s, uint64_t size, bool mapped,
-                     struct broker_host **out)
+                     struct broker_host **out, struct broker_refusal *why)
 {
 	uint64_t page = memfile_page();
 	if (size == 0 || size > UINT64_MAX - (page - 1))
-		return -EINVAL;
+		return host_refused(b, -EINVAL, BROKER_LIMIT_SIZE, size, why);
+	uint64_t asked = size;
 	size = (size + page - 1) & ~(page - 1);
 	if (s->alloc_count + s->attached.count + s->host_count >= b->limits.max_allocations)
-		return -EMFILE;
+		return host_refused(b, -EMFILE, BROKER_LIMIT_ALLOCATIONS, asked, why);
 	if (size > b->limits.max_host_memory || b->host_used > b->limits.max_host_memory - size)
-		return -ENOMEM;
+		return host_refused(b, -ENOMEM, BROKER_LIMIT_HOST, asked, why);
 	struct broker_host *h = calloc(1, sizeof(*h));
 	if (!h || idmap_reserve(&b->hosts, 1) < 0) {
 		free(h);
@@ -85,28 +104,31 @@ static int host_file(struct broker *b, struct broker_host *h)
 static void host_release(struct broker *b, struct session *s, struct broker_host *h);
 
 int broker_host_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
-                      bool mapped, struct broker_host **out)
+                      bool mapped, struct broker_host **out, struct broker_refusal *why)
 {
 	if (b->stopping)
-		return -ESHUTDOWN;
+		return host_refused(b, -ESHUTDOWN, BROKER_LIMIT_NONE, size, why);
 	if (!broker_instance_find(s, instance))
-		return -ENOENT;
-	int rc = host_make(b, s, size, mapped, out);
-	if (rc == 0 && (rc = host_file(b, *out)) < 0)
+		return host_refused(b, -ENOENT, BROKER_LIMIT_NONE, size, why);
+	int rc = host_make(b, s, size, mapped, out, why);
+	if (rc == 0 && (rc = host_file(b, *out)) < 0) {
 		host_release(b, s, *out);
+		host_refused(b, rc, BROKER_LIMIT_NONE, size, why);
+	}
 	return rc;
 }
 
 int broker_host_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
-                             bool mapped, const char *label, uint64_t *id)
+                             bool mapped, const char *label, uint64_t *id,
+                             struct broker_refusal *why)
 {
 	struct broker_host *h;
 	if (b->stopping)
-		return -ESHUTDOWN;
+		return host_refused(b, -ESHUTDOWN, BROKER_LIMIT_NONE, size, why);
 	char *copy = strdup(label);
 	if (!copy)
-		return -EAGAIN;
-	int rc = host_make(b, inst->owner, size, mapped, &h);
+		return host_refused(b, -EAGAIN, BROKER_LIMIT_NONE, size, why);
+	int rc = host_make(b, inst->owner, size, mapped, &h, why);
 	if (rc < 0) {
 		free(copy);
 		return rc;

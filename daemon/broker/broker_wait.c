@@ -72,15 +72,84 @@ static void broker_wait_unlink(struct broker *b, struct broker_wait *w, int rc)
 	b->wait_count--;
 }
 
-/* Answers a wait (rc 0 with the grant, or the error) and frees it. */
+/*
+ * Which limit answered an allocation of size on s's instance with rc, and
+ * its figures as they stand now (after a wait of waited_ms, 0 for none).
+ */
+static void broker_refusal_explain(const struct broker *b, const struct session *s,
+                                   uint64_t instance, uint64_t size, int rc, uint64_t waited_ms,
+                                   struct broker_refusal *why)
+{
+	const struct broker_instance *inst = broker_instance_find((struct session *)s, instance);
+	const struct broker_rule *rule;
+	*why = (struct broker_refusal){.rc = rc,
+	                               .device = inst ? inst->device : -1,
+	                               .uid = s->uid,
+	                               .instance = instance,
+	                               .requested = size,
+	                               .waited_ms = waited_ms};
+	switch (rc) {
+	case -EINVAL:
+		why->limit = BROKER_LIMIT_SIZE;
+		break;
+	case -ENOMEM:
+		/* What this client can have: not what the device has free, of
+		 * which others' slabs and partitions may hold parts it cannot
+		 * use; and in one piece, when that is less. */
+		why->limit = BROKER_LIMIT_DEVICE;
+		if (inst)
+			broker_alloc_room(b, s, inst->device, &why->free, &why->largest);
+		break;
+	case -EDQUOT:
+		/* What the cap is charged: the size rounded to the granule. */
+		why->limit = BROKER_LIMIT_INSTANCE;
+		why->requested = (size + POOL_GRANULE - 1) & ~(uint64_t)(POOL_GRANULE - 1);
+		if (inst) {
+			why->cap = inst->pol.cap;
+			why->used = inst->pol.used;
+		}
+		break;
+	case -EXFULL:
+		why->limit = BROKER_LIMIT_USER;
+		rule = broker_rule_for(b, s);
+		why->cap = rule ? rule->cap : 0;
+		why->used = inst ? pool_uid_used(b->dev[inst->device].pool, s->uid) : 0;
+		break;
+	case -ETIMEDOUT:
+		why->limit = BROKER_LIMIT_TIMEOUT;
+		break;
+	case -EBUSY:
+		why->limit = BROKER_LIMIT_INFLIGHT;
+		why->value = b->limits.max_inflight;
+		break;
+	case -EMFILE:
+		why->limit = BROKER_LIMIT_ALLOCATIONS;
+		why->value = b->limits.max_allocations;
+		break;
+	case -ENFILE:
+		why->limit = BROKER_LIMIT_FILES;
+		why->value = broker_files_share();
+		break;
+	default:
+		why->limit = BROKER_LIMIT_NONE;
+		break;
+	}
+}
+
+/* Answers a wait (rc 0 with the grant, or the refusal) and frees it. */
 static void broker_wait_finish(struct broker *b, struct broker_wait *w, int rc,
                                const struct broker_grant *g)
 {
 	struct broker_event ev = {.type = BROKER_EVENT_WAIT_DONE, .s = w->s};
+	struct broker_refusal why;
 	broker_wait_unlink(b, w, rc);
+	if (rc < 0)
+		broker_refusal_explain(b, w->s, w->instance, w->size, rc,
+		                       broker_now_ms() - w->started, &why);
 	ev.wait_done.w = w;
 	ev.wait_done.rc = rc;
 	ev.wait_done.grant = g;
+	ev.wait_done.refusal = rc < 0 ? &why : NULL;
 	broker_emit(b, &ev);
 	free(w);
 }
@@ -180,6 +249,43 @@ void broker_waits_run(struct broker *b)
 	} while (b->waits_again);
 	b->waits_running = false;
 	broker_timer_update(b);
+}
+
+int broker_alloc_admit(struct broker *b, struct session *s, const char *req_id, uint64_t instance,
+                       uint64_t size, uint64_t align, uint64_t wait_ms, struct broker_grant *out,
+                       struct broker_refusal *why)
+{
+	int rc;
+	struct broker_instance *inst = broker_instance_find(s, instance);
+	/* More than the user's cap could never be served: no wait. */
+	const struct broker_rule *rule = wait_ms > 0 ? broker_rule_for(b, s) : NULL;
+	bool over_user_cap = rule && rule->cap && size > rule->cap;
+	/* A request that may wait does not overtake those already waiting on
+	 * its device: it joins the queue behind them. */
+	if (wait_ms > 0 && inst && !over_user_cap && broker_waits_on(b, s, inst->device))
+		rc = -ENOMEM;
+	else
+		rc = broker_alloc(b, s, instance, size, align, out);
+	if (rc == 0)
+		return 0;
+	if ((rc == -ENOMEM || rc == -EDQUOT || rc == -EXFULL) && wait_ms > 0 && inst) {
+		/* A request larger than the device (or the partition), or
+		 * than the user's cap, could never be served: say so now
+		 * rather than after the wait. */
+		uint64_t most =
+		    s->part ? s->part->size[inst->device] : b->dev[inst->device].info.total;
+		if (size <= most && !over_user_cap) {
+			int wrc = broker_wait_add(b, s, req_id, instance, size, align, wait_ms);
+			if (wrc == 0) {
+				/* It may fit already, if only the queue held it. */
+				broker_waits_run(b);
+				return BROKER_WAITING;
+			}
+			rc = wrc == -ENOMEM ? -EAGAIN : wrc;
+		}
+	}
+	broker_refusal_explain(b, s, instance, size, rc, 0, why);
+	return rc;
 }
 
 bool broker_waits_on(const struct broker *b, const struct session *s, int device)

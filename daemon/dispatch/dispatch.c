@@ -282,121 +282,121 @@ static char *grant_frame(struct dispatch_ctx *ctx, const char *id, size_t *len)
 }
 
 /*
- * The error for an alloc that broker_alloc() (or a wait) refused with rc.
- * waited_ms is how long a wait lasted (0 when the request did not wait).
- * Returns rc (-ENOMEM when only host memory is short).
+ * The error for an allocation the broker refused, from its verdict alone:
+ * which limit, and the figures it gave. Returns the errno the handler
+ * answers (-ENOMEM without ctx->err when only the daemon's own memory is
+ * short).
  */
-static int alloc_error(struct dispatch_ctx *ctx, int rc, uint64_t instance, uint64_t size,
-                       uint64_t waited_ms)
+int dispatch_refusal(struct dispatch_ctx *ctx, const struct broker_refusal *why)
 {
-	struct broker_instance *inst = broker_instance_find(ctx->s, instance);
-	switch (rc) {
-	case -EINVAL:
-		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE, "too large to round up");
-	case -ENOMEM: {
-		/* What this client can have: not what the device has free, of
-		 * which others' slabs and partitions may hold parts it cannot
-		 * use; and in one piece, when that is less. */
-		uint64_t dfree = 0, largest = 0;
-		if (inst)
-			broker_alloc_room(ctx->b, ctx->s, inst->device, &dfree, &largest);
+	const char *limit = NULL;
+	switch (why->limit) {
+	case BROKER_LIMIT_SIZE:
+		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE,
+		                            why->device < 0 ? "too large to round up to pages"
+		                                            : "too large to round up");
+	case BROKER_LIMIT_DEVICE: {
 		char piece[64] = "";
-		if (largest < dfree)
+		if (why->largest < why->free)
 			snprintf(piece, sizeof(piece), ", at most %llu in one allocation",
-			         (unsigned long long)largest);
+			         (unsigned long long)why->largest);
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
 		                "out of memory: %llu bytes requested on device %d, %llu free%s",
-		                (unsigned long long)size, inst ? inst->device : -1,
-		                (unsigned long long)dfree, piece);
+		                (unsigned long long)why->requested, why->device,
+		                (unsigned long long)why->free, piece);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
-			proto_add_u64(ctx->data, PROTO_F_DEVICE_FREE, dfree);
-			proto_add_u64(ctx->data, PROTO_F_LARGEST_FREE, largest);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, why->requested);
+			proto_add_u64(ctx->data, PROTO_F_DEVICE_FREE, why->free);
+			proto_add_u64(ctx->data, PROTO_F_LARGEST_FREE, why->largest);
 		}
-		return rc;
+		return why->rc;
 	}
-	case -EXFULL: {
-		const struct broker_rule *rule = broker_rule_for(ctx->b, ctx->s);
-		uint64_t cap = rule ? rule->cap : 0;
-		uint64_t used = inst ? broker_uid_used(ctx->b, inst->device, ctx->s->uid) : 0;
+	case BROKER_LIMIT_HOST:
+		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
+		                "out of memory: %llu bytes of host memory requested, %llu left "
+		                "under max_host_memory",
+		                (unsigned long long)why->requested, (unsigned long long)why->free);
+		ctx->data = cJSON_CreateObject();
+		if (ctx->data)
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, why->requested);
+		return why->rc;
+	case BROKER_LIMIT_USER:
 		proto_error_set(
 		    &ctx->err, PROTO_E_QUOTA,
 		    "quota exceeded: user %u may hold %llu bytes per device, holds %llu, "
 		    "asked for %llu",
-		    (unsigned)ctx->s->uid, (unsigned long long)cap, (unsigned long long)used,
-		    (unsigned long long)size);
+		    (unsigned)why->uid, (unsigned long long)why->cap, (unsigned long long)why->used,
+		    (unsigned long long)why->requested);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			proto_add_u64(ctx->data, PROTO_F_CAP, cap);
-			proto_add_u64(ctx->data, PROTO_F_USED, used);
-			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
-			cJSON_AddNumberToObject(ctx->data, PROTO_F_UID, ctx->s->uid);
+			proto_add_u64(ctx->data, PROTO_F_CAP, why->cap);
+			proto_add_u64(ctx->data, PROTO_F_USED, why->used);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, why->requested);
+			proto_add_number(ctx->data, PROTO_F_UID, why->uid);
 		}
-		return rc;
-	}
-	case -EDQUOT: {
-		/* What the cap is charged: the size rounded to the granule. */
-		uint64_t charged = (size + POOL_GRANULE - 1) & ~(uint64_t)(POOL_GRANULE - 1);
+		return why->rc;
+	case BROKER_LIMIT_INSTANCE:
 		proto_error_set(&ctx->err, PROTO_E_QUOTA,
 		                "quota exceeded: instance %016llx may hold %llu bytes, holds %llu, "
 		                "asked for %llu",
-		                (unsigned long long)instance, (unsigned long long)inst->pol.cap,
-		                (unsigned long long)inst->pol.used, (unsigned long long)charged);
+		                (unsigned long long)why->instance, (unsigned long long)why->cap,
+		                (unsigned long long)why->used, (unsigned long long)why->requested);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			proto_add_u64(ctx->data, PROTO_F_CAP, inst->pol.cap);
-			proto_add_u64(ctx->data, PROTO_F_USED, inst->pol.used);
-			proto_add_u64(ctx->data, PROTO_F_REQUESTED, charged);
+			proto_add_u64(ctx->data, PROTO_F_CAP, why->cap);
+			proto_add_u64(ctx->data, PROTO_F_USED, why->used);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, why->requested);
 		}
-		return rc;
-	}
-	case -ETIMEDOUT:
-		proto_error_set(&ctx->err, PROTO_E_TIMEOUT,
-		                "timeout: no room for %llu bytes within %llu ms",
-		                (unsigned long long)size, (unsigned long long)waited_ms);
+		return why->rc;
+	case BROKER_LIMIT_TIMEOUT:
+		proto_error_set(
+		    &ctx->err, PROTO_E_TIMEOUT, "timeout: no room for %llu bytes within %llu ms",
+		    (unsigned long long)why->requested, (unsigned long long)why->waited_ms);
 		ctx->data = cJSON_CreateObject();
 		if (ctx->data) {
-			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
-			cJSON_AddNumberToObject(ctx->data, PROTO_F_WAITED_MS, (double)waited_ms);
+			proto_add_u64(ctx->data, PROTO_F_REQUESTED, why->requested);
+			proto_add_number(ctx->data, PROTO_F_WAITED_MS, (double)why->waited_ms);
 		}
-		return rc;
-	case -EAGAIN:
-		return -ENOMEM;
-	default:
-		return dispatch_broker_error(ctx, rc,
-		                             rc == -EMFILE ? "allocation" : PROTO_F_INSTANCE);
+		return why->rc;
+	case BROKER_LIMIT_INFLIGHT:
+		proto_error_set(&ctx->err, PROTO_E_LIMIT,
+		                "limit reached: max_inflight is %llu waiting requests",
+		                (unsigned long long)why->value);
+		limit = PROTO_F_MAX_INFLIGHT;
+		break;
+	case BROKER_LIMIT_ALLOCATIONS:
+		proto_error_set(&ctx->err, PROTO_E_LIMIT, "limit reached: %s is %llu",
+		                PROTO_F_MAX_ALLOCATIONS, (unsigned long long)why->value);
+		limit = PROTO_F_MAX_ALLOCATIONS;
+		break;
+	case BROKER_LIMIT_FILES:
+		proto_error_set(&ctx->err, PROTO_E_LIMIT,
+		                "limit reached: too many open files for this user (%s %llu: its "
+		                "connections and slabs' descriptors, half of the daemon's "
+		                "RLIMIT_NOFILE)",
+		                PROTO_V_LIMIT_FILES_PER_UID, (unsigned long long)why->value);
+		limit = PROTO_V_LIMIT_FILES_PER_UID;
+		break;
+	case BROKER_LIMIT_NONE:
+		return why->rc == -EAGAIN ? -ENOMEM
+		                          : dispatch_broker_error(ctx, why->rc, PROTO_F_INSTANCE);
 	}
+	ctx->data = cJSON_CreateObject();
+	if (ctx->data) {
+		proto_add_string(ctx->data, PROTO_F_LIMIT, limit);
+		proto_add_number(ctx->data, PROTO_F_VALUE, (double)why->value);
+	}
+	return why->rc;
 }
 
 /* alloc of "pinned" or "mapped" host memory: its own memfd, passed. */
 static int alloc_host(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size, bool mapped)
 {
 	struct broker_host *h;
-	int rc = broker_host_alloc(ctx->b, ctx->s, instance, size, mapped, &h);
-	if (rc == -ENOMEM) {
-		struct broker_summary sum;
-		broker_summary(ctx->b, &sum);
-		uint64_t max = broker_get_limits(ctx->b)->max_host_memory, used = sum.host_used;
-		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
-		                "out of memory: %llu bytes of host memory requested, %llu left "
-		                "under max_host_memory",
-		                (unsigned long long)size,
-		                (unsigned long long)(max > used ? max - used : 0));
-		ctx->data = cJSON_CreateObject();
-		if (ctx->data)
-			proto_add_u64(ctx->data, PROTO_F_REQUESTED, size);
-		return rc;
-	}
-	if (rc == -EAGAIN)
-		return -ENOMEM;
-	if (rc == -EINVAL)
-		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE,
-		                            "too large to round up to pages");
-	if (rc < 0)
-		return dispatch_broker_error(ctx, rc,
-		                             rc == -EMFILE ? "allocation" : PROTO_F_INSTANCE);
-	return dispatch_host_result(ctx, h);
+	struct broker_refusal why;
+	int rc = broker_host_alloc(ctx->b, ctx->s, instance, size, mapped, &h, &why);
+	return rc < 0 ? dispatch_refusal(ctx, &why) : dispatch_host_result(ctx, h);
 }
 
 int dispatch_host_result(struct dispatch_ctx *ctx, struct broker_host *h)
@@ -416,6 +416,7 @@ int dispatch_host_result(struct dispatch_ctx *ctx, struct broker_host *h)
 int dispatch_alloc(struct dispatch_ctx *ctx, const struct proto_alloc_params *p)
 {
 	struct broker_grant g;
+	struct broker_refusal why;
 	int type = p->has_type ? p->type : PROTO_MEMORY_DEVICE;
 	if (type == PROTO_MEMORY_MANAGED) {
 		/* Unified memory cannot be shared across processes. */
@@ -426,63 +427,16 @@ int dispatch_alloc(struct dispatch_ctx *ctx, const struct proto_alloc_params *p)
 	}
 	if (type != PROTO_MEMORY_DEVICE)
 		return alloc_host(ctx, p->instance, p->size, type == PROTO_MEMORY_MAPPED);
-	int rc = dispatch_alloc_device(ctx, p->instance, p->size,
-	                               p->has_alignment ? p->alignment : PROTO_GRANULE,
-	                               p->has_wait_ms ? p->wait_ms : 0, &g);
-	if (rc == 0 && !ctx->deferred)
-		dispatch_grant_result(ctx, &g, DISPATCH_GRANT_ALLOC);
-	return rc;
-}
-
-int dispatch_alloc_device(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size,
-                          uint64_t align, int64_t wait_ms, struct broker_grant *g)
-{
-	int rc;
-	/* A request that may wait does not overtake those already waiting on
-	 * its device: it joins the queue behind them. */
-	struct broker_instance *target = broker_instance_find(ctx->s, instance);
-	/* More than the user's cap could never be served: no wait. Looked up
-	 * only for a request that may wait (the broker checks the cap anyway). */
-	const struct broker_rule *rule = wait_ms > 0 ? broker_rule_for(ctx->b, ctx->s) : NULL;
-	bool over_user_cap = rule && rule->cap && size > rule->cap;
-	if (wait_ms > 0 && target && !over_user_cap &&
-	    broker_waits_on(ctx->b, ctx->s, target->device))
-		rc = -ENOMEM;
-	else
-		rc = broker_alloc(ctx->b, ctx->s, instance, size, align, g);
-	if ((rc == -ENOMEM || rc == -EDQUOT || rc == -EXFULL) && wait_ms > 0) {
-		/* A request larger than the device, or than the user's cap,
-		 * could never be served: say so now rather than after the wait. */
-		struct broker_instance *inst = broker_instance_find(ctx->s, instance);
-		uint64_t most = ctx->s->part ? ctx->s->part->size[inst->device]
-		                             : broker_device_info(ctx->b, inst->device)->total;
-		if (size <= most && !over_user_cap) {
-			int wrc = broker_wait_add(ctx->b, ctx->s, ctx->id, instance, size, align,
-			                          (uint64_t)wait_ms);
-			if (wrc == 0) {
-				ctx->deferred = true;
-				/* It may fit already, if only the queue held it. */
-				broker_waits_run(ctx->b);
-				return 0;
-			}
-			if (wrc == -EBUSY) {
-				unsigned max = broker_get_limits(ctx->b)->max_inflight;
-				proto_error_set(
-				    &ctx->err, PROTO_E_LIMIT,
-				    "limit reached: max_inflight is %u waiting requests", max);
-				ctx->data = cJSON_CreateObject();
-				if (ctx->data) {
-					cJSON_AddStringToObject(ctx->data, PROTO_F_LIMIT,
-					                        PROTO_F_MAX_INFLIGHT);
-					cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, max);
-				}
-				return -EBUSY;
-			}
-			rc = wrc == -ENOMEM ? -EAGAIN : wrc;
-		}
+	int rc = broker_alloc_admit(ctx->b, ctx->s, ctx->id, p->instance, p->size,
+	                            p->has_alignment ? p->alignment : PROTO_GRANULE,
+	                            p->has_wait_ms ? (uint64_t)p->wait_ms : 0, &g, &why);
+	if (rc == BROKER_WAITING) {
+		ctx->deferred = true; /* its reply is dispatch_wait_done()'s */
+		return 0;
 	}
 	if (rc < 0)
-		return alloc_error(ctx, rc, instance, size, 0);
+		return dispatch_refusal(ctx, &why);
+	dispatch_grant_result(ctx, &g, DISPATCH_GRANT_ALLOC);
 	return 0;
 }
 
@@ -500,7 +454,7 @@ static void dispatch_error_data(struct dispatch_ctx *ctx, const char *key, const
 }
 
 void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
-                        const struct broker_grant *g)
+                        const struct broker_grant *g, const struct broker_refusal *why)
 {
 	struct broker *b = d->b;
 	struct dispatch_ctx ctx = {.d = d, .b = b, .s = w->s, .fd = -1, .id = w->id};
@@ -513,14 +467,11 @@ void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
 			dispatch_send(d, w->s, frame, len, ctx.fd);
 			return;
 		}
-		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
 	} else {
-		uint64_t now = broker_now_ms();
-		if (alloc_error(&ctx, rc, w->instance, w->size, now - w->started) == -ENOMEM &&
-		    !ctx.err.code)
-			proto_error_set(&ctx.err, PROTO_E_INTERNAL,
-			                "internal error: out of memory");
+		dispatch_refusal(&ctx, why);
 	}
+	if (!ctx.err.code)
+		proto_error_set(&ctx.err, PROTO_E_INTERNAL, "internal error: out of memory");
 	if (ctx.err.field[0])
 		dispatch_error_data(&ctx, PROTO_F_FIELD, ctx.err.field);
 	frame = proto_encode_error(w->id, ctx.err.code, ctx.err.message, ctx.data, &len);

@@ -80,7 +80,8 @@ static void dispatch_on_event(void *ctx, const struct broker_event *ev)
 		dispatch_invalidate(d, ev);
 		break;
 	case BROKER_EVENT_WAIT_DONE:
-		dispatch_wait_done(d, ev->wait_done.w, ev->wait_done.rc, ev->wait_done.grant);
+		dispatch_wait_done(d, ev->wait_done.w, ev->wait_done.rc, ev->wait_done.grant,
+		                   ev->wait_done.refusal);
 		break;
 	case BROKER_EVENT_RECLAIM:
 		dispatch_reclaim(d, ev);

@@ -49,13 +49,15 @@ PROTO_OPS(DISPATCH_HANDLER_DECL_)
 
 /*
  * The deferred reply to a waiting alloc (a BROKER_EVENT_WAIT_DONE): the
- * grant when rc is 0, else the error alloc would have answered (-ETIMEDOUT
- * is the timeout error). Sent through the sender; if the reply cannot be
- * encoded the allocation is freed again, so the client is never charged
- * for memory it was not told about.
+ * grant when rc is 0, else the error the refusal says. Sent through the
+ * sender; if the reply cannot be encoded the allocation is freed again, so
+ * the client is never charged for memory it was not told about.
  */
 void dispatch_wait_done(struct dispatch *d, const struct broker_wait *w, int rc,
-                        const struct broker_grant *g);
+                        const struct broker_grant *g, const struct broker_refusal *why);
+/* The error for memory the broker refused, worded from its verdict alone
+ * (which limit, its figures): returns the errno to answer with. */
+int dispatch_refusal(struct dispatch_ctx *ctx, const struct broker_refusal *why);
 
 /* Sends a frame to a session through the sender (frees it when none). */
 void dispatch_send(struct dispatch *d, struct session *s, char *frame, size_t len, int fd);
@@ -100,13 +102,6 @@ int dispatch_device_by_uuid(const struct broker *b, const char *text);
 /* Sets ctx->err for a broker error about what ("allocation", ...); returns rc. */
 int dispatch_broker_error(struct dispatch_ctx *ctx, int rc, const char *what);
 
-/*
- * alloc of device memory, its parameters read: the broker's allocation,
- * a wait (ctx->deferred), or an error (ctx->err). 0 with *g filled unless
- * deferred.
- */
-int dispatch_alloc_device(struct dispatch_ctx *ctx, uint64_t instance, uint64_t size,
-                          uint64_t align, int64_t wait_ms, struct broker_grant *g);
 /* The reply (or none) to a request a handler answered with rc, and its
  * metrics: the tail of dispatch_frame(). */
 void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ctx *ctx, int rc,

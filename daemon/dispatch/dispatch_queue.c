@@ -443,16 +443,13 @@ oom:
 
 /* The error of a failed allocation in a batch. */
 static int batch_alloc_error(struct dispatch_ctx *ctx, int rc, const struct broker_instance *inst,
-                             bool host)
+                             const struct broker_refusal *host)
 {
-	if (host && rc == -ENOMEM) {
-		struct broker_summary sum;
-		broker_summary(ctx->b, &sum);
-		uint64_t max = broker_get_limits(ctx->b)->max_host_memory, used = sum.host_used;
+	if (host->limit == BROKER_LIMIT_HOST) {
 		proto_error_set(&ctx->err, PROTO_E_NO_MEMORY,
 		                "out of memory: the batch's host memory is over max_host_memory "
 		                "(%llu bytes left)",
-		                (unsigned long long)(max > used ? max - used : 0));
+		                (unsigned long long)host->free);
 		return rc;
 	}
 	switch (rc) {
@@ -541,6 +538,7 @@ static int batch_chunk_count(struct dispatch_ctx *ctx, const struct batch *bt,
 static int batch_allocate(struct dispatch_ctx *ctx, struct batch *bt, struct policy_chunking *gc)
 {
 	struct broker *b = ctx->b;
+	struct broker_refusal why = {0};
 	size_t done = 0;
 	int rc = 0;
 	for (; done < bt->n; done++) {
@@ -552,7 +550,7 @@ static int batch_allocate(struct dispatch_ctx *ctx, struct batch *bt, struct pol
 		if (type != BROKER_MEM_DEVICE) {
 			rc = broker_host_alloc_queued(b, bt->owner[done], bytes,
 			                              type == BROKER_MEM_MAPPED,
-			                              bt->req[done]->label, &bt->ids[done]);
+			                              bt->req[done]->label, &bt->ids[done], &why);
 			if (rc < 0)
 				break;
 			continue;
@@ -564,8 +562,7 @@ static int batch_allocate(struct dispatch_ctx *ctx, struct batch *bt, struct pol
 			break;
 	}
 	if (rc < 0) {
-		rc = batch_alloc_error(ctx, rc, bt->owner[done],
-		                       bt->req[done]->type != BROKER_MEM_DEVICE);
+		rc = batch_alloc_error(ctx, rc, bt->owner[done], &why);
 		while (done--)
 			broker_free(b, bt->owner[done]->owner, bt->ids[done]);
 	}

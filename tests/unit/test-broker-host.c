@@ -34,7 +34,7 @@ static void test_host_alloc_free(void **state)
 	struct broker_host *h;
 	(void)state;
 
-	assert_int_equal(broker_host_alloc(b, s1, i1->id, 5000, false, &h), 0);
+	assert_int_equal(broker_host_alloc(b, s1, i1->id, 5000, false, &h, NULL), 0);
 	long page = sysconf(_SC_PAGESIZE);
 	assert_int_equal(h->size, (5000 + page - 1) / page * page);
 	struct stat st;
@@ -80,24 +80,32 @@ static void test_host_limits(void **state)
 	struct broker_instance *i1 = reg(b, s1, 0);
 	struct broker_instance *i2 = reg(b, s2, 0);
 	struct broker_host *h;
+	struct broker_refusal why;
 	(void)state;
 
 	b->limits.max_host_memory = 1 * MiB;
-	assert_int_equal(broker_host_alloc(b, s1, i2->id, 4096, false, &h), -ENOENT);
-	assert_int_equal(broker_host_alloc(b, s1, i1->id, 0, false, &h), -EINVAL);
-	assert_int_equal(broker_host_alloc(b, s1, i1->id, UINT64_MAX, false, &h), -EINVAL);
-	assert_int_equal(broker_host_alloc(b, s1, i1->id, MiB + 1, false, &h), -ENOMEM);
-	assert_int_equal(broker_host_alloc(b, s1, i1->id, 768 * KiB, true, &h), 0);
+	assert_int_equal(broker_host_alloc(b, s1, i2->id, 4096, false, &h, NULL), -ENOENT);
+	assert_int_equal(broker_host_alloc(b, s1, i1->id, 0, false, &h, NULL), -EINVAL);
+	assert_int_equal(broker_host_alloc(b, s1, i1->id, UINT64_MAX, false, &h, NULL), -EINVAL);
+	assert_int_equal(broker_host_alloc(b, s1, i1->id, MiB + 1, false, &h, NULL), -ENOMEM);
+	assert_int_equal(broker_host_alloc(b, s1, i1->id, 768 * KiB, true, &h, NULL), 0);
 	assert_true(h->mapped);
 	/* Every client together: what s1 holds counts for s2. */
-	assert_int_equal(broker_host_alloc(b, s2, i2->id, 512 * KiB, false, &h), -ENOMEM);
-	assert_int_equal(broker_host_alloc(b, s2, i2->id, 256 * KiB, false, &h), 0);
+	assert_int_equal(broker_host_alloc(b, s2, i2->id, 512 * KiB, false, &h, &why), -ENOMEM);
+	/* The refusal names the limit and what it leaves. */
+	assert_int_equal(why.rc, -ENOMEM);
+	assert_int_equal(why.limit, BROKER_LIMIT_HOST);
+	assert_int_equal(why.requested, 512 * KiB);
+	assert_int_equal(why.free, 256 * KiB);
+	assert_int_equal(broker_host_alloc(b, s2, i2->id, 256 * KiB, false, &h, NULL), 0);
 	assert_int_equal(b->host_used, MiB);
 	/* max_allocations (3) counts host allocations with the others. */
 	b->limits.max_host_memory = 64 * MiB;
 	alloc_ok(b, s1, i1, 4096, 0);
-	assert_int_equal(broker_host_alloc(b, s1, i1->id, 4096, false, &h), 0);
-	assert_int_equal(broker_host_alloc(b, s1, i1->id, 4096, false, &h), -EMFILE);
+	assert_int_equal(broker_host_alloc(b, s1, i1->id, 4096, false, &h, NULL), 0);
+	assert_int_equal(broker_host_alloc(b, s1, i1->id, 4096, false, &h, &why), -EMFILE);
+	assert_int_equal(why.limit, BROKER_LIMIT_ALLOCATIONS);
+	assert_int_equal(why.value, 3);
 	check(b);
 	broker_done(b);
 }
@@ -114,8 +122,8 @@ static void test_host_release(void **state)
 	(void)state;
 
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(broker_host_alloc(b, s1, i1->id, 4096, i & 1, &h), 0);
-	assert_int_equal(broker_host_alloc(b, s2, i2->id, 4096, false, &h), 0);
+		assert_int_equal(broker_host_alloc(b, s1, i1->id, 4096, i & 1, &h, NULL), 0);
+	assert_int_equal(broker_host_alloc(b, s2, i2->id, 4096, false, &h, NULL), 0);
 	broker_session_close(b, s1);
 	check(b);
 	assert_int_equal(b->hosts.count, 1);

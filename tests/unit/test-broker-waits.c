@@ -315,6 +315,58 @@ static void test_wait_cancelled(void **state)
 	broker_done(b);
 }
 
+/* The broker's verdict on an alloc: granted, waiting, or refused with the
+ * limit and its figures (what dispatch words the error from, asking
+ * nothing more). */
+static void test_admit_verdicts(void **state)
+{
+	struct broker *b = policy_broker(64 * MiB, POLICY_ACTIVE, 0);
+	struct session *s1 = client(b, UID_A, "one"), *s2 = client(b, UID_B, "two");
+	struct broker_instance *a = reg_p(b, s1, 0, 0, NULL);
+	reg_p(b, s2, 0, 0, NULL);
+	struct broker_grant g;
+	struct broker_refusal why;
+	(void)state;
+
+	assert_int_equal(a->pol.cap, 32 * MiB);
+	assert_int_equal(broker_alloc_admit(b, s1, "1", a->id, 30 * MiB, 256, 0, &g, &why), 0);
+	assert_int_equal(g.size, 30 * MiB);
+	/* Over the instance's cap, no wait: refused, with the cap's figures
+	 * (the request charged as the granule rounds it). */
+	assert_int_equal(broker_alloc_admit(b, s1, "2", a->id, 3 * MiB - 1, 256, 0, &g, &why),
+	                 -EDQUOT);
+	assert_int_equal(why.rc, -EDQUOT);
+	assert_int_equal(why.limit, BROKER_LIMIT_INSTANCE);
+	assert_int_equal(why.cap, 32 * MiB);
+	assert_int_equal(why.used, 30 * MiB);
+	assert_int_equal(why.requested, 3 * MiB);
+	assert_true(why.instance == a->id && why.device == 0);
+	/* More than the device could ever hold: refused at once, even with
+	 * a wait, with what the client can still have. */
+	assert_int_equal(broker_alloc_admit(b, s1, "3", a->id, 65 * MiB, 256, 1000, &g, &why),
+	                 -EDQUOT);
+	assert_int_equal(s1->wait_count, 0);
+	/* Room may come: it waits. */
+	assert_int_equal(broker_alloc_admit(b, s1, "4", a->id, 4 * MiB, 256, 1000, &g, &why),
+	                 BROKER_WAITING);
+	assert_int_equal(s1->wait_count, 1);
+	/* No second wait past max_inflight: the limit and its value. */
+	b->limits.max_inflight = 1;
+	assert_int_equal(broker_alloc_admit(b, s1, "5", a->id, 4 * MiB, 256, 1000, &g, &why),
+	                 -EBUSY);
+	assert_int_equal(why.limit, BROKER_LIMIT_INFLIGHT);
+	assert_int_equal(why.value, 1);
+	/* The device is full for a passive client: its room, in one piece. */
+	assert_int_equal(broker_set_mode(b, POLICY_PASSIVE), 0);
+	assert_int_equal(broker_alloc_admit(b, s1, "6", a->id, 40 * MiB, 256, 0, &g, &why),
+	                 -ENOMEM);
+	assert_int_equal(why.limit, BROKER_LIMIT_DEVICE);
+	assert_int_equal(why.requested, 40 * MiB);
+	assert_true(why.free >= why.largest && why.free <= 34 * MiB && why.free > 0);
+	check(b);
+	broker_done(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -323,6 +375,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_wait_user_cap, sent_teardown),
 	    cmocka_unit_test_teardown(test_wait_timeout, sent_teardown),
 	    cmocka_unit_test_teardown(test_wait_cancelled, sent_teardown),
+	    cmocka_unit_test_teardown(test_admit_verdicts, sent_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
