@@ -75,7 +75,9 @@ while IFS= read -r -d '' f; do
 	rel=${f#"$build"/}
 	case $rel in
 	*.o | *.a | meson-private/* | meson-logs/* | meson-info/* | *.p/* | */venv/* | */venv-*/* | \
-		tests/unit/* | tests/fuzz/*) continue ;;
+		tests/pool/* | tests/policy/* | tests/proto/* | tests/broker/* | \
+		tests/dispatch/* | tests/conf/* | tests/layout/* | tests/core/* | tests/docs/* | \
+		tests/fuzz/*) continue ;;
 	esac
 	[ -e "$f" ] || continue
 	mkdir -p "$out/build/$(dirname "$rel")"

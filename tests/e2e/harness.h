@@ -152,8 +152,8 @@ bool th_wait_for(bool (*cond)(void *arg), void *arg, int timeout_ms);
 bool th_only_one_client(void *client);
 
 /*
- * A daemon with a bystander, for bad-client tests (test-faults.c,
- * test-fields.c): a library client connected for the whole group, holding
+ * A daemon with a bystander, for bad-client tests (test-bad-connections.c,
+ * test-bad-fields.c): a library client connected for the whole group, holding
  * 4096 bytes of 0x5a, that each case uses to check that the daemon still
  * serves and that nothing leaked.
  */

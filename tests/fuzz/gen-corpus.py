@@ -3,7 +3,7 @@
 and the protocol dictionary (tests/fuzz/protocol.dict).
 
 The seeds are small and readable: valid requests for every operation and the
-bad inputs of the design list (docs/design.md, "Bad inputs and faults"), each
+bad inputs of the design list (docs/reliability.md, "Bad inputs"), each
 in the input format of its harness (see the comment at the top of each
 fuzz-*.c). Run it after changing a format or adding an operation; the files
 it writes are committed. Files it did not write are left alone (libFuzzer's

@@ -12,7 +12,7 @@
  * Programs are found through the environment Meson sets (GPB_DAEMON), or
  * relative to this executable (../../daemon/gpubrokerd), never through a
  * path baked in at configure time: on the GPU machine the suite runs from a
- * bundle (../shared/gpu/bundle.sh), as `bash .gpu/run.sh build/tests/gpu/X`.
+ * bundle (tools/gpu-bundle.sh), as `bash .gpu/run.sh build/tests/gpu/X`.
  *
  * Failures print file:line and exit 1; nothing here returns an error.
  */

@@ -1,8 +1,8 @@
 /*
- * test-fields.c - bad field values against the real daemon: NUL bytes,
+ * test-bad-fields.c - bad field values against the real daemon: NUL bytes,
  * every parameter of every method given each wrong type, malformed and
  * overflowing sizes, bad ids, and frees of allocations that are not the
- * caller's. Like test-faults.c (connection, framing and process faults),
+ * caller's. Like test-bad-connections.c (connection, framing and process faults),
  * each case checks its defined outcome, that the daemon still serves, that
  * a bystander client connected throughout is unaffected, and that nothing
  * leaked (th_assert_unaffected, th_assert_no_leak in harness.c).
@@ -29,7 +29,7 @@
 static struct th_bystander by;
 
 /* The default hello timeout: every case here says hello at once
- * (test-faults.c runs the timeout itself). */
+ * (test-bad-connections.c runs the timeout itself). */
 static int setup(void **state)
 {
 	th_bystander_start(&by, NULL);

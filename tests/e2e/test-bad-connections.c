@@ -1,9 +1,9 @@
 /*
- * test-faults.c - bad clients against the real daemon: connection, framing,
+ * test-bad-connections.c - bad clients against the real daemon: connection, framing,
  * handshake and process faults (bad frames, oversized and split frames, the
  * hello timeout, half-close, clients gone or killed before their replies,
  * descriptors passed in, memory flat over many cycles, one thread).
- * test-fields.c has the bad field values. Each case checks its defined
+ * test-bad-fields.c has the bad field values. Each case checks its defined
  * outcome, that the daemon still serves, that a second client connected
  * throughout is unaffected, and that nothing leaked: descriptors back to the
  * baseline, used bytes back to the bystander's, the daemon's selfcheck

@@ -1,5 +1,5 @@
 /*
- * test-cli.c - gpubrokerctl against the real daemon: formats, exit codes,
+ * test-ctl-commands.c - gpubrokerctl against the real daemon: formats, exit codes,
  * top, --help against the CLI's own command table,
  * repetition, socket selection.
  */
@@ -248,7 +248,7 @@ static void test_operator_commands(void **state)
 	assert_non_null(strstr(out, "gpubroker_requests_total{method=\"alloc\",result=\"ok\"}"));
 	assert_non_null(strstr(out, "gpubroker_request_duration_seconds_count"));
 	/* This daemon has no uid or group rules: the family, no series. (The
-	 * format, the new series and --textfile: test-metrics.c.) */
+	 * format, the new series and --textfile: test-metrics-exposition.c.) */
 	assert_non_null(strstr(out, "# TYPE gpubroker_uid_cap_bytes gauge\n"));
 	assert_null(strstr(out, "gpubroker_uid_cap_bytes{"));
 

@@ -1,7 +1,7 @@
 /*
  * test-dispatch.c - unit tests of the daemon core without sockets: the
  * request dispatcher driven frame by frame (a session end to end, state and
- * version errors, parameter errors).
+ * version errors; parameter errors: test-dispatch-params.c).
  *
  * Every test builds its own broker over a small simulated device (2 MiB
  * slabs), calls broker_check() after each step, frees every reply frame and
@@ -37,18 +37,25 @@
 
 /* ---- dispatch: end to end ------------------------------------------------ */
 
-static void test_dispatch_end_to_end(void **state)
-{
-	const uint64_t mem = 64 * MiB;
-	struct broker *b = broker_new(mem, 5, 1000);
-	struct session *s = broker_session_open(b, UID_A, 100, 4242);
-	struct reply r = {.fd = -1};
-	const cJSON *res, *o, *lim;
+/* One session through every method, a step per function below; each step
+ * leaves in struct end_to_end what the later ones need. */
+struct end_to_end {
+	uint64_t mem;
+	struct broker *b;
+	struct session *s;
+	struct broker_instance *bi;
+	uint64_t inst, id1, id2, slab;
+	int fd;
 	char handle_hex[2 * PROTO_HANDLE_SIZE + 1];
-	unsigned char handle[PROTO_HANDLE_SIZE];
-	(void)state;
+};
 
-	assert_non_null(s);
+/* hello: the server, its version and every limit */
+static void end_to_end_hello(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	const cJSON *res, *lim;
 
 	/* hello */
 	request(b, s, &r,
@@ -76,6 +83,16 @@ static void test_dispatch_end_to_end(void **state)
 	reply_done(&r);
 	assert_true(s->hello);
 	assert_string_equal(s->name, "unit-test");
+}
+
+/* register: an instance on device 1, in group g1 */
+static void end_to_end_register(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	const uint64_t mem = e->mem;
+	const cJSON *res;
 
 	/* register */
 	request(b, s, &r,
@@ -93,6 +110,21 @@ static void test_dispatch_end_to_end(void **state)
 	assert_string_equal(bi->pol.group, "g1");
 	assert_true(bi->pol.proportion == 0.25);
 	check(b);
+	e->inst = inst;
+	e->bi = bi;
+}
+
+/* alloc: the first in a slab hands the slab over */
+static void end_to_end_alloc_first(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	uint64_t inst = e->inst;
+	struct broker_instance *bi = e->bi;
+	const cJSON *res;
+	char handle_hex[2 * PROTO_HANDLE_SIZE + 1];
+	unsigned char handle[PROTO_HANDLE_SIZE];
 
 	/* alloc: first in the slab */
 	request(b, s, &r,
@@ -122,6 +154,21 @@ static void test_dispatch_end_to_end(void **state)
 	assert_int_equal(((struct backend_slab *)pool_slab_backend(pool_block_slab(ba->block)))->fd,
 	                 fd);
 	check(b);
+	e->id1 = id1;
+	e->slab = slab;
+	e->fd = fd;
+	memcpy(e->handle_hex, handle_hex, sizeof(handle_hex));
+}
+
+/* mem_info after one allocation */
+static void end_to_end_mem_info(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	uint64_t inst = e->inst;
+	const uint64_t mem = e->mem;
+	const cJSON *res, *o;
 
 	/* mem_info: used is the allocation's size */
 	request(b, s, &r, "{\"id\":\"4\",\"method\":\"mem_info\"}");
@@ -140,6 +187,18 @@ static void test_dispatch_end_to_end(void **state)
 	assert_int_equal(ju64(o, "total"), mem);
 	assert_int_equal(ju64(o, "free"), mem - 1024);
 	reply_done(&r);
+}
+
+/* alloc: the second in the same slab, nothing to send */
+static void end_to_end_alloc_same_slab(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	uint64_t inst = e->inst;
+	uint64_t id1 = e->id1;
+	uint64_t slab = e->slab;
+	const cJSON *res;
 
 	/* alloc: same slab, nothing to send */
 	request(b, s, &r,
@@ -157,6 +216,17 @@ static void test_dispatch_end_to_end(void **state)
 	assert_null(cJSON_GetObjectItemCaseSensitive(res, "fd"));
 	assert_int_equal(r.fd, -1);
 	reply_done(&r);
+	e->id2 = id2;
+}
+
+/* mem_info for one instance, and for all */
+static void end_to_end_mem_info_filters(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	uint64_t inst = e->inst;
+	const cJSON *res, *o;
 
 	/* mem_info for one instance; an unregistered second instance shows
 	 * only when asked for all. */
@@ -183,6 +253,15 @@ static void test_dispatch_end_to_end(void **state)
 	assert_true(cJSON_IsNull(jget(o, "proportion")));
 	assert_int_equal(ju64(o, "used"), 0);
 	reply_done(&r);
+}
+
+/* stats: all devices, one by index and one by UUID */
+static void end_to_end_stats(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	const cJSON *res, *o;
 
 	/* stats */
 	request(b, s, &r, "{\"id\":\"9\",\"method\":\"stats\"}");
@@ -218,6 +297,16 @@ static void test_dispatch_end_to_end(void **state)
 	assert_int_equal(jnum(o, "device"), 1);
 	assert_int_equal(ju64(o, "live"), 2);
 	reply_done(&r);
+}
+
+/* status: counts and totals */
+static void end_to_end_status(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	const uint64_t mem = e->mem;
+	const cJSON *res, *o;
 
 	/* status */
 	request(b, s, &r, "{\"id\":\"11\",\"method\":\"status\"}");
@@ -241,6 +330,15 @@ static void test_dispatch_end_to_end(void **state)
 	assert_true(strlen(jstr(o, "name")) > 0);
 	assert_true(strlen(jstr(o, "uuid")) > 0);
 	reply_done(&r);
+}
+
+/* clients: this user's sessions, other users' as totals */
+static void end_to_end_clients(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	const cJSON *res, *o;
 
 	/* clients: this session, and a second one of the same user that said
 	 * no hello yet; another user's only in the totals of "others" */
@@ -269,6 +367,16 @@ static void test_dispatch_end_to_end(void **state)
 	reply_done(&r);
 	broker_session_close(b, quiet);
 	broker_session_close(b, stranger);
+}
+
+/* devices: both, with what they hold */
+static void end_to_end_devices(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	const uint64_t mem = e->mem;
+	const cJSON *res, *o;
 
 	/* devices */
 	request(b, s, &r, "{\"id\":\"13\",\"method\":\"devices\"}");
@@ -286,6 +394,18 @@ static void test_dispatch_end_to_end(void **state)
 		assert_string_equal(jstr(o, "compute_capability"), "0.0");
 	}
 	reply_done(&r);
+}
+
+/* attach and detach from a second session of the same uid */
+static void end_to_end_attach(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct reply r = {.fd = -1};
+	uint64_t id2 = e->id2;
+	uint64_t slab = e->slab;
+	const char *handle_hex = e->handle_hex;
+	int fd = e->fd;
+	const cJSON *res;
 
 	/* attach from a second session of the same uid gets handle and fd */
 	struct session *s2 = open_session(b, UID_A, 4343);
@@ -318,6 +438,18 @@ static void test_dispatch_end_to_end(void **state)
 	    "{\"id\":\"e\",\"method\":\"free\",\"params\":{\"id\":\"%016" PRIx64 "\"}}", id2);
 	broker_session_close(b, s2);
 	check(b);
+}
+
+/* free, then unregister */
+static void end_to_end_free_unregister(struct end_to_end *e)
+{
+	struct broker *b = e->b;
+	struct session *s = e->s;
+	struct reply r = {.fd = -1};
+	uint64_t inst = e->inst;
+	uint64_t id1 = e->id1;
+	uint64_t id2 = e->id2;
+	const cJSON *res, *o;
 
 	/* unregister with live allocations: -32602 */
 	expect_error_fmt(b, s, PROTO_E_PARAMS, NULL,
@@ -367,7 +499,29 @@ static void test_dispatch_end_to_end(void **state)
 	                 inst);
 	assert_int_equal(b->instance_count, 1);
 	check(b);
-	broker_done(b);
+}
+
+static void test_dispatch_end_to_end(void **state)
+{
+	struct end_to_end e = {.mem = 64 * MiB, .fd = -1};
+	(void)state;
+
+	e.b = broker_new(e.mem, 5, 1000);
+	e.s = broker_session_open(e.b, UID_A, 100, 4242);
+	assert_non_null(e.s);
+	end_to_end_hello(&e);
+	end_to_end_register(&e);
+	end_to_end_alloc_first(&e);
+	end_to_end_mem_info(&e);
+	end_to_end_alloc_same_slab(&e);
+	end_to_end_mem_info_filters(&e);
+	end_to_end_stats(&e);
+	end_to_end_status(&e);
+	end_to_end_clients(&e);
+	end_to_end_devices(&e);
+	end_to_end_attach(&e);
+	end_to_end_free_unregister(&e);
+	broker_done(e.b);
 }
 
 /* ---- dispatch: state and version errors ---------------------------------- */
@@ -459,222 +613,11 @@ static void test_dispatch_state(void **state)
 	broker_done(b);
 }
 
-/* ---- dispatch: parameter errors ------------------------------------------ */
-
-struct bad_param {
-	const char *params; /* members after "instance" (alloc) or the whole object */
-	const char *field;
-};
-
-static void test_dispatch_params(void **state)
-{
-	struct broker *b = broker_new(64 * MiB, 0, 0);
-	struct session *s = open_session(b, UID_A, 1);
-	struct reply r = {.fd = -1};
-	(void)state;
-
-	hello(b, s, "params");
-	request(b, s, &r, "{\"id\":\"r\",\"method\":\"register\",\"params\":{\"name\":\"x\"}}");
-	uint64_t inst = jid(result_of(&r, "r"), "instance");
-	reply_done(&r);
-
-	/* alloc, with a valid instance */
-	static const struct bad_param alloc_bad[] = {
-	    {"\"size\":1000", "size"},
-	    {"\"size\":\"-1\"", "size"},
-	    {"\"size\":\"0\"", "size"},
-	    {"\"size\":\"1e9\"", "size"},
-	    {"\"size\":\"0x10\"", "size"},
-	    {"\"size\":\"1234567890123456789012345\"", "size"},
-	    {"\"size\":\"18446744073709551616\"", "size"},
-	    {"\"size\":\"18446744073709551615\"", "size"}, /* cannot be rounded up */
-	    {"\"size\":\"01\"", "size"},
-	    {"\"size\":\"+1\"", "size"},
-	    {"\"size\":\" 1\"", "size"},
-	    {"\"size\":\"1 \"", "size"},
-	    {"\"size\":\"\"", "size"},
-	    {"\"size\":null", "size"},
-	    {"\"size\":true", "size"},
-	    {"\"size\":[\"1\"]", "size"},
-	    {"\"sizes\":\"1\"", "size"},
-	    {"\"size\":\"1\",\"alignment\":\"3\"", "alignment"},
-	    {"\"size\":\"1\",\"alignment\":\"4\"", "alignment"},
-	    {"\"size\":\"1\",\"alignment\":\"0\"", "alignment"},
-	    {"\"size\":\"1\",\"alignment\":\"768\"", "alignment"},
-	    {"\"size\":\"1\",\"alignment\":\"8388608\"", "alignment"},
-	    {"\"size\":\"1\",\"alignment\":\"4194304\"", "alignment"},
-	    {"\"size\":\"1\",\"alignment\":4096", "alignment"},
-	    {"\"size\":\"1\",\"alignment\":\"0x100\"", "alignment"},
-	    {"\"size\":\"1\",\"type\":\"bogus\"", "type"},
-	    {"\"size\":\"1\",\"type\":\"\"", "type"},
-	    {"\"size\":\"1\",\"type\":\"Device\"", "type"},
-	    {"\"size\":\"1\",\"type\":1", "type"},
-	};
-	for (size_t i = 0; i < sizeof(alloc_bad) / sizeof(alloc_bad[0]); i++)
-		expect_error_fmt(b, s, PROTO_E_PARAMS, alloc_bad[i].field,
-		                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":"
-		                 "\"%016" PRIx64 "\",%s}}",
-		                 inst, alloc_bad[i].params);
-
-	/* alloc: the instance field */
-	static const struct bad_param inst_bad[] = {
-	    {"{\"size\":\"1\"}", "instance"},
-	    {"{\"instance\":\"zzzzzzzzzzzzzzzz\",\"size\":\"1\"}", "instance"},
-	    {"{\"instance\":\"000000000000000G\",\"size\":\"1\"}", "instance"},
-	    {"{\"instance\":\"00000000000000AB\",\"size\":\"1\"}", "instance"},
-	    {"{\"instance\":\"000000000000001\",\"size\":\"1\"}", "instance"},
-	    {"{\"instance\":\"00000000000000001\",\"size\":\"1\"}", "instance"},
-	    {"{\"instance\":1,\"size\":\"1\"}", "instance"},
-	    {"{\"instance\":\"-000000000000001\",\"size\":\"1\"}", "instance"},
-	};
-	for (size_t i = 0; i < sizeof(inst_bad) / sizeof(inst_bad[0]); i++)
-		expect_error_fmt(b, s, PROTO_E_PARAMS, inst_bad[i].field,
-		                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":%s}",
-		                 inst_bad[i].params);
-
-	/* alloc: managed memory cannot be shared between processes */
-	expect_error_fmt(b, s, PROTO_E_NOT_SUPPORTED, NULL,
-	                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":"
-	                 "\"%016" PRIx64 "\",\"size\":\"4096\",\"type\":\"managed\"}}",
-	                 inst);
-	/* alloc: an unknown instance */
-	expect_error_fmt(b, s, PROTO_E_NOT_FOUND, NULL,
-	                 "{\"id\":\"e\",\"method\":\"alloc\",\"params\":{\"instance\":"
-	                 "\"%016" PRIx64 "\",\"size\":\"4096\"}}",
-	                 inst + 100);
-	assert_int_equal(s->alloc_count, 0);
-	assert_int_equal(b->allocs.count, 0);
-	assert_int_equal(dev_stats(b, 0).allocs, 0);
-	check(b);
-
-	/* The boundaries that are fine. */
-	static const char *const good[] = {
-	    "\"size\":\"1\"",
-	    "\"size\":\"4096\",\"alignment\":\"256\"",
-	    "\"size\":\"4096\",\"alignment\":\"2097152\"",
-	    "\"size\":\"65536\",\"type\":\"device\",\"unknown_member\":1",
-	};
-	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-		request(b, s, &r,
-		        "{\"id\":\"g\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64
-		        "\",%s}}",
-		        inst, good[i]);
-		const cJSON *res = result_of(&r, "g");
-		if (i == 2)
-			assert_int_equal(ju64(res, "offset") % (2 * MiB), 0);
-		reply_done(&r);
-	}
-	assert_int_equal(s->alloc_count, 4);
-
-	/* register */
-	char name65[66], name64[65];
-	memset(name65, 'n', 65);
-	name65[65] = '\0';
-	memset(name64, 'n', 64);
-	name64[64] = '\0';
-	static const struct bad_param reg_bad[] = {
-	    {"{}", "name"},
-	    {"{\"name\":\"\"}", "name"},
-	    {"{\"name\":7}", "name"},
-	    {"{\"name\":null}", "name"},
-	    {"{\"name\":\"x\",\"proportion\":0}", "proportion"},
-	    {"{\"name\":\"x\",\"proportion\":1.5}", "proportion"},
-	    {"{\"name\":\"x\",\"proportion\":\"0.5\"}", "proportion"},
-	    {"{\"name\":\"x\",\"proportion\":-0.5}", "proportion"},
-	    {"{\"name\":\"x\",\"proportion\":1.0000001}", "proportion"},
-	    {"{\"name\":\"x\",\"device\":-1}", "device"},
-	    {"{\"name\":\"x\",\"device\":99}", "device"},
-	    {"{\"name\":\"x\",\"device\":\"0\"}", "device"},
-	    {"{\"name\":\"x\",\"device\":2}", "device"},
-	    {"{\"name\":\"x\",\"device\":0.5}", "device"},
-	    {"{\"name\":\"x\",\"group\":\"\"}", "group"},
-	    {"{\"name\":\"x\",\"group\":5}", "group"},
-	};
-	for (size_t i = 0; i < sizeof(reg_bad) / sizeof(reg_bad[0]); i++)
-		expect_error_fmt(b, s, PROTO_E_PARAMS, reg_bad[i].field,
-		                 "{\"id\":\"e\",\"method\":\"register\",\"params\":%s}",
-		                 reg_bad[i].params);
-	expect_error_fmt(b, s, PROTO_E_PARAMS, "name",
-	                 "{\"id\":\"e\",\"method\":\"register\",\"params\":{\"name\":\"%s\"}}",
-	                 name65);
-	expect_error_fmt(b, s, PROTO_E_PARAMS, "group",
-	                 "{\"id\":\"e\",\"method\":\"register\",\"params\":{\"name\":\"x\","
-	                 "\"group\":\"%s\"}}",
-	                 name65);
-	assert_int_equal(s->instance_count, 1);
-	/* Boundaries that are fine: 64-byte name and group, proportion 1. */
-	request(b, s, &r,
-	        "{\"id\":\"g\",\"method\":\"register\",\"params\":{\"name\":\"%s\",\"group\":"
-	        "\"%s\",\"proportion\":1,\"device\":1}}",
-	        name64, name64);
-	struct broker_instance *bi = broker_instance_find(s, jid(result_of(&r, "g"), "instance"));
-	reply_done(&r);
-	assert_non_null(bi);
-	assert_string_equal(bi->name, name64);
-	assert_string_equal(bi->pol.group, name64);
-	assert_int_equal(bi->device, 1);
-	assert_int_equal(s->instance_count, 2);
-
-	/* free, unregister, attach, detach: the id fields */
-	static const char *const id_bad[] = {
-	    "{}",
-	    "{\"id\":\"xyz\"}",
-	    "{\"id\":12}",
-	    "{\"id\":\"ABCDEF0123456789\"}",
-	    "{\"id\":\"0123456789abcdef0\"}",
-	};
-	static const char *const id_methods[] = {"free", "attach", "detach"};
-	for (size_t m = 0; m < sizeof(id_methods) / sizeof(id_methods[0]); m++)
-		for (size_t i = 0; i < sizeof(id_bad) / sizeof(id_bad[0]); i++)
-			expect_error_fmt(b, s, PROTO_E_PARAMS, "id",
-			                 "{\"id\":\"e\",\"method\":\"%s\",\"params\":%s}",
-			                 id_methods[m], id_bad[i]);
-	expect_error(b, s, "{\"id\":\"e\",\"method\":\"unregister\",\"params\":{}}", "e",
-	             PROTO_E_PARAMS, "instance");
-	expect_error(b, s,
-	             "{\"id\":\"e\",\"method\":\"unregister\",\"params\":{\"instance\":\"1\"}}",
-	             "e", PROTO_E_PARAMS, "instance");
-	expect_error(b, s, "{\"id\":\"e\",\"method\":\"mem_info\",\"params\":{\"instance\":\"1\"}}",
-	             "e", PROTO_E_PARAMS, "instance");
-	expect_error(b, s, "{\"id\":\"e\",\"method\":\"stats\",\"params\":{\"device\":2}}", "e",
-	             PROTO_E_PARAMS, "device");
-	expect_error(b, s, "{\"id\":\"e\",\"method\":\"stats\",\"params\":{\"device\":\"0\"}}", "e",
-	             PROTO_E_PARAMS, "device");
-	bool was_admin = s->admin;
-	s->admin = true;
-	expect_error(b, s,
-	             "{\"id\":\"e\",\"method\":\"set_limit\",\"params\":{\"device\":\"GPU-nope\","
-	             "\"size\":\"0\"}}",
-	             "e", PROTO_E_PARAMS, "device");
-	request(b, s, &r,
-	        "{\"id\":\"lu\",\"method\":\"set_limit\",\"params\":{\"device\":\"%s\","
-	        "\"size\":\"0\"}}",
-	        b->dev[1].info.uuid);
-	result_of(&r, "lu");
-	reply_done(&r);
-	s->admin = was_admin;
-
-	/* free of unknown ids: -32004 */
-	expect_error(b, s,
-	             "{\"id\":\"e\",\"method\":\"free\",\"params\":{\"id\":\"0123456789abcdef\"}}",
-	             "e", PROTO_E_NOT_FOUND, NULL);
-	expect_error(b, s,
-	             "{\"id\":\"e\",\"method\":\"free\",\"params\":{\"id\":\"0000000000000000\"}}",
-	             "e", PROTO_E_NOT_FOUND, NULL);
-	expect_error(
-	    b, s, "{\"id\":\"e\",\"method\":\"attach\",\"params\":{\"id\":\"0123456789abcdef\"}}",
-	    "e", PROTO_E_NOT_FOUND, NULL);
-	assert_int_equal(s->alloc_count, 4);
-	check(b);
-	broker_done(b);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_teardown(test_dispatch_end_to_end, teardown),
 	    cmocka_unit_test_teardown(test_dispatch_state, teardown),
-	    cmocka_unit_test_teardown(test_dispatch_params, teardown),
 	};
 
 	/* Errors only, as in every broker test binary: a warning a test provokes

@@ -1,5 +1,5 @@
 /*
- * test-host.c - host memory end to end (alloc types "pinned" and "mapped"):
+ * test-host-memory.c - host memory end to end (alloc types "pinned" and "mapped"):
  * the real daemon and library on the sim backend. The memory is usable and
  * zeroed, counted in status, bounded by max_host_memory for all clients
  * together, freed by gpb_free, by disconnect and by a client's death; and

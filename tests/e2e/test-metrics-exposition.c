@@ -1,5 +1,5 @@
 /*
- * test-metrics.c - `gpubrokerctl metrics` against the real daemon: the whole
+ * test-metrics-exposition.c - `gpubrokerctl metrics` against the real daemon: the whole
  * output checked against the Prometheus text exposition format (0.0.4) and
  * its naming conventions, the per-user cap and the wait counters moving as
  * allocations wait, and `--textfile` replacing its file atomically.

@@ -1,5 +1,5 @@
 /*
- * test-config.c - the configuration file against the real daemon: errors
+ * test-config-reload.c - the configuration file against the real daemon: errors
  * name the file and line, reload applies what can change live and keeps the
  * old configuration on errors, flags beat the file, per-user connection
  * limits hold. Admin operations and group rules: test-access.c.

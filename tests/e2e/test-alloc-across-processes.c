@@ -1,5 +1,5 @@
 /*
- * test-alloc.c - allocations through the real library against the real
+ * test-alloc-across-processes.c - allocations through the real library against the real
  * daemon: bytes cross processes, counters follow, slabs are mapped once.
  */
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * test-share.c - sharing by name end to end: the real daemon, the real
+ * test-share-by-name.c - sharing by name end to end: the real daemon, the real
  * library, separate processes and (as root) separate users. Bytes written
  * by one process are read through another's mapping; what was opened
  * outlives its exporter's free and death; names stay within their

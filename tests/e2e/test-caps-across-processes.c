@@ -1,5 +1,5 @@
 /*
- * test-policy.c - the VRAM policy across real processes: the daemon, forked
+ * test-caps-across-processes.c - the VRAM policy across real processes: the daemon, forked
  * clients that each connect through libgpubroker, and the CLI.
  *
  * Caps are enforced across processes; a rebalance reaches running clients

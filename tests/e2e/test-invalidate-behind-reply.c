@@ -1,5 +1,5 @@
 /*
- * test-libproto.c - libgpubroker against a scripted daemon: frame orders
+ * test-invalidate-behind-reply.c - libgpubroker against a scripted daemon: frame orders
  * the real daemon produces only by chance, written here on purpose.
  *
  * An `invalidate` event right behind an alloc reply, in the same read: the

@@ -1,5 +1,5 @@
 /*
- * test-limits.c - bad inputs that need a daemon of their own (design.md,
+ * test-connection-limits.c - bad inputs that need a daemon of their own (docs/reliability.md,
  * "Bad inputs", cases 22, 23, 24 and 28): a client that never reads while
  * spamming, connection floods past max_clients and past a low `ulimit -n`,
  * a user outside the socket's group, and a backend that cannot create a

@@ -1,5 +1,5 @@
 /*
- * test-lifecycle.c - starting and stopping the real daemon: SIGTERM with
+ * test-daemon-start-stop.c - starting and stopping the real daemon: SIGTERM with
  * clients connected, stale and live sockets, bad socket paths, what the
  * library reports when the daemon goes away, and a forked child.
  */

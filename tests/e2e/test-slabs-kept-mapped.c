@@ -1,5 +1,5 @@
 /*
- * test-keep.c - the hot path (issue 18): slabs kept mapped past their last
+ * test-slabs-kept-mapped.c - the hot path (issue 18): slabs kept mapped past their last
  * allocation, the daemon taking them back under memory pressure, and frees
  * that do not wait for their reply.
  */

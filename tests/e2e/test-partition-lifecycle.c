@@ -1,5 +1,5 @@
 /*
- * test-partition.c - partitions against the real daemon: an administrator
+ * test-partition-lifecycle.c - partitions against the real daemon: an administrator
  * creates, lists and destroys them (library and CLI); the sum never exceeds
  * a device and a refusal gives the figures; a client with the token (in
  * $GPUBROKER_TOKEN, as the Slurm plugin sets it) lives inside its partition,
