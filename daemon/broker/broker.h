@@ -581,6 +581,19 @@ void broker_host_unclaim(struct broker_host *h);
 int broker_host_take_fd(struct broker_host *h);
 /* Drops an instance's queued requests. */
 void broker_queue_clear(struct broker_instance *inst);
+/* Queues n requests (label, arr, type of each) on inst, each replacing a
+ * queued one of the same label, all or none: 0, -EMFILE (more than
+ * PROTO_MAX_QUEUED would be queued), -ENOMEM. */
+int broker_queue_put(struct broker_instance *inst, const struct broker_queued *reqs, unsigned n);
+/* The request queued after q on inst (the first for q NULL), or NULL. */
+const struct broker_queued *broker_queue_next(const struct broker_instance *inst,
+                                              const struct broker_queued *q);
+/* The handshake done: the client's name (NULL: none) and whether it keeps
+ * emptied slabs mapped. */
+void broker_session_hello(struct session *s, const char *client, bool keep_slabs);
+/* Marks s evicted by an administrator: when it closes, its slabs outlive it
+ * as ghosts until its process exits (it may still have them mapped). */
+void broker_session_evict(struct session *s);
 /*
  * Releases every allocation and attachment of every session and every
  * queued request, and emits BROKER_EVENT_INVALIDATE for each session that

@@ -5,7 +5,9 @@
  * queued requests.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 
 #include "broker.h"
@@ -70,6 +72,70 @@ void broker_queue_clear(struct broker_instance *inst)
 		free(list_entry(pos, struct broker_queued, link));
 	}
 	inst->queued_count = 0;
+}
+
+static struct broker_queued *queued_find(struct broker_instance *inst, const char *label)
+{
+	struct list *pos;
+	list_for_each(pos, &inst->queued) {
+		struct broker_queued *q = list_entry(pos, struct broker_queued, link);
+		if (strcmp(q->label, label) == 0)
+			return q;
+	}
+	return NULL;
+}
+
+int broker_queue_put(struct broker_instance *inst, const struct broker_queued *reqs, unsigned n)
+{
+	struct broker_queued *fresh[PROTO_MAX_REQUESTS] = {NULL};
+	unsigned added = 0;
+	if (n > PROTO_MAX_REQUESTS)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		added += !queued_find(inst, reqs[i].label);
+	if (inst->queued_count + added > PROTO_MAX_QUEUED)
+		return -EMFILE;
+	/* Everything that can fail first: the queue changes all at once. */
+	for (unsigned i = 0; i < n; i++) {
+		if (queued_find(inst, reqs[i].label))
+			continue;
+		fresh[i] = calloc(1, sizeof(*fresh[i]));
+		if (!fresh[i]) {
+			for (unsigned j = 0; j < i; j++)
+				free(fresh[j]);
+			return -ENOMEM;
+		}
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct broker_queued *q = fresh[i] ? fresh[i] : queued_find(inst, reqs[i].label);
+		if (fresh[i]) {
+			snprintf(q->label, sizeof(q->label), "%s", reqs[i].label);
+			list_insert_tail(&inst->queued, &q->link);
+			inst->queued_count++;
+		}
+		q->arr = reqs[i].arr;
+		q->type = reqs[i].type;
+	}
+	return 0;
+}
+
+const struct broker_queued *broker_queue_next(const struct broker_instance *inst,
+                                              const struct broker_queued *q)
+{
+	const struct list *next = q ? q->link.next : inst->queued.next;
+	return next == &inst->queued ? NULL : list_entry(next, const struct broker_queued, link);
+}
+
+void broker_session_hello(struct session *s, const char *client, bool keep_slabs)
+{
+	snprintf(s->name, sizeof(s->name), "%s", client ? client : "");
+	s->keep_slabs = keep_slabs;
+	s->hello = true;
+}
+
+void broker_session_evict(struct session *s)
+{
+	s->evicted = true;
 }
 
 /* Takes an instance out of the policy and the instance table and frees it. */

@@ -118,9 +118,7 @@ int dispatch_hello(struct dispatch_ctx *ctx, const struct proto_hello_params *p)
 	if (rc < 0)
 		return rc;
 	struct session *s = ctx->s;
-	s->keep_slabs = keep;
-	s->hello = true;
-	snprintf(s->name, sizeof(s->name), "%s", p->has_client ? p->client : "");
+	broker_session_hello(s, p->has_client ? p->client : NULL, keep);
 	const struct broker_limits *l = broker_get_limits(ctx->b);
 	cJSON *r = dispatch_result(ctx), *lim;
 	if (!r || proto_add_number(r, PROTO_F_VERSION, PROTO_VERSION) ||

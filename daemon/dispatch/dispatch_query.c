@@ -327,7 +327,7 @@ int dispatch_evict(struct dispatch_ctx *ctx, const struct proto_evict_params *p)
 			                        "evicted by an administrator");
 		dispatch_send_event(ctx->d, s, PROTO_EV_EVICTED, data);
 		/* Its process may still have its slabs mapped after the close. */
-		s->evicted = true;
+		broker_session_evict(s);
 		if (ctx->d->close)
 			ctx->d->close(ctx->d->send_ctx, s, "evicted by an administrator");
 		return dispatch_result(ctx) ? 0 : -ENOMEM;

@@ -78,31 +78,24 @@ static int queue_requests(struct dispatch_ctx *ctx, const struct proto_queue *q,
 	return 0;
 }
 
-static struct broker_queued *queued_find(struct broker_instance *inst, const char *label)
-{
-	struct list *pos;
-	list_for_each(pos, &inst->queued) {
-		struct broker_queued *q = list_entry(pos, struct broker_queued, link);
-		if (strcmp(q->label, label) == 0)
-			return q;
-	}
-	return NULL;
-}
-
 int dispatch_queue_request(struct dispatch_ctx *ctx, const struct proto_queue_request_params *p)
 {
 	struct parsed_request reqs[PROTO_MAX_REQUESTS];
-	struct broker_queued *fresh[PROTO_MAX_REQUESTS] = {NULL};
 	struct broker_instance *inst;
-	int n, added = 0;
+	int n;
 	int rc = dispatch_target_instance(ctx, p->instance, &inst);
 	if (rc == 0)
 		rc = queue_requests(ctx, &p->requests, reqs, &n);
 	if (rc < 0)
 		return rc;
-	for (int i = 0; i < n; i++)
-		added += !queued_find(inst, reqs[i].label);
-	if (inst->queued_count + (unsigned)added > PROTO_MAX_QUEUED) {
+	struct broker_queued put[PROTO_MAX_REQUESTS];
+	for (int i = 0; i < n; i++) {
+		snprintf(put[i].label, sizeof(put[i].label), "%s", reqs[i].label);
+		put[i].arr = reqs[i].arr;
+		put[i].type = reqs[i].type;
+	}
+	rc = broker_queue_put(inst, put, (unsigned)n);
+	if (rc == -EMFILE) {
 		proto_error_set(&ctx->err, PROTO_E_LIMIT,
 		                "limit reached: at most %d requests queued on an instance",
 		                PROTO_MAX_QUEUED);
@@ -111,29 +104,9 @@ int dispatch_queue_request(struct dispatch_ctx *ctx, const struct proto_queue_re
 			cJSON_AddStringToObject(ctx->data, PROTO_F_LIMIT, PROTO_V_LIMIT_MAX_QUEUED);
 			cJSON_AddNumberToObject(ctx->data, PROTO_F_VALUE, PROTO_MAX_QUEUED);
 		}
-		return -EMFILE;
 	}
-	/* Everything that can fail first: the queue changes all at once. */
-	for (int i = 0; i < n; i++) {
-		if (queued_find(inst, reqs[i].label))
-			continue;
-		fresh[i] = calloc(1, sizeof(*fresh[i]));
-		if (!fresh[i]) {
-			for (int j = 0; j < i; j++)
-				free(fresh[j]);
-			return -ENOMEM;
-		}
-	}
-	for (int i = 0; i < n; i++) {
-		struct broker_queued *q = fresh[i] ? fresh[i] : queued_find(inst, reqs[i].label);
-		if (fresh[i]) {
-			snprintf(q->label, sizeof(q->label), "%s", reqs[i].label);
-			list_insert_tail(&inst->queued, &q->link);
-			inst->queued_count++;
-		}
-		q->arr = reqs[i].arr;
-		q->type = reqs[i].type;
-	}
+	if (rc < 0)
+		return rc;
 	cJSON *r = dispatch_result(ctx);
 	if (!r || proto_add_id64(r, PROTO_F_INSTANCE, inst->id) ||
 	    !cJSON_AddStringToObject(r, PROTO_F_GROUP, inst->pol.group) ||
@@ -308,7 +281,7 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx,
 /* Everything a group has queued, flattened, with the instance of each. */
 struct batch {
 	struct broker_instance **owner;
-	struct broker_queued **req;
+	const struct broker_queued **req;
 	struct policy_array *arr;
 	uint64_t *ids;
 	size_t n;
@@ -324,7 +297,7 @@ static void batch_free(struct batch *bt)
 
 static int batch_collect(struct broker *b, const struct policy_instance *member, struct batch *bt)
 {
-	const struct list *pos, *q;
+	const struct list *pos;
 	size_t n = 0;
 	/* The group lives in the member's policy: its partition's, or the broker's. */
 	const struct policy *p =
@@ -351,10 +324,11 @@ static int batch_collect(struct broker *b, const struct policy_instance *member,
 		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
 		if (!policy_in_group(pi, member->space, member->group))
 			continue;
-		list_for_each(q, &inst->queued) {
+		for (const struct broker_queued *q = broker_queue_next(inst, NULL); q;
+		     q = broker_queue_next(inst, q)) {
 			bt->owner[bt->n] = inst;
-			bt->req[bt->n] = list_entry(q, struct broker_queued, link);
-			bt->arr[bt->n] = bt->req[bt->n]->arr;
+			bt->req[bt->n] = q;
+			bt->arr[bt->n] = q->arr;
 			bt->n++;
 		}
 	}
