@@ -1,3 +1,7 @@
+/*
+ * memfile.c - sealed memory files (memfile.h): a memfd of a size, sealed so
+ * that no process can shrink it under another's mapping.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,5 +1,9 @@
 /*
- * dispatch.c - the request handlers: JSON in, broker calls, JSON out.
+ * dispatch.c - the frame's way through: the request decoded once into its
+ * params struct (proto/params.h), one handler per method (the connection,
+ * instance and memory ones here; the others in the dispatch_*.c files),
+ * and the reply: a result object, the one grant encoder's frame, or the
+ * error a broker refusal or a bad parameter words.
  */
 #include "dispatch_internal.h"
 
