@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "doc-helpers.h"
 #include "schema.h"
 
 #define MAX_NAMES  4096
@@ -59,30 +60,6 @@ static const char *const not_names[] = {
     "free_bytes",
     "n_free_blocks",
 };
-
-static int failures;
-
-/* Every mismatch is reported, then the program fails. */
-#define fail(...) (printf("FAIL: "), printf(__VA_ARGS__), putchar('\n'), failures++)
-
-static char *read_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	size_t cap = 1 << 16, len = 0, n;
-	char *buf = malloc(cap);
-	if (!f || !buf) {
-		perror(path);
-		exit(1);
-	}
-	while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-		len += n;
-		if (len + 1 == cap && !(buf = realloc(buf, cap *= 2)))
-			exit(1);
-	}
-	fclose(f);
-	buf[len] = '\0';
-	return buf;
-}
 
 /* ---- what the document names --------------------------------------------- */
 
@@ -596,9 +573,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s PROTOCOL_MD SCHEMA_H\n", argv[0]);
 		return 2;
 	}
-	doc = read_file(argv[1]);
+	doc = doc_read_file(argv[1]);
 	doc_len = strlen(doc);
-	char *header = read_file(argv[2]);
+	char *header = doc_read_file(argv[2]);
 	const char *ops[PROTO_OP_COUNT], *events[MAX_EVENTS];
 	if (proto_event_count > MAX_EVENTS) {
 		fprintf(stderr, "more than %d events: raise MAX_EVENTS\n", MAX_EVENTS);
@@ -624,10 +601,10 @@ int main(int argc, char **argv)
 		for (int i = 0; i < found_count; i++)
 			printf("%d %s %s\n", found[i].line, found[i].key ? "key" : "word",
 			       found[i].name);
-	if (failures) {
+	if (doc_failures) {
 		printf("%d mismatches: proto/schema.h and proto/PROTOCOL.md must name the same "
 		       "methods, members, events and values\n",
-		       failures);
+		       doc_failures);
 		return 1;
 	}
 	printf("%d methods, %u members, %u events, %u values and %d names in PROTOCOL.md agree\n",

@@ -23,32 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "doc-helpers.h"
 #include "schema.h"
 
 #define MAX_ENTRIES 1024
-
-static int failures;
-
-#define fail(...) (printf("FAIL: "), printf(__VA_ARGS__), putchar('\n'), failures++)
-
-static char *read_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	size_t cap = 1 << 16, len = 0, n;
-	char *buf = malloc(cap);
-	if (!f || !buf) {
-		perror(path);
-		exit(1);
-	}
-	while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-		len += n;
-		if (len + 1 == cap && !(buf = realloc(buf, cap *= 2)))
-			exit(1);
-	}
-	fclose(f);
-	buf[len] = '\0';
-	return buf;
-}
 
 /* A NAME = value line of a file (_schema.py), or a macro of schema.h. */
 struct entry {
@@ -305,7 +283,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s PROTOCOL_MD SCHEMA_H SCHEMA_PY\n", argv[0]);
 		return 2;
 	}
-	char *doc = read_file(argv[1]), *header = read_file(argv[2]), *pyfile = read_file(argv[3]);
+	char *doc = doc_read_file(argv[1]), *header = doc_read_file(argv[2]),
+	     *pyfile = doc_read_file(argv[3]);
 	if (proto_limit_count > 64) {
 		fprintf(stderr, "more than 64 limits: raise seen[] in check_doc\n");
 		return 1;
@@ -319,10 +298,10 @@ int main(int argc, char **argv)
 	free(doc);
 	free(header);
 	free(pyfile);
-	if (failures) {
+	if (doc_failures) {
 		printf("%d mismatches: run tools/gen-pyschema.py after changing proto/schema.h, "
 		       "and keep PROTOCOL.md's table of limits in step\n",
-		       failures);
+		       doc_failures);
 		return 1;
 	}
 	printf("%u limits, %d names of _schema.py and PROTOCOL.md's limits agree with schema.h\n",
