@@ -415,18 +415,22 @@ int dispatch_host_result(struct dispatch_ctx *ctx, struct broker_host *h)
 	return 0;
 }
 
+int dispatch_managed_refused(struct dispatch_ctx *ctx)
+{
+	/* Unified memory cannot be shared across processes. */
+	proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
+	                "memory type 'managed' is not supported: managed memory cannot be shared "
+	                "between processes");
+	return -EOPNOTSUPP;
+}
+
 int dispatch_alloc(struct dispatch_ctx *ctx, const struct proto_alloc_params *p)
 {
 	struct broker_grant g;
 	struct broker_refusal why;
 	int type = p->has_type ? p->type : PROTO_MEMORY_DEVICE;
-	if (type == PROTO_MEMORY_MANAGED) {
-		/* Unified memory cannot be shared across processes. */
-		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
-		                "memory type 'managed' is not supported: managed memory "
-		                "cannot be shared between processes");
-		return -EOPNOTSUPP;
-	}
+	if (type == PROTO_MEMORY_MANAGED)
+		return dispatch_managed_refused(ctx);
 	if (type != PROTO_MEMORY_DEVICE)
 		return alloc_host(ctx, p->instance, p->size, type == PROTO_MEMORY_MAPPED);
 	int rc = broker_alloc_admit(ctx->b, ctx->s, ctx->id, p->instance, p->size,

@@ -90,6 +90,9 @@ void dispatch_grant_undo(struct broker *b, struct session *s, const struct broke
  * the client never holds what it was not told of. */
 void dispatch_grant_result(struct dispatch_ctx *ctx, const struct broker_grant *g,
                            enum dispatch_grant kind);
+/* The refusal of memory type "managed" (alloc's, a queued request's):
+ * unified memory cannot be shared between processes. -EOPNOTSUPP. */
+int dispatch_managed_refused(struct dispatch_ctx *ctx);
 /* The reply to a host alloc or claim of h: id, type, size and its descriptor. */
 int dispatch_host_result(struct dispatch_ctx *ctx, struct broker_host *h);
 

@@ -57,12 +57,8 @@ static int queue_requests(struct dispatch_ctx *ctx, const struct proto_queue *q,
 		uint64_t bytes;
 		memset(&out[i], 0, sizeof(out[i]));
 		int type = it->has_type ? it->type : PROTO_MEMORY_DEVICE;
-		if (type == PROTO_MEMORY_MANAGED) {
-			proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
-			                "memory type 'managed' is not supported: managed memory "
-			                "cannot be shared between processes");
-			return -EOPNOTSUPP;
-		}
+		if (type == PROTO_MEMORY_MANAGED)
+			return dispatch_managed_refused(ctx); /* as alloc refuses it */
 		out[i].label = it->label;
 		out[i].type = types[type];
 		memcpy(a->shape, it->shape.dim, sizeof(a->shape));
