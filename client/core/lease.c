@@ -23,15 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Until schema.h names them (the daemon's half, issue 27). */
-#ifndef PROTO_M_LEASE
-#define PROTO_M_LEASE        "lease"
-#define PROTO_M_LEASE_RETURN "lease_return"
-#define PROTO_M_LEASE_CARVE  "lease_carve"
-#define PROTO_F_LEASE        "lease"
-#define PROTO_F_IN_USE       "in_use"
-#endif
-
 struct lease {
 	struct lease *next; /* the instance's leases, or the doomed list */
 	struct lease_inst *inst;

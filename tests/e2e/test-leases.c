@@ -200,6 +200,7 @@ static void test_fragmentation(void **state)
 	(void)state;
 	th_daemon_start(&d, big_slabs);
 	gpb_client *c = th_client(&d, "frag");
+	assert_int_equal(gpb_set_mode(c, GPB_MODE_ACTIVE), 0);
 	uint64_t inst = reg(c, 8.0 / 1024);
 	for (int i = 0; i < 48; i++)
 		assert_int_equal(gpb_alloc(c, inst, 64 << 10, 0, &a[i]), 0);
@@ -392,8 +393,11 @@ static void test_carve(void **state)
 		if (gpb_open_shared(o, "carved", &s) != 0 || s.size < 8192 ||
 		    ((unsigned char *)s.ptr)[8191] != 0x5c)
 			th_child_exit(2);
-		if (gpb_attach(o, daemon_id, &t) != 0 || ((unsigned char *)t.ptr)[0] != 0x5c)
+		/* By id, through a client that has not opened it by name. */
+		gpb_client *o2 = th_client(&d, "other2");
+		if (gpb_attach(o2, daemon_id, &t) != 0 || ((unsigned char *)t.ptr)[0] != 0x5c)
 			th_child_exit(3);
+		gpb_disconnect(o2);
 		gpb_disconnect(o);
 		th_child_exit(0);
 	}
