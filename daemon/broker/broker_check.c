@@ -31,7 +31,7 @@ static int check_session_allocs(const struct broker *b, const struct session *s,
 			         (unsigned long long)a->id);
 			return -EFAULT;
 		}
-		used += pool_block_size(a->block);
+		used += broker_alloc_charge(a);
 		n++;
 	}
 	if (used != s->used || n != s->alloc_count) {

@@ -116,7 +116,7 @@ uint64_t broker_allocation_size(const struct broker *b, uint64_t id)
 {
 	const struct broker_alloc *a = idmap_get(&b->allocs, id);
 	if (a)
-		return pool_block_size(a->block);
+		return broker_alloc_bytes(a);
 	const struct broker_host *h = idmap_get(&b->hosts, id);
 	return h ? h->size : 0;
 }
