@@ -310,6 +310,10 @@ struct broker_device_stats {
 	                           write there: part of pool.used, in no instance */
 	uint64_t orphaned;      /* bytes freed by their owner, still attached
 	                           (outside partitions) */
+	uint64_t leased;        /* bytes of every session's leases there (part of
+	                           pool.used) */
+	uint64_t leases;        /* how many */
+	uint64_t in_use;        /* what their clients last said they use of them */
 };
 void broker_device_stats(const struct broker *b, int device, struct broker_device_stats *out);
 /* Bytes uid's live allocations hold on device (its operator cap's figure). */
