@@ -512,9 +512,10 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 	struct lease_state *ls = &c->lease;
 	struct lease_inst *in;
 	bool dropped = false;
-	uint64_t need, align = alignment > PROTO_GRANULE ? alignment : PROTO_GRANULE;
+	uint64_t need;
 	int rc;
 
+	(void)may_wait; /* a refusal goes per request, where it waits */
 	if (!ls->enabled || !c->track.opener)
 		return 1;
 	if (size > POOL_MAX_SLAB / 2)
@@ -575,10 +576,11 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 				continue;
 			}
 		}
-		if ((rc == GPB_E_OUT_OF_MEMORY || rc == GPB_E_QUOTA) &&
-		    (may_wait || need + align > LEASE_GRANULARITY)) {
-			/* A wait, or the daemon may still fit the exact size
-			 * (leases are whole granules): per request. */
+		if (rc == GPB_E_OUT_OF_MEMORY || rc == GPB_E_QUOTA) {
+			/* No lease fits, but the exact size may (a lease is whole
+			 * granules, a cap or the device may have less left): the
+			 * allocation goes as its own request, whose answer is the
+			 * per-allocation path's, a refusal included. */
 			error_clear();
 			return 1;
 		}
