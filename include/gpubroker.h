@@ -361,9 +361,21 @@ struct gpb_mem_info {
 	uint64_t free;         /**< bytes it may still allocate: min(cap - used, device free) */
 	uint64_t device_total; /**< device memory */
 	uint64_t device_free;  /**< device memory the broker has not handed out */
+	/** bytes this process holds leased for the instance (part of @used:
+	 * the daemon charges a lease whole); 0 with GPUBROKER_LEASE=0 */
+	uint64_t leased;
+	uint64_t in_use; /**< bytes of this process's live blocks in those leases, now */
+	uint64_t leases; /**< how many leases */
 };
 
-/** Errors: GPB_E_NOT_FOUND (instance), GPB_E_DAEMON_GONE. */
+/**
+ * @used is what the daemon charges the instance: its leases whole and its
+ * own allocations (larger than a slab, or made without leases). @leased,
+ * @in_use and @leases are this process's own figures, exact when the call
+ * returns (the daemon's copy of in_use is as of this process's last lease
+ * message).
+ * Errors: GPB_E_NOT_FOUND (instance), GPB_E_DAEMON_GONE.
+ */
 int gpb_mem_info(gpb_client *client, uint64_t instance, struct gpb_mem_info *out);
 
 /**

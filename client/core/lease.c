@@ -518,6 +518,10 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 	(void)may_wait; /* a refusal goes per request, where it waits */
 	if (!ls->enabled || !c->track.opener)
 		return 1;
+	/* Leases end with their connection: none to serve from once it is
+	 * gone (the per-request path says so, as it always has). */
+	if (c->conn.dead)
+		return 1;
 	if (size > POOL_MAX_SLAB / 2)
 		return 1;
 	need = (size + PROTO_GRANULE - 1) / PROTO_GRANULE * PROTO_GRANULE;
