@@ -490,6 +490,9 @@ GPB_EXPORT int gpb_release_kept(gpb_client *c)
 	if (c->conn.dead) {
 		rc = client_conn_dead_error(&c->conn);
 	} else {
+		/* Wholly free leases first: their slabs may then be kept
+		 * idle, and go with the rest. */
+		lease_release_free(c);
 		n = track_release_idle(&c->track);
 		rc = memory_send_released(c);
 		if (rc == 0)

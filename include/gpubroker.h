@@ -211,8 +211,10 @@ int gpb_free(gpb_client *client, uint64_t id);
  * gpb_free()) and gives them back to the daemon, which may return them to
  * the device. The daemon also asks for them by itself when a device is
  * short of memory (a `reclaim` event, answered as the library reads it, in
- * any call on this client or gpb_dispatch()). Returns how many slabs it let
- * go of (0 or more), or GPB_E_DAEMON_GONE.
+ * any call on this client or gpb_dispatch()). Leases (gpb_alloc) with
+ * nothing in them go back first, as the idle rule (GPUBROKER_LEASE_IDLE_MS)
+ * would return them later: their slabs are then let go of with the rest.
+ * Returns how many slabs it let go of (0 or more), or GPB_E_DAEMON_GONE.
  */
 int gpb_release_kept(gpb_client *client);
 

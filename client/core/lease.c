@@ -506,6 +506,19 @@ static unsigned inst_drop_free(struct lease_inst *in)
 	return n;
 }
 
+unsigned lease_release_free(struct gpb_client *c)
+{
+	struct lease_state *ls = &c->lease;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&ls->lock);
+	for (struct lease_inst *in = ls->insts; in; in = in->next)
+		n += inst_drop_free(in);
+	pthread_mutex_unlock(&ls->lock);
+	lease_return_doomed(c);
+	return n;
+}
+
 int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                 bool may_wait, struct gpb_allocation *out)
 {

@@ -121,6 +121,10 @@ int lease_free_carved(struct gpb_client *c, uint64_t id);
  * time. 0 with *daemon_id, 1 when @id is not a local block (then it is
  * used as it is), or a GPB_E_* error. */
 int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id);
+/* Client lock held: returns every wholly free lease now (gpb_release_kept:
+ * a lease with nothing in it is memory kept as an emptied slab is).
+ * Returns how many. */
+unsigned lease_release_free(struct gpb_client *c);
 /* Client lock held: returns the leases the pool let go of (lease_return). */
 void lease_return_doomed(struct gpb_client *c);
 
