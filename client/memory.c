@@ -517,7 +517,9 @@ GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
  * Gone already (free_label, invalidate): nothing to do. Lock held. */
 static void memory_release_pending(gpb_client *c, uint64_t id)
 {
-	if (track_lookup(&c->track, TRACK_ALLOC, id))
+	if (lease_id_local(id))
+		lease_release_pending(c, id);
+	else if (track_lookup(&c->track, TRACK_ALLOC, id))
 		memory_free_quiet(c, id, true);
 }
 
@@ -536,9 +538,22 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 	e = track_lookup(&c->track, TRACK_ALLOC, id);
 	if (c->conn.dead) {
 		rc = client_conn_dead_error(&c->conn);
-	} else if (lease_free_local(c, id) == 0 || (rc = lease_free_carved(c, id)) != 1) {
-		/* A local block: the range goes back to this process's own
-		 * leases, not to the daemon (stream order: issue 27 part 3). */
+	} else if ((rc = lease_free_async(c, id, stream, &fence)) != 1) {
+		/* A local block: it goes back to this process's own leases
+		 * once the stream has run, as any gpb_free_async. */
+		if (rc == 0 && fence) {
+			p = malloc(sizeof(*p));
+			if (!p) {
+				opener->fence_wait(fence);
+				opener->fence_free(fence);
+				lease_release_pending(c, id);
+			} else {
+				p->id = id;
+				p->fence = fence;
+				c->release_pending = memory_release_pending;
+				client_pending_add(c, p);
+			}
+		}
 	} else if (hostmem_get(c, id)) {
 		rc = error_set(GPB_E_INVALID,
 		               "gpb_free_async: %016" PRIx64 " is host memory: use gpb_free", id);

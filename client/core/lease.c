@@ -36,7 +36,19 @@ struct lease {
 	uint64_t live;        /* local blocks in it */
 	uint64_t carves;      /* carved blocks in it: it cannot go back */
 	uint64_t idle_since;  /* lease_now_ms() when live fell to 0 */
+	/* Its mapping (a reference of its own, NULL where none was had):
+	 * what a free waits on (cuda: the work queued in its context) and
+	 * whether its context died under it (then it is mapped anew before
+	 * a block is served from it, lease_renew). */
+	struct slab_map *map;
 };
+
+static void lease_map_put(struct lease *l)
+{
+	if (l->map)
+		slab_cache_put(l->map);
+	l->map = NULL;
+}
 
 struct lease_inst {
 	struct lease_inst *next;
@@ -76,6 +88,7 @@ static void inst_slab_destroy(void *ctx, void *slab)
 	in->leased -= l->size;
 	l->ps = NULL;
 	if (in->ls->abandoning) {
+		lease_map_put(l);
 		free(l);
 		return;
 	}
@@ -147,6 +160,7 @@ static void inst_destroy_all(struct lease_state *ls)
 		while (in->leases) {    /* the ready ones */
 			struct lease *l = in->leases;
 			in->leases = l->next;
+			lease_map_put(l);
 			free(l);
 		}
 		free(in);
@@ -154,13 +168,16 @@ static void inst_destroy_all(struct lease_state *ls)
 	while (ls->doomed) {
 		struct lease *l = ls->doomed;
 		ls->doomed = l->next;
+		lease_map_put(l);
 		free(l);
 	}
 	ls->abandoning = false;
 	idmap_finish(&ls->blocks);
 	idmap_finish(&ls->carves);
+	idmap_finish(&ls->freeing);
 	idmap_init(&ls->blocks);
 	idmap_init(&ls->carves);
+	idmap_init(&ls->freeing);
 }
 
 /* ---- life ----------------------------------------------------------------- */
@@ -186,6 +203,7 @@ void lease_init(struct lease_state *ls)
 	}
 	idmap_init(&ls->blocks);
 	idmap_init(&ls->carves);
+	idmap_init(&ls->freeing);
 }
 
 void lease_finish(struct gpb_client *c)
@@ -196,6 +214,7 @@ void lease_finish(struct gpb_client *c)
 	inst_destroy_all(ls);
 	idmap_finish(&ls->blocks);
 	idmap_finish(&ls->carves);
+	idmap_finish(&ls->freeing);
 	pthread_cond_destroy(&ls->wake);
 	pthread_mutex_destroy(&ls->lock);
 }
@@ -205,6 +224,7 @@ void lease_abandon(struct lease_state *ls)
 	inst_destroy_all(ls);
 	idmap_finish(&ls->blocks);
 	idmap_finish(&ls->carves);
+	idmap_finish(&ls->freeing);
 }
 
 void lease_forget(struct gpb_client *c)
@@ -234,6 +254,13 @@ static int inst_take(struct lease_state *ls, struct lease_inst *in, uint64_t siz
 	if (!l->ps) { /* a ready lease the pool just took in: pinned for good */
 		l->ps = pool_block_slab(b);
 		pool_slab_pin(l->ps);
+	}
+	/* Its context died (cuDevicePrimaryCtxReset, cuCtxDestroy): no block
+	 * of a mapping that is gone; the slow path maps it anew. Asked of
+	 * backends with contexts only (sim's mappings never die). */
+	if (l->map && l->map->opener->alive && slab_cache_dead(l->map)) {
+		pool_free(in->pool, b);
+		return -ESTALE;
 	}
 	l->live++;
 	in->in_use += pool_block_size(b);
@@ -280,6 +307,34 @@ static void block_free(struct lease_state *ls, uint64_t id, struct pool_block *b
 	}
 }
 
+/*
+ * gpb_free's promise (gpubroker.h): the work queued on the memory has run
+ * before the range can be anyone's again, here the next block served from
+ * the lease. Waits (cuda: the mapping's context) outside the allocator's
+ * lock, so other threads keep allocating meanwhile; nothing where the
+ * backend has no queues (sim).
+ */
+static void block_finish_work(struct lease_state *ls, uint64_t id)
+{
+	struct slab_map *map = NULL;
+	struct pool_block *b;
+
+	pthread_mutex_lock(&ls->lock);
+	b = idmap_get(&ls->blocks, id);
+	if (b && !idmap_get(&ls->freeing, id)) { /* not gpb_free_async's */
+		struct lease *l = pool_slab_backend(pool_block_slab(b));
+		if (l->map && l->map->opener->finish) {
+			map = l->map;
+			slab_cache_ref(map);
+		}
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (map) {
+		slab_cache_finish(map);
+		slab_cache_put(map);
+	}
+}
+
 int lease_free_local(struct gpb_client *c, uint64_t id)
 {
 	struct lease_state *ls = &c->lease;
@@ -288,9 +343,10 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 
 	if (!lease_id_local(id))
 		return 1;
+	block_finish_work(ls, id);
 	pthread_mutex_lock(&ls->lock);
 	b = idmap_get(&ls->blocks, id);
-	if (b && !idmap_get(&ls->carves, id)) {
+	if (b && !idmap_get(&ls->carves, id) && !idmap_get(&ls->freeing, id)) {
 		block_free(ls, id, b);
 		rc = 0;
 	}
@@ -309,13 +365,17 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 		return 1;
 	pthread_mutex_lock(&ls->lock);
 	b = idmap_get(&ls->blocks, id);
+	if (b && idmap_get(&ls->freeing, id))
+		b = NULL; /* gpb_free_async has it */
 	carve = (uintptr_t)idmap_get(&ls->carves, id);
 	pthread_mutex_unlock(&ls->lock);
 	if (!b)
 		return 1;
 	if (carve) {
 		/* The carve goes first: the daemon frees it in order, before
-		 * any lease_return sent after it. */
+		 * any lease_return sent after it; and may hand its range to
+		 * another at once: the work queued on it first. */
+		block_finish_work(ls, id);
 		rc = client_conn_send_free(&c->conn, (uint64_t)carve);
 		if (rc < 0)
 			return rc;
@@ -331,6 +391,68 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 	return 0;
 }
 
+int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fence)
+{
+	struct lease_state *ls = &c->lease;
+	struct slab_map *map = NULL;
+	struct pool_block *b;
+	int rc = 0;
+
+	*fence = NULL;
+	if (!lease_id_local(id))
+		return 1;
+	pthread_mutex_lock(&ls->lock);
+	b = idmap_get(&ls->blocks, id);
+	if (b && idmap_get(&ls->freeing, id))
+		b = NULL;
+	if (b) {
+		struct lease *l = pool_slab_backend(pool_block_slab(b));
+		if (l->map && l->map->opener->fence) {
+			map = l->map;
+			slab_cache_ref(map);
+		}
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (!b)
+		return 1;
+	if (map) {
+		rc = map->opener->fence(map->priv, stream, fence);
+		slab_cache_put(map);
+		if (rc < 0)
+			return rc;
+	}
+	pthread_mutex_lock(&ls->lock);
+	if (*fence && idmap_put(&ls->freeing, id, b) == 0) {
+		pthread_mutex_unlock(&ls->lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (*fence) { /* no room to remember it: waited for here */
+		map->opener->fence_wait(*fence);
+		map->opener->fence_free(*fence);
+		*fence = NULL;
+	}
+	/* Nothing queued can still run: freed now. */
+	rc = lease_free_local(c, id);
+	return rc == 1 ? lease_free_carved(c, id) : rc;
+}
+
+void lease_release_pending(struct gpb_client *c, uint64_t id)
+{
+	struct lease_state *ls = &c->lease;
+	struct pool_block *b;
+	bool carved;
+
+	pthread_mutex_lock(&ls->lock);
+	b = idmap_remove(&ls->freeing, id);
+	carved = b && idmap_get(&ls->carves, id);
+	if (b && !carved)
+		block_free(ls, id, b);
+	pthread_mutex_unlock(&ls->lock);
+	if (carved)
+		lease_free_carved(c, id);
+}
+
 /* ---- leases: the round trips (client lock held, allocator lock not) ------- */
 
 /* Returns one lease the pool let go of: unmapped first where the backend
@@ -342,6 +464,9 @@ static void lease_send_return(struct gpb_client *c, struct lease *l, uint64_t in
 	bool closed;
 	int rc;
 
+	/* Its own reference first: the track's last one closes the mapping
+	 * before the daemon hears (cuda). */
+	lease_map_put(l);
 	track_finish_work(&c->track, TRACK_ALLOC, l->id);
 	closed = track_release_early(&c->track, TRACK_ALLOC, l->id);
 	if (!params || proto_add_id64(params, PROTO_F_LEASE, l->id) < 0 ||
@@ -392,7 +517,7 @@ static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
 	struct track_prep prep;
 	struct proto_reply rep;
 	struct lease *l;
-	uint64_t id = 0, in_use, slab_size = 0;
+	uint64_t id = 0, in_use, slab_size = 0, slab = 0;
 	cJSON *params;
 	int fd, rc;
 
@@ -424,6 +549,8 @@ static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
 	if (rc < 0)
 		goto out;
 	(void)proto_get_u64(rep.result, PROTO_F_SLAB_SIZE, 1, UINT64_MAX, &slab_size);
+	if (proto_get_id64(rep.result, PROTO_F_SLAB, &slab) < 0)
+		slab = 0;
 	rc = track_adopt(&c->track, TRACK_ALLOC, &prep, rep.result, fd, &g, &id);
 	proto_reply_finish(&rep);
 	if (rc == GPB_E_PROTOCOL) {
@@ -431,8 +558,13 @@ static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
 		goto out;
 	}
 	if (rc < 0) {
-		if (id)
-			client_call_id(c, PROTO_M_LEASE_RETURN, PROTO_F_LEASE, id);
+		/* Not mappable here: given back, and the slab too, which a
+		 * daemon that keeps emptied slabs would keep for this
+		 * connection though this library never took it (as
+		 * memory_undo does for an alloc). */
+		if (id && client_call_id(c, PROTO_M_LEASE_RETURN, PROTO_F_LEASE, id) == 0 && slab &&
+		    !track_holds_slab(&c->track, slab))
+			client_conn_send_release(&c->conn, slab);
 		goto out;
 	}
 	l->id = id;
@@ -441,11 +573,18 @@ static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
 	l->offset = g.offset;
 	l->slab = g.slab;
 	l->device = g.device;
+	{
+		struct track_entry *e = track_lookup(&c->track, TRACK_ALLOC, id);
+		l->map = e && e->slab ? e->slab->map : NULL;
+		if (l->map)
+			slab_cache_ref(l->map);
+	}
 	pthread_mutex_lock(&ls->lock);
 	/* Looked up again: an invalidate read with the reply forgot it. */
 	in = inst_get(ls, instance);
 	if (!in) {
 		pthread_mutex_unlock(&ls->lock);
+		lease_map_put(l);
 		client_call_id(c, PROTO_M_LEASE_RETURN, PROTO_F_LEASE, id);
 		track_release(&c->track, TRACK_ALLOC, id);
 		rc = error_set(GPB_E_NOMEM, "out of memory");
@@ -464,6 +603,38 @@ static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
 out:
 	free(l);
 	track_prep_release(&prep);
+	return rc;
+}
+
+/*
+ * The leases of @instance whose mapping died with its CUDA context are
+ * mapped anew (the track maps the held slab again, as for a grant in it)
+ * and serve from the new mapping; the blocks served before keep their
+ * dead pointers, which the copy helpers answer with GPB_E_CONTEXT_RESET.
+ * 0, or the error of a slab that cannot be mapped again. Client lock held.
+ */
+static int inst_renew(struct gpb_client *c, uint64_t instance)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_inst *in;
+	int rc = 0;
+
+	pthread_mutex_lock(&ls->lock);
+	in = inst_find(ls, instance);
+	for (struct lease *l = in ? in->leases : NULL; l && rc == 0; l = l->next) {
+		struct slab_map *fresh;
+
+		if (!l->map || !l->map->opener->alive || !slab_cache_dead(l->map))
+			continue;
+		rc = track_alloc_live(&c->track, l->id, &fresh);
+		if (rc < 0)
+			break;
+		l->base = (char *)fresh->base + ((char *)l->base - (char *)l->map->base);
+		slab_cache_ref(fresh);
+		slab_cache_put(l->map);
+		l->map = fresh;
+	}
+	pthread_mutex_unlock(&ls->lock);
 	return rc;
 }
 
@@ -554,6 +725,12 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 		lease_return_doomed(c);
 		if (rc == 0)
 			return 0;
+		if (rc == -ESTALE) {
+			rc = inst_renew(c, instance);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		if (rc == -EINVAL)
 			return error_set(GPB_E_INVALID, "gpb_alloc: bad size or alignment");
 		rc = lease_request(c, instance, need);

@@ -65,6 +65,9 @@ struct lease_state {
 	struct lease_inst *insts;
 	struct idmap blocks; /* local id -> struct pool_block */
 	struct idmap carves; /* local id -> carve (daemon id, as a uintptr) */
+	/* local id -> struct pool_block: gpb_free_async took it, freed once
+	 * the work queued on its stream has run (lease_release_pending) */
+	struct idmap freeing;
 	uint64_t next_local;
 	struct lease *doomed; /* let go by the pool: to return (lease_return) */
 	/* The service thread: started with the first lease. */
@@ -117,6 +120,18 @@ int lease_free_local(struct gpb_client *c, uint64_t id);
 /* Client lock held: frees a local block that was carved (its carve first).
  * 0, 1 (not local), or a GPB_E_* error. */
 int lease_free_carved(struct gpb_client *c, uint64_t id);
+/*
+ * gpb_free_async of local block @id, client lock held: the block stays
+ * this process's (in use, not served again) until the work queued on
+ * @stream so far has run; *fence is then the opener's fence to put on the
+ * client's pending queue (its entry freed with lease_release_pending), or
+ * NULL when the block was freed at once (nothing can be queued: no
+ * streams, or a dead context). 0, 1 (not a local block of this client),
+ * or a GPB_E_* error.
+ */
+int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fence);
+/* Client lock held: frees the block lease_free_async() left pending. */
+void lease_release_pending(struct gpb_client *c, uint64_t id);
 /* Client lock held: the daemon id of local block @id, carving it the first
  * time. 0 with *daemon_id, 1 when @id is not a local block (then it is
  * used as it is), or a GPB_E_* error. */
