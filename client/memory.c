@@ -132,19 +132,6 @@ out:
 	return rc;
 }
 
-/* Sends a `release` for each kept slab the track let go of (its mapping is
- * closed already). Lock held. */
-static int memory_send_released(gpb_client *c)
-{
-	size_t n;
-	const uint64_t *ids = track_take_released(&c->track, &n);
-	int rc = 0;
-
-	for (size_t i = 0; i < n && rc == 0; i++)
-		rc = client_conn_send_release(&c->conn, ids[i]);
-	return rc;
-}
-
 /*
  * gpb_alloc's exchange: the request and, in the steady state (a slab this
  * connection holds), the grant go without the cJSON tree (proto/codec.h);
@@ -232,7 +219,7 @@ static int memory_release_call(gpb_client *c, enum track_kind kind, const char *
 	rc = client_result_json(rep.result, result_json);
 	proto_reply_finish(&rep);
 	if (rc == 0)
-		rc = memory_send_released(c);
+		rc = client_send_released(c);
 	return rc;
 }
 
@@ -256,7 +243,7 @@ static int memory_free_quiet(gpb_client *c, uint64_t id, bool ordered)
 	track_release(&c->track, TRACK_ALLOC, id);
 	rc = client_conn_send_free(&c->conn, id);
 	if (rc == 0)
-		rc = memory_send_released(c);
+		rc = client_send_released(c);
 	return rc;
 }
 
@@ -436,7 +423,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 		return rc;
 	}
 	memory_release_freed(c, rep.result);
-	memory_send_released(c);
+	client_send_released(c);
 	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, PROTO_F_FREED));
 	if (result_json && client_result_json(rep.result, result_json) < 0)
 		rc = GPB_E_NOMEM;
@@ -494,7 +481,7 @@ GPB_EXPORT int gpb_release_kept(gpb_client *c)
 		 * idle, and go with the rest. */
 		lease_release_free(c);
 		n = track_release_idle(&c->track);
-		rc = memory_send_released(c);
+		rc = client_send_released(c);
 		if (rc == 0)
 			rc = n > INT32_MAX ? INT32_MAX : (int)n;
 	}

@@ -131,6 +131,17 @@ int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t 
 	return client_call(c, method, client_params_id(key, id), NULL, NULL);
 }
 
+int client_send_released(gpb_client *c)
+{
+	size_t n;
+	const uint64_t *ids = track_take_released(&c->track, &n);
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = client_conn_send_release(&c->conn, ids[i]);
+	return rc;
+}
+
 int client_result_json(const cJSON *result, void *result_json)
 {
 	char **out = result_json;

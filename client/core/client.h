@@ -109,6 +109,10 @@ cJSON *client_params_id(const char *key, uint64_t id);
 /* Sends a request whose only parameter is the id64 @key and ignores its
  * result. Called with the lock held. */
 int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id);
+/* Sends a `release` for each kept slab the track let go of (its mapping is
+ * closed already: track_take_released), before any request that could be
+ * granted memory in it. Called with the lock held. */
+int client_send_released(gpb_client *c);
 /* A client_parse_fn: *(char **)@result_json = @result as compact JSON text
  * (free with free()); nothing when @result_json is NULL. */
 int client_result_json(const cJSON *result, void *result_json);

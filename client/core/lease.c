@@ -304,10 +304,16 @@ void lease_return_doomed(struct gpb_client *c)
 		}
 		pthread_mutex_unlock(&ls->lock);
 		if (!l)
-			return;
+			break;
 		lease_send_return(c, l, in_use);
 		ls->leases_returned++;
 	}
+	/* A returned lease may have been the last hold on a slab the daemon
+	 * keeps for this connection: the track let go of its mapping, and the
+	 * daemon must hear so before the next lease, or it would grant one in
+	 * that slab without handing it over again. Sent as the per-allocation
+	 * path sends them after a free. */
+	client_send_released(c);
 }
 
 /* Asks for a lease of at least @need bytes for @in and files it ready.
@@ -561,11 +567,15 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 			/* Fragmentation inside the leases must not become a
 			 * refusal the per-allocation path would not give: the
 			 * wholly free leases go back, and the lease is asked
-			 * again. */
+			 * again. Every instance's, not this one's alone: the
+			 * free leases of another instance of this client hold
+			 * the device's room (and the user's cap) that the
+			 * per-allocation path would have freed already. */
+			unsigned n = 0;
 			dropped = true;
 			pthread_mutex_lock(&ls->lock);
-			in = inst_find(ls, instance);
-			unsigned n = in ? inst_drop_free(in) : 0;
+			for (struct lease_inst *i = ls->insts; i; i = i->next)
+				n += inst_drop_free(i);
 			pthread_mutex_unlock(&ls->lock);
 			if (n) {
 				lease_return_doomed(c);

@@ -1,8 +1,9 @@
 /*
  * test-leases.c - the lease allocator (issue 27) against the real daemon:
  * allocations served inside leases with no daemon message, growth, idle
- * return with the process making no calls, return-and-re-lease on
- * fragmentation, kill -9, fork, threads, carve on export and attach,
+ * return with the process making no calls (and the slabs leased again),
+ * return-and-re-lease on fragmentation and for another instance of the
+ * process, kill -9, fork, threads, carve on export and attach,
  * GPUBROKER_LEASE=0 and the direct allocator's fallback.
  */
 #include <stdarg.h>
@@ -190,6 +191,44 @@ static void test_idle_return(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/* Fills the device through @inst in 16 MiB blocks until refused; frees
+ * them all and returns how many it got. */
+static int fill_device(gpb_client *c, uint64_t inst)
+{
+	struct gpb_allocation a[80];
+	int n = 0, rc;
+	while (n < 80 && (rc = gpb_alloc(c, inst, 16 * MIB, 0, &a[n])) == 0)
+		n++;
+	assert_int_equal(rc, GPB_E_OUT_OF_MEMORY);
+	assert_true(n >= 32); /* 1 GiB devices: (nearly) all of it */
+	for (int i = 0; i < n; i++)
+		assert_int_equal(gpb_free(c, a[i].id), 0);
+	return n;
+}
+
+/* Leases returned idle from every slab of the device (more slabs than the
+ * process keeps mapped): the daemon hears which kept slabs the library let
+ * go of, so that leasing them again hands them over again. */
+static void test_idle_refill(void **state)
+{
+	struct th_daemon d;
+	(void)state;
+	setenv("GPUBROKER_LEASE_IDLE_MS", "200", 1);
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "refill");
+	unsetenv("GPUBROKER_LEASE_IDLE_MS");
+	gpb_client *watch = th_client(&d, "watch");
+	uint64_t inst = reg(c, 0);
+	int n = fill_device(c, inst);
+	struct idle_check ic = {watch};
+	assert_true(th_wait_for(nothing_used, &ic, 5000));
+	assert_int_equal(fill_device(c, inst), n);
+	th_selfcheck(c, NULL);
+	gpb_disconnect(c);
+	gpb_disconnect(watch);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 /* Fragmentation inside leases is no refusal: under an 8 MiB cap, leases of
  * 2 and 4 MiB wholly free cannot hold 6 MiB, nor can a third lease fit the
  * cap; the free ones go back and the block is leased. */
@@ -212,6 +251,33 @@ static void test_fragmentation(void **state)
 	assert_int_equal(gpb_free(c, big.id), 0);
 	/* Past the cap: refused as the per-allocation path refuses it. */
 	assert_int_equal(gpb_alloc(c, inst, 9 * MIB, 0, &big), GPB_E_QUOTA);
+	th_selfcheck(c, NULL);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
+/* One process's idle leases are no refusal to itself either: instance a
+ * leases the whole device and frees every block, then instance b of the
+ * same client allocates. The per-allocation path serves b; so must the
+ * lease path, by returning a's wholly free leases rather than waiting for
+ * the idle timer (set long here, so that only that return can serve b). */
+static void test_other_instance(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation b;
+	struct gpb_register_opts o = {.name = "lease-b"};
+	uint64_t ib;
+	(void)state;
+	setenv("GPUBROKER_LEASE_IDLE_MS", "600000", 1);
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "other");
+	unsetenv("GPUBROKER_LEASE_IDLE_MS");
+	fill_device(c, reg(c, 0));
+	assert_int_equal(gpb_register(c, &o, &ib), 0);
+	assert_int_equal(gpb_alloc(c, ib, 16 * MIB, 0, &b), 0);
+	pattern(&b, 3, false);
+	pattern(&b, 3, true);
+	assert_int_equal(gpb_free(c, b.id), 0);
 	th_selfcheck(c, NULL);
 	gpb_disconnect(c);
 	assert_int_equal(th_daemon_stop(&d), 0);
@@ -457,11 +523,12 @@ static void test_direct_fallback(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_no_messages), cmocka_unit_test(test_grow),
-	    cmocka_unit_test(test_idle_return), cmocka_unit_test(test_fragmentation),
-	    cmocka_unit_test(test_kill),        cmocka_unit_test(test_fork),
-	    cmocka_unit_test(test_threads),     cmocka_unit_test(test_carve),
-	    cmocka_unit_test(test_lease_off),   cmocka_unit_test(test_direct_fallback),
+	    cmocka_unit_test(test_no_messages),   cmocka_unit_test(test_grow),
+	    cmocka_unit_test(test_idle_return),   cmocka_unit_test(test_idle_refill),
+	    cmocka_unit_test(test_fragmentation), cmocka_unit_test(test_other_instance),
+	    cmocka_unit_test(test_kill),          cmocka_unit_test(test_fork),
+	    cmocka_unit_test(test_threads),       cmocka_unit_test(test_carve),
+	    cmocka_unit_test(test_lease_off),     cmocka_unit_test(test_direct_fallback),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
