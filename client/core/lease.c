@@ -506,6 +506,34 @@ static unsigned inst_drop_free(struct lease_inst *in)
 	return n;
 }
 
+void lease_release_instance(struct gpb_client *c, uint64_t instance)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_inst *in, **pp;
+
+	pthread_mutex_lock(&ls->lock);
+	in = inst_find(ls, instance);
+	if (in)
+		inst_drop_free(in);
+	pthread_mutex_unlock(&ls->lock);
+	if (!in)
+		return;
+	/* Sent before the caller's unregister, on the same connection: the
+	 * daemon has them back when it looks at the instance. */
+	lease_return_doomed(c);
+	pthread_mutex_lock(&ls->lock);
+	for (pp = &ls->insts; *pp && *pp != in; pp = &(*pp)->next)
+		;
+	/* Nothing left in it (no live block, no lease): forgotten, so that
+	 * an instance id the daemon gives again starts afresh. */
+	if (*pp && !in->leases && !in->in_use) {
+		*pp = in->next;
+		pool_destroy(in->pool);
+		free(in);
+	}
+	pthread_mutex_unlock(&ls->lock);
+}
+
 int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                 bool may_wait, struct gpb_allocation *out)
 {

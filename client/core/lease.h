@@ -121,6 +121,10 @@ int lease_free_carved(struct gpb_client *c, uint64_t id);
  * time. 0 with *daemon_id, 1 when @id is not a local block (then it is
  * used as it is), or a GPB_E_* error. */
 int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id);
+/* Client lock held: returns the wholly free leases of @instance (before
+ * gpb_unregister: an instance whose blocks are all freed holds nothing the
+ * daemon would call busy), and forgets the instance when nothing is left. */
+void lease_release_instance(struct gpb_client *c, uint64_t instance);
 /* Client lock held: returns the leases the pool let go of (lease_return). */
 void lease_return_doomed(struct gpb_client *c);
 
