@@ -207,6 +207,15 @@ void lease_abandon(struct lease_state *ls)
 	idmap_finish(&ls->carves);
 }
 
+void lease_conn_lost(struct gpb_client *c)
+{
+	if (c->lease.lost)
+		return;
+	pthread_mutex_lock(&c->lease.lock);
+	c->lease.lost = true;
+	pthread_mutex_unlock(&c->lease.lock);
+}
+
 void lease_forget(struct gpb_client *c)
 {
 	pthread_mutex_lock(&c->lease.lock);
@@ -258,7 +267,7 @@ int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, ui
 	if (!ls->enabled)
 		return 1;
 	pthread_mutex_lock(&ls->lock);
-	in = inst_find(ls, instance);
+	in = ls->lost ? NULL : inst_find(ls, instance);
 	if (in && in->count && (!in->max_lease || size <= in->max_lease) &&
 	    inst_take(ls, in, size, alignment, out) == 0)
 		rc = 0;
