@@ -177,6 +177,9 @@ GPB_EXPORT int gpb_unregister(gpb_client *c, uint64_t instance)
 
 	if (rc < 0)
 		return rc;
+	/* Its idle leases are the library's, not the caller's: they go back
+	 * first, or the daemon would refuse the instance as busy. */
+	lease_release_instance(c, instance);
 	rc = client_call_id(c, PROTO_M_UNREGISTER, PROTO_F_INSTANCE, instance);
 	client_leave(c);
 	return rc;

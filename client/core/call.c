@@ -96,6 +96,10 @@ void client_pending_drop(gpb_client *c)
 
 void client_leave(gpb_client *c)
 {
+	/* Whatever call found the connection dead, the fast path (which
+	 * takes no client lock) learns it before this lock goes. */
+	if (c->conn.dead)
+		lease_conn_lost(c);
 	pthread_mutex_unlock(&c->lock);
 }
 

@@ -190,6 +190,15 @@ void lease_abandon(struct lease_state *ls)
 	idmap_finish(&ls->freeing);
 }
 
+void lease_conn_lost(struct gpb_client *c)
+{
+	if (c->lease.lost)
+		return;
+	pthread_mutex_lock(&c->lease.lock);
+	c->lease.lost = true;
+	pthread_mutex_unlock(&c->lease.lock);
+}
+
 void lease_forget(struct gpb_client *c)
 {
 	pthread_mutex_lock(&c->lease.lock);
@@ -248,7 +257,7 @@ int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, ui
 	if (!ls->enabled)
 		return 1;
 	pthread_mutex_lock(&ls->lock);
-	in = inst_find(ls, instance);
+	in = ls->lost ? NULL : inst_find(ls, instance);
 	if (in && in->count && (!in->max_lease || size <= in->max_lease) &&
 	    inst_take(ls, in, size, alignment, out) == 0)
 		rc = 0;
@@ -497,6 +506,34 @@ unsigned lease_release_free(struct gpb_client *c)
 	pthread_mutex_unlock(&ls->lock);
 	lease_return_doomed(c);
 	return n;
+}
+
+void lease_release_instance(struct gpb_client *c, uint64_t instance)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_inst *in, **pp;
+
+	pthread_mutex_lock(&ls->lock);
+	in = inst_find(ls, instance);
+	if (in)
+		inst_drop_free(in);
+	pthread_mutex_unlock(&ls->lock);
+	if (!in)
+		return;
+	/* Sent before the caller's unregister, on the same connection: the
+	 * daemon has them back when it looks at the instance. */
+	lease_return_doomed(c);
+	pthread_mutex_lock(&ls->lock);
+	for (pp = &ls->insts; *pp && *pp != in; pp = &(*pp)->next)
+		;
+	/* Nothing left in it (no live block, no lease): forgotten, so that
+	 * an instance id the daemon gives again starts afresh. */
+	if (*pp && !in->leases && !in->in_use) {
+		*pp = in->next;
+		pool_destroy(in->pool);
+		free(in);
+	}
+	pthread_mutex_unlock(&ls->lock);
 }
 
 int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,

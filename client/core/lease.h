@@ -61,7 +61,10 @@ struct lease_state {
 	pthread_cond_t wake;  /* the service thread's timer and doorbell */
 	bool enabled;         /* GPUBROKER_LEASE != 0 and the daemon supports leases */
 	bool abandoning;      /* lease_abandon: the pool lets slabs go with no return */
-	unsigned idle_ms;     /* GPUBROKER_LEASE_IDLE_MS */
+	/* The connection is dead (lease_conn_lost): its leases ended with it,
+	 * so no block is served from them. Written under both locks. */
+	bool lost;
+	unsigned idle_ms; /* GPUBROKER_LEASE_IDLE_MS */
 	struct lease_inst *insts;
 	struct idmap blocks; /* local id -> struct pool_block */
 	struct idmap carves; /* local id -> carve (daemon id, as a uintptr) */
@@ -90,6 +93,11 @@ void lease_abandon(struct lease_state *ls);
 /* The daemon released everything the connection held (invalidate): the
  * leases are gone; forget them (client lock held). */
 void lease_forget(struct gpb_client *c);
+
+/* Client lock held, the connection dead: the fast path serves no more
+ * blocks (the daemon ended the leases with the connection; gpb_alloc
+ * reports GPB_E_DAEMON_GONE as the per-allocation path does). */
+void lease_conn_lost(struct gpb_client *c);
 
 /* Whether @id is of the local namespace. */
 static inline bool lease_id_local(uint64_t id)
@@ -140,6 +148,10 @@ int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id);
  * a lease with nothing in it is memory kept as an emptied slab is).
  * Returns how many. */
 unsigned lease_release_free(struct gpb_client *c);
+/* Client lock held: returns the wholly free leases of @instance (before
+ * gpb_unregister: an instance whose blocks are all freed holds nothing the
+ * daemon would call busy), and forgets the instance when nothing is left. */
+void lease_release_instance(struct gpb_client *c, uint64_t instance);
 /* Client lock held: returns the leases the pool let go of (lease_return). */
 void lease_return_doomed(struct gpb_client *c);
 

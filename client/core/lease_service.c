@@ -69,7 +69,7 @@ static void *lease_service_main(void *arg)
 			/* Client lock, then allocator lock (lease.h). */
 			if (pthread_mutex_trylock(&c->lock) == 0) {
 				lease_return_doomed(c);
-				pthread_mutex_unlock(&c->lock);
+				client_leave(c);
 				pthread_mutex_lock(&ls->lock);
 				continue;
 			}
