@@ -288,6 +288,8 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		return rc;
 	if (c->conn.dead) {
 		rc = client_conn_dead_error(&c->conn);
+	} else if (kind == TRACK_ALLOC && (rc = lease_free_carved(c, id)) != 1) {
+		/* A local block (lease.h) carved for export or attach. */
 	} else if (kind == TRACK_ALLOC && hostmem_get(c, id)) {
 		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
 	} else if (!memory_owned(c, kind, id)) {
@@ -313,6 +315,17 @@ GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, u
 {
 	int rc;
 
+	/* The leases' fast path: the allocator's lock alone, no exchange
+	 * (lease.h). Anything it cannot serve goes the way below, which
+	 * checks the arguments and reports. */
+	if (c && out && size && alignment <= PROTO_MAX_ALIGNMENT &&
+	    !(alignment & (alignment - 1)) && !client_forked(c)) {
+		error_clear();
+		if (lease_alloc_local(c, instance, size,
+		                      alignment < PROTO_GRANULE ? PROTO_GRANULE : alignment,
+		                      out) == 0)
+			return 0;
+	}
 	rc = client_enter(c);
 	if (rc < 0)
 		return rc;
@@ -335,7 +348,9 @@ GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, u
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < PROTO_GRANULE)
 		alignment = PROTO_GRANULE;
-	rc = memory_alloc(c, instance, size, alignment, wait_ms, out);
+	rc = lease_alloc(c, instance, size, alignment, wait_ms > 0, out);
+	if (rc == 1)
+		rc = memory_alloc(c, instance, size, alignment, wait_ms, out);
 out:
 	client_leave(c);
 	return rc;
@@ -486,6 +501,12 @@ GPB_EXPORT int gpb_release_kept(gpb_client *c)
 
 GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 {
+	/* A local block: the allocator's lock alone (lease.h). */
+	if (c && lease_id_local(id) && !client_forked(c)) {
+		error_clear();
+		if (lease_free_local(c, id) == 0)
+			return 0;
+	}
 	return memory_release(c, TRACK_ALLOC, id);
 }
 
@@ -512,6 +533,9 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 	e = track_lookup(&c->track, TRACK_ALLOC, id);
 	if (c->conn.dead) {
 		rc = client_conn_dead_error(&c->conn);
+	} else if (lease_free_local(c, id) == 0 || (rc = lease_free_carved(c, id)) != 1) {
+		/* A local block: the range goes back to this process's own
+		 * leases, not to the daemon (stream order: issue 27 part 3). */
 	} else if (hostmem_get(c, id)) {
 		rc = error_set(GPB_E_INVALID,
 		               "gpb_free_async: %016" PRIx64 " is host memory: use gpb_free", id);
@@ -554,6 +578,11 @@ GPB_EXPORT int gpb_attach(gpb_client *c, uint64_t id, struct gpb_allocation *out
 		rc = error_set(GPB_E_INVALID, "gpb_attach: out is NULL");
 		goto out;
 	}
+	/* A local block of this client is carved first: the attachment is
+	 * of the carve, whose daemon id it carries (lease.h). */
+	rc = lease_carve(c, id, &id);
+	if (rc < 0)
+		goto out;
 	rc = memory_call(c, TRACK_ATTACH, PROTO_M_ATTACH, client_params_id(PROTO_F_ID, id), out,
 	                 NULL);
 out:
@@ -596,6 +625,10 @@ GPB_EXPORT int gpb_export(gpb_client *c, uint64_t id, const char *name, int64_t 
 		              PROTO_MAX_NAME);
 		goto out;
 	}
+	/* A local block is carved first, and its carve exported (lease.h). */
+	rc = lease_carve(c, id, &id);
+	if (rc < 0)
+		goto out;
 	params = name_params(name);
 	if (params && (proto_add_id64(params, PROTO_F_ID, id) < 0 ||
 	               (uid >= 0 && !cJSON_AddNumberToObject(params, PROTO_F_UID, (double)uid)))) {

@@ -8,7 +8,9 @@
  * alloc it undoes. Event callbacks run from gpb_dispatch() without the mutex
  * held, so a callback may call gpb_* on the same client (except
  * gpb_disconnect()). The process-wide slab cache has its own mutex
- * (slab.c), always taken inside the client's, never the other way round.
+ * (slab.c), always taken inside the client's, never the other way round;
+ * so has the lease allocator (lease.h: client, then allocator), whose local
+ * allocs and frees take its lock alone.
  */
 #ifndef GPB_CLIENT_CLIENT_H
 #define GPB_CLIENT_CLIENT_H
@@ -19,6 +21,7 @@
 
 #include "conn.h"
 #include "gpubroker.h"
+#include "lease.h"
 #include "track.h"
 
 /* What hello's result said about the daemon. */
@@ -53,6 +56,9 @@ struct gpb_client {
 	struct client_pending *pending, **pending_tail;
 	void (*release_pending)(gpb_client *c, uint64_t id);
 	unsigned generation; /* client_generation when made: another one in a forked child */
+	/* The lease allocator (lease.h): its own lock, taken after this
+	 * client's, never before. */
+	struct lease_state lease;
 };
 
 /* client.c: its life. */
