@@ -74,15 +74,18 @@ static double daemon_requests(gpb_client *q)
 	return total;
 }
 
-/* A gauge without labels, 0 when absent. */
+/* A gauge summed over its series (every label set), 0 when absent. */
 static double daemon_metric(gpb_client *q, const char *name)
 {
 	char *text = metrics_text(q);
 	double v = 0;
 	size_t n = strlen(name);
 	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-		if (strncmp(line, name, n) == 0 && line[n] == ' ')
-			v = strtod(line + n + 1, NULL);
+		if (strncmp(line, name, n) != 0 || (line[n] != ' ' && line[n] != '{'))
+			continue;
+		char *sp = strrchr(line, ' ');
+		if (sp)
+			v += strtod(sp + 1, NULL);
 	}
 	free(text);
 	return v;
@@ -373,8 +376,8 @@ static void idle_after_burst(const char *socket, gpb_client *q, unsigned n, unsi
 			bench_die("gpb_free: %s", gpb_last_error());
 	}
 	bench_sleep_ns((uint64_t)(idle_ms() + 200) * 1000000ull);
-	*held =
-	    daemon_metric(q, "gpubroker_leased_bytes") + daemon_metric(q, "gpubroker_kept_bytes");
+	*held = daemon_metric(q, "gpubroker_device_leased_bytes") +
+	        daemon_metric(q, "gpubroker_kept_bytes");
 	free(ids);
 	free(sizes);
 	gpb_disconnect(l.c);
