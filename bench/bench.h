@@ -181,7 +181,8 @@ struct bench_p8 {
 	double adv_held, adv_in_use;   /* one live block pinning each lease */
 };
 
-/* Every lease figure against the daemon at socket (quick: fewer pairs). */
-void bench_p8(const char *socket, bool quick, struct bench_p8 *out);
+/* Every lease figure against the daemon at socket (quick: fewer pairs;
+ * slow: under valgrind, P8d waits longer for the service thread). */
+void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out);
 
 #endif

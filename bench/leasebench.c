@@ -350,9 +350,11 @@ static unsigned idle_ms(void)
 
 /* After a LIFO burst (`n` blocks, all but `keep` freed newest first), at
  * the idle setting + 200 ms: the bytes leased and kept for the process
- * (the daemon's gauges) and its in-use. */
+ * (the daemon's gauges) and its in-use. @slow (valgrind: every thread
+ * runs emulated, the service thread's wake-up included) gives it up to 10 s
+ * more to get under the bound. */
 static void idle_after_burst(const char *socket, gpb_client *q, unsigned n, unsigned keep,
-                             bool adversarial, double *held, double *in_use)
+                             bool adversarial, bool slow, double *held, double *in_use)
 {
 	struct lib_conn l;
 	struct bench_rng rng = {.s = 30};
@@ -376,14 +378,20 @@ static void idle_after_burst(const char *socket, gpb_client *q, unsigned n, unsi
 			bench_die("gpb_free: %s", gpb_last_error());
 	}
 	bench_sleep_ns((uint64_t)(idle_ms() + 200) * 1000000ull);
-	*held = daemon_metric(q, "gpubroker_device_leased_bytes") +
-	        daemon_metric(q, "gpubroker_kept_bytes");
+	double bound = *in_use / 8 > P8_GRANULE ? *in_use / 8 : P8_GRANULE;
+	for (int tries = 0;; tries++) {
+		*held = daemon_metric(q, "gpubroker_device_leased_bytes") +
+		        daemon_metric(q, "gpubroker_kept_bytes");
+		if (!slow || adversarial || *held <= bound || tries == 100)
+			break;
+		bench_sleep_ns(100000000ull);
+	}
 	free(ids);
 	free(sizes);
 	gpb_disconnect(l.c);
 }
 
-void bench_p8(const char *socket, bool quick, struct bench_p8 *out)
+void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
 {
 	unsigned pairs = quick ? 2000 : 20000;
 	gpb_client *q;
@@ -400,7 +408,7 @@ void bench_p8(const char *socket, bool quick, struct bench_p8 *out)
 	out->threads = (unsigned)(cpus < P8_THREADS ? (cpus < 1 ? 1 : cpus) : P8_THREADS);
 	out->msgs_threads = msgs_threads(socket, q, out->threads, pairs);
 	msgs_steps(socket, q, &out->step_msgs, &out->step_opens);
-	idle_after_burst(socket, q, 512, 8, false, &out->idle_held, &out->idle_in_use);
-	idle_after_burst(socket, q, 512, 0, true, &out->adv_held, &out->adv_in_use);
+	idle_after_burst(socket, q, 512, 8, false, slow, &out->idle_held, &out->idle_in_use);
+	idle_after_burst(socket, q, 512, 0, true, slow, &out->adv_held, &out->adv_in_use);
 	gpb_disconnect(q);
 }
