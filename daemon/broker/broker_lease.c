@@ -13,7 +13,8 @@
  * Sizes double with the leases an instance holds, so that a client that
  * grows asks O(log n) times, up to a slab; they shrink to what the caps
  * and the device leave, so that a lease is refused only where the bytes
- * the client needs now would be.
+ * the client needs now would be; and a request above a quarter of a slab
+ * gets a lease of its own size (rounded to 2 MiB).
  */
 #include <errno.h>
 
@@ -79,11 +80,21 @@ int broker_lease(struct broker *b, struct session *s, uint64_t instance, uint64_
 		return lease_refuse(why, -EMLINK, BROKER_LIMIT_LEASES, PROTO_MAX_LEASES);
 	uint64_t least = round_up(size, BROKER_LEASE_UNIT);
 	uint64_t want = inst->leases < 32 ? BROKER_LEASE_UNIT << inst->leases : slab;
+	/* A request above a quarter of a slab gets a lease of its own size:
+	 * the rest of a doubled lease would wait for requests as large, and
+	 * in a partition or under a cap it is memory the per-allocation path
+	 * would have given (fifteen 33 MiB blocks fit a 512 MiB partition in
+	 * 34 MiB leases, ten in 64 MiB ones). */
+	if (least > slab / 4)
+		want = least;
 	if (want > slab)
 		want = slab;
 	uint64_t room = lease_room(b, s, inst) & ~(BROKER_LEASE_UNIT - 1);
+	/* Shrunk to the room, in whole requests of this size: what is left
+	 * over in a lease cut at the room would be lost to requests like this
+	 * one (a cap's or a partition's last bytes). */
 	if (want > room)
-		want = room;
+		want = room >= least ? room - room % least : room;
 	if (want < least)
 		want = least;
 	int rc =

@@ -118,6 +118,105 @@ static void test_no_messages(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/* A partition's guarantee holds with leases on both sides: outside it,
+ * a client leases what the partition leaves; inside it, a client of the
+ * partition's token gets fifteen 33 MiB blocks of its 512 MiB (in leases
+ * of their own size: doubled ones would have left ten), and, once those
+ * leases have gone back idle (nothing of it charged), 16 MiB blocks in
+ * fresh leases up to all but two of the 32 (whole 2 MiB granules and the
+ * pool's cached empty slab). */
+static void test_partition_guarantee(void **state)
+{
+	static const char *const args[] = {"--slab-size", "64MiB", "--sim-memory", "1GiB", NULL};
+	struct th_daemon d;
+	struct gpb_allocation a[32], o;
+	char token[65];
+	int dev0[] = {0};
+	(void)state;
+	th_daemon_start(&d, args);
+	gpb_client *admin = th_client(&d, "admin");
+	assert_int_equal(gpb_partition_create(admin, "p", getuid(), 512 * MIB, dev0, 1, token), 0);
+	/* Outside: as much as it can get, 1 MiB at a time. */
+	gpb_client *out = th_client(&d, "outside");
+	uint64_t oi = reg(out, 0);
+	unsigned taken = 0;
+	while (taken < 2048 && gpb_alloc(out, oi, MIB, 0, &o) == 0)
+		taken++;
+	assert_true(taken > 64 && taken < 1024);
+	setenv("GPUBROKER_TOKEN", token, 1);
+	setenv("GPUBROKER_LEASE_IDLE_MS", "100", 1);
+	gpb_client *in = th_client(&d, "inside");
+	unsetenv("GPUBROKER_TOKEN");
+	unsetenv("GPUBROKER_LEASE_IDLE_MS");
+	uint64_t ii = reg(in, 0);
+	for (int i = 0; i < 15; i++) {
+		if (gpb_alloc(in, ii, 33 * MIB, 0, &a[i]) != 0)
+			fail_msg("block %d of 33 MiB refused in the partition: %s", i,
+			         gpb_last_error());
+	}
+	for (int i = 0; i < 15; i++)
+		assert_int_equal(gpb_free(in, a[i].id), 0);
+	/* The idle leases go back with no call of this client's. */
+	struct gpb_mem_info mi = {0};
+	for (int t = 0; t < 100; t++) {
+		assert_int_equal(gpb_mem_info(in, ii, &mi), 0);
+		if (!mi.leased)
+			break;
+		usleep(50 * 1000);
+	}
+	assert_int_equal(mi.leased, 0);
+	/* Nothing of it charged any more: the daemon took the leases back. */
+	assert_int_equal(mi.used, 0);
+	/* 16 MiB blocks in fresh leases: all but what whole 2 MiB granules
+	 * and the pool's cached empty slab leave over (at most two blocks of
+	 * the 32 that one allocation each would get). */
+	int got = 0;
+	while (got < 32 && gpb_alloc(in, ii, 16 * MIB, 0, &a[got]) == 0)
+		got++;
+	printf("%d of 32 blocks of 16 MiB in the 512 MiB partition with leases\n", got);
+	assert_true(got >= 30);
+	assert_int_equal(gpb_mem_info(in, ii, &mi), 0);
+	assert_true(mi.used <= 512 * MIB);
+	th_selfcheck(admin, NULL);
+	gpb_disconnect(in);
+	gpb_disconnect(out);
+	assert_true(th_wait_for(th_only_one_client, admin, 10000));
+	assert_int_equal(gpb_partition_destroy(admin, "p"), 0);
+	gpb_disconnect(admin);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
+/* A freed block's range goes to the next allocation of its size (the
+ * instance's cache of freed blocks), under a new id: the old id is stale,
+ * refused like an unknown one, and cannot free or carve the new block. */
+static void test_stale_id(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation a, b;
+	(void)state;
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "stale");
+	uint64_t inst = reg(c, 0);
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a), 0);
+	assert_int_equal(gpb_free(c, a.id), 0);
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &b), 0);
+	assert_true(is_local(b.id));
+	assert_ptr_equal(b.ptr, a.ptr); /* the same bytes, taken back */
+	assert_true(b.id != a.id);
+	pattern(&b, 7, false);
+	assert_int_equal(gpb_free(c, a.id), GPB_E_NOT_FOUND);
+	assert_int_equal(gpb_export(c, a.id, "stale", 0), GPB_E_NOT_FOUND);
+	pattern(&b, 7, true);
+	struct gpb_mem_info mi;
+	assert_int_equal(gpb_mem_info(c, inst, &mi), 0);
+	assert_int_equal(mi.in_use, b.size);
+	assert_int_equal(gpb_free(c, b.id), 0);
+	assert_int_equal(gpb_mem_info(c, inst, &mi), 0);
+	assert_int_equal(mi.in_use, 0);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 /* Growth: 200 blocks of 64 KiB (12.5 MiB) in doubling leases, none
  * overlapping another, each charged: used >= what is live. */
 static void test_grow(void **state)
@@ -529,6 +628,7 @@ int main(void)
 	    cmocka_unit_test(test_kill),          cmocka_unit_test(test_fork),
 	    cmocka_unit_test(test_threads),       cmocka_unit_test(test_carve),
 	    cmocka_unit_test(test_lease_off),     cmocka_unit_test(test_direct_fallback),
+	    cmocka_unit_test(test_stale_id),      cmocka_unit_test(test_partition_guarantee),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
