@@ -21,7 +21,7 @@
  * or the driver. The slab cache and the cuda opener forget what they
  * held in their own handlers (slab.c, cuda.c, cuda_ctx.c).
  */
-static unsigned client_generation;
+unsigned client_generation;
 static pthread_once_t client_fork_once = PTHREAD_ONCE_INIT;
 
 static void client_atfork_child(void)
@@ -33,11 +33,6 @@ static void client_fork_init(void)
 {
 	pthread_atfork(NULL, NULL, client_atfork_child);
 	slab_fork_init();
-}
-
-bool client_forked(const gpb_client *c)
-{
-	return c->generation != client_generation;
 }
 
 /*

@@ -71,9 +71,15 @@ int client_create(const char *path, gpb_client **out);
  * child, for a client of its parent: frees it with no word to the daemon
  * or the driver. */
 void client_destroy(gpb_client *c);
+/* Counts this process's forks (client.c's atfork handler; a client made
+ * before one carries an older count). */
+extern unsigned client_generation;
 /* Whether @c was made before this process was forked (its parent's): every
- * call on it is refused (client.c). */
-bool client_forked(const gpb_client *c);
+ * call on it is refused. Inline: every gpb_alloc and gpb_free asks. */
+static inline bool client_forked(const gpb_client *c)
+{
+	return c->generation != client_generation;
+}
 
 /* call.c: calls on it. */
 

@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 /* ---- the pool's slab callbacks ------------------------------------------- */
 
@@ -135,12 +137,11 @@ static void inst_destroy_all(struct lease_state *ls)
 		free(l);
 	}
 	ls->abandoning = false;
-	idmap_finish(&ls->blocks);
+	free(ls->slots);
+	ls->slots = NULL;
+	ls->slot_count = ls->slot_cap = ls->slot_free = 0;
 	idmap_finish(&ls->carves);
-	idmap_finish(&ls->freeing);
-	idmap_init(&ls->blocks);
 	idmap_init(&ls->carves);
-	idmap_init(&ls->freeing);
 }
 
 /* ---- life ----------------------------------------------------------------- */
@@ -164,9 +165,10 @@ void lease_init(struct lease_state *ls)
 		if (!*end && v <= 24ul * 3600 * 1000)
 			ls->idle_ms = (unsigned)v;
 	}
-	idmap_init(&ls->blocks);
+	/* Ids of this client's own: another process's ids name nothing here. */
+	if (getrandom(&ls->salt, sizeof(ls->salt), GRND_NONBLOCK) != sizeof(ls->salt))
+		ls->salt = (uint64_t)getpid() << 24 ^ (uint64_t)(uintptr_t)ls;
 	idmap_init(&ls->carves);
-	idmap_init(&ls->freeing);
 }
 
 void lease_finish(struct gpb_client *c)
@@ -175,9 +177,7 @@ void lease_finish(struct gpb_client *c)
 
 	lease_service_stop(c);
 	inst_destroy_all(ls);
-	idmap_finish(&ls->blocks);
 	idmap_finish(&ls->carves);
-	idmap_finish(&ls->freeing);
 	pthread_cond_destroy(&ls->wake);
 	pthread_mutex_destroy(&ls->lock);
 }
@@ -185,9 +185,7 @@ void lease_finish(struct gpb_client *c)
 void lease_abandon(struct lease_state *ls)
 {
 	inst_destroy_all(ls);
-	idmap_finish(&ls->blocks);
 	idmap_finish(&ls->carves);
-	idmap_finish(&ls->freeing);
 }
 
 void lease_conn_lost(struct gpb_client *c)
@@ -210,40 +208,103 @@ void lease_forget(struct gpb_client *c)
 
 /* Allocator lock held: a block from the pool of @in (a ready lease may be
  * taken into it). 0 or -ENOMEM/-EINVAL. */
+/* Room for one more slot (before the pool is asked, so that a block is
+ * never made without an id to give it): 0 or -ENOMEM. */
+static int slot_reserve(struct lease_state *ls)
+{
+	if (ls->slot_free || ls->slot_count < ls->slot_cap)
+		return 0;
+	uint32_t cap = ls->slot_cap ? ls->slot_cap * 2 : 64;
+	if (cap > LEASE_SLOT_MASK + 1u)
+		return -ENOMEM; /* 16 M live local blocks: the rest go per request */
+	struct lease_slot *n = realloc(ls->slots, cap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	ls->slots = n;
+	ls->slot_cap = cap;
+	return 0;
+}
+
+/* The id of a new live block (slot_reserve() first). */
+static uint64_t slot_put(struct lease_state *ls, const struct lease_cached *got)
+{
+	uint32_t i;
+	if (ls->slot_free) {
+		i = ls->slot_free - 1;
+		ls->slot_free = ls->slots[i].next_free;
+	} else {
+		i = ls->slot_count++;
+		ls->slots[i].gen = 0;
+	}
+	struct lease_slot *sl = &ls->slots[i];
+	sl->gen = (sl->gen + 1) & LEASE_SLOT_MASK;
+	sl->b = got->b;
+	sl->l = got->l;
+	sl->size = got->size;
+	sl->offset = got->offset;
+	sl->carved = sl->freeing = false;
+	uint64_t x = (uint64_t)sl->gen << LEASE_SLOT_BITS | i;
+	return LEASE_ID_TAG << 48 | ((x ^ ls->salt) & ((1ull << 48) - 1));
+}
+
+/* A block of @size for @in, with its figures: a cached one of the same
+ * rounded size and a fitting alignment, else the pool's (once more after
+ * the cache went back to it, should it fragment the leases). Allocator
+ * lock held. */
+static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment,
+                      struct lease_cached *out)
+{
+	uint64_t rounded = (size + PROTO_GRANULE - 1) & ~(uint64_t)(PROTO_GRANULE - 1);
+	for (unsigned k = in->ncache; k-- > 0;) {
+		if (in->cache[k].size == rounded && !(in->cache[k].offset & (alignment - 1))) {
+			*out = in->cache[k];
+			in->cache[k] = in->cache[--in->ncache];
+			return 0;
+		}
+	}
+	int err = pool_alloc(in->pool, 0, size, alignment, &out->b);
+	if (err == -ENOMEM && in->ncache) {
+		lease_inst_flush(in);
+		err = pool_alloc(in->pool, 0, size, alignment, &out->b);
+	}
+	if (err)
+		return err;
+	out->l = pool_slab_backend(pool_block_slab(out->b));
+	out->size = pool_block_size(out->b);
+	out->offset = pool_block_offset(out->b);
+	if (!out->l->ps) { /* a ready lease the pool just took in: pinned for good */
+		out->l->ps = pool_block_slab(out->b);
+		pool_slab_pin(out->l->ps);
+	}
+	return 0;
+}
+
 static int inst_take(struct lease_state *ls, struct lease_inst *in, uint64_t size,
                      uint64_t alignment, struct gpb_allocation *out)
 {
-	struct pool_block *b;
-	struct lease *l;
-	uint64_t id;
+	struct lease_cached got;
 
-	if (idmap_reserve(&ls->blocks, 1) < 0)
+	if (slot_reserve(ls) < 0)
 		return -ENOMEM;
-	int err = pool_alloc(in->pool, 0, size, alignment, &b);
+	int err = inst_block(in, size, alignment, &got);
 	if (err)
 		return err;
-	l = pool_slab_backend(pool_block_slab(b));
-	if (!l->ps) { /* a ready lease the pool just took in: pinned for good */
-		l->ps = pool_block_slab(b);
-		pool_slab_pin(l->ps);
-	}
+	struct lease *l = got.l;
 	/* Its context died (cuDevicePrimaryCtxReset, cuCtxDestroy): no block
 	 * of a mapping that is gone; the slow path maps it anew. Asked of
 	 * backends with contexts only (sim's mappings never die). */
 	if (l->map && l->map->opener->alive && slab_cache_dead(l->map)) {
-		pool_free(in->pool, b);
+		pool_free(in->pool, got.b);
 		return -ESTALE;
 	}
 	l->live++;
-	in->in_use += pool_block_size(b);
-	id = LEASE_ID_TAG << 48 | (++ls->next_local & ((1ull << 48) - 1));
-	idmap_put(&ls->blocks, id, b);
-	out->id = id;
-	out->ptr = l->base + pool_block_offset(b);
-	out->size = pool_block_size(b);
+	in->in_use += got.size;
+	out->id = slot_put(ls, &got);
+	out->ptr = l->base + got.offset;
+	out->size = got.size;
 	out->device = l->device;
 	out->slab = l->slab;
-	out->offset = l->offset + pool_block_offset(b);
+	out->offset = l->offset + got.offset;
 	return 0;
 }
 
@@ -463,6 +524,7 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 	for (struct lease_inst *in = ls->insts; in; in = in->next) {
 		struct lease *l, *nl;
 
+		lease_inst_flush(in); /* the cache's blocks would keep a lease in the pool */
 		for (l = in->leases; l; l = nl) {
 			nl = l->next; /* unpinning takes l off the list */
 			if (!l->ps || l->live || l->carves)
@@ -485,6 +547,7 @@ static unsigned inst_drop_free(struct lease_inst *in)
 	struct lease *l, *next;
 	unsigned n = 0;
 
+	lease_inst_flush(in);
 	for (l = in->leases; l; l = next) {
 		next = l->next;
 		if (l->ps && !l->live && !l->carves) {

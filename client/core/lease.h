@@ -52,6 +52,22 @@
 #define LEASE_ID_TAG       0x10caull /* the top 16 bits of a local block's id */
 #define LEASE_IDLE_DEFAULT 2000      /* ms, GPUBROKER_LEASE_IDLE_MS */
 #define LEASE_GRANULARITY  (2ull << 20)
+#define LEASE_SLOT_BITS    24 /* a local id: tag, generation, slot (24 bits each) */
+#define LEASE_CACHE        8  /* freed blocks an instance keeps for reuse as they are */
+
+struct lease;
+
+/* A live local block: the slot its id names (generation-checked). */
+struct lease_slot {
+	struct pool_block *b; /* NULL: free */
+	struct lease *l;      /* the lease it is in */
+	uint64_t size;        /* its bytes (the pool's rounded size) and offset in */
+	uint64_t offset;      /* the lease's slab, kept here: free asks the pool nothing */
+	uint32_t gen;         /* the generation its id carries */
+	uint32_t next_free;   /* free: the next free slot + 1 (0: none) */
+	bool carved;          /* a carve of it exists (ls->carves has its daemon id) */
+	bool freeing;         /* gpb_free_async took it: freed once its stream has run */
+};
 
 struct lease;
 struct lease_inst;
@@ -66,12 +82,14 @@ struct lease_state {
 	bool lost;
 	unsigned idle_ms; /* GPUBROKER_LEASE_IDLE_MS */
 	struct lease_inst *insts;
-	struct idmap blocks; /* local id -> struct pool_block */
-	struct idmap carves; /* local id -> carve (daemon id, as a uintptr) */
-	/* local id -> struct pool_block: gpb_free_async took it, freed once
-	 * the work queued on its stream has run (lease_release_pending) */
-	struct idmap freeing;
-	uint64_t next_local;
+	/* Local id -> block: a table indexed by the id's low bits (not a
+	 * hash: alloc and free stay a handful of instructions, P8a), the id
+	 * XORed with this client's salt, so that an id of another process's
+	 * client names no block here but by a 1 in 2^24 chance. */
+	struct lease_slot *slots;
+	uint32_t slot_count, slot_cap, slot_free;
+	uint64_t salt;
+	struct idmap carves;  /* local id -> carve (daemon id, as a uintptr) */
 	struct lease *doomed; /* let go by the pool: to return (lease_return) */
 	/* The service thread: started with the first lease. */
 	pthread_t thread;

@@ -13,100 +13,134 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Allocator lock held: frees block @b of @id. */
-void lease_block_free(struct lease_state *ls, uint64_t id, struct pool_block *b)
+/* Allocator lock held: frees the block of slot @sl (into its instance's
+ * cache while that has room: the next alloc of its size takes it back). */
+void lease_block_free(struct lease_state *ls, struct lease_slot *sl)
 {
-	struct lease *l = pool_slab_backend(pool_block_slab(b));
+	struct lease *l = sl->l;
+	struct lease_inst *in = l->inst;
+	struct lease_cached freed = {sl->b, l, sl->size, sl->offset};
 
-	idmap_remove(&ls->blocks, id);
-	l->inst->in_use -= pool_block_size(b);
-	pool_free(l->inst->pool, b);
+	sl->b = NULL;
+	sl->carved = sl->freeing = false;
+	sl->next_free = ls->slot_free;
+	ls->slot_free = (uint32_t)(sl - ls->slots) + 1;
+	in->in_use -= freed.size;
+	if (in->ncache < LEASE_CACHE)
+		in->cache[in->ncache++] = freed;
+	else
+		pool_free(in->pool, freed.b);
 	if (--l->live == 0) {
 		l->idle_since = lease_now_ms();
 		pthread_cond_signal(&ls->wake);
 	}
 }
 
+/* The mapping whose queued work a free of @sl's block must wait for (a
+ * reference the caller puts), or NULL (sim: no queues). Allocator lock
+ * held. */
+static struct slab_map *block_work(struct lease_slot *sl)
+{
+	struct slab_map *map = sl->l->map;
+	if (!map || !map->opener->finish)
+		return NULL;
+	slab_cache_ref(map);
+	return map;
+}
+
 /*
  * gpb_free's promise (gpubroker.h): the work queued on the memory has run
  * before the range can be anyone's again, here the next block served from
  * the lease. Waits (cuda: the mapping's context) outside the allocator's
- * lock, so other threads keep allocating meanwhile; nothing where the
- * backend has no queues (sim).
+ * lock, so other threads keep allocating meanwhile.
  */
-static void block_finish_work(struct lease_state *ls, uint64_t id)
+static void map_finish(struct slab_map *map)
 {
-	struct slab_map *map = NULL;
-	struct pool_block *b;
-
-	pthread_mutex_lock(&ls->lock);
-	b = idmap_get(&ls->blocks, id);
-	if (b && !idmap_get(&ls->freeing, id)) { /* not gpb_free_async's */
-		struct lease *l = pool_slab_backend(pool_block_slab(b));
-		if (l->map && l->map->opener->finish) {
-			map = l->map;
-			slab_cache_ref(map);
-		}
-	}
-	pthread_mutex_unlock(&ls->lock);
-	if (map) {
-		slab_cache_finish(map);
-		slab_cache_put(map);
-	}
+	slab_cache_finish(map);
+	slab_cache_put(map);
 }
 
-int lease_free_local(struct gpb_client *c, uint64_t id)
+/* lease_free_local's way when work may be queued on the block: waited
+ * for outside the allocator's lock, then the block freed if still there. */
+static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uint64_t id,
+                                                     struct slab_map *map)
 {
-	struct lease_state *ls = &c->lease;
-	struct pool_block *b;
+	struct lease_slot *sl;
 	int rc = 1;
 
-	if (!lease_id_local(id))
-		return 1;
-	block_finish_work(ls, id);
+	map_finish(map);
 	pthread_mutex_lock(&ls->lock);
-	b = idmap_get(&ls->blocks, id);
-	if (b && !idmap_get(&ls->carves, id) && !idmap_get(&ls->freeing, id)) {
-		lease_block_free(ls, id, b);
+	/* Looked up again: another thread may have freed it meanwhile. */
+	sl = lease_slot_get(ls, id);
+	if (sl && !sl->carved && !sl->freeing) {
+		lease_block_free(ls, sl);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&ls->lock);
 	return rc;
 }
 
+int lease_free_local(struct gpb_client *c, uint64_t id)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_slot *sl;
+	struct slab_map *map = NULL;
+	int rc = 1;
+
+	if (!lease_id_local(id))
+		return 1;
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	if (sl && !sl->carved && !sl->freeing) {
+		map = block_work(sl);
+		if (!map) { /* nothing queued to wait for: freed at once */
+			lease_block_free(ls, sl);
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&ls->lock);
+	return map ? free_after_work(ls, id, map) : rc;
+}
+
 int lease_free_carved(struct gpb_client *c, uint64_t id)
 {
 	struct lease_state *ls = &c->lease;
-	struct pool_block *b;
-	uintptr_t carve;
+	struct lease_slot *sl;
+	struct slab_map *map = NULL;
+	uintptr_t carve = 0;
 	int rc;
 
 	if (!lease_id_local(id))
 		return 1;
 	pthread_mutex_lock(&ls->lock);
-	b = idmap_get(&ls->blocks, id);
-	if (b && idmap_get(&ls->freeing, id))
-		b = NULL; /* gpb_free_async has it */
-	carve = (uintptr_t)idmap_get(&ls->carves, id);
+	sl = lease_slot_get(ls, id);
+	if (sl && sl->freeing)
+		sl = NULL; /* gpb_free_async has it */
+	if (sl && sl->carved) {
+		carve = (uintptr_t)idmap_get(&ls->carves, id);
+		map = block_work(sl);
+	}
 	pthread_mutex_unlock(&ls->lock);
-	if (!b)
+	if (!sl)
 		return 1;
 	if (carve) {
 		/* The carve goes first: the daemon frees it in order, before
 		 * any lease_return sent after it; and may hand its range to
 		 * another at once: the work queued on it first. */
-		block_finish_work(ls, id);
+		if (map)
+			map_finish(map);
 		rc = client_conn_send_free(&c->conn, (uint64_t)carve);
 		if (rc < 0)
 			return rc;
 	}
 	pthread_mutex_lock(&ls->lock);
-	if (carve) {
-		struct lease *l = pool_slab_backend(pool_block_slab(b));
+	sl = lease_slot_get(ls, id);
+	if (sl && carve && sl->carved) {
 		idmap_remove(&ls->carves, id);
-		l->carves--;
+		sl->l->carves--;
 	}
-	lease_block_free(ls, id, b);
+	if (sl)
+		lease_block_free(ls, sl);
 	pthread_mutex_unlock(&ls->lock);
 	return 0;
 }
@@ -115,25 +149,22 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 {
 	struct lease_state *ls = &c->lease;
 	struct slab_map *map = NULL;
-	struct pool_block *b;
+	struct lease_slot *sl;
 	int rc = 0;
 
 	*fence = NULL;
 	if (!lease_id_local(id))
 		return 1;
 	pthread_mutex_lock(&ls->lock);
-	b = idmap_get(&ls->blocks, id);
-	if (b && idmap_get(&ls->freeing, id))
-		b = NULL;
-	if (b) {
-		struct lease *l = pool_slab_backend(pool_block_slab(b));
-		if (l->map && l->map->opener->fence) {
-			map = l->map;
-			slab_cache_ref(map);
-		}
+	sl = lease_slot_get(ls, id);
+	if (sl && sl->freeing)
+		sl = NULL;
+	if (sl && sl->l->map && sl->l->map->opener->fence) {
+		map = sl->l->map;
+		slab_cache_ref(map);
 	}
 	pthread_mutex_unlock(&ls->lock);
-	if (!b)
+	if (!sl)
 		return 1;
 	if (map) {
 		rc = map->opener->fence(map->priv, stream, fence);
@@ -141,16 +172,18 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 		if (rc < 0)
 			return rc;
 	}
-	pthread_mutex_lock(&ls->lock);
-	if (*fence && idmap_put(&ls->freeing, id, b) == 0) {
+	if (*fence) {
+		pthread_mutex_lock(&ls->lock);
+		sl = lease_slot_get(ls, id);
+		if (sl && !sl->freeing)
+			sl->freeing = true; /* freed by lease_release_pending */
 		pthread_mutex_unlock(&ls->lock);
-		return 0;
-	}
-	pthread_mutex_unlock(&ls->lock);
-	if (*fence) { /* no room to remember it: waited for here */
-		map->opener->fence_wait(*fence);
+		if (sl)
+			return 0;
+		map->opener->fence_wait(*fence); /* freed meanwhile: nothing to wait for */
 		map->opener->fence_free(*fence);
 		*fence = NULL;
+		return 1;
 	}
 	/* Nothing queued can still run: freed now. */
 	rc = lease_free_local(c, id);
@@ -160,14 +193,17 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 void lease_release_pending(struct gpb_client *c, uint64_t id)
 {
 	struct lease_state *ls = &c->lease;
-	struct pool_block *b;
-	bool carved;
+	struct lease_slot *sl;
+	bool carved = false;
 
 	pthread_mutex_lock(&ls->lock);
-	b = idmap_remove(&ls->freeing, id);
-	carved = b && idmap_get(&ls->carves, id);
-	if (b && !carved)
-		lease_block_free(ls, id, b);
+	sl = lease_slot_get(ls, id);
+	if (sl && sl->freeing) {
+		sl->freeing = false;
+		carved = sl->carved;
+		if (!carved)
+			lease_block_free(ls, sl);
+	}
 	pthread_mutex_unlock(&ls->lock);
 	if (carved)
 		lease_free_carved(c, id);
@@ -185,7 +221,6 @@ static int carve_parse(const cJSON *result, void *arg)
 int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id)
 {
 	struct lease_state *ls = &c->lease;
-	struct pool_block *b;
 	struct lease *l = NULL;
 	uint64_t carve = 0, off = 0, size = 0;
 	cJSON *params;
@@ -194,15 +229,15 @@ int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id)
 	if (!lease_id_local(id))
 		return 1;
 	pthread_mutex_lock(&ls->lock);
-	b = idmap_get(&ls->blocks, id);
-	if (b) {
-		carve = (uintptr_t)idmap_get(&ls->carves, id);
-		l = pool_slab_backend(pool_block_slab(b));
-		off = pool_block_offset(b);
-		size = pool_block_size(b);
+	struct lease_slot *sl = lease_slot_get(ls, id);
+	if (sl) {
+		carve = sl->carved ? (uintptr_t)idmap_get(&ls->carves, id) : 0;
+		l = sl->l;
+		off = sl->offset;
+		size = sl->size;
 	}
 	pthread_mutex_unlock(&ls->lock);
-	if (!b)
+	if (!sl)
 		return 1;
 	if (carve) {
 		*daemon_id = carve;
@@ -220,12 +255,12 @@ int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id)
 		return rc;
 	pthread_mutex_lock(&ls->lock);
 	/* Looked up again: an invalidate read with the reply forgot it. */
-	b = idmap_get(&ls->blocks, id);
-	l = b ? pool_slab_backend(pool_block_slab(b)) : NULL;
-	if (!b) {
+	sl = lease_slot_get(ls, id);
+	if (!sl) {
 		rc = error_set(GPB_E_NOT_FOUND, "no allocation %016" PRIx64, id);
 	} else if (idmap_put(&ls->carves, id, (void *)(uintptr_t)carve) == 0) {
-		l->carves++;
+		sl->l->carves++;
+		sl->carved = true;
 		rc = 0;
 	} else {
 		rc = error_set(GPB_E_NOMEM, "out of memory");

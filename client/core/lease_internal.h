@@ -45,9 +45,40 @@ struct lease_inst {
 	unsigned count;
 	uint64_t leased, in_use;
 	uint64_t max_lease; /* the largest slab_size seen: larger requests are allocs */
+	/* Blocks freed lately, still the pool's (not in use, not in in_use):
+	 * an alloc of the same rounded size takes one back without the pool.
+	 * Flushed to the pool before leases are judged free. Their figures are
+	 * kept beside them, so that a hit asks the pool nothing. */
+	struct lease_cached {
+		struct pool_block *b;
+		struct lease *l;
+		uint64_t size, offset;
+	} cache[LEASE_CACHE];
+	unsigned ncache;
 };
 
-/* Allocator lock held: frees block @b of @id (lease_free.c). */
-void lease_block_free(struct lease_state *ls, uint64_t id, struct pool_block *b);
+#define LEASE_SLOT_MASK ((1u << LEASE_SLOT_BITS) - 1)
+
+/* The slot of live block @id, or NULL (not local, freed, a stale id or
+ * another client's). Allocator lock held. */
+static inline struct lease_slot *lease_slot_get(struct lease_state *ls, uint64_t id)
+{
+	uint64_t x = (id ^ ls->salt) & ((1ull << 48) - 1);
+	uint32_t i = (uint32_t)(x & LEASE_SLOT_MASK);
+	if (!lease_id_local(id) || i >= ls->slot_count)
+		return NULL;
+	struct lease_slot *sl = &ls->slots[i];
+	return sl->b && sl->gen == ((x >> LEASE_SLOT_BITS) & LEASE_SLOT_MASK) ? sl : NULL;
+}
+
+/* Gives the cached blocks of @in back to its pool. */
+static inline void lease_inst_flush(struct lease_inst *in)
+{
+	while (in->ncache)
+		pool_free(in->pool, in->cache[--in->ncache].b);
+}
+
+/* Allocator lock held: frees the block of slot @sl (lease_free.c). */
+void lease_block_free(struct lease_state *ls, struct lease_slot *sl);
 
 #endif
