@@ -169,4 +169,20 @@ uint64_t bench_pool_bytes(unsigned live);
  * that working set. */
 double bench_chase_ns(uint64_t bytes, unsigned loads);
 
+/* ---- leases (leasebench.c, issue 27) ---- */
+
+struct bench_p8 {
+	double lease_p50, lease_p99, plain_p50, plain_p99, pool_p50; /* P8a, ns per pair */
+	double msgs[BENCH_PATTERNS]; /* P8c: daemon messages per 1000 alloc+free */
+	double msgs_threads;
+	unsigned threads;
+	double step_msgs, step_opens;  /* per training step, after a 1.5 s pause */
+	double idle_held, idle_in_use; /* P8d: bytes leased + kept; bytes in use */
+	double adv_held, adv_in_use;   /* one live block pinning each lease */
+};
+
+/* Every lease figure against the daemon at socket (quick: fewer pairs;
+ * slow: under valgrind, P8d waits longer for the service thread). */
+void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out);
+
 #endif

@@ -31,6 +31,12 @@
 #define P5_PAIRS        10000
 #define P7_TARGET_BYTES 128.0 /* daemon bytes per live allocation, at most */
 #define P7_TARGET_IDLE  (10.0 * 1024 * 1024)
+#define P8A_TARGET      (1.0 / 50)          /* lease p50 / per-allocation p50, at most (issue 27) */
+#define P8A_POOL_TARGET 4.0                 /* lease p50 / the pool module's own p50, at most */
+#define P8A_P99_TARGET  (1.0 / 10)          /* lease p99 / per-allocation p99, at most */
+#define P8C_TARGET      1.0                 /* daemon messages per 1000 alloc+free, at most */
+#define P8C_STEP_TARGET 2.0                 /* messages per training step, at most (and 0 opens) */
+#define P8D_GRANULE     (2.0 * 1024 * 1024) /* a lease's granularity */
 #define GUARD           3.0
 
 struct config {
@@ -80,6 +86,7 @@ struct results {
 	double e2e_few, e2e_many; /* round trip p50 with none / footprint_n live */
 	long idle_rss, rss_after;
 	char daemon_cmd[1024];
+	struct bench_p8 p8;
 };
 
 static const unsigned full_procs[] = {1, 2, 8, 64};
@@ -388,6 +395,9 @@ static void run_daemon(const struct config *cfg, struct results *r)
 			pin(e.pid, -1, &all);
 		}
 	}
+	bench_p8(d.socket, cfg->quick, !cfg->timing_checks, &r->p8);
+	bench_log("leases: p50 %.0f ns (per-allocation %.0f ns, pool %.0f ns)", r->p8.lease_p50,
+	          r->p8.plain_p50, r->p8.pool_p50);
 	r->rss_after = bench_rss_bytes(d.pid);
 	bench_echo_stop(&e);
 	bench_daemon_stop(&d);
@@ -421,6 +431,46 @@ static void rt_rows(const struct rt_figures *f, const char *where, bool target)
 	       "— | |\n",
 	       where, f->empty_p50 / 1e3, f->empty_p99 / 1e3, f->bare_p50 / 1e3, f->bare_p99 / 1e3,
 	       f->empty_p50 / f->bare_p50, f->empty_p99 / f->bare_p99);
+}
+
+/* P8d's bound: one granule, or an eighth of what is in use. */
+static double p8d_bound(double in_use)
+{
+	return in_use / 8 > P8D_GRANULE ? in_use / 8 : P8D_GRANULE;
+}
+
+static void p8_rows(const struct bench_p8 *p)
+{
+	double a = p->lease_p50 / p->plain_p50, ap = p->lease_p50 / p->pool_p50,
+	       a99 = p->lease_p99 / p->plain_p99;
+	printf("| P8a | alloc+free from warm leases p50, 64 live of 256 B-64 KiB, one thread | "
+	       "%.0f ns | GPUBROKER_LEASE=0 %.0f ns | %.4f× | ≤ 0.02× | %s |\n",
+	       p->lease_p50, p->plain_p50, a, verdict(a <= P8A_TARGET));
+	printf("| P8a | the same p50 against the pool module's own alloc+free | %.0f ns | pool "
+	       "%.0f ns | %.2f× | ≤ 4× | %s |\n",
+	       p->lease_p50, p->pool_p50, ap, verdict(ap <= P8A_POOL_TARGET));
+	printf("| P8a | the same p99 | %.0f ns | GPUBROKER_LEASE=0 %.0f ns | %.3f× | ≤ 0.1× | "
+	       "%s |\n",
+	       p->lease_p99, p->plain_p99, a99, verdict(a99 <= P8A_P99_TARGET));
+	for (int i = 0; i < BENCH_PATTERNS; i++)
+		printf("| P8c | daemon messages per 1000 alloc+free, steady state: %s | %.2f | — | "
+		       "— | ≤ 1 | %s |\n",
+		       bench_pattern_names[i], p->msgs[i], verdict(p->msgs[i] <= P8C_TARGET));
+	printf("| P8c | daemon messages per 1000 alloc+free, %u threads on one client, churn | "
+	       "%.2f | — | — | ≤ 1 | %s |\n",
+	       p->threads, p->msgs_threads, verdict(p->msgs_threads <= P8C_TARGET));
+	printf("| P8c | training step of 64 arrays, then a 1.5 s pause: messages / slab opens "
+	       "per step | %.2f / %.2f | — | — | ≤ 2 / 0 | %s |\n",
+	       p->step_msgs, p->step_opens,
+	       verdict(p->step_msgs <= P8C_STEP_TARGET && p->step_opens == 0));
+	printf("| P8d | leased + kept bytes at the idle setting + 200 ms, no calls, after a LIFO "
+	       "burst | %.0f KiB | in use %.0f KiB: bound %.0f KiB | %.2f× | ≤ 1× | %s |\n",
+	       p->idle_held / 1024, p->idle_in_use / 1024, p8d_bound(p->idle_in_use) / 1024,
+	       p->idle_held / p8d_bound(p->idle_in_use),
+	       verdict(p->idle_held <= p8d_bound(p->idle_in_use)));
+	printf("| | the same, adversarial: one live block pinning each lease (information) | "
+	       "%.0f KiB | in use %.0f KiB | %.1f× | — | |\n",
+	       p->adv_held / 1024, p->adv_in_use / 1024, p->adv_held / p8d_bound(p->adv_in_use));
 }
 
 static int report(const struct config *cfg, const struct results *r)
@@ -517,6 +567,7 @@ static int report(const struct config *cfg, const struct results *r)
 	       verdict(r->bytes_per_alloc <= P7_TARGET_BYTES));
 	printf("| P7 | daemon idle RSS | %.1f MiB | — | — | ≤ 10 MiB | %s |\n",
 	       r->idle_rss / 1048576.0, verdict(r->idle_rss <= P7_TARGET_IDLE));
+	p8_rows(&r->p8);
 	printf("\n");
 	printf("Frames (bytes, newline included, measured against the daemon and replayed by "
 	       "the bare ping-pong): alloc request %zu, reply %zu; free request %zu, reply "
@@ -548,6 +599,18 @@ static int report(const struct config *cfg, const struct results *r)
 	for (int p = 0; p < BENCH_PATTERNS; p++)
 		GUARD_FAIL(r->opens[p] > P5_TARGET, "P5 %.2f opens per 1000 alloc+free, %s",
 		           r->opens[p], bench_pattern_names[p]);
+	/* Messages and opens are counted, not timed: the targets themselves. */
+	for (int p = 0; p < BENCH_PATTERNS; p++)
+		GUARD_FAIL(r->p8.msgs[p] > P8C_TARGET, "P8c %.2f messages per 1000 alloc+free, %s",
+		           r->p8.msgs[p], bench_pattern_names[p]);
+	GUARD_FAIL(r->p8.msgs_threads > P8C_TARGET, "P8c %.2f messages per 1000, %u threads",
+	           r->p8.msgs_threads, r->p8.threads);
+	GUARD_FAIL(r->p8.step_msgs > P8C_STEP_TARGET || r->p8.step_opens > 0,
+	           "P8c %.2f messages and %.2f opens per training step", r->p8.step_msgs,
+	           r->p8.step_opens);
+	GUARD_FAIL(r->p8.idle_held > p8d_bound(r->p8.idle_in_use),
+	           "P8d %.0f bytes leased and kept after idle (bound %.0f)", r->p8.idle_held,
+	           p8d_bound(r->p8.idle_in_use));
 	GUARD_FAIL(1 - r->frag.pool_live > GUARD * (1 - P3_TARGET),
 	           "P3 %.1f%% live at first OOM (guard: %.0f%%)", 100 * r->frag.pool_live,
 	           100 * (1 - GUARD * (1 - P3_TARGET)));
@@ -569,6 +632,12 @@ static int report(const struct config *cfg, const struct results *r)
 		GUARD_FAIL(r->bytes_per_alloc > GUARD * P7_TARGET_BYTES,
 		           "P7 %.0f bytes per allocation (guard %.0f)", r->bytes_per_alloc,
 		           GUARD * P7_TARGET_BYTES);
+		GUARD_FAIL(r->p8.lease_p50 / r->p8.plain_p50 > GUARD * P8A_TARGET,
+		           "P8a ratio %.4f (guard %.4f)", r->p8.lease_p50 / r->p8.plain_p50,
+		           GUARD * P8A_TARGET);
+		GUARD_FAIL(r->p8.lease_p50 / r->p8.pool_p50 > GUARD * P8A_POOL_TARGET,
+		           "P8a pool ratio %.2f (guard %.1f)", r->p8.lease_p50 / r->p8.pool_p50,
+		           GUARD * P8A_POOL_TARGET);
 		GUARD_FAIL(r->idle_rss > GUARD * P7_TARGET_IDLE,
 		           "P7 idle RSS %.1f MiB (guard %.0f)", r->idle_rss / 1048576.0,
 		           GUARD * P7_TARGET_IDLE / 1048576.0);

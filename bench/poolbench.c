@@ -1,5 +1,5 @@
 /*
- * poolbench.c - the daemon's pool (daemon/pool/pool.c, linked directly) against a
+ * poolbench.c - the daemon's pool (pool/pool.c, linked directly) against a
  * fake backend of fixed capacity: pure and deterministic.
  *
  * Fragmentation: one churn trace (log-uniform sizes from 256 B to 64 MiB;

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "error.h"
 #include "export.h"
+#include "lease.h"
 #include "memory.h"
 
 #include <errno.h>
@@ -176,6 +177,9 @@ GPB_EXPORT int gpb_unregister(gpb_client *c, uint64_t instance)
 
 	if (rc < 0)
 		return rc;
+	/* Its idle leases are the library's, not the caller's: they go back
+	 * first, or the daemon would refuse the instance as busy. */
+	lease_release_instance(c, instance);
 	rc = client_call_id(c, PROTO_M_UNREGISTER, PROTO_F_INSTANCE, instance);
 	client_leave(c);
 	return rc;
@@ -247,8 +251,10 @@ GPB_EXPORT int gpb_mem_info(gpb_client *c, uint64_t instance, struct gpb_mem_inf
 	}
 	rc = client_call(c, PROTO_M_MEM_INFO, client_params_id(PROTO_F_INSTANCE, instance),
 	                 mem_info_parse, &q);
-	if (rc == 0)
+	if (rc == 0) {
 		*out = q.info;
+		lease_figures(c, instance, &out->leased, &out->in_use, &out->leases);
+	}
 out:
 	client_leave(c);
 	return rc;

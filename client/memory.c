@@ -132,19 +132,6 @@ out:
 	return rc;
 }
 
-/* Sends a `release` for each kept slab the track let go of (its mapping is
- * closed already). Lock held. */
-static int memory_send_released(gpb_client *c)
-{
-	size_t n;
-	const uint64_t *ids = track_take_released(&c->track, &n);
-	int rc = 0;
-
-	for (size_t i = 0; i < n && rc == 0; i++)
-		rc = client_conn_send_release(&c->conn, ids[i]);
-	return rc;
-}
-
 /*
  * gpb_alloc's exchange: the request and, in the steady state (a slab this
  * connection holds), the grant go without the cJSON tree (proto/codec.h);
@@ -232,7 +219,7 @@ static int memory_release_call(gpb_client *c, enum track_kind kind, const char *
 	rc = client_result_json(rep.result, result_json);
 	proto_reply_finish(&rep);
 	if (rc == 0)
-		rc = memory_send_released(c);
+		rc = client_send_released(c);
 	return rc;
 }
 
@@ -256,7 +243,7 @@ static int memory_free_quiet(gpb_client *c, uint64_t id, bool ordered)
 	track_release(&c->track, TRACK_ALLOC, id);
 	rc = client_conn_send_free(&c->conn, id);
 	if (rc == 0)
-		rc = memory_send_released(c);
+		rc = client_send_released(c);
 	return rc;
 }
 
@@ -288,6 +275,8 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		return rc;
 	if (c->conn.dead) {
 		rc = client_conn_dead_error(&c->conn);
+	} else if (kind == TRACK_ALLOC && (rc = lease_free_carved(c, id)) != 1) {
+		/* A local block (lease.h) carved for export or attach. */
 	} else if (kind == TRACK_ALLOC && hostmem_get(c, id)) {
 		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
 	} else if (!memory_owned(c, kind, id)) {
@@ -302,14 +291,43 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 	return rc;
 }
 
+/* The leases' fast path: the allocator's lock alone, no exchange
+ * (lease.h). 0, or 1: anything it cannot serve goes the slow way, which
+ * checks the arguments and reports. Kept apart (and out of the long
+ * gpb_alloc_wait) so that a served allocation costs no more than it must
+ * (bench P8a). */
+static inline int alloc_local(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                              struct gpb_allocation *out)
+{
+	if (!c || !out || !size || alignment > PROTO_MAX_ALIGNMENT ||
+	    (alignment & (alignment - 1)) || client_forked(c))
+		return 1;
+	error_clear();
+	return lease_alloc_local(c, instance, size,
+	                         alignment < PROTO_GRANULE ? PROTO_GRANULE : alignment, out);
+}
+
+static int alloc_slow(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                      uint32_t wait_ms, struct gpb_allocation *out);
+
 GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                          struct gpb_allocation *out)
 {
-	return gpb_alloc_wait(c, instance, size, alignment, 0, out);
+	if (alloc_local(c, instance, size, alignment, out) == 0)
+		return 0;
+	return alloc_slow(c, instance, size, alignment, 0, out);
 }
 
 GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                               uint32_t wait_ms, struct gpb_allocation *out)
+{
+	if (alloc_local(c, instance, size, alignment, out) == 0)
+		return 0;
+	return alloc_slow(c, instance, size, alignment, wait_ms, out);
+}
+
+static int alloc_slow(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                      uint32_t wait_ms, struct gpb_allocation *out)
 {
 	int rc;
 
@@ -335,7 +353,9 @@ GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, u
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < PROTO_GRANULE)
 		alignment = PROTO_GRANULE;
-	rc = memory_alloc(c, instance, size, alignment, wait_ms, out);
+	rc = lease_alloc(c, instance, size, alignment, wait_ms > 0, out);
+	if (rc == 1)
+		rc = memory_alloc(c, instance, size, alignment, wait_ms, out);
 out:
 	client_leave(c);
 	return rc;
@@ -421,7 +441,7 @@ static int free_label_call(gpb_client *c, cJSON *params, const char *label, uint
 		return rc;
 	}
 	memory_release_freed(c, rep.result);
-	memory_send_released(c);
+	client_send_released(c);
 	rc = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep.result, PROTO_F_FREED));
 	if (result_json && client_result_json(rep.result, result_json) < 0)
 		rc = GPB_E_NOMEM;
@@ -475,8 +495,11 @@ GPB_EXPORT int gpb_release_kept(gpb_client *c)
 	if (c->conn.dead) {
 		rc = client_conn_dead_error(&c->conn);
 	} else {
+		/* Wholly free leases first: their slabs may then be kept
+		 * idle, and go with the rest. */
+		lease_release_free(c);
 		n = track_release_idle(&c->track);
-		rc = memory_send_released(c);
+		rc = client_send_released(c);
 		if (rc == 0)
 			rc = n > INT32_MAX ? INT32_MAX : (int)n;
 	}
@@ -486,6 +509,12 @@ GPB_EXPORT int gpb_release_kept(gpb_client *c)
 
 GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
 {
+	/* A local block: the allocator's lock alone (lease.h). */
+	if (c && lease_id_local(id) && !client_forked(c)) {
+		error_clear();
+		if (lease_free_local(c, id) == 0)
+			return 0;
+	}
 	return memory_release(c, TRACK_ALLOC, id);
 }
 
@@ -493,7 +522,9 @@ GPB_EXPORT int gpb_free(gpb_client *c, uint64_t id)
  * Gone already (free_label, invalidate): nothing to do. Lock held. */
 static void memory_release_pending(gpb_client *c, uint64_t id)
 {
-	if (track_lookup(&c->track, TRACK_ALLOC, id))
+	if (lease_id_local(id))
+		lease_release_pending(c, id);
+	else if (track_lookup(&c->track, TRACK_ALLOC, id))
 		memory_free_quiet(c, id, true);
 }
 
@@ -512,6 +543,22 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 	e = track_lookup(&c->track, TRACK_ALLOC, id);
 	if (c->conn.dead) {
 		rc = client_conn_dead_error(&c->conn);
+	} else if ((rc = lease_free_async(c, id, stream, &fence)) != 1) {
+		/* A local block: it goes back to this process's own leases
+		 * once the stream has run, as any gpb_free_async. */
+		if (rc == 0 && fence) {
+			p = malloc(sizeof(*p));
+			if (!p) {
+				opener->fence_wait(fence);
+				opener->fence_free(fence);
+				lease_release_pending(c, id);
+			} else {
+				p->id = id;
+				p->fence = fence;
+				c->release_pending = memory_release_pending;
+				client_pending_add(c, p);
+			}
+		}
 	} else if (hostmem_get(c, id)) {
 		rc = error_set(GPB_E_INVALID,
 		               "gpb_free_async: %016" PRIx64 " is host memory: use gpb_free", id);
@@ -554,6 +601,11 @@ GPB_EXPORT int gpb_attach(gpb_client *c, uint64_t id, struct gpb_allocation *out
 		rc = error_set(GPB_E_INVALID, "gpb_attach: out is NULL");
 		goto out;
 	}
+	/* A local block of this client is carved first: the attachment is
+	 * of the carve, whose daemon id it carries (lease.h). */
+	rc = lease_carve(c, id, &id);
+	if (rc < 0)
+		goto out;
 	rc = memory_call(c, TRACK_ATTACH, PROTO_M_ATTACH, client_params_id(PROTO_F_ID, id), out,
 	                 NULL);
 out:
@@ -596,6 +648,10 @@ GPB_EXPORT int gpb_export(gpb_client *c, uint64_t id, const char *name, int64_t 
 		              PROTO_MAX_NAME);
 		goto out;
 	}
+	/* A local block is carved first, and its carve exported (lease.h). */
+	rc = lease_carve(c, id, &id);
+	if (rc < 0)
+		goto out;
 	params = name_params(name);
 	if (params && (proto_add_id64(params, PROTO_F_ID, id) < 0 ||
 	               (uid >= 0 && !cJSON_AddNumberToObject(params, PROTO_F_UID, (double)uid)))) {

@@ -148,7 +148,18 @@ int gpb_unregister(gpb_client *client, uint64_t instance);
 
 /** One allocation as this process sees it. */
 struct gpb_allocation {
-	uint64_t id;     /**< daemon-wide allocation id (random, unguessable) */
+	/** The allocation's id. A daemon allocation's is daemon-wide (random,
+	 * unguessable). A block served from this client's leases (gpb_alloc
+	 * up to the daemon's slab size, unless GPUBROKER_LEASE=0 or the
+	 * allocator is "direct" or "async") has a local id instead: its top
+	 * 16 bits are 0x10ca, the rest counted by this client; the daemon
+	 * does not know it, so gpb_attach() of it by another client is
+	 * GPB_E_NOT_FOUND. gpb_export() of a local block, or gpb_attach()
+	 * of it through its own client, first makes it a daemon allocation
+	 * at the same bytes (lease_carve): the export names that, and the
+	 * attachment's id is its daemon id, which other clients may attach.
+	 * gpb_free() of the local id frees both. */
+	uint64_t id;
 	void *ptr;       /**< usable address in this process */
 	uint64_t size;   /**< bytes usable at ptr (the request rounded up) */
 	int device;      /**< device index */
@@ -200,8 +211,10 @@ int gpb_free(gpb_client *client, uint64_t id);
  * gpb_free()) and gives them back to the daemon, which may return them to
  * the device. The daemon also asks for them by itself when a device is
  * short of memory (a `reclaim` event, answered as the library reads it, in
- * any call on this client or gpb_dispatch()). Returns how many slabs it let
- * go of (0 or more), or GPB_E_DAEMON_GONE.
+ * any call on this client or gpb_dispatch()). Leases (gpb_alloc) with
+ * nothing in them go back first, as the idle rule (GPUBROKER_LEASE_IDLE_MS)
+ * would return them later: their slabs are then let go of with the rest.
+ * Returns how many slabs it let go of (0 or more), or GPB_E_DAEMON_GONE.
  */
 int gpb_release_kept(gpb_client *client);
 
@@ -350,9 +363,21 @@ struct gpb_mem_info {
 	uint64_t free;         /**< bytes it may still allocate: min(cap - used, device free) */
 	uint64_t device_total; /**< device memory */
 	uint64_t device_free;  /**< device memory the broker has not handed out */
+	/** bytes this process holds leased for the instance (part of @used:
+	 * the daemon charges a lease whole); 0 with GPUBROKER_LEASE=0 */
+	uint64_t leased;
+	uint64_t in_use; /**< bytes of this process's live blocks in those leases, now */
+	uint64_t leases; /**< how many leases */
 };
 
-/** Errors: GPB_E_NOT_FOUND (instance), GPB_E_DAEMON_GONE. */
+/**
+ * @used is what the daemon charges the instance: its leases whole and its
+ * own allocations (larger than a slab, or made without leases). @leased,
+ * @in_use and @leases are this process's own figures, exact when the call
+ * returns (the daemon's copy of in_use is as of this process's last lease
+ * message).
+ * Errors: GPB_E_NOT_FOUND (instance), GPB_E_DAEMON_GONE.
+ */
 int gpb_mem_info(gpb_client *client, uint64_t instance, struct gpb_mem_info *out);
 
 /**

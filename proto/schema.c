@@ -99,6 +99,7 @@ const char *const proto_fields[] = {
     PROTO_F_HOST_ALLOCATIONS,
     PROTO_F_HOST_USED,
     PROTO_F_ID,
+    PROTO_F_IN_USE,
     PROTO_F_IN_USE_AT_START,
     PROTO_F_INSTANCE,
     PROTO_F_INSTANCES,
@@ -106,6 +107,9 @@ const char *const proto_fields[] = {
     PROTO_F_KEEP_SLABS,
     PROTO_F_LABEL,
     PROTO_F_LARGEST_FREE,
+    PROTO_F_LEASE,
+    PROTO_F_LEASED,
+    PROTO_F_LEASES,
     PROTO_F_LIMIT,
     PROTO_F_LIMIT_FRACTION,
     PROTO_F_LIMITS,
@@ -199,7 +203,7 @@ const char *const proto_values[] = {
     PROTO_V_GROUP_DEFAULT, PROTO_V_LIMIT_MAX_QUEUED, PROTO_V_LIMIT_CLIENTS,
     PROTO_V_LIMIT_PER_UID, PROTO_V_LIMIT_FILES,      PROTO_V_LIMIT_FILES_PER_UID,
     PROTO_V_TRANSPORT_VMM, PROTO_V_TRANSPORT_IPC,    PROTO_V_TRANSPORT_MEMFD,
-    PROTO_V_REASON_MEMORY,
+    PROTO_V_REASON_MEMORY, PROTO_V_LIMIT_MAX_LEASES,
 };
 const unsigned proto_value_count = sizeof(proto_values) / sizeof(proto_values[0]);
 
@@ -212,6 +216,8 @@ const struct proto_message_info proto_messages[] = {
                                   PROTO_PARAM_TABLE(PROTO_QUEUE_ITEM)},
     {PROTO_M_ALLOC, PROTO_F_RESULT, PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT)},
     {PROTO_M_ALLOC, PROTO_F_RESULT, PROTO_MEMBER_TABLE(PROTO_HOST_RESULT)},
+    {PROTO_M_LEASE, PROTO_F_RESULT, PROTO_MEMBER_TABLE(PROTO_GRANT_RESULT)},
+    {PROTO_M_LEASE_CARVE, PROTO_F_RESULT, PROTO_MEMBER_TABLE(PROTO_CARVE_RESULT)},
 };
 const unsigned proto_message_count = sizeof(proto_messages) / sizeof(proto_messages[0]);
 

@@ -49,6 +49,7 @@
 #define PROTO_MAX_DEVICES   64         /* device indices are 0 to 63 */
 #define PROTO_TOKEN_SIZE    32         /* bytes of a partition token (PROTO_TOKEN_HEX digits) */
 #define PROTO_MAX_UID       4294967294 /* a uid parameter; (uid_t)-1 means none */
+#define PROTO_MAX_LEASES    64         /* leases one instance holds at once */
 
 /* alloc's bounds. Sizes are charged in granules, and an alignment is a
  * power of two from the granule to PROTO_MAX_ALIGNMENT (the slab
@@ -75,6 +76,7 @@
 	X(MAX_DEVICES, "max_devices")                                                              \
 	X(TOKEN_SIZE, "token_size")                                                                \
 	X(MAX_UID, "max_uid")                                                                      \
+	X(MAX_LEASES, "max_leases")                                                                \
 	X(GRANULE, "granule")                                                                      \
 	X(MAX_ALIGNMENT, "max_alignment")                                                          \
 	X(MAX_WAIT_MS, "max_wait_ms")
@@ -167,6 +169,9 @@ const char *proto_code_name(int code);
 #define PROTO_M_PARTITIONS        "partitions"
 #define PROTO_M_GOODBYE           "goodbye"
 #define PROTO_M_RELEASE           "release"
+#define PROTO_M_LEASE             "lease"
+#define PROTO_M_LEASE_RETURN      "lease_return"
+#define PROTO_M_LEASE_CARVE       "lease_carve"
 
 enum proto_op_flags {
 	PROTO_OPF_BEFORE_HELLO = 1u << 0, /* allowed before the handshake (hello only) */
@@ -215,7 +220,10 @@ enum proto_op_flags {
 	X(PARTITION_DESTROY, partition_destroy, PROTO_OPF_ADMIN)                                   \
 	X(PARTITIONS, partitions, 0)                                                               \
 	X(GOODBYE, goodbye, 0)                                                                     \
-	X(RELEASE, release, 0)
+	X(RELEASE, release, 0)                                                                     \
+	X(LEASE, lease, 0)                                                                         \
+	X(LEASE_RETURN, lease_return, 0)                                                           \
+	X(LEASE_CARVE, lease_carve, 0)
 
 #define PROTO_OP_ENUM_(id, name, flags) PROTO_OP_##id,
 enum proto_op { PROTO_OPS(PROTO_OP_ENUM_) PROTO_OP_COUNT };
@@ -295,6 +303,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_HOST_ALLOCATIONS   "host_allocations"
 #define PROTO_F_HOST_USED          "host_used"
 #define PROTO_F_ID                 "id"
+#define PROTO_F_IN_USE             "in_use"
 #define PROTO_F_IN_USE_AT_START    "in_use_at_start"
 #define PROTO_F_INSTANCE           "instance"
 #define PROTO_F_INSTANCES          "instances"
@@ -302,6 +311,9 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_KEEP_SLABS         "keep_slabs"
 #define PROTO_F_LABEL              "label"
 #define PROTO_F_LARGEST_FREE       "largest_free"
+#define PROTO_F_LEASE              "lease"
+#define PROTO_F_LEASED             "leased"
+#define PROTO_F_LEASES             "leases"
 #define PROTO_F_LIMIT              "limit"
 #define PROTO_F_LIMIT_FRACTION     "limit_fraction"
 #define PROTO_F_LIMITS             "limits"
@@ -569,8 +581,25 @@ enum proto_presence {
 #define PROTO_PARTITION_DESTROY_PARAMS(X)                                                          \
 	X(NAME, name, PNAME, PROTO_REQUIRED, 1, PROTO_MAX_NAME, PROTO_PARTITION_EXPECTED)
 #define PROTO_RELEASE_PARAMS(X) X(SLAB, slab, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)
+/* Leases: whole ranges of a slab a library sub-allocates in itself. in_use
+ * is what it says it uses of its leases of the instance, for the figures. */
+#define PROTO_EXPECT_BYTES "a decimal string of 1-20 digits (bytes)"
+#define PROTO_LEASE_PARAMS(X)                                                                      \
+	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                       \
+	X(SIZE, size, U64, PROTO_REQUIRED, 1, UINT64_MAX,                                          \
+	  "a decimal string of 1-20 digits, at least 1")                                           \
+	X(IN_USE, in_use, U64, PROTO_OPTIONAL, 0, UINT64_MAX, PROTO_EXPECT_BYTES)
+#define PROTO_LEASE_RETURN_PARAMS(X)                                                               \
+	X(LEASE, lease, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                             \
+	X(IN_USE, in_use, U64, PROTO_OPTIONAL, 0, UINT64_MAX, PROTO_EXPECT_BYTES)
+#define PROTO_LEASE_CARVE_PARAMS(X)                                                                \
+	X(LEASE, lease, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                             \
+	X(OFFSET, offset, U64, PROTO_REQUIRED, 0, UINT64_MAX,                                      \
+	  "a decimal string of 1-20 digits, a multiple of " PROTO_STR(PROTO_GRANULE))              \
+	X(SIZE, size, U64, PROTO_REQUIRED, 1, UINT64_MAX,                                          \
+	  "a decimal string of 1-20 digits, at least 1")
 
-/* alloc of device memory, attach, open and claim: the grant. handle and
+/* alloc of device memory, attach, open, claim and lease: the grant. handle and
  * device_uuid come the first time a connection is given the slab, fd with
  * a descriptor (sim, or async), pool with the device's memory pool and
  * pool_id with pool: the pool's name (the driver's pool descriptors all
@@ -588,6 +617,12 @@ enum proto_presence {
 	X(POOL, TRUE, PROTO_OPTIONAL)                                                              \
 	X(POOL_ID, ID64, PROTO_OPTIONAL)                                                           \
 	X(KEEP, TRUE, PROTO_OPTIONAL)
+
+/* lease_carve: the daemon allocation made inside the lease, and its size
+ * (rounded up to the granule). */
+#define PROTO_CARVE_RESULT(X)                                                                      \
+	X(ID, ID64, PROTO_REQUIRED)                                                                \
+	X(SIZE, U64, PROTO_REQUIRED)
 
 /* alloc of host memory ("pinned", "mapped"), and the claim of a host array. */
 #define PROTO_HOST_RESULT(X)                                                                       \
@@ -708,6 +743,7 @@ extern const unsigned proto_event_count;
 #define PROTO_V_SERVER           "gpubrokerd" /* hello "server" */
 #define PROTO_V_GROUP_DEFAULT    "default"    /* the group of an instance that names none */
 #define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit", as are hello's limits and: */
+#define PROTO_V_LIMIT_MAX_LEASES "max_leases"
 #define PROTO_V_LIMIT_CLIENTS    "max_clients"
 #define PROTO_V_LIMIT_PER_UID    "max_clients_per_uid"
 #define PROTO_V_LIMIT_FILES      "open_files" /* the daemon's RLIMIT_NOFILE (connections refused) */

@@ -79,7 +79,16 @@ case $bundle in /*) ;; *) bundle=$top/$bundle ;; esac
 B=$bundle
 BUILD=$B/build
 progs="vmm info alloc kill handles ctx order share label host invalidate evict async small pools
-	capacity legacy-ipc modes mig driver torch vmm-uid vmm-start fork fds errors"
+	capacity legacy-ipc modes mig driver torch vmm-uid vmm-start fork fds errors lease"
+# The programs about the daemon's per-allocation semantics: run with
+# GPUBROKER_LEASE=0, as tests/gpu/meson.build's per_alloc (which says why).
+per_alloc="alloc share vmm-uid"
+lease_env() { # PROGRAM: the GPUBROKER_LEASE setting it runs with
+	case " $per_alloc " in
+	*" $1 "*) echo GPUBROKER_LEASE=0 ;;
+	*) echo GPUBROKER_LEASE=1 ;;
+	esac
+}
 pytests="numba cupy torch"
 
 # ---- steps run by timeout (a shell function cannot be) ---------------------
@@ -173,7 +182,8 @@ plan() {
 	check probe 60 "$python" tests/gpu/probe.py
 	for tr in vmm ipc; do
 		for t in $progs; do
-			check "$tr-$t" 60 env "${fake_env[@]}" GPB_CUDA_TRANSPORT=$tr "$BUILD/tests/gpu/test-gpu-$t"
+			check "$tr-$t" 60 env "${fake_env[@]}" GPB_CUDA_TRANSPORT=$tr "$(lease_env "$t")" \
+				"$BUILD/tests/gpu/test-gpu-$t"
 		done
 	done
 	for tr in vmm ipc; do
@@ -190,7 +200,7 @@ plan() {
 		[ "$dry" = 1 ] && [ "$tr" = ipc ] && pre=(FAKECUDA_IPC_POLICY=all)
 		for t in $progs; do
 			check "xuid-$tr-$t" 60 env "${fake_env[@]}" "${pre[@]}" GPB_CUDA_TRANSPORT=$tr \
-				GPB_DAEMON_UID=$daemon_uid "$BUILD/tests/gpu/test-gpu-$t"
+				GPB_DAEMON_UID=$daemon_uid "$(lease_env "$t")" "$BUILD/tests/gpu/test-gpu-$t"
 		done
 	done
 	for tr in vmm ipc; do
@@ -246,9 +256,11 @@ mps_checks() {
 		echo "FAIL: no control socket or pipe in $CUDA_MPS_PIPE_DIRECTORY after 10 s"; exit 1'
 	if [ "${verdict[mps-start]}" = PASS ]; then
 		for t in vmm alloc kill; do
-			check "mps-vmm-$t" 60 env GPB_CUDA_TRANSPORT=vmm "$BUILD/tests/gpu/test-gpu-$t"
+			check "mps-vmm-$t" 60 env GPB_CUDA_TRANSPORT=vmm "$(lease_env "$t")" \
+				"$BUILD/tests/gpu/test-gpu-$t"
 		done
-		check mps-ipc-alloc 60 env GPB_CUDA_TRANSPORT=ipc "$BUILD/tests/gpu/test-gpu-alloc"
+		check mps-ipc-alloc 60 env GPB_CUDA_TRANSPORT=ipc "$(lease_env alloc)" \
+			"$BUILD/tests/gpu/test-gpu-alloc"
 		check mps-probe 60 "$python" tests/gpu/probe.py
 	else
 		for n in $mps_names; do check "$n" 10 bash "$self" --step skip "the MPS control daemon did not start"; done

@@ -96,6 +96,10 @@ void client_pending_drop(gpb_client *c)
 
 void client_leave(gpb_client *c)
 {
+	/* Whatever call found the connection dead, the fast path (which
+	 * takes no client lock) learns it before this lock goes. */
+	if (c->conn.dead)
+		lease_conn_lost(c);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -129,6 +133,17 @@ cJSON *client_params_id(const char *key, uint64_t id)
 int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id)
 {
 	return client_call(c, method, client_params_id(key, id), NULL, NULL);
+}
+
+int client_send_released(gpb_client *c)
+{
+	size_t n;
+	const uint64_t *ids = track_take_released(&c->track, &n);
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = client_conn_send_release(&c->conn, ids[i]);
+	return rc;
 }
 
 int client_result_json(const cJSON *result, void *result_json)

@@ -21,7 +21,7 @@
  * or the driver. The slab cache and the cuda opener forget what they
  * held in their own handlers (slab.c, cuda.c, cuda_ctx.c).
  */
-static unsigned client_generation;
+unsigned client_generation;
 static pthread_once_t client_fork_once = PTHREAD_ONCE_INIT;
 
 static void client_atfork_child(void)
@@ -33,11 +33,6 @@ static void client_fork_init(void)
 {
 	pthread_atfork(NULL, NULL, client_atfork_child);
 	slab_fork_init();
-}
-
-bool client_forked(const gpb_client *c)
-{
-	return c->generation != client_generation;
 }
 
 /*
@@ -57,6 +52,7 @@ static void client_invalidate(void *client)
 	track_finish(&c->track);
 	track_init(&c->track, opener);
 	hostmem_finish(c);
+	lease_forget(c);
 }
 
 /* conn's on_reclaim hook: the daemon wants back a slab this connection
@@ -88,6 +84,7 @@ int client_create(const char *path, gpb_client **out)
 	/* Until hello names the backend nothing can be mapped. */
 	track_init(&c->track, NULL);
 	hostmem_init(c);
+	lease_init(&c->lease);
 	c->pending_tail = &c->pending;
 	c->conn.on_invalidate = client_invalidate;
 	c->conn.on_reclaim = client_reclaim;
@@ -108,6 +105,7 @@ static void client_forget(gpb_client *c)
 		c->pending = p->next;
 		free(p); /* its fence is the parent's */
 	}
+	lease_abandon(&c->lease);
 	track_finish(&c->track);
 	hostmem_abandon(c);
 	client_conn_finish(&c->conn);
@@ -124,6 +122,9 @@ void client_destroy(gpb_client *c)
 		return;
 	}
 
+	/* No more returns from the service thread (neither lock held here);
+	 * the daemon ends the leases with the connection. */
+	lease_finish(c);
 	/* Unmapping first: once the socket closes the daemon releases what
 	 * the connection held and may free its slabs, and CUDA memory must
 	 * not be freed under an open IPC mapping, nor while work queued on it

@@ -8,7 +8,9 @@
  * alloc it undoes. Event callbacks run from gpb_dispatch() without the mutex
  * held, so a callback may call gpb_* on the same client (except
  * gpb_disconnect()). The process-wide slab cache has its own mutex
- * (slab.c), always taken inside the client's, never the other way round.
+ * (slab.c), always taken inside the client's, never the other way round;
+ * so has the lease allocator (lease.h: client, then allocator), whose local
+ * allocs and frees take its lock alone.
  */
 #ifndef GPB_CLIENT_CLIENT_H
 #define GPB_CLIENT_CLIENT_H
@@ -19,6 +21,7 @@
 
 #include "conn.h"
 #include "gpubroker.h"
+#include "lease.h"
 #include "track.h"
 
 /* What hello's result said about the daemon. */
@@ -53,6 +56,9 @@ struct gpb_client {
 	struct client_pending *pending, **pending_tail;
 	void (*release_pending)(gpb_client *c, uint64_t id);
 	unsigned generation; /* client_generation when made: another one in a forked child */
+	/* The lease allocator (lease.h): its own lock, taken after this
+	 * client's, never before. */
+	struct lease_state lease;
 };
 
 /* client.c: its life. */
@@ -65,9 +71,15 @@ int client_create(const char *path, gpb_client **out);
  * child, for a client of its parent: frees it with no word to the daemon
  * or the driver. */
 void client_destroy(gpb_client *c);
+/* Counts this process's forks (client.c's atfork handler; a client made
+ * before one carries an older count). */
+extern unsigned client_generation;
 /* Whether @c was made before this process was forked (its parent's): every
- * call on it is refused (client.c). */
-bool client_forked(const gpb_client *c);
+ * call on it is refused. Inline: every gpb_alloc and gpb_free asks. */
+static inline bool client_forked(const gpb_client *c)
+{
+	return c->generation != client_generation;
+}
 
 /* call.c: calls on it. */
 
@@ -103,6 +115,10 @@ cJSON *client_params_id(const char *key, uint64_t id);
 /* Sends a request whose only parameter is the id64 @key and ignores its
  * result. Called with the lock held. */
 int client_call_id(gpb_client *c, const char *method, const char *key, uint64_t id);
+/* Sends a `release` for each kept slab the track let go of (its mapping is
+ * closed already: track_take_released), before any request that could be
+ * granted memory in it. Called with the lock held. */
+int client_send_released(gpb_client *c);
 /* A client_parse_fn: *(char **)@result_json = @result as compact JSON text
  * (free with free()); nothing when @result_json is NULL. */
 int client_result_json(const cJSON *result, void *result_json);

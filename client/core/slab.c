@@ -260,6 +260,13 @@ void slab_cache_put(struct slab_map *map)
 	free(map);
 }
 
+void slab_cache_ref(struct slab_map *map)
+{
+	pthread_mutex_lock(&slab_lock);
+	map->refs++;
+	pthread_mutex_unlock(&slab_lock);
+}
+
 bool slab_cache_dead(struct slab_map *map)
 {
 	pthread_mutex_lock(&slab_lock);

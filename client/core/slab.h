@@ -135,6 +135,8 @@ int slab_cache_get(const struct slab_opener *opener, const uint8_t *handle, int 
                    const struct slab_target *where, uint64_t size, struct slab_map **out);
 /* Drops a reference; the last one unmaps the slab. */
 void slab_cache_put(struct slab_map *map);
+/* One more reference to @map, which the caller holds one of already. */
+void slab_cache_ref(struct slab_map *map);
 
 /* Whether @map's context died under it (then it is marked dead for good). */
 bool slab_cache_dead(struct slab_map *map);

@@ -198,6 +198,19 @@ static int track_slab_live(struct track_slab *s)
 	return 0;
 }
 
+int track_alloc_live(struct track *t, uint64_t id, struct slab_map **map)
+{
+	struct track_entry *e = idmap_get(&t->entries[TRACK_ALLOC], id);
+	int rc;
+
+	if (!e || !e->slab || !e->slab->map)
+		return error_set(GPB_E_NOT_FOUND, "no mapped allocation %016" PRIx64, id);
+	rc = track_slab_live(e->slab);
+	if (rc == 0)
+		*map = e->slab->map;
+	return rc;
+}
+
 /* The fields of an alloc/attach result, checked against each other. */
 struct track_result {
 	uint64_t id, slab, slab_size, offset, size;

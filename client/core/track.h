@@ -106,6 +106,11 @@ struct proto_grant;
 int track_adopt_grant(struct track *t, struct track_prep *prep, const struct proto_grant *g,
                       struct gpb_allocation *out, uint64_t *id);
 
+/* The mapping allocation @id lives in, mapped anew first when its CUDA
+ * context died (as for a grant in a held slab): 0 with *map (the track's
+ * reference), GPB_E_NOT_FOUND, or slab_cache_renew()'s error. */
+int track_alloc_live(struct track *t, uint64_t id, struct slab_map **map);
+
 /* The entry for @id, or NULL. */
 struct track_entry *track_lookup(struct track *t, enum track_kind kind, uint64_t id);
 

@@ -201,6 +201,8 @@ static int print_clients(const cJSON *result, const struct ctl_options *o, bool 
 	    {PROTO_F_INSTANCES, "INSTANCES", CTL_NUM},
 	    {PROTO_F_ALLOCATIONS, "ALLOCATIONS", CTL_NUM},
 	    {PROTO_F_USED, "USED", CTL_SIZE},
+	    {PROTO_F_LEASED, "LEASED", CTL_SIZE},
+	    {PROTO_F_IN_USE, "IN_USE", CTL_SIZE},
 	    {PROTO_F_CAP, "CAP", CTL_SIZE},
 	    /* "-" (CSV: empty) for a client outside partitions. */
 	    {PROTO_F_PARTITION, "PARTITION", CTL_TEXT},
@@ -229,6 +231,8 @@ static int print_stats(const cJSON *result, const struct ctl_options *o, bool he
 	    {PROTO_F_ALLOCS, "ALLOCS", CTL_NUM},
 	    {PROTO_F_FREES, "FREES", CTL_NUM},
 	    {PROTO_F_OOMS, "OOMS", CTL_NUM},
+	    {PROTO_F_LEASED, "LEASED", CTL_SIZE},
+	    {PROTO_F_IN_USE, "IN_USE", CTL_SIZE},
 	};
 
 	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);

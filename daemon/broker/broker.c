@@ -320,8 +320,9 @@ int broker_attach(struct broker *b, struct session *s, uint64_t id, struct broke
 {
 	struct broker_alloc *a = idmap_get(&b->allocs, id);
 	/* Memory does not cross a partition's border: destroying it must be
-	 * able to take back everything its sessions hold. */
-	if (!a || a->inst->owner->uid != s->uid || a->inst->owner->part != s->part)
+	 * able to take back everything its sessions hold. A lease is its
+	 * client's to sub-allocate: what others attach is a carve of it. */
+	if (!a || a->lease || a->inst->owner->uid != s->uid || a->inst->owner->part != s->part)
 		return -ENOENT;
 	return broker_hold(b, s, a, out);
 }

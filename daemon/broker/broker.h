@@ -42,10 +42,13 @@ struct broker_instance {
 	int device;
 	char name[PROTO_MAX_NAME + 1];
 	struct policy_instance pol; /* proportion, share, cap and group: the policy's view */
-	uint64_t used;
-	uint64_t live;
-	unsigned wait_pass; /* broker->wait_pass when a wait of it was short of quota */
-	struct list queued; /* struct broker_queued */
+	uint64_t used;              /* charged: its leases' bytes and its allocations' */
+	uint64_t live;              /* its allocations and leases (carves are in their lease) */
+	uint64_t leased;            /* bytes of its leases, part of used */
+	unsigned leases;            /* how many (at most PROTO_MAX_LEASES) */
+	uint64_t in_use;            /* what its client last said it uses inside them */
+	unsigned wait_pass;         /* broker->wait_pass when a wait of it was short of quota */
+	struct list queued;         /* struct broker_queued */
 	unsigned queued_count;
 };
 
@@ -196,6 +199,10 @@ enum broker_limit {
 	BROKER_LIMIT_ALLOCATIONS, /* -EMFILE: value = max_allocations */
 	BROKER_LIMIT_FILES,       /* -ENFILE: value = the user's share of descriptors */
 	BROKER_LIMIT_HOST,        /* -ENOMEM: free = what max_host_memory leaves */
+	BROKER_LIMIT_LEASES,      /* -EMLINK: value = PROTO_MAX_LEASES leases of the instance */
+	BROKER_LIMIT_SLAB,        /* -EFBIG: a lease larger than a slab: value = the slab size */
+	BROKER_LIMIT_ALLOCATOR,   /* -EOPNOTSUPP: leases need allocator pool: value = the
+	                             allocator (enum broker_allocator) */
 };
 
 struct broker_refusal {
@@ -303,6 +310,10 @@ struct broker_device_stats {
 	                           write there: part of pool.used, in no instance */
 	uint64_t orphaned;      /* bytes freed by their owner, still attached
 	                           (outside partitions) */
+	uint64_t leased;        /* bytes of every session's leases there (part of
+	                           pool.used) */
+	uint64_t leases;        /* how many */
+	uint64_t in_use;        /* what their clients last said they use of them */
 };
 void broker_device_stats(const struct broker *b, int device, struct broker_device_stats *out);
 /* Bytes uid's live allocations hold on device (its operator cap's figure). */
@@ -408,8 +419,47 @@ int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_
 int broker_alloc_admit(struct broker *b, struct session *s, const char *req_id, uint64_t instance,
                        uint64_t size, uint64_t align, uint64_t wait_ms, struct broker_grant *out,
                        struct broker_refusal *why);
-/* -ENOENT: unknown, freed, or another session's (indistinguishable). */
+/* -ENOENT: unknown, freed, or another session's (indistinguishable); a
+ * lease too (lease_return gives it back). */
 int broker_free(struct broker *b, struct session *s, uint64_t id);
+
+/* ---- leases (broker_lease.c) ----
+ * A lease is a block of a slab on 2 MiB boundaries that a client
+ * sub-allocates in itself, charged whole to its instance (used = leased +
+ * allocations) and counted as one daemon object (max_allocations). It ends
+ * with broker_lease_return() or with its session. */
+
+/* The granule of leases: their sizes and offsets in their slab. */
+#define BROKER_LEASE_UNIT (2ull << 20)
+/*
+ * Leases size bytes or more for s's instance: max(size rounded up to
+ * BROKER_LEASE_UNIT, BROKER_LEASE_UNIT << the leases it holds), at most the
+ * slab size, shrunk (never below size rounded up) to what its cap, its
+ * user's cap and the device's room allow. 0 with *out its grant, or a
+ * negative errno with *why saying which limit: as broker_alloc_admit()'s
+ * refusals without a wait, and BROKER_LIMIT_SLAB (size rounded up is more
+ * than a slab), BROKER_LIMIT_LEASES, BROKER_LIMIT_ALLOCATOR (allocator
+ * direct or async). in_use (NULL: not said) is what the client uses of
+ * the instance's leases, recorded even when the lease is refused.
+ */
+int broker_lease(struct broker *b, struct session *s, uint64_t instance, uint64_t size,
+                 const uint64_t *in_use, struct broker_grant *out, struct broker_refusal *why);
+/* Gives back s's lease whole, recording in_use (NULL: not said) for its
+ * instance, and serves waits: -ENOENT (unknown, another session's, returned
+ * already), -EBUSY (a carve of it lives). */
+int broker_lease_return(struct broker *b, struct session *s, uint64_t lease,
+                        const uint64_t *in_use);
+/*
+ * Makes size bytes (rounded up to the granule) at offset in s's lease an
+ * allocation of s (*id, *carved its size): charged nothing more, counted
+ * against max_allocations, ended by broker_free(), attached and exported as
+ * any. -ENOENT (no such lease of s), -EINVAL (offset not a multiple of the
+ * granule, or past the lease's end), -ERANGE (size past the lease's end),
+ * -EADDRINUSE (another carve of the lease covers part of the range),
+ * -EMFILE (max_allocations), -ESHUTDOWN, -EAGAIN (host memory).
+ */
+int broker_lease_carve(struct broker *b, struct session *s, uint64_t lease, uint64_t offset,
+                       uint64_t size, uint64_t *id, uint64_t *carved);
 /*
  * Same-uid allocations only; -ENOENT otherwise; -EEXIST if already attached;
  * -EMFILE (max_allocations counts attachments too). An attachment keeps the

@@ -27,6 +27,21 @@
  *   ORPHAN of an evicted owner (fence_session), last holder gone
  *                     -> fenced with the owner's ghost while it lives
  *
+ * A lease (broker_lease.c makes and returns it) lives as an allocation
+ * does, flagged: charged whole, one block of the pool. A carve is a range
+ * of a lease made an allocation, charged nothing and sharing its lease's
+ * block:
+ *
+ *   lease --carve--> CARVE (in lease->carves) --attach/open, free,
+ *     orphan--> as any allocation, except that what ends it frees no block
+ *     but leaves its lease (broker_carve_drop)
+ *   a lease's owner lets go of it while carves live (its session ends,
+ *   an invalidate) -> ORPHAN lease: out of the table and of its instance,
+ *                     charged to the policy as orphaned (b->orphan_leases),
+ *                     alive until its last carve goes, which goes on with
+ *                     the lease's block as the last holder of an orphan does
+ *   lease_return refuses a lease with carves: its client returns it whole.
+ *
  * "Fence" means a release the client hears of only by an event
  * (invalidate, eviction): until it has read it, it may still write the
  * range, which must not go to another allocation before.
@@ -61,10 +76,10 @@ static bool session_holds_slab(void *ctx, const struct pool_slab *slab)
 	return idmap_get(&s->held, bs->id) != NULL;
 }
 
-static void broker_grant_fill(struct session *s, struct pool_block *block, bool fresh,
+static void broker_grant_fill(struct session *s, const struct broker_alloc *a, bool fresh,
                               struct broker_grant *out)
 {
-	struct backend_slab *bs = pool_slab_backend(pool_block_slab(block));
+	struct backend_slab *bs = pool_slab_backend(pool_block_slab(a->block));
 	const struct session_slab *ss = fresh ? idmap_get(&s->held, bs->id) : NULL;
 	out->keep = ss && ss->keep;
 	/* A slab handed over after goodbye is mapped again. */
@@ -73,8 +88,9 @@ static void broker_grant_fill(struct session *s, struct pool_block *block, bool 
 	out->device = bs->device;
 	out->slab_id = bs->id;
 	out->slab_size = bs->size;
-	out->offset = pool_block_offset(block);
-	out->size = pool_block_size(block);
+	out->id = a->id;
+	out->offset = broker_alloc_offset(a);
+	out->size = broker_alloc_bytes(a);
 	out->handle = fresh ? bs->handle : NULL;
 	out->fd = fresh ? bs->fd : -1;
 	out->pool = fresh && bs->pool;
@@ -99,14 +115,14 @@ static int broker_admit(struct broker *b, struct broker_instance *inst, uint64_t
 }
 
 /*
- * The allocation path of alloc and of allocate_queue. With hold false the
- * allocation is made "unclaimed": the session does not hold its slab yet
- * (its client was not given the handle), which broker_claim() does later.
+ * An unclaimed allocation (allocate_queue) is not held by its session yet:
+ * its client was not given the handle, which broker_claim() does later.
  */
-static int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance *inst,
-                           uint64_t size, uint64_t align, bool hold, struct broker_grant *out,
-                           struct broker_alloc **made)
+int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance *inst,
+                    uint64_t size, uint64_t align, enum broker_alloc_kind kind,
+                    struct broker_grant *out, struct broker_alloc **made)
 {
+	bool hold = kind != BROKER_ALLOC_UNCLAIMED;
 	if (b->stopping)
 		return -ESHUTDOWN;
 	if (s->alloc_count + s->attached.count + s->host_count >= b->limits.max_allocations)
@@ -167,10 +183,14 @@ static int broker_alloc_in(struct broker *b, struct session *s, struct broker_in
 	policy_charge(broker_policy_of(b, s), &inst->pol, bytes);
 	s->used += bytes;
 	s->alloc_count++;
-	if (out) {
-		out->id = a->id;
-		broker_grant_fill(s, a->block, fresh == 1, out);
+	if (kind == BROKER_ALLOC_LEASE) {
+		a->lease = true;
+		list_init(&a->carves);
+		inst->leases++;
+		inst->leased += bytes;
 	}
+	if (out)
+		broker_grant_fill(s, a, fresh == 1, out);
 	if (made)
 		*made = a;
 	return 0;
@@ -185,7 +205,7 @@ int broker_alloc(struct broker *b, struct session *s, uint64_t instance, uint64_
 	struct broker_instance *inst = broker_instance_find(s, instance);
 	if (!inst)
 		return b->stopping ? -ESHUTDOWN : -ENOENT;
-	return broker_alloc_in(b, s, inst, size, align, true, out, NULL);
+	return broker_alloc_in(b, s, inst, size, align, BROKER_ALLOC_LIVE, out, NULL);
 }
 
 int broker_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t size,
@@ -195,7 +215,7 @@ int broker_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t
 	char *copy = strdup(label);
 	if (!copy)
 		return -EAGAIN;
-	int rc = broker_alloc_in(b, inst->owner, inst, size, 0, false, NULL, &a);
+	int rc = broker_alloc_in(b, inst->owner, inst, size, 0, BROKER_ALLOC_UNCLAIMED, NULL, &a);
 	if (rc < 0) {
 		free(copy);
 		return rc;
@@ -207,8 +227,8 @@ int broker_alloc_queued(struct broker *b, struct broker_instance *inst, uint64_t
 
 int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker_grant *out)
 {
-	struct broker_alloc *a = idmap_get(&b->allocs, id);
-	if (!a || a->inst->owner != s)
+	struct broker_alloc *a = broker_alloc_owned(b, s, id);
+	if (!a)
 		return -ENOENT;
 	if (!a->unclaimed)
 		return -EEXIST;
@@ -216,8 +236,7 @@ int broker_claim(struct broker *b, struct session *s, uint64_t id, struct broker
 	if (fresh < 0)
 		return -EAGAIN;
 	a->unclaimed = false;
-	out->id = a->id;
-	broker_grant_fill(s, a->block, fresh == 1, out);
+	broker_grant_fill(s, a, fresh == 1, out);
 	return 0;
 }
 
@@ -231,11 +250,12 @@ void broker_unclaim(struct broker *b, struct session *s, const struct broker_gra
 	a->unclaimed = true;
 }
 
-/* An allocation this session owns; NULL for unknown and foreign ids alike. */
+/* An allocation this session owns; NULL for unknown and foreign ids alike,
+ * and for a lease (lease_return ends it, nothing else). */
 struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id)
 {
 	struct broker_alloc *a = idmap_get(&b->allocs, id);
-	return a && a->inst->owner == s ? a : NULL;
+	return a && a->inst->owner == s && !a->lease ? a : NULL;
 }
 
 int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
@@ -257,8 +277,7 @@ int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
 	}
 	pool_slab_pin(slab);
 	a->holders++;
-	out->id = a->id;
-	broker_grant_fill(s, a->block, fresh == 1, out);
+	broker_grant_fill(s, a, fresh == 1, out);
 	return 0;
 }
 
@@ -273,11 +292,43 @@ static void broker_block_free(struct broker *b, struct session *s, int device,
 	pool_free(b->dev[device].pool, block);
 }
 
+/* The end of an orphan's block (an allocation's or a lease's): freed, or fenced (for s's client, or
+ * for the ghost of the evicted owner while its process lives). */
+static void broker_orphan_end(struct broker *b, struct session *s, struct broker_alloc *l,
+                              bool fence)
+{
+	const struct backend_slab *bs = pool_slab_backend(pool_block_slab(l->block));
+	int device = bs->device;
+	if (fence || !l->fence_session ||
+	    broker_ghost_fence(b, l->fence_session, device, l->block) < 0)
+		broker_block_free(b, s, device, l->block, fence);
+	arena_free(&b->alloc_arena, l);
+}
+
+/* A carve is gone (freed, or its last holder let go of an orphan): its
+ * lease loses it, and an orphaned lease goes with its last carve. s is the
+ * session that let go of it (its owner, or the last holder). */
+static void broker_carve_drop(struct broker *b, struct session *s, struct broker_alloc *c,
+                              bool fence)
+{
+	struct broker_alloc *l = c->parent;
+	list_remove(&c->carve_link);
+	arena_free(&b->alloc_arena, c);
+	if (!l->orphan || !list_empty(&l->carves))
+		return;
+	/* Carves stay inside a partition as attachments do: s's policy is
+	 * the lease owner's. */
+	const struct backend_slab *bs = pool_slab_backend(pool_block_slab(l->block));
+	policy_orphan_release(broker_policy_of(b, s), bs->device, pool_block_size(l->block));
+	b->orphan_leases--;
+	broker_orphan_end(b, s, l, fence);
+}
+
 void broker_alloc_release(struct broker *b, struct session *s, struct broker_alloc *a, bool fence)
 {
 	struct pool_slab *slab = pool_block_slab(a->block);
 	struct backend_slab *bs = pool_slab_backend(slab);
-	uint64_t size = pool_block_size(a->block);
+	uint64_t size = broker_alloc_charge(a);
 	int device = a->inst->device;
 	idmap_remove(&b->allocs, a->id);
 	list_remove(&a->link);
@@ -287,15 +338,21 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 	if (!a->unclaimed)
 		session_release(b, s, bs->id);
 	a->inst->used -= size;
-	a->inst->live--;
+	a->inst->live -= !a->parent;
+	if (a->lease) {
+		a->inst->leases--;
+		a->inst->leased -= size;
+	}
 	s->used -= size;
 	s->alloc_count--;
 	free(a->label);
 	a->label = NULL;
-	if (a->holders) {
-		/* Others have it open: the memory stays theirs (and the
-		 * device's, not the instance's) until the last detaches. */
-		policy_orphan(broker_policy_of(b, s), &a->inst->pol, size);
+	if (a->holders || (a->lease && !list_empty(&a->carves))) {
+		/* Others have it open (or carves of it): the memory stays
+		 * theirs (and the device's, not the instance's) until the last
+		 * lets go; a carve's stays its lease's. */
+		if (size)
+			policy_orphan(broker_policy_of(b, s), &a->inst->pol, size);
 		a->inst = NULL;
 		a->orphan = true;
 		/* Its owner's process may still write it: the block is fenced
@@ -303,7 +360,16 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 		 * last holder lets go. */
 		if (fence)
 			a->fence_session = s->id;
-		b->orphan_count++;
+		if (a->lease)
+			b->orphan_leases++;
+		else
+			b->orphan_count++;
+		return;
+	}
+	if (a->parent) {
+		/* Its range is its lease's, which stays allocated (and is
+		 * fenced with it, when it goes so). */
+		broker_carve_drop(b, s, a, fence);
 		return;
 	}
 	policy_uncharge(broker_policy_of(b, s), &a->inst->pol, size);
@@ -320,16 +386,17 @@ void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a, b
 	pool_slab_unpin(b->dev[device].pool, slab);
 	if (--a->holders || !a->orphan)
 		return;
+	b->orphan_count--;
+	if (a->parent) {
+		broker_carve_drop(b, s, a, fence);
+		return;
+	}
 	/* Attachments stay inside a partition (broker_attach, broker_open):
 	 * the holder's policy is the owner's. */
 	policy_orphan_release(broker_policy_of(b, s), device, pool_block_size(a->block));
-	b->orphan_count--;
 	/* Fenced for this holder's client if it may still write it, else for
 	 * the evicted owner's process while it lives. */
-	if (fence || !a->fence_session ||
-	    broker_ghost_fence(b, a->fence_session, device, a->block) < 0)
-		broker_block_free(b, s, device, a->block, fence);
-	arena_free(&b->alloc_arena, a);
+	broker_orphan_end(b, s, a, fence);
 }
 
 void broker_session_strip(struct broker *b, struct session *s)

@@ -1,7 +1,8 @@
 /*
  * broker_check.c - selfcheck: walks every structure of the broker and checks
  * what it can (pools, sessions against the tables, counters, host memory,
- * orphans, exports, waits, parting slabs, the policy). Read-only.
+ * orphans, exports, waits, parting slabs, leases and their carves, the
+ * policy). Read-only.
  *
  * Each phase returns 0 or -EFAULT with msg naming the first inconsistency.
  */
@@ -14,6 +15,7 @@
 /* What the sessions add up to, checked against the broker's own counts. */
 struct check_totals {
 	uint64_t allocs, instances, orphans_held, host_bytes, hosts;
+	uint64_t orphan_lease_holds; /* attachments of orphan carves of orphan leases */
 	unsigned sessions, waits;
 };
 
@@ -31,7 +33,7 @@ static int check_session_allocs(const struct broker *b, const struct session *s,
 			         (unsigned long long)a->id);
 			return -EFAULT;
 		}
-		used += pool_block_size(a->block);
+		used += broker_alloc_charge(a);
 		n++;
 	}
 	if (used != s->used || n != s->alloc_count) {
@@ -80,6 +82,7 @@ static int check_session_holds(const struct broker *b, const struct session *s,
 			return -EFAULT;
 		}
 		t->orphans_held += a->orphan;
+		t->orphan_lease_holds += a->orphan && a->parent && a->parent->orphan;
 	}
 	uint64_t refs = 0, want = s->attached.count;
 	size_t hit = 0;
@@ -94,6 +97,89 @@ static int check_session_holds(const struct broker *b, const struct session *s,
 		         (unsigned long long)s->id, (unsigned long long)refs,
 		         (unsigned long long)want);
 		return -EFAULT;
+	}
+	return 0;
+}
+
+/* A lease lies on 2 MiB boundaries inside its slab, and its carves inside
+ * it, on granules, overlapping none of the others: live carves of its own
+ * session, or orphans someone still holds. */
+static int check_lease(const struct broker *b, const struct session *s,
+                       const struct broker_alloc *l, char *msg, unsigned msg_len)
+{
+	uint64_t off = pool_block_offset(l->block), size = pool_block_size(l->block);
+	if (off % BROKER_LEASE_UNIT || size % BROKER_LEASE_UNIT ||
+	    off + size > pool_slab_size(pool_block_slab(l->block)) || !l->lease || l->parent) {
+		snprintf(msg, msg_len, "lease %016llx: %llu bytes at %llu of its slab",
+		         (unsigned long long)l->id, (unsigned long long)size,
+		         (unsigned long long)off);
+		return -EFAULT;
+	}
+	const struct list *pos, *q;
+	list_for_each(pos, &l->carves) {
+		const struct broker_alloc *c =
+		    list_entry(pos, const struct broker_alloc, carve_link);
+		bool filed = c->orphan ? c->holders && !c->inst
+		                       : idmap_get(&b->allocs, c->id) == c && c->inst == l->inst &&
+		                             c->inst->owner == s;
+		bool inside = c->parent == l && c->block == l->block && !c->lease &&
+		              c->carve_offset % POOL_GRANULE == 0 && c->carve_size &&
+		              c->carve_offset + c->carve_size <= size;
+		for (q = pos->next; inside && q != &l->carves; q = q->next) {
+			const struct broker_alloc *d =
+			    list_entry(q, const struct broker_alloc, carve_link);
+			inside = c->carve_offset + c->carve_size <= d->carve_offset ||
+			         d->carve_offset + d->carve_size <= c->carve_offset;
+		}
+		if (!filed || !inside) {
+			snprintf(msg, msg_len, "carve %016llx of lease %016llx %s",
+			         (unsigned long long)c->id, (unsigned long long)l->id,
+			         filed ? "outside it or overlapping another" : "misfiled");
+			return -EFAULT;
+		}
+	}
+	return 0;
+}
+
+/* Each instance's leases add up to its figures; every lease and carve of
+ * the session is where it says. */
+static int check_session_leases(const struct broker *b, const struct session *s, char *msg,
+                                unsigned msg_len)
+{
+	const struct list *ipos, *pos;
+	list_for_each(pos, &s->allocs) {
+		const struct broker_alloc *a = list_entry(pos, const struct broker_alloc, link);
+		int rc = a->lease ? check_lease(b, s, a, msg, msg_len) : 0;
+		if (rc < 0)
+			return rc;
+		if (a->parent && (!a->parent->lease || a->parent->orphan ||
+		                  idmap_get(&b->allocs, a->parent->id) != a->parent)) {
+			snprintf(msg, msg_len, "carve %016llx of no lease",
+			         (unsigned long long)a->id);
+			return -EFAULT;
+		}
+	}
+	list_for_each(ipos, &s->instances) {
+		const struct broker_instance *inst =
+		    list_entry(ipos, const struct broker_instance, link);
+		uint64_t leased = 0, n = 0;
+		list_for_each(pos, &s->allocs) {
+			const struct broker_alloc *a =
+			    list_entry(pos, const struct broker_alloc, link);
+			if (a->lease && a->inst == inst) {
+				leased += pool_block_size(a->block);
+				n++;
+			}
+		}
+		if (leased != inst->leased || n != inst->leases || n > PROTO_MAX_LEASES ||
+		    leased > inst->used) {
+			snprintf(msg, msg_len,
+			         "instance %llu: %llu leases of %llu bytes, counted %u of %llu",
+			         (unsigned long long)inst->id, (unsigned long long)n,
+			         (unsigned long long)leased, inst->leases,
+			         (unsigned long long)inst->leased);
+			return -EFAULT;
+		}
 	}
 	return 0;
 }
@@ -137,6 +223,8 @@ static int check_sessions(const struct broker *b, struct check_totals *t, char *
 			rc = check_session_holds(b, s, t, msg, msg_len);
 		if (rc == 0)
 			rc = check_session_hosts(b, s, t, msg, msg_len);
+		if (rc == 0)
+			rc = check_session_leases(b, s, msg, msg_len);
 		if (rc < 0)
 			return rc;
 		t->sessions++;
@@ -172,6 +260,13 @@ static int check_totals(const struct broker *b, const struct check_totals *t, ch
 	if ((b->orphan_count == 0) != (t->orphans_held == 0) || b->orphan_count > t->orphans_held) {
 		snprintf(msg, msg_len, "%llu orphans, %llu attachments to orphans",
 		         (unsigned long long)b->orphan_count, (unsigned long long)t->orphans_held);
+		return -EFAULT;
+	}
+	/* A lease outlives its session only for a carve someone holds. */
+	if (b->orphan_leases > t->orphan_lease_holds) {
+		snprintf(msg, msg_len, "%llu orphan leases, %llu attachments to their carves",
+		         (unsigned long long)b->orphan_leases,
+		         (unsigned long long)t->orphan_lease_holds);
 		return -EFAULT;
 	}
 	return 0;

@@ -14,6 +14,7 @@
  *                       parting, ghost; reclaim; a session's end
  *   broker_share.c      export and open
  *   broker_wait.c       waiting allocations; the tail of a policy change
+ *   broker_lease.c      leases: their sizes, their return, carves in them
  *   broker_partition.c  partitions
  *   broker_reset.c      invalidate_all and set_allocator
  *   broker_check.c      selfcheck
@@ -44,7 +45,39 @@ struct broker_alloc {
 	uint64_t fence_session; /* an orphan whose owner's process may still write it
 	                           (an evicted session's): that session, whose ghost
 	                           fences the block when the last holder detaches; 0 */
+	/* A lease (broker_lease.c): a block its client sub-allocates in itself,
+	 * charged like an allocation. Its carves, orphans included, are listed
+	 * in carves: while one lives the lease cannot be returned, and a lease
+	 * whose owner let go of it (its session ended) lives on, an orphan out
+	 * of every table, until its last carve goes. */
+	bool lease;
+	struct list carves; /* a lease's: struct broker_alloc.carve_link */
+	/* A carve: a range of a lease made an allocation (lease_carve), so that
+	 * it can be exported and attached. Its block is its lease's; it is
+	 * charged nothing (its lease is) but counts as a daemon object. */
+	struct broker_alloc *parent; /* the lease; NULL for anything but a carve */
+	uint64_t carve_offset, carve_size;
+	struct list carve_link; /* parent->carves */
 };
+
+/* An allocation's bytes: a carve's range, else its block. */
+static inline uint64_t broker_alloc_bytes(const struct broker_alloc *a)
+{
+	return a->parent ? a->carve_size : pool_block_size(a->block);
+}
+
+/* Where an allocation starts in its slab. */
+static inline uint64_t broker_alloc_offset(const struct broker_alloc *a)
+{
+	return pool_block_offset(a->block) + (a->parent ? a->carve_offset : 0);
+}
+
+/* The bytes an allocation is charged (its instance, session, policy): a
+ * carve none, its lease carries them. */
+static inline uint64_t broker_alloc_charge(const struct broker_alloc *a)
+{
+	return a->parent ? 0 : pool_block_size(a->block);
+}
 
 /* A name under which an allocation can be opened (export, open), in the
  * namespace of its exporter's uid (owner->uid). */
@@ -82,6 +115,7 @@ struct broker {
 	uint64_t host_used;     /* bytes of every struct broker_host */
 	unsigned export_count;
 	uint64_t orphan_count;    /* allocations freed by their owner, still attached */
+	uint64_t orphan_leases;   /* leases whose session ended while carves of them lived */
 	struct arena alloc_arena; /* where the struct broker_alloc records live */
 	struct list sessions;
 	unsigned session_count;
@@ -211,7 +245,21 @@ uint64_t broker_hosts_release(struct broker *b, struct session *s);
 
 /* ---- broker_alloc.c: an allocation's life ---- */
 
-/* s's allocation id, or NULL (unknown, freed, another session's). */
+/* What broker_alloc_in makes: a live allocation, an unclaimed one (the
+ * session does not hold its slab until it is claimed), or a lease. */
+enum broker_alloc_kind {
+	BROKER_ALLOC_LIVE,
+	BROKER_ALLOC_UNCLAIMED,
+	BROKER_ALLOC_LEASE,
+};
+/* The allocation path of alloc, allocate_queue and lease: size bytes
+ * aligned to align for inst, charged to it; *out (may be NULL) its grant,
+ * *made (may be NULL) the record. Errors as broker_alloc(). */
+int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance *inst,
+                    uint64_t size, uint64_t align, enum broker_alloc_kind kind,
+                    struct broker_grant *out, struct broker_alloc **made);
+/* s's allocation id (a carve included, never a lease), or NULL (unknown,
+ * freed, another session's). */
 struct broker_alloc *broker_alloc_owned(struct broker *b, struct session *s, uint64_t id);
 /* Attaches a to s (the checks are the caller's): as broker_attach(). */
 int broker_hold(struct broker *b, struct session *s, struct broker_alloc *a,
@@ -285,6 +333,10 @@ void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a);
 void broker_waits_drop(struct broker *b, struct session *s);
 /* Sends cap_changed for every cap the policy moved, then serves the waits. */
 void broker_policy_changed(struct broker *b);
+/* Which limit answered an allocation of size on s's instance with rc, and
+ * its figures as they stand now (after a wait of waited_ms, 0 for none). */
+void broker_refusal_explain(const struct broker *b, const struct session *s, uint64_t instance,
+                            uint64_t size, int rc, uint64_t waited_ms, struct broker_refusal *why);
 
 /* ---- broker_partition.c ---- */
 

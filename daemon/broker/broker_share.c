@@ -57,7 +57,7 @@ int broker_export(struct broker *b, struct session *s, uint64_t id, const char *
 		return -EALREADY;
 	if (export_find(b, s->uid, name))
 		return -EEXIST;
-	if (uid != s->uid && pool_block_size(a->block) != pool_slab_size(pool_block_slab(a->block)))
+	if (uid != s->uid && broker_alloc_bytes(a) != pool_slab_size(pool_block_slab(a->block)))
 		return -EPERM;
 	/* Pool memory (allocator "async") never goes to another uid: the
 	 * opener imports the owner's whole pool, and what it maps of a pool

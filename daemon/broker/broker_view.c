@@ -26,6 +26,18 @@ void broker_device_stats(const struct broker *b, int device, struct broker_devic
 	pool_get_stats(b->dev[device].pool, &out->pool);
 	out->fenced = b->dev[device].fenced;
 	out->orphaned = b->policy.dev[device].orphaned;
+	out->leased = out->leases = out->in_use = 0;
+	for (const struct session *s = broker_session_next(b, NULL); s;
+	     s = broker_session_next(b, s)) {
+		for (const struct broker_instance *inst = broker_instance_next(s, NULL); inst;
+		     inst = broker_instance_next(s, inst)) {
+			if (inst->device != device)
+				continue;
+			out->leased += inst->leased;
+			out->leases += inst->leases;
+			out->in_use += inst->in_use;
+		}
+	}
 }
 
 uint64_t broker_uid_used(const struct broker *b, int device, uid_t uid)
@@ -116,7 +128,7 @@ uint64_t broker_allocation_size(const struct broker *b, uint64_t id)
 {
 	const struct broker_alloc *a = idmap_get(&b->allocs, id);
 	if (a)
-		return pool_block_size(a->block);
+		return broker_alloc_bytes(a);
 	const struct broker_host *h = idmap_get(&b->hosts, id);
 	return h ? h->size : 0;
 }

@@ -72,13 +72,8 @@ static void broker_wait_unlink(struct broker *b, struct broker_wait *w, int rc)
 	b->wait_count--;
 }
 
-/*
- * Which limit answered an allocation of size on s's instance with rc, and
- * its figures as they stand now (after a wait of waited_ms, 0 for none).
- */
-static void broker_refusal_explain(const struct broker *b, const struct session *s,
-                                   uint64_t instance, uint64_t size, int rc, uint64_t waited_ms,
-                                   struct broker_refusal *why)
+void broker_refusal_explain(const struct broker *b, const struct session *s, uint64_t instance,
+                            uint64_t size, int rc, uint64_t waited_ms, struct broker_refusal *why)
 {
 	const struct broker_instance *inst = broker_instance_find((struct session *)s, instance);
 	const struct broker_rule *rule;

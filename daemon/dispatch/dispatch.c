@@ -219,10 +219,12 @@ int dispatch_unregister(struct dispatch_ctx *ctx, const struct proto_unregister_
 }
 
 void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
-                         bool attach)
+                         enum dispatch_grant kind)
 {
-	if (attach)
+	if (kind == DISPATCH_GRANT_ATTACH)
 		broker_detach(b, s, g->id);
+	else if (kind == DISPATCH_GRANT_LEASE)
+		broker_lease_return(b, s, g->id, NULL);
 	else
 		broker_free(b, s, g->id);
 	/* A slab handed over by this grant is not the client's either: a
@@ -278,7 +280,7 @@ static char *grant_frame(struct dispatch_ctx *ctx, const char *id, size_t *len)
 		 * label), rather than hold what it never got. */
 		broker_unclaim(ctx->b, ctx->s, g);
 	else
-		dispatch_grant_undo(ctx->b, ctx->s, g, ctx->grant_kind == DISPATCH_GRANT_ATTACH);
+		dispatch_grant_undo(ctx->b, ctx->s, g, ctx->grant_kind);
 	ctx->grant_kind = DISPATCH_GRANT_NONE;
 	return NULL;
 }
@@ -372,6 +374,27 @@ int dispatch_refusal(struct dispatch_ctx *ctx, const struct broker_refusal *why)
 		                PROTO_F_MAX_ALLOCATIONS, (unsigned long long)why->value);
 		limit = PROTO_F_MAX_ALLOCATIONS;
 		break;
+	case BROKER_LIMIT_LEASES:
+		proto_error_set(&ctx->err, PROTO_E_LIMIT,
+		                "limit reached: %s is %llu leases of one instance (return one, or "
+		                "ask with alloc)",
+		                PROTO_V_LIMIT_MAX_LEASES, (unsigned long long)why->value);
+		limit = PROTO_V_LIMIT_MAX_LEASES;
+		break;
+	case BROKER_LIMIT_SLAB: {
+		char expected[96];
+		snprintf(expected, sizeof(expected),
+		         "at most the slab size (%llu bytes): larger requests are allocations",
+		         (unsigned long long)why->value);
+		return dispatch_param_error(ctx, -ERANGE, PROTO_F_SIZE, expected);
+	}
+	case BROKER_LIMIT_ALLOCATOR:
+		proto_error_set(&ctx->err, PROTO_E_NOT_SUPPORTED,
+		                "not supported: leases need the %s allocator (it is %s): make one "
+		                "request per allocation",
+		                broker_allocator_name(BROKER_ALLOCATOR_POOL),
+		                broker_allocator_name((enum broker_allocator)why->value));
+		return why->rc;
 	case BROKER_LIMIT_FILES:
 		proto_error_set(&ctx->err, PROTO_E_LIMIT,
 		                "limit reached: too many open files for this user (%s %llu: its "

@@ -16,6 +16,7 @@ enum dispatch_grant {
 	DISPATCH_GRANT_ALLOC,  /* freed */
 	DISPATCH_GRANT_ATTACH, /* detached */
 	DISPATCH_GRANT_CLAIM,  /* unclaimed */
+	DISPATCH_GRANT_LEASE,  /* returned */
 };
 
 /* What a handler works with and produces: a result (a grant, or an
@@ -81,10 +82,10 @@ int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uid_t uid, 
 /* A uid parameter, the caller's own when absent. */
 #define DISPATCH_UID(ctx, p, member) ((p)->has_##member ? (uid_t)(p)->member : (ctx)->s->uid)
 /* Gives back what a grant the client cannot be told of committed: the
- * allocation (or the attachment), and the slab when the grant handed it
- * over (a session with keep_slabs would keep it). */
+ * allocation (the attachment, the lease: as kind says), and the slab when
+ * the grant handed it over (a session with keep_slabs would keep it). */
 void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
-                         bool attach);
+                         enum dispatch_grant kind);
 /* A grant as the result: encoded when the reply is made (proto_grant_reply,
  * with its descriptor); when that fails it is given back as @kind says, so
  * the client never holds what it was not told of. */

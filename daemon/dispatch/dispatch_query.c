@@ -31,7 +31,10 @@ static int instance_entry(struct broker *b, cJSON *arr, const struct broker_inst
 	    proto_add_number(o, PROTO_F_SHARE, pi->share) ||
 	    proto_add_u64(o, PROTO_F_CAP, pi->cap) || proto_add_u64(o, PROTO_F_USED, inst->used) ||
 	    proto_add_u64(o, PROTO_F_FREE,
-	                  policy_headroom(broker_policy_const(b, inst->owner), pi)))
+	                  policy_headroom(broker_policy_const(b, inst->owner), pi)) ||
+	    proto_add_u64(o, PROTO_F_LEASED, inst->leased) ||
+	    proto_add_number(o, PROTO_F_LEASES, inst->leases) ||
+	    proto_add_u64(o, PROTO_F_IN_USE, inst->in_use))
 		return -ENOMEM;
 	return 0;
 }
@@ -98,7 +101,9 @@ int dispatch_stats(struct dispatch_ctx *ctx, const struct proto_stats_params *p)
 		    proto_add_u64(o, PROTO_F_LIVE, st->live) ||
 		    proto_add_u64(o, PROTO_F_ALLOCS, st->allocs) ||
 		    proto_add_u64(o, PROTO_F_FREES, st->frees) ||
-		    proto_add_u64(o, PROTO_F_OOMS, st->ooms))
+		    proto_add_u64(o, PROTO_F_OOMS, st->ooms) ||
+		    proto_add_u64(o, PROTO_F_LEASED, ds.leased) ||
+		    proto_add_u64(o, PROTO_F_IN_USE, ds.in_use))
 			return -ENOMEM;
 	}
 	return 0;
@@ -210,7 +215,7 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 	uint64_t hidden_allocs = 0, hidden_used = 0;
 	for (const struct session *s = broker_session_next(ctx->b, NULL); s;
 	     s = broker_session_next(ctx->b, s)) {
-		uint64_t cap = 0;
+		uint64_t cap = 0, leased = 0, in_use = 0;
 		if (!broker_sees(ctx->s, s->uid)) {
 			hidden++;
 			hidden_instances += s->instance_count;
@@ -219,8 +224,11 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 			continue;
 		}
 		for (const struct broker_instance *inst = broker_instance_next(s, NULL); inst;
-		     inst = broker_instance_next(s, inst))
+		     inst = broker_instance_next(s, inst)) {
 			cap += inst->pol.cap;
+			leased += inst->leased;
+			in_use += inst->in_use;
+		}
 		cJSON *o = proto_array_add_object(arr);
 		if (!o || proto_add_id64(o, PROTO_F_SESSION, s->id) ||
 		    proto_add_number(o, PROTO_F_PID, s->pid) ||
@@ -229,7 +237,10 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 		    !cJSON_AddStringToObject(o, PROTO_F_NAME, s->name) ||
 		    proto_add_number(o, PROTO_F_INSTANCES, s->instance_count) ||
 		    proto_add_number(o, PROTO_F_ALLOCATIONS, (double)s->alloc_count) ||
-		    proto_add_u64(o, PROTO_F_USED, s->used) || proto_add_u64(o, PROTO_F_CAP, cap) ||
+		    proto_add_u64(o, PROTO_F_USED, s->used) ||
+		    proto_add_u64(o, PROTO_F_LEASED, leased) ||
+		    proto_add_u64(o, PROTO_F_IN_USE, in_use) ||
+		    proto_add_u64(o, PROTO_F_CAP, cap) ||
 		    proto_add_number(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)) ||
 		    (s->part && !cJSON_AddStringToObject(o, PROTO_F_PARTITION, s->part->name)))
 			return -ENOMEM;

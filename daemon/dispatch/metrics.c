@@ -162,6 +162,12 @@ static void metrics_devices(struct mbuf *m, const struct broker *b)
 	    {"gpubroker_device_orphaned_bytes", "gauge",
 	     "Device memory freed by its owner, still held by others' attachments."},
 	    {"gpubroker_device_free_bytes", "gauge", "Device memory not in live allocations."},
+	    {"gpubroker_device_leased_bytes", "gauge",
+	     "Device memory in clients' leases (part of used): blocks their libraries "
+	     "sub-allocate in themselves."},
+	    {"gpubroker_device_lease_in_use_bytes", "gauge",
+	     "What clients last said they use inside their leases."},
+	    {"gpubroker_leases", "gauge", "Live leases."},
 	    {"gpubroker_pool_free_blocks", "gauge", "Free ranges inside slabs."},
 	    {"gpubroker_allocations", "gauge", "Live allocations."},
 	    {"gpubroker_allocations_total", "counter", "Allocations served."},
@@ -174,6 +180,7 @@ static void metrics_devices(struct mbuf *m, const struct broker *b)
 			const struct pool_stats *ps = &st[i].pool;
 			uint64_t v[] = {info->total,     ps->reserved,   ps->used,
 			                st[i].fenced,    st[i].orphaned, info->total - ps->used,
+			                st[i].leased,    st[i].in_use,   st[i].leases,
 			                ps->free_blocks, ps->live,       ps->allocs,
 			                ps->ooms};
 			mbuf_printf(m, "%s{device=\"%d\",uuid=\"%s\"} %llu\n", series[k].name, i,
@@ -184,11 +191,14 @@ static void metrics_devices(struct mbuf *m, const struct broker *b)
 
 static void metrics_instances(struct mbuf *m, const struct broker *b, const struct session *viewer)
 {
-	static const char *const names[] = {"gpubroker_instance_used_bytes",
-	                                    "gpubroker_instance_cap_bytes"};
-	static const char *const help[] = {"Bytes in the instance's live allocations.",
-	                                   "Bytes the instance may hold."};
-	for (int k = 0; k < 2; k++) {
+	static const char *const names[] = {
+	    "gpubroker_instance_used_bytes", "gpubroker_instance_cap_bytes",
+	    "gpubroker_instance_leased_bytes", "gpubroker_instance_lease_in_use_bytes"};
+	static const char *const help[] = {
+	    "Bytes the instance is charged: its leases and its live allocations.",
+	    "Bytes the instance may hold.", "Bytes of the instance's leases (part of used).",
+	    "What the instance's client last said it uses inside its leases."};
+	for (int k = 0; k < 4; k++) {
 		mbuf_header(m, names[k], "gauge", help[k]);
 		for (const struct session *s = broker_session_next(b, NULL); s;
 		     s = broker_session_next(b, s)) {
@@ -196,17 +206,18 @@ static void metrics_instances(struct mbuf *m, const struct broker *b, const stru
 				continue;
 			for (const struct broker_instance *inst = broker_instance_next(s, NULL);
 			     inst; inst = broker_instance_next(s, inst)) {
+				const uint64_t v[] = {inst->used, inst->pol.cap, inst->leased,
+				                      inst->in_use};
 				/* Room for every byte escaped, with metrics_escape()'s
 				 * margin: names are never cut short. */
 				char name[2 * PROTO_MAX_NAME + 3];
 				metrics_escape(inst->name, name, sizeof(name));
-				mbuf_printf(
-				    m,
-				    "%s{instance_id=\"%016llx\",name=\"%s\","
-				    "uid=\"%u\",device=\"%d\"} %llu\n",
-				    names[k], (unsigned long long)inst->id, name, (unsigned)s->uid,
-				    inst->device,
-				    (unsigned long long)(k == 0 ? inst->used : inst->pol.cap));
+				mbuf_printf(m,
+				            "%s{instance_id=\"%016llx\",name=\"%s\","
+				            "uid=\"%u\",device=\"%d\"} %llu\n",
+				            names[k], (unsigned long long)inst->id, name,
+				            (unsigned)s->uid, inst->device,
+				            (unsigned long long)v[k]);
 			}
 		}
 	}

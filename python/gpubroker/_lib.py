@@ -54,6 +54,9 @@ class gpb_mem_info(ctypes.Structure):
         ("free", c_u64),
         ("device_total", c_u64),
         ("device_free", c_u64),
+        ("leased", c_u64),
+        ("in_use", c_u64),
+        ("leases", c_u64),
     ]
 
 

@@ -20,6 +20,7 @@ MAX_QUEUED = 64
 MAX_DEVICES = 64
 TOKEN_SIZE = 32
 MAX_UID = 4294967294
+MAX_LEASES = 64
 GRANULE = 256
 MAX_ALIGNMENT = 2097152
 MAX_WAIT_MS = 86400000
@@ -40,6 +41,7 @@ LIMITS = {
     "max_devices": MAX_DEVICES,
     "token_size": TOKEN_SIZE,
     "max_uid": MAX_UID,
+    "max_leases": MAX_LEASES,
     "granule": GRANULE,
     "max_alignment": MAX_ALIGNMENT,
     "max_wait_ms": MAX_WAIT_MS,
@@ -124,6 +126,9 @@ M_PARTITION_DESTROY = "partition_destroy"
 M_PARTITIONS = "partitions"
 M_GOODBYE = "goodbye"
 M_RELEASE = "release"
+M_LEASE = "lease"
+M_LEASE_RETURN = "lease_return"
+M_LEASE_CARVE = "lease_carve"
 
 # Member names.
 F_ALIGNMENT = "alignment"
@@ -180,6 +185,7 @@ F_HELLO_TIMEOUT_MS = "hello_timeout_ms"
 F_HOST_ALLOCATIONS = "host_allocations"
 F_HOST_USED = "host_used"
 F_ID = "id"
+F_IN_USE = "in_use"
 F_IN_USE_AT_START = "in_use_at_start"
 F_INSTANCE = "instance"
 F_INSTANCES = "instances"
@@ -187,6 +193,9 @@ F_KEEP = "keep"
 F_KEEP_SLABS = "keep_slabs"
 F_LABEL = "label"
 F_LARGEST_FREE = "largest_free"
+F_LEASE = "lease"
+F_LEASED = "leased"
+F_LEASES = "leases"
 F_LIMIT = "limit"
 F_LIMIT_FRACTION = "limit_fraction"
 F_LIMITS = "limits"
@@ -297,6 +306,7 @@ V_TRANSPORT_MEMFD = "memfd"
 V_SERVER = "gpubrokerd"
 V_GROUP_DEFAULT = "default"
 V_LIMIT_MAX_QUEUED = "max_queued"
+V_LIMIT_MAX_LEASES = "max_leases"
 V_LIMIT_CLIENTS = "max_clients"
 V_LIMIT_PER_UID = "max_clients_per_uid"
 V_LIMIT_FILES = "open_files"

@@ -74,6 +74,9 @@ _settings = {
 }
 
 
+_LOCAL_TAG = 0x10ca  # the top 16 bits of a block of a lease (gpb_allocation.id)
+
+
 def configure(socket=None, name=None, proportion=None, group=None):
     """How managers created from now on connect and register: @socket (None:
     $GPUBROKER_SOCKET or the default), the instance @name (default
@@ -148,6 +151,11 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
         self._lock = threading.RLock()
         self._defer_depth = 0
         self._held = []  # Allocations whose free waits for defer_cleanup to end
+        # Allocation id -> this client's attachment of it, for a block of a
+        # lease shared by an IPC handle: the carve's daemon id (gpb_attach
+        # of a local block), which other processes attach. Detached before
+        # the block is freed, or the carve would outlive it.
+        self._shared = {}
 
     @property
     def interface_version(self):
@@ -210,11 +218,21 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
             if self._defer_depth:
                 self._held.append(a)
                 return
+        self._free(a)
+
+    def _free(self, a):
+        with self._lock:
+            shared = self._shared.pop(a.id, None)
+        if shared is not None:
+            shared.free()
         a.free()
 
     def get_memory_info(self):
         info = self._client.mem_info(self._instance)
-        return _driver.MemoryInfo(free=info.free, total=info.cap)
+        # What this process may still allocate: the instance's free and the
+        # room left in its own leases (charged to it already, as used).
+        return _driver.MemoryInfo(free=min(info.cap, info.free + info.leased - info.in_use),
+                                  total=info.cap)
 
     def get_ipc_handle(self, memory):
         base = memory.owner
@@ -223,7 +241,16 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
             a = self._live.get(base_ptr)
         if a is None:
             raise ValueError("gpubroker.numba: not memory of this manager")
-        return GpubrokerIpcHandle(self._client.socket, a.id, _pointer_value(memory) - base_ptr,
+        ident = a.id
+        if ident >> 48 == _LOCAL_TAG:
+            with self._lock:
+                shared = self._shared.get(a.id)
+            if shared is None:
+                shared = self._client.attach(a.id)
+                with self._lock:
+                    self._shared[a.id] = shared
+            ident = shared.id
+        return GpubrokerIpcHandle(self._client.socket, ident, _pointer_value(memory) - base_ptr,
                                   memory.size)
 
     def reset(self):
@@ -234,7 +261,7 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
             self._live.clear()
             self._held = []
         for a in held:
-            a.free()
+            self._free(a)
         super().reset()
 
     @contextlib.contextmanager
@@ -251,7 +278,7 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
                 if held:
                     self._held = []
             for a in held:
-                a.free()
+                self._free(a)
 
 
 _attached = {}  # (socket, allocation id) -> [Allocation, opens]

@@ -1,5 +1,5 @@
 /*
- * fuzz-pool.c - the pool engine (daemon/pool/pool.h) under fuzzer-chosen
+ * fuzz-pool.c - the pool engine (pool/pool.h) under fuzzer-chosen
  * operation sequences: alloc, free, pin, unpin and trim with sizes,
  * alignments and uids from the input, over a fake backend whose capacity
  * and failures the input also picks.

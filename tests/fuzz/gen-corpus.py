@@ -46,6 +46,17 @@ def alloc(size="4096", inst=I1, rid="a", **kw):
     return req(rid, "alloc", dict({"instance": inst, "size": size}, **kw))
 
 
+def lease(size="4096", inst=I1, rid="l", **kw):
+    return req(rid, "lease", dict({"instance": inst, "size": size}, **kw))
+
+
+WAIT = "".join(req("w%d" % i, "status") for i in range(3))
+
+
+def carve(lease_ref, offset, size, rid="c"):
+    return req(rid, "lease_carve", {"lease": lease_ref, "offset": offset, "size": size})
+
+
 QREQ = [{"label": "state", "shape": [100000, 4], "elem_size": 8},
         {"label": "params", "shape": [64], "elem_size": 8, "unchunkable": True}]
 
@@ -111,6 +122,20 @@ OPS = {
     "open": hello() + register() + alloc() + req("x", "export", {"id": "$0", "name": "n"})
     + req("o", "open", {"name": "n"}) + req("f", "free", {"id": "$0"}) + req("s", "selfcheck")
     + req("d", "detach", {"id": "$0"}),
+    # Leases: "$0" is the newest id a reply carried (a lease's, a carve's).
+    "lease": hello() + register() + lease(in_use="0") + lease("1", rid="l2", in_use="4096")
+    + lease("5000000", rid="l3") + req("m", "mem_info") + req("s", "stats")
+    + req("r", "lease_return", {"lease": "$0"}) + req("r2", "lease_return", {"lease": "$0"}),
+    "lease_return": hello() + register() + lease() + req("f", "free", {"id": "$0"})
+    + req("r", "lease_return", {"lease": "$0", "in_use": "100"})
+    + req("r2", "lease_return", {"lease": "$0"})
+    + req("r3", "lease_return", {"lease": "0123456789abcdef"}),
+    # (status requests between the steps: their replies come before the
+    # next "$N" is sent, so it names what the step before was given.)
+    "lease_carve": hello() + register() + lease() + WAIT + carve("$0", "0", "1000") + WAIT
+    + carve("$1", "4096", "4096", rid="c2") + WAIT + carve("$2", "512", "1", rid="c3")
+    + req("r", "lease_return", {"lease": "$2"}) + req("f", "free", {"id": "$0"})
+    + req("f2", "free", {"id": "$1"}) + WAIT + req("r2", "lease_return", {"lease": "$2"}),
 }
 
 
@@ -128,6 +153,21 @@ def protocol_corpus():
                                   "set_allocator", "evict", "selfcheck", "open") else 0
         put("op-" + op, stream, flags=admin)
     put("op-set_mode-not-admin", OPS["set_mode"])
+    # A carve another connection opened outlives its lease's connection
+    # (an orphan lease), and leases under allocator direct are refused.
+    put("lease-carve-shared", hello() + register() + lease() + WAIT + carve("$0", "0", "65536")
+        + WAIT + req("x", "export", {"id": "$0", "name": "c"}) + lease("1", rid="l2"),
+        hello("b") + WAIT * 4 + req("o", "open", {"name": "c"}) + WAIT + req("m", "mem_info")
+        + req("c", "clients") + req("d", "detach", {"id": "$0"}), flags=SAME_UID,
+        flags2=INTERLEAVE, seed=25)
+    put("lease-direct", hello() + register() + lease() + req("s", "set_allocator", {"allocator": "direct"})
+        + lease(rid="l2") + req("s2", "set_allocator", {"allocator": "pool"}) + lease(rid="l3"),
+        flags=ADMIN_A)
+    put("lease-quota", hello() + register(proportion=0.25) + "".join(lease("1", rid="q%d" % i)
+                                                                     for i in range(6)),
+        flags2=ACTIVE)
+    put("lease-close-with-carves", hello() + register() + lease() + carve("$0", "0", "256")
+        + carve("$1", "256", "256", rid="c2"), flags=NO_DRAIN | CLOSE_A_EARLY)
     put("op-reload-fails", OPS["reload"], flags=ADMIN_A, flags2=RELOAD_FAILS)
 
     # Two clients: another uid's allocation, same-uid attach, cap changes
@@ -238,6 +278,16 @@ def protocol_corpus():
         {"instance": "000000000000000G", "size": "1"}, {"instance": "1", "size": "1"},
     ]:
         wrong.append(req("w", "alloc", params))
+    for params in [
+        {"instance": I1, "size": "0"}, {"instance": I1}, {"instance": I1, "size": 1},
+        {"instance": I1, "size": "1", "in_use": -1}, {"instance": I1, "size": "99999999999"},
+        {"size": "1"}, {"instance": I1, "size": "18446744073709551615", "in_use": "1"},
+    ]:
+        wrong.append(req("w", "lease", params))
+    wrong += [req("w", "lease_return", {"lease": 5}), req("w", "lease_return", {}),
+              req("w", "lease_carve", {"lease": I1, "offset": "100", "size": "1"}),
+              req("w", "lease_carve", {"lease": I1, "offset": 0, "size": "1"}),
+              req("w", "lease_carve", {"lease": I1, "offset": "0", "size": "0"})]
     wrong += [req("w", "free", {"id": 5}), req("w", "free", {}), req("w", "attach", {"id": None}),
               req("w", "mem_info", {"instance": []}), req("w", "stats", {"device": "0"}),
               req("w", "set_mode", {"mode": "ACTIVE"}), req("w", "set_limit", {"size": "1", "fraction": 0.5}),
@@ -380,13 +430,17 @@ DICT_TOKENS = [b'{', b'}', b'[', b']', b':', b',', b'"', b'\n', b'{}', b'[]', b'
         b'"requests":', b'"label":', b'"shape":', b'"elem_size":', b'"unchunkable":', b'"axis_length":',
         b'"available":', b'"allocator":', b'"session":', b'"pool"', b'"direct"', b'"async"',
         b'{"label":"a","shape":[1000,4],"elem_size":8}',
+        b'"lease":', b'"offset":', b'"in_use":',
+        b'{"id":"6","method":"lease","params":{"instance":"0000000000000001","size":"4096"}}\n',
+        b'{"id":"7","method":"lease_carve","params":{"lease":"$0","offset":"0","size":"256"}}\n',
         ]
 
 METHODS = ["hello", "register", "unregister", "alloc", "free", "attach", "detach", "mem_info",
            "stats", "status", "clients", "devices", "reload", "metrics", "policy", "set_proportion",
            "set_auto", "set_group", "group_info", "set_mode", "set_limit", "queue_request",
            "allocate_queue", "chunk_parameters", "claim", "free_label", "invalidate_all",
-           "set_allocator", "evict", "selfcheck", "export", "unexport", "open"]
+           "set_allocator", "evict", "selfcheck", "export", "unexport", "open", "lease",
+           "lease_return", "lease_carve"]
 
 
 def dict_escape(b):

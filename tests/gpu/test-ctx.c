@@ -17,7 +17,9 @@
  *   it, and where the handle went too the allocation must answer
  *   GPB_E_CONTEXT_RESET). After a second reset a second connection of the
  *   process is handed the slab and maps it from the descriptor that comes
- *   with the grant, the bytes written before both resets intact.
+ *   with the grant (it opens the allocation by a name: with leases, the
+ *   default, its id is the first connection's own, exported by name), the
+ *   bytes written before both resets intact.
  * - own: a context of the application's own (cuCtxCreate) current at the
  *   first mapping is the process's context of the device from then on: a
  *   slab mapped later, with the primary context current, goes there too.
@@ -183,17 +185,19 @@ static bool vmm_after_reset(gpb_client *c, uint64_t inst, const struct gpb_alloc
 	return false;
 }
 
-/* After a second reset: a second connection of this process attaches @b
- * (written with pattern 2), its slab mapped anew from the descriptor that
- * comes with that first grant to the connection. */
-static void attach_after_reset(const char *socket, const struct gpb_allocation *b)
+/* After a second reset: a second connection of this process opens @b
+ * (written with pattern 2) by a name @c exports it under (a block of @c's
+ * leases has an id of @c's own until then), its slab mapped anew from the
+ * descriptor that comes with that first grant to the connection. */
+static void attach_after_reset(gpb_client *c, const char *socket, const struct gpb_allocation *b)
 {
 	gpb_client *c2 = NULL;
 	struct gpb_allocation at;
 	unsigned char *buf = malloc(SIZE), *want = malloc(SIZE);
 	CHECK(buf && want);
 	GPB(gpb_connect(socket, "gpu-ctx-reset-2", &c2));
-	GPB(gpb_attach(c2, b->id, &at));
+	GPB(gpb_export(c, b->id, "gpu-ctx-b", -1));
+	GPB(gpb_open_shared(c2, "gpu-ctx-b", &at));
 	CHECK(at.slab == b->slab);
 	/* The fake keeps a dead mapping's addresses; a GPU may map the slab
 	 * anew at the very address, where the old pointer is live memory
@@ -208,7 +212,8 @@ static void attach_after_reset(const char *socket, const struct gpb_allocation *
 	GPB(gpb_copy_from_device(buf, at.ptr, SIZE, NULL));
 	CHECK(memcmp(buf, want, SIZE) == 0);
 	write_read(at.ptr, SIZE, 6);
-	GPB(gpb_detach(c2, b->id));
+	GPB(gpb_detach(c2, at.id));
+	GPB(gpb_unexport(c, "gpu-ctx-b"));
 	gpb_disconnect(c2);
 	free(buf);
 	free(want);
@@ -261,7 +266,7 @@ static int case_reset(const char *socket)
 		CU(cu.DevicePrimaryCtxReset(dev));
 		CU(cu.CtxPopCurrent(&gone));
 		gt_cuda_context(0);
-		attach_after_reset(socket, &b);
+		attach_after_reset(c, socket, &b);
 	}
 
 	GPB(gpb_free(c, a.id));
@@ -316,15 +321,20 @@ static int case_own(const char *socket)
 	return 0;
 }
 
-/* The handle the daemon sends with @id's slab to a connection new to it. */
-static void attach_raw(gpb_client *c, uint64_t id, CUipcMemHandle *h)
+/* The handle the daemon sends with the slab of what is exported as @name
+ * to a connection new to it (an open by name: with leases, the default,
+ * the exporter's id is its own until exported). Returns the id opened. */
+static uint64_t open_raw(gpb_client *c, const char *name, CUipcMemHandle *h)
 {
-	char params[64], *json = NULL;
-	snprintf(params, sizeof(params), "{\"id\":\"%016llx\"}", (unsigned long long)id);
-	GPB(gpb_request(c, "attach", params, &json));
+	char params[96], *json = NULL;
+	snprintf(params, sizeof(params), "{\"name\":\"%s\"}", name);
+	GPB(gpb_request(c, "open", params, &json));
 	cJSON *r = cJSON_Parse(json);
 	gpb_string_free(json);
 	CHECK(r != NULL);
+	const cJSON *idj = cJSON_GetObjectItem(r, "id");
+	CHECK(cJSON_IsString(idj));
+	uint64_t id = strtoull(idj->valuestring, NULL, 16);
 	const cJSON *hex = cJSON_GetObjectItem(r, "handle");
 	CHECK(cJSON_IsString(hex) && strlen(hex->valuestring) == 2 * sizeof(h->reserved));
 	for (size_t i = 0; i < sizeof(h->reserved); i++) {
@@ -333,6 +343,7 @@ static void attach_raw(gpb_client *c, uint64_t id, CUipcMemHandle *h)
 		h->reserved[i] = (char)v;
 	}
 	cJSON_Delete(r);
+	return id;
 }
 
 static int case_twoctx(const char *socket)
@@ -359,8 +370,9 @@ static int case_twoctx(const char *socket)
 	CU(cu.CtxPopCurrent(&popped));
 	gt_cuda_context(0);
 	CUcontext primary = current();
-	/* Mapped by the library as gpb_attach() would (tracked alike). */
-	attach_raw(c2, x.id, &h);
+	/* Mapped by the library as gpb_open_shared() would (tracked alike). */
+	GPB(gpb_export(c1, x.id, "gpu-ctx-x", -1));
+	uint64_t xo = open_raw(c2, "gpu-ctx-x", &h);
 	GPB(gpb_mapping_stats(&st));
 	CHECK(st.opens == 1 && st.open_now == 1);
 	GPB(gpb_alloc(c2, inst2, LARGE, 0, &y));
@@ -381,7 +393,8 @@ static int case_twoctx(const char *socket)
 	else if (rc == CUDA_SUCCESS)
 		CU(cu.IpcCloseMemHandle(p2));
 
-	GPB(gpb_detach(c2, x.id));
+	GPB(gpb_detach(c2, xo));
+	GPB(gpb_unexport(c1, "gpu-ctx-x"));
 	GPB(gpb_free(c2, y.id));
 	GPB(gpb_mapping_stats(&st));
 	CHECK(st.open_now == 1);

@@ -56,13 +56,19 @@ int teardown(void **state)
 
 struct broker *broker_new(uint64_t sim_memory, unsigned max_instances, unsigned max_allocations)
 {
+	return broker_new_slab(sim_memory, SLAB, max_instances, max_allocations);
+}
+
+struct broker *broker_new_slab(uint64_t sim_memory, uint64_t slab_size, unsigned max_instances,
+                               unsigned max_allocations)
+{
 	struct backend_config cfg = {.sim_devices = 2, .sim_memory = sim_memory};
 	struct broker_limits lim;
 	struct backend *be = NULL;
 	struct broker *b = NULL;
 
 	broker_limits_default(&lim);
-	lim.slab_size = SLAB;
+	lim.slab_size = slab_size;
 	if (max_instances)
 		lim.max_instances = max_instances;
 	if (max_allocations)

@@ -45,6 +45,9 @@ int teardown(void **state);
 /* A broker over two simulated devices of sim_memory bytes each (2 MiB slabs);
  * max_instances / max_allocations 0: the default limits. */
 struct broker *broker_new(uint64_t sim_memory, unsigned max_instances, unsigned max_allocations);
+/* The same with slabs of slab_size bytes (a multiple of 2 MiB). */
+struct broker *broker_new_slab(uint64_t sim_memory, uint64_t slab_size, unsigned max_instances,
+                               unsigned max_allocations);
 void broker_done(struct broker *b);
 /* The dispatcher bound to b (every broker_new broker has one, which
  * receives its events). */

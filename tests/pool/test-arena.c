@@ -1,5 +1,5 @@
 /*
- * test-arena.c - unit tests of the fixed-size object arena (daemon/pool/arena.c):
+ * test-arena.c - unit tests of the fixed-size object arena (pool/arena.c):
  * objects and their indices, zeroing, chunk reuse and release, reserve, the
  * index limit, and the inline forms against the functions.
  */

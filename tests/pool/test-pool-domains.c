@@ -1,6 +1,6 @@
 /*
  * test-pool-domains.c - unit tests of the pool's domains and guarantees
- * (daemon/pool/pool_domain.c, pool.h "Domains and guarantees"): no slab
+ * (pool/pool_domain.c, pool.h "Domains and guarantees"): no slab
  * for anyone eats into another domain's unmet guarantee; a domain's own
  * slabs shrink to what it may still make (tail slabs), and a guaranteed
  * domain's request above half a slab gets a slab of its size; setting a

@@ -1,6 +1,6 @@
 /*
  * test-pool-model.c - unit tests of the device memory sub-allocator
- * (daemon/pool/pool.c, daemon/pool/pool_tlsf.c): a randomized test against a reference
+ * (pool/pool.c, pool/pool_tlsf.c): a randomized test against a reference
  * model.
  *
  * The backend is a fake that hands out bookkeeping records instead of memory,

@@ -1,6 +1,6 @@
 /*
  * test-pool-slabs.c - unit tests of the device memory sub-allocator
- * (daemon/pool/pool.c, daemon/pool/pool_tlsf.c): slabs: exhaustion and the -ENOMEM trim
+ * (pool/pool.c, pool/pool_tlsf.c): slabs: exhaustion and the -ENOMEM trim
  * and retry, tail slabs from what a full device has left, backend errors, uid isolation, dedicated
  * slabs, the slab cache, pins, trim, destroy with live blocks.
  *

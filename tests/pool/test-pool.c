@@ -1,6 +1,6 @@
 /*
- * test-pool.c - unit tests of the device memory sub-allocator (daemon/pool/pool.c,
- * daemon/pool/pool_tlsf.c): pool creation and configuration, rounding and
+ * test-pool.c - unit tests of the device memory sub-allocator (pool/pool.c,
+ * pool/pool_tlsf.c): pool creation and configuration, rounding and
  * alignment, block split and coalescing, the fit search, stats, huge sizes and
  * many blocks, the check.
  *

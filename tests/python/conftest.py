@@ -193,6 +193,42 @@ def cuda_daemon():
     assert rc == 0, "gpubrokerd exited with %r" % (rc,)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "no_lease: the test is about the daemon's per-allocation semantics (ids it "
+        "knows, per-allocation figures, fences or events of one allocation): its clients run "
+        "with GPUBROKER_LEASE=0 (issue 27)")
+
+
+@pytest.fixture(autouse=True)
+def lease_mode(request, monkeypatch):
+    """GPUBROKER_LEASE=0 for a test marked no_lease, set before its clients
+    connect (an autouse fixture comes before the test's others): the library
+    reads it when a client is made, and helper processes inherit it. The
+    others run as users do, with leases (the default)."""
+    if request.node.get_closest_marker("no_lease"):
+        monkeypatch.setenv("GPUBROKER_LEASE", "0")
+        return False
+    monkeypatch.delenv("GPUBROKER_LEASE", raising=False)
+    return True
+
+
+# A test that proves something both with and without leases: its "lease"
+# argument is True or False.
+both_lease_modes = pytest.mark.parametrize(
+    "lease", [pytest.param(True, id="lease"),
+              pytest.param(False, id="nolease", marks=pytest.mark.no_lease)])
+
+
+def live_bytes(client, instance):
+    """The bytes of @client's live blocks of @instance, with leases or
+    without: what the daemon charges (`used`: leases whole and daemon
+    allocations), less this client's leases, plus what is in use inside them
+    (gpb_mem_info; exact when @instance is this client's alone)."""
+    mi = client.mem_info(instance)
+    return mi.used - mi.leased + mi.in_use
+
+
 @pytest.fixture
 def client(daemon):
     import gpubroker

@@ -8,7 +8,7 @@ import weakref
 import pytest
 
 import gpubroker
-from conftest import MiB, GiB, run_python, wait_until
+from conftest import MiB, GiB, both_lease_modes, live_bytes, run_python, wait_until
 
 
 def test_version_and_backend(client):
@@ -43,18 +43,22 @@ def test_alloc_free_counts_daemon_side(client):
     assert client.stats(1).frees == before.frees + 1
 
 
-def test_free_async(client):
+@both_lease_modes
+def test_free_async(client, lease):
     """gpb_free_async: with the sim backend there are no streams, so the
-    free is done on return. (The stream-ordered case is cuda's:
-    tests/gpu/test-order.c.)"""
+    free is done on return, of a block in a lease as of a daemon
+    allocation. (The stream-ordered case is cuda's: tests/gpu/test-order.c.)"""
     inst = client.register("async")
     a = client.alloc(inst, MiB)
     b = client.alloc(inst, MiB)
+    assert client.mem_info(inst).leased == (2 * MiB if lease else 0)
     a.free_async()
-    assert a.freed and client.stats(0).live == 1
+    assert a.freed and live_bytes(client, inst) == MiB
     a.free_async()  # idempotent
     client.free_async(b.id, stream=0)
-    assert b.freed and client.stats(0).live == 0
+    assert b.freed and live_bytes(client, inst) == 0
+    if not lease:
+        assert client.stats(0).live == 0
     with pytest.raises(gpubroker.NotFoundError):
         client.free_async(0x1234)
 
@@ -63,14 +67,16 @@ def test_alloc_array_shape_and_dtype(client):
     inst = client.register("arr")
     a = client.alloc_array(inst, (1000, 3), "float64")
     assert a.shape == (1000, 3) and a.size >= 24000
-    assert client.mem_info(inst).used == a.size
+    info = client.mem_info(inst)
+    # A block of a lease: the daemon charges the lease whole (used).
+    assert info.in_use == a.size and info.used == info.leased >= a.size
 
 
 def test_context_manager_frees(client):
     inst = client.register("ctx")
     with client.alloc(inst, MiB) as a:
-        assert client.stats(0).live == 1
-    assert a.freed and client.stats(0).live == 0
+        assert live_bytes(client, inst) == MiB
+    assert a.freed and live_bytes(client, inst) == 0
 
 
 def test_client_context_manager_releases_everything(daemon, other):
@@ -89,18 +95,18 @@ def test_garbage_collection_frees(client):
     a = client.alloc(inst, MiB)
     b = client.alloc(inst, MiB)
     ref = weakref.ref(a)
-    assert client.stats(0).live == 2
+    assert live_bytes(client, inst) == 2 * MiB
     del a
     gc.collect()
     assert ref() is None
-    assert client.stats(0).live == 1
+    assert live_bytes(client, inst) == MiB
     # A reference cycle through the allocation is collected too.
     holder = [b]
     holder.append(holder)
     del b
     del holder
     gc.collect()
-    assert client.stats(0).live == 0
+    assert live_bytes(client, inst) == 0
 
 
 def test_allocation_keeps_its_client_alive(daemon, other):
@@ -150,6 +156,7 @@ def test_read_write_and_memoryview(client):
         a.write(b"12345678", offset=a.size - 4)
 
 
+@pytest.mark.no_lease  # attaches by the maker's id: a daemon allocation's (the lease variant follows)
 def test_attach_detach(client, other):
     a = client.alloc(client.register("maker"), 8192)
     a.write(b"shared bytes")
@@ -169,11 +176,38 @@ def test_attach_detach(client, other):
         other.attach(0x1234)
 
 
-def test_data_crosses_processes(client):
+def test_attach_block_of_a_lease(client, other):
+    """A block served from a lease has a local id the daemon does not know:
+    another client's attach of it is refused like an unknown id. Attached
+    through its own client it becomes a daemon allocation at the same bytes
+    (lease_carve), whose id other clients attach; freeing the block ends
+    both (include/gpubroker.h, gpb_allocation.id)."""
+    inst = client.register("maker")
+    a = client.alloc(inst, 8192)
+    assert a.id >> 48 == 0x10ca and client.mem_info(inst).leases == 1
+    a.write(b"shared bytes")
+    with pytest.raises(gpubroker.NotFoundError):
+        other.attach(a.id)
+    mine = client.attach(a.id)
+    assert mine.id >> 48 != 0x10ca and mine.kind == "attach" and mine.size == a.size
+    b = other.attach(mine.id)
+    assert b.size == a.size and b.read(12) == b"shared bytes"
+    b.write(b"SHARED")
+    assert a.read(6) == b"SHARED" and mine.read(6) == b"SHARED"
+    with pytest.raises(gpubroker.InvalidError):
+        other.attach(mine.id)  # attached already through this client
+    b.free()  # detaches: the block lives on
+    assert a.read(6) == b"SHARED" and client.mem_info(inst).in_use == a.size
+
+
+@both_lease_modes
+def test_data_crosses_processes(client, lease):
     """Bytes written through this process's Allocation are read by another
     process that attaches it, and its answer is read back here: the sim
-    backend's memory is shared, not copied."""
+    backend's memory is shared, not copied. A block of a lease is shared
+    by the id of its carve (its own client's attachment of it)."""
     a = client.alloc(client.register("xproc"), MiB)
+    shared = client.attach(a.id) if lease else a
     view = a.memoryview()
     pattern = bytes(range(256)) * 16
     view[:len(pattern)] = pattern
@@ -187,7 +221,7 @@ def test_data_crosses_processes(client):
             b.write(b"answer from %d" % 7, offset=8192)
             print(b.size)
         """)
-    r = run_python(code, client.socket, "%016x" % a.id)
+    r = run_python(code, client.socket, "%016x" % shared.id)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) == a.size
     assert bytes(view[8192:8205]) == b"answer from 7"
@@ -224,12 +258,17 @@ def test_unregister_busy_instance(client):
     client.unregister(inst)
 
 
-def test_mapping_stats(client):
+@both_lease_modes
+def test_mapping_stats(client, lease):
     before = gpubroker.mapping_stats()
-    a = client.alloc(client.register("map", device=1), MiB)
+    inst = client.register("map", device=1)
+    a = client.alloc(inst, MiB)
     after = gpubroker.mapping_stats()
     assert after.opens == before.opens + 1 and after.open_now == before.open_now + 1
     a.free()
+    # The instance's lease goes back with it (gpb_unregister returns its
+    # idle leases; another instance's blocks come from leases of its own).
+    client.unregister(inst)
     # The emptied slab stays mapped (kept, issue 18): the next allocation
     # there opens nothing.
     kept = gpubroker.mapping_stats()
@@ -252,7 +291,10 @@ def test_device_uuid_registration(client):
     assert client.device_index(uuid) == 1
     a = client.alloc(inst, 4096)  # kept: an Allocation frees itself when dropped
     assert client.stats(uuid).live == 1 and client.stats(0).live == 0
-    assert client.policy_info(uuid).used == a.size and client.policy_info(0).used == 0
+    # used: what the instance is charged, its lease whole.
+    assert client.mem_info(inst).in_use == a.size
+    assert client.policy_info(uuid).used == client.mem_info(inst).used >= a.size
+    assert client.policy_info(0).used == 0
     with pytest.raises(gpubroker.InvalidError):
         client.device_index("GPU-no-such-device")
 
@@ -279,8 +321,10 @@ def test_interpreter_exit_with_live_allocations(daemon, other):
     assert other.stats(0).live == 0
 
 
-def test_threads_share_a_client(client):
-    """Allocations made, freed and collected from several threads at once."""
+@both_lease_modes
+def test_threads_share_a_client(client, lease):
+    """Allocations made, freed and collected from several threads at once:
+    from the client's leases, or one daemon request each."""
     import threading
 
     inst = client.register("threads")
@@ -304,8 +348,13 @@ def test_threads_share_a_client(client):
         t.join()
     assert failures == []
     gc.collect()
+    assert live_bytes(client, inst) == 0
     st = client.stats(0)
-    assert st.live == 0 and st.allocs >= 400 and st.frees >= 400
+    if lease:
+        # The leases served them all: no daemon allocation came or went.
+        assert client.mem_info(inst).leased > 0 and st.allocs == st.live == 1
+    else:
+        assert st.live == 0 and st.allocs >= 400 and st.frees >= 400
 
 
 def test_host_memory(client):

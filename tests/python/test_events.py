@@ -5,7 +5,7 @@ import select
 import pytest
 
 import gpubroker
-from conftest import MiB, settle
+from conftest import MiB, both_lease_modes, settle
 
 
 def test_cap_changed_when_another_instance_registers(client, other):
@@ -47,9 +47,14 @@ def test_wait_event_times_out(client):
         client.wait_event("cap_changed", timeout=0.2)
 
 
-def test_invalidate_releases_allocations(client, other):
+@both_lease_modes
+def test_invalidate_releases_allocations(client, other, lease):
     mine = client.alloc(client.register("victim"), MiB)
-    theirs = other.alloc(other.register("other-victim"), MiB)
+    their_inst = other.register("other-victim")
+    theirs = other.alloc(their_inst, MiB)
+    # What the daemon charges for it: the allocation, or its lease whole.
+    charged = other.mem_info(their_inst).used
+    assert charged == (2 * MiB if lease else MiB)
     assert client.stats(0).live == 2
     client.invalidate_all()
     ev = client.wait_event("invalidate")
@@ -61,7 +66,7 @@ def test_invalidate_releases_allocations(client, other):
     # may still write there. client's own range went with its answer, which
     # its library sent before this request.
     st = client.stats(0)
-    assert (st.live, st.used) == (1, MiB)
+    assert (st.live, st.used) == (1, charged)
     assert other.wait_event("invalidate").data["reason"] == "invalidate_all"
     assert theirs.freed
     # Its library answered as it read the event, without waiting for the

@@ -6,10 +6,11 @@ import textwrap
 import pytest
 
 import gpubroker
-from conftest import MiB, run_python_as_nobody, wait_until
+from conftest import MiB, both_lease_modes, run_python_as_nobody, wait_until
 
 
-def test_export_open_free(client, other):
+@both_lease_modes
+def test_export_open_free(client, other, lease):
     a = client.alloc(client.register("exporter"), 64 * 1024)
     a.write(b"named bytes")
     client.export(a, "frame")
@@ -20,7 +21,13 @@ def test_export_open_free(client, other):
         client.export(second, "frame")  # one allocation per name of this user
     client.free(second)
     b = other.open_shared("frame")
-    assert b.id == a.id and b.kind == "attach" and b.read(11) == b"named bytes"
+    assert b.kind == "attach" and b.read(11) == b"named bytes"
+    if lease:
+        # A block of a lease is exported as its carve: a daemon allocation
+        # at the same bytes, with an id of the daemon's.
+        assert a.id >> 48 == 0x10ca and b.id >> 48 != 0x10ca
+    else:
+        assert b.id == a.id
     b.write(b"NAMED")
     assert a.read(5) == b"NAMED"
     with pytest.raises(gpubroker.NotFoundError):
@@ -34,7 +41,24 @@ def test_export_open_free(client, other):
     with pytest.raises(gpubroker.NotFoundError):
         client.open_shared("frame")
     b.free()
-    assert client.stats(0).live == live - 1
+    if not lease:  # a carve is no daemon object of its own in `live`
+        assert client.stats(0).live == live - 1
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: the library returns a lease whose carve "
+                   "lives on as another's orphan; the daemon refuses (carves live) and the "
+                   "library forgets the lease, which stays charged until the connection ends")
+def test_lease_of_an_orphaned_carve_goes_back(client, other):
+    inst = client.register("exporter")
+    a = client.alloc(inst, 64 * 1024)
+    client.export(a, "frame")
+    b = other.open_shared("frame")
+    a.free()
+    with pytest.raises(gpubroker.InvalidError):
+        client.unregister(inst)  # the orphan is the instance's still
+    b.free()
+    other.request("status")  # settles the quiet detach
+    client.unregister(inst)  # nothing left: the lease goes back
 
 
 def test_unexport_and_close(daemon, client, other):

@@ -1,0 +1,414 @@
+/*
+ * leasebench.c - the lease targets (issue 27), through libgpubroker and the
+ * real daemon:
+ *
+ *   P8a  alloc+free from warm leases, one thread, 64 live blocks of
+ *        256 B-64 KiB: per-pair p50/p99 against the same pattern with
+ *        GPUBROKER_LEASE=0 (one round trip a call) and against the pool
+ *        module's own alloc+free at the same live count, all in this run.
+ *   P8c  daemon messages per 1000 alloc+free in steady state (the daemon's
+ *        own request counters, read over a second connection), for the
+ *        opens patterns of P5 and for threads sharing one client; and a
+ *        "training step, then a 1.5 s pause" loop: messages and slab opens
+ *        per step.
+ *   P8d  after a LIFO burst, at the idle setting + 200 ms with no library
+ *        call: the bytes leased and kept for the process against its
+ *        in-use.
+ */
+#include "bench.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "gpubroker.h"
+#include "pool.h"
+
+#define P8A_LIVE    64
+#define P8A_MIN     256u
+#define P8A_MAX     65536u
+#define P8_GRANULE  (2u << 20) /* a lease's granularity: P8d's "one granule" */
+#define P8_THREADS  8
+#define P8_STEPS    4
+#define P8_STEP_LEN 64
+
+/* ---- counting the daemon's messages ------------------------------------------ */
+
+/* The daemon's metrics text (the caller frees it). */
+static char *metrics_text(gpb_client *q)
+{
+	char *json = NULL;
+	if (gpb_request(q, "metrics", NULL, &json) < 0)
+		bench_die("metrics: %s", gpb_last_error());
+	cJSON *root = cJSON_Parse(json);
+	const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
+	if (!cJSON_IsString(text))
+		bench_die("metrics: no text");
+	char *out = strdup(text->valuestring);
+	cJSON_Delete(root);
+	gpb_string_free(json);
+	if (!out)
+		bench_die("out of memory");
+	return out;
+}
+
+/* Every request the daemon answered, but the counting connection's own
+ * (method "metrics"). */
+static double daemon_requests(gpb_client *q)
+{
+	static const char series[] = "gpubroker_requests_total{";
+	char *text = metrics_text(q);
+	double total = 0;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		char *sp = strrchr(line, ' ');
+		if (strncmp(line, series, sizeof(series) - 1) != 0 || !sp ||
+		    strstr(line, "method=\"metrics\""))
+			continue;
+		total += strtod(sp + 1, NULL);
+	}
+	free(text);
+	return total;
+}
+
+/* A gauge summed over its series (every label set), 0 when absent. */
+static double daemon_metric(gpb_client *q, const char *name)
+{
+	char *text = metrics_text(q);
+	double v = 0;
+	size_t n = strlen(name);
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		if (strncmp(line, name, n) != 0 || (line[n] != ' ' && line[n] != '{'))
+			continue;
+		char *sp = strrchr(line, ' ');
+		if (sp)
+			v += strtod(sp + 1, NULL);
+	}
+	free(text);
+	return v;
+}
+
+/* ---- P8a -------------------------------------------------------------------- */
+
+struct lib_conn {
+	gpb_client *c;
+	uint64_t instance;
+};
+
+static void lib_connect(struct lib_conn *l, const char *socket, bool lease)
+{
+	struct gpb_register_opts opts = {.name = "gpb-bench-lease"};
+
+	/* The library reads GPUBROKER_LEASE when it connects. */
+	if (!lease)
+		setenv("GPUBROKER_LEASE", "0", 1);
+	if (gpb_connect(socket, "gpb-bench", &l->c) < 0 ||
+	    gpb_register(l->c, &opts, &l->instance) < 0)
+		bench_die("library: %s", gpb_last_error());
+	unsetenv("GPUBROKER_LEASE");
+}
+
+/* Per-pair times (ns) of `pairs` alloc+free pairs over P8A_LIVE live
+ * blocks, after as many again to warm the leases; sorted into *p50, *p99. */
+static void lib_pairs(const char *socket, bool lease, unsigned pairs, double *p50, double *p99)
+{
+	struct lib_conn l;
+	struct gpb_allocation a;
+	uint64_t live[P8A_LIVE];
+	struct bench_rng rng = {.s = 27};
+	double *t = bench_xmalloc(pairs * sizeof(*t));
+
+	lib_connect(&l, socket, lease);
+	for (unsigned i = 0; i < P8A_LIVE; i++) {
+		if (gpb_alloc(l.c, l.instance, bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX), 0,
+		              &a) < 0)
+			bench_die("gpb_alloc: %s", gpb_last_error());
+		live[i] = a.id;
+	}
+	for (unsigned i = 0; i < 2 * pairs; i++) {
+		unsigned k = (unsigned)bench_rng_below(&rng, P8A_LIVE);
+		uint64_t size = bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX);
+		uint64_t t0 = bench_now_ns();
+		if (gpb_free(l.c, live[k]) < 0 || gpb_alloc(l.c, l.instance, size, 0, &a) < 0)
+			bench_die("alloc+free: %s", gpb_last_error());
+		uint64_t t1 = bench_now_ns();
+		live[k] = a.id;
+		if (i >= pairs)
+			t[i - pairs] = (double)(t1 - t0);
+	}
+	*p50 = bench_quantile(t, pairs, 0.5);
+	*p99 = bench_quantile(t, pairs, 0.99);
+	free(t);
+	gpb_disconnect(l.c);
+}
+
+static int pool_create_slab(void *ctx, uint64_t size, uint32_t uid, void **slab)
+{
+	(void)ctx;
+	(void)uid;
+	(void)size;
+	*slab = (void *)1;
+	return 0;
+}
+
+static void pool_destroy_slab(void *ctx, void *slab)
+{
+	(void)ctx;
+	(void)slab;
+}
+
+static const struct pool_slab_ops pool_bench_ops = {.create = pool_create_slab,
+                                                    .destroy = pool_destroy_slab};
+
+/* The pool module's own pair, the same pattern, timed alike. */
+static double pool_pairs_p50(unsigned pairs)
+{
+	struct pool *pool = pool_create(NULL, &pool_bench_ops, NULL);
+	struct pool_block *live[P8A_LIVE];
+	struct bench_rng rng = {.s = 27};
+	double *t = bench_xmalloc(pairs * sizeof(*t));
+
+	if (!pool)
+		bench_die("pool_create failed");
+	for (unsigned i = 0; i < P8A_LIVE; i++) {
+		if (pool_alloc(pool, 1000, bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX), 0,
+		               &live[i]) < 0)
+			bench_die("pool_alloc failed");
+	}
+	for (unsigned i = 0; i < 2 * pairs; i++) {
+		unsigned k = (unsigned)bench_rng_below(&rng, P8A_LIVE);
+		uint64_t size = bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX);
+		uint64_t t0 = bench_now_ns();
+		pool_free(pool, live[k]);
+		if (pool_alloc(pool, 1000, size, 0, &live[k]) < 0)
+			bench_die("pool_alloc failed");
+		uint64_t t1 = bench_now_ns();
+		if (i >= pairs)
+			t[i - pairs] = (double)(t1 - t0);
+	}
+	double p50 = bench_quantile(t, pairs, 0.5);
+	free(t);
+	pool_destroy(pool);
+	return p50;
+}
+
+/* ---- P8c -------------------------------------------------------------------- */
+
+struct churn_arg {
+	struct lib_conn *l;
+	unsigned pairs, seed;
+};
+
+static void *churn_thread(void *p)
+{
+	struct churn_arg *ca = p;
+	struct bench_rng rng = {.s = ca->seed};
+	uint64_t live[125];
+	struct gpb_allocation a;
+
+	for (unsigned i = 0; i < 125; i++) {
+		if (gpb_alloc(ca->l->c, ca->l->instance,
+		              bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX), 0, &a) < 0)
+			bench_die("gpb_alloc: %s", gpb_last_error());
+		live[i] = a.id;
+	}
+	for (unsigned i = 0; i < ca->pairs; i++) {
+		unsigned k = (unsigned)bench_rng_below(&rng, 125);
+		if (gpb_free(ca->l->c, live[k]) < 0 ||
+		    gpb_alloc(ca->l->c, ca->l->instance,
+		              bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX), 0, &a) < 0)
+			bench_die("alloc+free: %s", gpb_last_error());
+		live[k] = a.id;
+	}
+	for (unsigned i = 0; i < 125; i++)
+		gpb_free(ca->l->c, live[i]);
+	return NULL;
+}
+
+/* Messages per 1000 alloc+free of `threads` threads sharing one client,
+ * each churning 125 live blocks, after a warm-up pass. */
+static double msgs_threads(const char *socket, gpb_client *q, unsigned threads, unsigned pairs)
+{
+	struct lib_conn l;
+	pthread_t tid[P8_THREADS];
+	struct churn_arg ca[P8_THREADS];
+
+	lib_connect(&l, socket, true);
+	double m0 = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			m0 = daemon_requests(q);
+		for (unsigned i = 0; i < threads; i++) {
+			ca[i] =
+			    (struct churn_arg){&l, pairs / threads, 100 + i + 10 * (unsigned)pass};
+			if (pthread_create(&tid[i], NULL, churn_thread, &ca[i]))
+				bench_die("pthread_create");
+		}
+		for (unsigned i = 0; i < threads; i++)
+			pthread_join(tid[i], NULL);
+	}
+	double m1 = daemon_requests(q);
+	gpb_disconnect(l.c);
+	return 1000.0 * (m1 - m0) / (double)(pairs / threads * threads);
+}
+
+/* Messages per 1000 alloc+free of one P5 pattern, after a warm-up pass. */
+static double msgs_pattern(const char *socket, gpb_client *q, enum bench_open_pattern p,
+                           unsigned pairs)
+{
+	struct lib_conn l;
+	struct bench_rng rng = {.s = 28};
+	unsigned nlive = p == BENCH_CHURN ? 1000 : 0;
+	uint64_t *live = bench_xmalloc((nlive + 1) * sizeof(*live));
+	struct gpb_allocation a;
+	char buf[4096];
+	double m0 = 0;
+
+	lib_connect(&l, socket, true);
+	for (unsigned i = 0; i < nlive; i++) {
+		if (gpb_alloc(l.c, l.instance, bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX), 0,
+		              &a) < 0)
+			bench_die("gpb_alloc: %s", gpb_last_error());
+		live[i] = a.id;
+	}
+	for (unsigned i = 0; i < 2 * pairs; i++) {
+		if (i == pairs)
+			m0 = daemon_requests(q);
+		uint64_t size =
+		    p == BENCH_CHURN ? bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX) : sizeof(buf);
+		if (gpb_alloc(l.c, l.instance, size, 0, &a) < 0)
+			bench_die("gpb_alloc: %s", gpb_last_error());
+		if (p == BENCH_NUMBA) {
+			memset(buf, (int)i, sizeof(buf));
+			if (gpb_copy_to_device(a.ptr, buf, sizeof(buf), NULL) < 0 ||
+			    gpb_copy_from_device(buf, a.ptr, sizeof(buf), NULL) < 0)
+				bench_die("copy: %s", gpb_last_error());
+		}
+		uint64_t victim = a.id;
+		if (p == BENCH_CHURN) {
+			unsigned k = (unsigned)bench_rng_below(&rng, nlive);
+			victim = live[k];
+			live[k] = a.id;
+		}
+		if (gpb_free(l.c, victim) < 0)
+			bench_die("gpb_free: %s", gpb_last_error());
+	}
+	double m1 = daemon_requests(q);
+	free(live);
+	gpb_disconnect(l.c);
+	return 1000.0 * (m1 - m0) / pairs;
+}
+
+/* A training loop: each step allocates P8_STEP_LEN arrays, frees them,
+ * and the process then sleeps 1.5 s. Messages and slab opens per step,
+ * after the first. */
+static void msgs_steps(const char *socket, gpb_client *q, double *msgs, double *opens)
+{
+	struct lib_conn l;
+	struct bench_rng rng = {.s = 29};
+	uint64_t ids[P8_STEP_LEN];
+	struct gpb_allocation a;
+	struct gpb_mapping_stats s0, s1;
+	double m0 = 0;
+
+	lib_connect(&l, socket, true);
+	for (unsigned step = 0; step < P8_STEPS; step++) {
+		if (step == 1) {
+			m0 = daemon_requests(q);
+			if (gpb_mapping_stats(&s0) < 0)
+				bench_die("gpb_mapping_stats: %s", gpb_last_error());
+		}
+		for (unsigned i = 0; i < P8_STEP_LEN; i++) {
+			if (gpb_alloc(l.c, l.instance, bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX),
+			              0, &a) < 0)
+				bench_die("gpb_alloc: %s", gpb_last_error());
+			ids[i] = a.id;
+		}
+		for (unsigned i = P8_STEP_LEN; i-- > 0;)
+			if (gpb_free(l.c, ids[i]) < 0)
+				bench_die("gpb_free: %s", gpb_last_error());
+		bench_sleep_ns(1500000000ull);
+	}
+	double m1 = daemon_requests(q);
+	if (gpb_mapping_stats(&s1) < 0)
+		bench_die("gpb_mapping_stats: %s", gpb_last_error());
+	*msgs = (m1 - m0) / (P8_STEPS - 1);
+	*opens = (double)(s1.opens - s0.opens) / (P8_STEPS - 1);
+	gpb_disconnect(l.c);
+}
+
+/* ---- P8d -------------------------------------------------------------------- */
+
+static unsigned idle_ms(void)
+{
+	const char *v = getenv("GPUBROKER_LEASE_IDLE_MS");
+	return v && *v ? (unsigned)strtoul(v, NULL, 10) : 2000;
+}
+
+/* After a LIFO burst (`n` blocks, all but `keep` freed newest first), at
+ * the idle setting + 200 ms: the bytes leased and kept for the process
+ * (the daemon's gauges) and its in-use. @slow (valgrind: every thread
+ * runs emulated, the service thread's wake-up included) gives it up to 10 s
+ * more to get under the bound. */
+static void idle_after_burst(const char *socket, gpb_client *q, unsigned n, unsigned keep,
+                             bool adversarial, bool slow, double *held, double *in_use)
+{
+	struct lib_conn l;
+	struct bench_rng rng = {.s = 30};
+	uint64_t *ids = bench_xmalloc(n * sizeof(*ids)), *sizes = bench_xmalloc(n * sizeof(*sizes));
+	struct gpb_allocation a;
+
+	lib_connect(&l, socket, true);
+	for (unsigned i = 0; i < n; i++) {
+		sizes[i] = bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX);
+		if (gpb_alloc(l.c, l.instance, sizes[i], 0, &a) < 0)
+			bench_die("gpb_alloc: %s", gpb_last_error());
+		ids[i] = a.id;
+	}
+	*in_use = 0;
+	for (unsigned i = n; i-- > 0;) {
+		/* The adversary keeps one block of every 32: each pins its lease. */
+		bool stays = adversarial ? i % 32 == 0 : i < keep;
+		if (stays)
+			*in_use += (double)sizes[i];
+		else if (gpb_free(l.c, ids[i]) < 0)
+			bench_die("gpb_free: %s", gpb_last_error());
+	}
+	bench_sleep_ns((uint64_t)(idle_ms() + 200) * 1000000ull);
+	double bound = *in_use / 8 > P8_GRANULE ? *in_use / 8 : P8_GRANULE;
+	for (int tries = 0;; tries++) {
+		*held = daemon_metric(q, "gpubroker_device_leased_bytes") +
+		        daemon_metric(q, "gpubroker_kept_bytes");
+		if (!slow || adversarial || *held <= bound || tries == 100)
+			break;
+		bench_sleep_ns(100000000ull);
+	}
+	free(ids);
+	free(sizes);
+	gpb_disconnect(l.c);
+}
+
+void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
+{
+	unsigned pairs = quick ? 2000 : 20000;
+	gpb_client *q;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	memset(out, 0, sizeof(*out));
+	if (gpb_connect(socket, "gpb-bench-count", &q) < 0)
+		bench_die("library: %s", gpb_last_error());
+	lib_pairs(socket, true, pairs, &out->lease_p50, &out->lease_p99);
+	lib_pairs(socket, false, quick ? 500 : 5000, &out->plain_p50, &out->plain_p99);
+	out->pool_p50 = pool_pairs_p50(pairs);
+	for (int p = 0; p < BENCH_PATTERNS; p++)
+		out->msgs[p] = msgs_pattern(socket, q, (enum bench_open_pattern)p, pairs);
+	out->threads = (unsigned)(cpus < P8_THREADS ? (cpus < 1 ? 1 : cpus) : P8_THREADS);
+	out->msgs_threads = msgs_threads(socket, q, out->threads, pairs);
+	msgs_steps(socket, q, &out->step_msgs, &out->step_opens);
+	idle_after_burst(socket, q, 512, 8, false, slow, &out->idle_held, &out->idle_in_use);
+	idle_after_burst(socket, q, 512, 0, true, slow, &out->adv_held, &out->adv_in_use);
+	gpb_disconnect(q);
+}

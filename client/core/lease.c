@@ -1,0 +1,713 @@
+/*
+ * lease.c - the lease allocator (lease.h): blocks inside the instance's
+ * leases, one pool (pool/pool.h) per instance whose slabs are the leases.
+ *
+ * The pool asks for a slab through its create callback while the
+ * allocator's lock is held, so create never talks to the daemon: it hands
+ * over a lease already granted and mapped ("ready"), or says -ENOMEM. The
+ * slow path grants one (the round trip without the allocator's lock),
+ * files it ready and asks the pool again; the pool's tail-slab rule then
+ * takes it at the size the room callback names. Every lease in a pool is
+ * pinned, so the pool never lets one go by itself: unpinning it (idle, or
+ * to lease again) makes the pool release it through the destroy callback,
+ * which files it "doomed", returned once the client's lock is held.
+ */
+#include "lease.h"
+#include "lease_internal.h"
+#include "client.h"
+#include "error.h"
+#include "pool.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+/* ---- the pool's slab callbacks ------------------------------------------- */
+
+static int inst_slab_create(void *ctx, uint64_t size, uint32_t uid, void **slab)
+{
+	struct lease_inst *in = ctx;
+
+	(void)uid;
+	for (struct lease *l = in->leases; l; l = l->next)
+		if (!l->ps && l->size == size) {
+			*slab = l;
+			return 0;
+		}
+	return -ENOMEM;
+}
+
+static void inst_slab_destroy(void *ctx, void *slab)
+{
+	struct lease_inst *in = ctx;
+	struct lease *l = slab, **pp;
+
+	for (pp = &in->leases; *pp != l; pp = &(*pp)->next)
+		;
+	*pp = l->next;
+	in->count--;
+	in->leased -= l->size;
+	l->ps = NULL;
+	if (in->ls->abandoning) {
+		lease_map_put(l);
+		free(l);
+		return;
+	}
+	l->next = in->ls->doomed;
+	in->ls->doomed = l;
+}
+
+/* The largest ready lease: what the pool's tail slab takes. */
+static uint64_t inst_slab_room(void *ctx)
+{
+	struct lease_inst *in = ctx;
+	uint64_t room = 0;
+
+	for (struct lease *l = in->leases; l; l = l->next)
+		if (!l->ps && l->size > room)
+			room = l->size;
+	return room;
+}
+
+static const struct pool_slab_ops inst_slab_ops = {
+    .create = inst_slab_create,
+    .destroy = inst_slab_destroy,
+    .room = inst_slab_room,
+};
+
+/* ---- instances ------------------------------------------------------------ */
+
+static struct lease_inst *inst_find(struct lease_state *ls, uint64_t instance)
+{
+	for (struct lease_inst *in = ls->insts; in; in = in->next)
+		if (in->instance == instance)
+			return in;
+	return NULL;
+}
+
+static struct lease_inst *inst_get(struct lease_state *ls, uint64_t instance)
+{
+	struct lease_inst *in = inst_find(ls, instance);
+	/* Slabs as large as a pool has: the pool's first ask always falls
+	 * to the tail-slab rule, which takes the ready lease's size. */
+	struct pool_config cfg = {
+	    .slab_size = POOL_MAX_SLAB, .large_threshold = POOL_MAX_SLAB, .keep_empty = 0};
+
+	if (in)
+		return in;
+	in = calloc(1, sizeof(*in));
+	if (!in)
+		return NULL;
+	in->ls = ls;
+	in->instance = instance;
+	in->pool = pool_create(&cfg, &inst_slab_ops, in);
+	if (!in->pool) {
+		free(in);
+		return NULL;
+	}
+	in->next = ls->insts;
+	ls->insts = in;
+	return in;
+}
+
+static void inst_destroy_all(struct lease_state *ls)
+{
+	struct lease_inst *in;
+
+	ls->abandoning = true;
+	while ((in = ls->insts)) {
+		ls->insts = in->next;
+		pool_destroy(in->pool); /* frees the pooled leases */
+		while (in->leases) {    /* the ready ones */
+			struct lease *l = in->leases;
+			in->leases = l->next;
+			lease_map_put(l);
+			free(l);
+		}
+		free(in);
+	}
+	while (ls->doomed) {
+		struct lease *l = ls->doomed;
+		ls->doomed = l->next;
+		lease_map_put(l);
+		free(l);
+	}
+	ls->abandoning = false;
+	free(ls->slots);
+	ls->slots = NULL;
+	ls->slot_count = ls->slot_cap = ls->slot_free = 0;
+	idmap_finish(&ls->carves);
+	idmap_init(&ls->carves);
+}
+
+/* ---- life ----------------------------------------------------------------- */
+
+void lease_init(struct lease_state *ls)
+{
+	const char *on = getenv("GPUBROKER_LEASE"), *idle = getenv("GPUBROKER_LEASE_IDLE_MS");
+	pthread_condattr_t attr;
+
+	memset(ls, 0, sizeof(*ls));
+	pthread_mutex_init(&ls->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&ls->wake, &attr);
+	pthread_condattr_destroy(&attr);
+	ls->enabled = !(on && strcmp(on, "0") == 0);
+	ls->idle_ms = LEASE_IDLE_DEFAULT;
+	if (idle && *idle) {
+		char *end;
+		unsigned long v = strtoul(idle, &end, 10);
+		if (!*end && v <= 24ul * 3600 * 1000)
+			ls->idle_ms = (unsigned)v;
+	}
+	/* Ids of this client's own: another process's ids name nothing here. */
+	if (getrandom(&ls->salt, sizeof(ls->salt), GRND_NONBLOCK) != sizeof(ls->salt))
+		ls->salt = (uint64_t)getpid() << 24 ^ (uint64_t)(uintptr_t)ls;
+	idmap_init(&ls->carves);
+}
+
+void lease_finish(struct gpb_client *c)
+{
+	struct lease_state *ls = &c->lease;
+
+	lease_service_stop(c);
+	inst_destroy_all(ls);
+	idmap_finish(&ls->carves);
+	pthread_cond_destroy(&ls->wake);
+	pthread_mutex_destroy(&ls->lock);
+}
+
+void lease_abandon(struct lease_state *ls)
+{
+	inst_destroy_all(ls);
+	idmap_finish(&ls->carves);
+}
+
+void lease_conn_lost(struct gpb_client *c)
+{
+	if (c->lease.lost)
+		return;
+	pthread_mutex_lock(&c->lease.lock);
+	c->lease.lost = true;
+	pthread_mutex_unlock(&c->lease.lock);
+}
+
+void lease_forget(struct gpb_client *c)
+{
+	pthread_mutex_lock(&c->lease.lock);
+	inst_destroy_all(&c->lease);
+	pthread_mutex_unlock(&c->lease.lock);
+}
+
+/* ---- blocks --------------------------------------------------------------- */
+
+/* Allocator lock held: a block from the pool of @in (a ready lease may be
+ * taken into it). 0 or -ENOMEM/-EINVAL. */
+/* Room for one more slot (before the pool is asked, so that a block is
+ * never made without an id to give it): 0 or -ENOMEM. */
+static int slot_reserve(struct lease_state *ls)
+{
+	if (ls->slot_free || ls->slot_count < ls->slot_cap)
+		return 0;
+	uint32_t cap = ls->slot_cap ? ls->slot_cap * 2 : 64;
+	if (cap > LEASE_SLOT_MASK + 1u)
+		return -ENOMEM; /* 16 M live local blocks: the rest go per request */
+	struct lease_slot *n = realloc(ls->slots, cap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	ls->slots = n;
+	ls->slot_cap = cap;
+	return 0;
+}
+
+/* The id of a new live block (slot_reserve() first). */
+static uint64_t slot_put(struct lease_state *ls, const struct lease_cached *got)
+{
+	uint32_t i;
+	if (ls->slot_free) {
+		i = ls->slot_free - 1;
+		ls->slot_free = ls->slots[i].next_free;
+	} else {
+		i = ls->slot_count++;
+		ls->slots[i].gen = 0;
+	}
+	struct lease_slot *sl = &ls->slots[i];
+	sl->gen = (sl->gen + 1) & LEASE_SLOT_MASK;
+	sl->b = got->b;
+	sl->l = got->l;
+	sl->size = got->size;
+	sl->offset = got->offset;
+	sl->carved = sl->freeing = false;
+	uint64_t x = (uint64_t)sl->gen << LEASE_SLOT_BITS | i;
+	return LEASE_ID_TAG << 48 | ((x ^ ls->salt) & ((1ull << 48) - 1));
+}
+
+/* A block of @size for @in, with its figures: a cached one of the same
+ * rounded size and a fitting alignment, else the pool's (once more after
+ * the cache went back to it, should it fragment the leases). Allocator
+ * lock held. */
+static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment,
+                      struct lease_cached *out)
+{
+	uint64_t rounded = (size + PROTO_GRANULE - 1) & ~(uint64_t)(PROTO_GRANULE - 1);
+	for (unsigned k = in->ncache; k-- > 0;) {
+		if (in->cache[k].size == rounded && !(in->cache[k].offset & (alignment - 1))) {
+			*out = in->cache[k];
+			in->cache[k] = in->cache[--in->ncache];
+			return 0;
+		}
+	}
+	int err = pool_alloc(in->pool, 0, size, alignment, &out->b);
+	if (err == -ENOMEM && in->ncache) {
+		lease_inst_flush(in);
+		err = pool_alloc(in->pool, 0, size, alignment, &out->b);
+	}
+	if (err)
+		return err;
+	out->l = pool_slab_backend(pool_block_slab(out->b));
+	out->size = pool_block_size(out->b);
+	out->offset = pool_block_offset(out->b);
+	if (!out->l->ps) { /* a ready lease the pool just took in: pinned for good */
+		out->l->ps = pool_block_slab(out->b);
+		pool_slab_pin(out->l->ps);
+	}
+	return 0;
+}
+
+static int inst_take(struct lease_state *ls, struct lease_inst *in, uint64_t size,
+                     uint64_t alignment, struct gpb_allocation *out)
+{
+	struct lease_cached got;
+
+	if (slot_reserve(ls) < 0)
+		return -ENOMEM;
+	int err = inst_block(in, size, alignment, &got);
+	if (err)
+		return err;
+	struct lease *l = got.l;
+	/* Its context died (cuDevicePrimaryCtxReset, cuCtxDestroy): no block
+	 * of a mapping that is gone; the slow path maps it anew. Asked of
+	 * backends with contexts only (sim's mappings never die). */
+	if (l->map && l->map->opener->alive && slab_cache_dead(l->map)) {
+		pool_free(in->pool, got.b);
+		return -ESTALE;
+	}
+	l->live++;
+	in->in_use += got.size;
+	out->id = slot_put(ls, &got);
+	out->ptr = l->base + got.offset;
+	out->size = got.size;
+	out->device = l->device;
+	out->slab = l->slab;
+	out->offset = l->offset + got.offset;
+	return 0;
+}
+
+int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                      struct gpb_allocation *out)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_inst *in;
+	int rc = 1;
+
+	if (!ls->enabled)
+		return 1;
+	pthread_mutex_lock(&ls->lock);
+	in = ls->lost ? NULL : inst_find(ls, instance);
+	if (in && in->count && (!in->max_lease || size <= in->max_lease) &&
+	    inst_take(ls, in, size, alignment, out) == 0)
+		rc = 0;
+	pthread_mutex_unlock(&ls->lock);
+	return rc;
+}
+
+/* ---- leases: the round trips (client lock held, allocator lock not) ------- */
+
+/* Returns one lease the pool let go of: unmapped first where the backend
+ * needs it (cuda), then lease_return, then the track forgets it. */
+static void lease_send_return(struct gpb_client *c, struct lease *l, uint64_t in_use)
+{
+	cJSON *params = cJSON_CreateObject();
+	struct proto_reply rep;
+	bool closed;
+	int rc;
+
+	/* Its own reference first: the track's last one closes the mapping
+	 * before the daemon hears (cuda). */
+	lease_map_put(l);
+	track_finish_work(&c->track, TRACK_ALLOC, l->id);
+	closed = track_release_early(&c->track, TRACK_ALLOC, l->id);
+	if (!params || proto_add_id64(params, PROTO_F_LEASE, l->id) < 0 ||
+	    proto_add_u64(params, PROTO_F_IN_USE, in_use) < 0) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = params ? client_conn_call(&c->conn, PROTO_M_LEASE_RETURN, params, &rep, NULL)
+	            : error_set(GPB_E_NOMEM, "out of memory");
+	if (rc == 0) {
+		proto_reply_finish(&rep);
+		track_release(&c->track, TRACK_ALLOC, l->id);
+	} else if (closed && !c->conn.dead) {
+		client_conn_fail(&c->conn, rc, "lease_return of %016" PRIx64 " failed: %s", l->id,
+		                 error_message());
+	}
+	free(l);
+}
+
+void lease_return_doomed(struct gpb_client *c)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease *l;
+	uint64_t in_use = 0;
+
+	for (;;) {
+		pthread_mutex_lock(&ls->lock);
+		l = ls->doomed;
+		if (l) {
+			ls->doomed = l->next;
+			in_use = l->inst->in_use;
+		}
+		pthread_mutex_unlock(&ls->lock);
+		if (!l)
+			break;
+		lease_send_return(c, l, in_use);
+		ls->leases_returned++;
+	}
+	/* A returned lease may have been the last hold on a slab the daemon
+	 * keeps for this connection: the track let go of its mapping, and the
+	 * daemon must hear so before the next lease, or it would grant one in
+	 * that slab without handing it over again. Sent as the per-allocation
+	 * path sends them after a free. */
+	client_send_released(c);
+}
+
+/* Asks for a lease of at least @need bytes for @in and files it ready.
+ * 0 or a GPB_E_* error. */
+static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
+{
+	struct lease_inst *in;
+	struct lease_state *ls = &c->lease;
+	struct gpb_allocation g;
+	struct track_prep prep;
+	struct proto_reply rep;
+	struct lease *l;
+	uint64_t id = 0, in_use, slab_size = 0, slab = 0;
+	cJSON *params;
+	int fd, rc;
+
+	if (c->conn.dead)
+		return client_conn_dead_error(&c->conn);
+	if (!c->track.opener)
+		return 1;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return error_set(GPB_E_NOMEM, "out of memory");
+	rc = track_prepare(&c->track, TRACK_ALLOC, &prep);
+	if (rc < 0) {
+		free(l);
+		return rc;
+	}
+	pthread_mutex_lock(&ls->lock);
+	in = inst_find(ls, instance);
+	in_use = in ? in->in_use : 0;
+	pthread_mutex_unlock(&ls->lock);
+	params = cJSON_CreateObject();
+	if (params && (proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
+	               proto_add_u64(params, PROTO_F_SIZE, need) < 0 ||
+	               proto_add_u64(params, PROTO_F_IN_USE, in_use) < 0)) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = params ? client_conn_call(&c->conn, PROTO_M_LEASE, params, &rep, &fd)
+	            : error_set(GPB_E_NOMEM, "out of memory");
+	if (rc < 0)
+		goto out;
+	(void)proto_get_u64(rep.result, PROTO_F_SLAB_SIZE, 1, UINT64_MAX, &slab_size);
+	if (proto_get_id64(rep.result, PROTO_F_SLAB, &slab) < 0)
+		slab = 0;
+	rc = track_adopt(&c->track, TRACK_ALLOC, &prep, rep.result, fd, &g, &id);
+	proto_reply_finish(&rep);
+	if (rc == GPB_E_PROTOCOL) {
+		rc = client_conn_fail(&c->conn, rc, "%s", error_message());
+		goto out;
+	}
+	if (rc < 0) {
+		/* Not mappable here: given back, and the slab too, which a
+		 * daemon that keeps emptied slabs would keep for this
+		 * connection though this library never took it (as
+		 * memory_undo does for an alloc). */
+		if (id && client_call_id(c, PROTO_M_LEASE_RETURN, PROTO_F_LEASE, id) == 0 && slab &&
+		    !track_holds_slab(&c->track, slab))
+			client_conn_send_release(&c->conn, slab);
+		goto out;
+	}
+	l->id = id;
+	l->base = g.ptr;
+	l->size = g.size;
+	l->offset = g.offset;
+	l->slab = g.slab;
+	l->device = g.device;
+	{
+		struct track_entry *e = track_lookup(&c->track, TRACK_ALLOC, id);
+		l->map = e && e->slab ? e->slab->map : NULL;
+		if (l->map)
+			slab_cache_ref(l->map);
+	}
+	pthread_mutex_lock(&ls->lock);
+	/* Looked up again: an invalidate read with the reply forgot it. */
+	in = inst_get(ls, instance);
+	if (!in) {
+		pthread_mutex_unlock(&ls->lock);
+		lease_map_put(l);
+		client_call_id(c, PROTO_M_LEASE_RETURN, PROTO_F_LEASE, id);
+		track_release(&c->track, TRACK_ALLOC, id);
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+		goto out;
+	}
+	l->inst = in;
+	l->next = in->leases;
+	in->leases = l;
+	in->count++;
+	in->leased += l->size;
+	if (slab_size > in->max_lease)
+		in->max_lease = slab_size;
+	ls->leases_taken++;
+	pthread_mutex_unlock(&ls->lock);
+	l = NULL;
+out:
+	free(l);
+	track_prep_release(&prep);
+	return rc;
+}
+
+/*
+ * The leases of @instance whose mapping died with its CUDA context are
+ * mapped anew (the track maps the held slab again, as for a grant in it)
+ * and serve from the new mapping; the blocks served before keep their
+ * dead pointers, which the copy helpers answer with GPB_E_CONTEXT_RESET.
+ * 0, or the error of a slab that cannot be mapped again. Client lock held.
+ */
+static int inst_renew(struct gpb_client *c, uint64_t instance)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_inst *in;
+	int rc = 0;
+
+	pthread_mutex_lock(&ls->lock);
+	in = inst_find(ls, instance);
+	for (struct lease *l = in ? in->leases : NULL; l && rc == 0; l = l->next) {
+		struct slab_map *fresh;
+
+		if (!l->map || !l->map->opener->alive || !slab_cache_dead(l->map))
+			continue;
+		rc = track_alloc_live(&c->track, l->id, &fresh);
+		if (rc < 0)
+			break;
+		l->base = (char *)fresh->base + ((char *)l->base - (char *)l->map->base);
+		slab_cache_ref(fresh);
+		slab_cache_put(l->map);
+		l->map = fresh;
+	}
+	pthread_mutex_unlock(&ls->lock);
+	return rc;
+}
+
+uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (struct lease_inst *in = ls->insts; in; in = in->next) {
+		struct lease *l, *nl;
+
+		lease_inst_flush(in); /* the cache's blocks would keep a lease in the pool */
+		for (l = in->leases; l; l = nl) {
+			nl = l->next; /* unpinning takes l off the list */
+			if (!l->ps || l->live || l->carves)
+				continue;
+			if (now_ms - l->idle_since >= ls->idle_ms) {
+				pool_slab_unpin(in->pool, l->ps);
+				ls->idle_returns++;
+			} else if (l->idle_since + ls->idle_ms - now_ms < next) {
+				next = l->idle_since + ls->idle_ms - now_ms;
+			}
+		}
+	}
+	return next;
+}
+
+/* Allocator lock held: unpins every wholly free lease of @in, which the
+ * pool then lets go (doomed). Returns how many. */
+static unsigned inst_drop_free(struct lease_inst *in)
+{
+	struct lease *l, *next;
+	unsigned n = 0;
+
+	lease_inst_flush(in);
+	for (l = in->leases; l; l = next) {
+		next = l->next;
+		if (l->ps && !l->live && !l->carves) {
+			pool_slab_unpin(in->pool, l->ps);
+			n++;
+		}
+	}
+	return n;
+}
+
+unsigned lease_release_free(struct gpb_client *c)
+{
+	struct lease_state *ls = &c->lease;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&ls->lock);
+	for (struct lease_inst *in = ls->insts; in; in = in->next)
+		n += inst_drop_free(in);
+	pthread_mutex_unlock(&ls->lock);
+	lease_return_doomed(c);
+	return n;
+}
+
+void lease_release_instance(struct gpb_client *c, uint64_t instance)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_inst *in, **pp;
+
+	pthread_mutex_lock(&ls->lock);
+	in = inst_find(ls, instance);
+	if (in)
+		inst_drop_free(in);
+	pthread_mutex_unlock(&ls->lock);
+	if (!in)
+		return;
+	/* Sent before the caller's unregister, on the same connection: the
+	 * daemon has them back when it looks at the instance. */
+	lease_return_doomed(c);
+	pthread_mutex_lock(&ls->lock);
+	for (pp = &ls->insts; *pp && *pp != in; pp = &(*pp)->next)
+		;
+	/* Nothing left in it (no live block, no lease): forgotten, so that
+	 * an instance id the daemon gives again starts afresh. */
+	if (*pp && !in->leases && !in->in_use) {
+		*pp = in->next;
+		pool_destroy(in->pool);
+		free(in);
+	}
+	pthread_mutex_unlock(&ls->lock);
+}
+
+int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                bool may_wait, struct gpb_allocation *out)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_inst *in;
+	bool dropped = false;
+	uint64_t need;
+	int rc;
+
+	(void)may_wait; /* a refusal goes per request, where it waits */
+	if (!ls->enabled || !c->track.opener)
+		return 1;
+	/* Leases end with their connection: none to serve from once it is
+	 * gone (the per-request path says so, as it always has). */
+	if (c->conn.dead)
+		return 1;
+	if (size > POOL_MAX_SLAB / 2)
+		return 1;
+	need = (size + PROTO_GRANULE - 1) / PROTO_GRANULE * PROTO_GRANULE;
+	for (int tries = 0; tries < 4; tries++) {
+		pthread_mutex_lock(&ls->lock);
+		in = inst_get(ls, instance);
+		if (!in) {
+			pthread_mutex_unlock(&ls->lock);
+			return error_set(GPB_E_NOMEM, "out of memory");
+		}
+		if (in->max_lease && size > in->max_lease) {
+			pthread_mutex_unlock(&ls->lock);
+			return 1;
+		}
+		rc = inst_take(ls, in, size, alignment, out);
+		pthread_mutex_unlock(&ls->lock);
+		lease_return_doomed(c);
+		if (rc == 0)
+			return 0;
+		if (rc == -ESTALE) {
+			rc = inst_renew(c, instance);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		if (rc == -EINVAL)
+			return error_set(GPB_E_INVALID, "gpb_alloc: bad size or alignment");
+		rc = lease_request(c, instance, need);
+		if (rc == 0) {
+			lease_service_start(c);
+			continue;
+		}
+		if (rc == 1)
+			return 1;
+		if (rc == GPB_E_NOT_SUPPORTED ||
+		    (rc == GPB_E_INVALID && strstr(error_message(), "method_not_found"))) {
+			/* direct/async (or a daemon before leases): one
+			 * request per allocation from now on. */
+			ls->enabled = false;
+			error_clear();
+			return 1;
+		}
+		if (rc == GPB_E_INVALID || rc == GPB_E_LIMIT || rc == GPB_E_NOT_FOUND) {
+			/* Above the slab size, or the daemon's lease limit: an
+			 * allocation of its own. */
+			error_clear();
+			return 1;
+		}
+		if ((rc == GPB_E_OUT_OF_MEMORY || rc == GPB_E_QUOTA) && !dropped) {
+			/* Fragmentation inside the leases must not become a
+			 * refusal the per-allocation path would not give: the
+			 * wholly free leases go back, and the lease is asked
+			 * again. Every instance's, not this one's alone: the
+			 * free leases of another instance of this client hold
+			 * the device's room (and the user's cap) that the
+			 * per-allocation path would have freed already. */
+			unsigned n = 0;
+			dropped = true;
+			pthread_mutex_lock(&ls->lock);
+			for (struct lease_inst *i = ls->insts; i; i = i->next)
+				n += inst_drop_free(i);
+			pthread_mutex_unlock(&ls->lock);
+			if (n) {
+				lease_return_doomed(c);
+				error_clear();
+				continue;
+			}
+		}
+		if (rc == GPB_E_OUT_OF_MEMORY || rc == GPB_E_QUOTA) {
+			/* No lease fits, but the exact size may (a lease is whole
+			 * granules, a cap or the device may have less left): the
+			 * allocation goes as its own request, whose answer is the
+			 * per-allocation path's, a refusal included. */
+			error_clear();
+			return 1;
+		}
+		return rc;
+	}
+	return 1;
+}
+
+void lease_figures(struct gpb_client *c, uint64_t instance, uint64_t *leased, uint64_t *in_use,
+                   uint64_t *leases)
+{
+	struct lease_state *ls = &c->lease;
+
+	*leased = *in_use = *leases = 0;
+	pthread_mutex_lock(&ls->lock);
+	for (struct lease_inst *in = ls->insts; in; in = in->next)
+		if (!instance || in->instance == instance) {
+			*leased += in->leased;
+			*in_use += in->in_use;
+			*leases += in->count;
+		}
+	pthread_mutex_unlock(&ls->lock);
+}

@@ -1,0 +1,192 @@
+/*
+ * lease.h - the lease allocator: device memory served from the instance's
+ * leases, with no round trip to the daemon (issue 27).
+ *
+ * A lease is a range of a slab the daemon hands this connection whole
+ * (`lease`, PROTOCOL.md) and charges to the instance. The library carves
+ * blocks out of it with the pool module (pool/pool.h), one pool per
+ * instance, each lease one of the pool's slabs. gpb_alloc of a size up to
+ * the daemon's slab size is served from the leases when they have room;
+ * otherwise the library asks for one more lease (the size it needs; the
+ * daemon doubles) and tries again. Larger requests, and a client whose
+ * daemon answers `lease` with not_supported (allocators "direct" and
+ * "async"), or one started with GPUBROKER_LEASE=0, use today's
+ * per-allocation requests.
+ *
+ * Ids. A block inside a lease ("local") has an id of this client's own
+ * namespace: the top 16 bits LEASE_ID_TAG, the rest counted. The daemon
+ * does not know it; gpb_export and gpb_attach of a local block first carve
+ * it (`lease_carve`), a daemon allocation at the same bytes, and use the
+ * carve's id. A lease with a carve cannot be returned until the carve is
+ * freed (with the block).
+ *
+ * Locks. Two: the client's (client.h: one exchange at a time on the
+ * socket) and this allocator's (struct lease_state.lock: the pools, the
+ * leases and the id map). The order is always client, then allocator;
+ * never the other way round. A local alloc or free takes the allocator's
+ * lock alone (no exchange); growing takes the client's lock for the
+ * round trip and the allocator's only before and after it, never across
+ * it, so other threads keep allocating from the leases meanwhile. The
+ * service thread (lease_service.c) takes the client's lock with trylock
+ * only: it never waits for a call in progress, which may be long.
+ *
+ * Returns. A lease wholly free for GPUBROKER_LEASE_IDLE_MS (default 2000)
+ * goes back with no call needed, from the service thread; a block that
+ * does not fit returns the wholly free leases and leases again before it
+ * is refused. Leases end with the connection (kill -9 reclaims them).
+ *
+ * fork: a forked child's clients of its parent are refused (client.h); the
+ * allocator state they carry is dropped with no word to the daemon
+ * (lease_abandon), and the child has no service thread of its parent's.
+ */
+#ifndef GPB_CLIENT_LEASE_H
+#define GPB_CLIENT_LEASE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpubroker.h"
+#include "idmap.h"
+
+#define LEASE_ID_TAG       0x10caull /* the top 16 bits of a local block's id */
+#define LEASE_IDLE_DEFAULT 2000      /* ms, GPUBROKER_LEASE_IDLE_MS */
+#define LEASE_GRANULARITY  (2ull << 20)
+#define LEASE_SLOT_BITS    24 /* a local id: tag, generation, slot (24 bits each) */
+#define LEASE_CACHE        8  /* freed blocks an instance keeps for reuse as they are */
+
+struct lease;
+
+/* A live local block: the slot its id names (generation-checked). */
+struct lease_slot {
+	struct pool_block *b; /* NULL: free */
+	struct lease *l;      /* the lease it is in */
+	uint64_t size;        /* its bytes (the pool's rounded size) and offset in */
+	uint64_t offset;      /* the lease's slab, kept here: free asks the pool nothing */
+	uint32_t gen;         /* the generation its id carries */
+	uint32_t next_free;   /* free: the next free slot + 1 (0: none) */
+	bool carved;          /* a carve of it exists (ls->carves has its daemon id) */
+	bool freeing;         /* gpb_free_async took it: freed once its stream has run */
+};
+
+struct lease;
+struct lease_inst;
+
+struct lease_state {
+	pthread_mutex_t lock; /* the allocator's lock (above: after the client's) */
+	pthread_cond_t wake;  /* the service thread's timer and doorbell */
+	bool enabled;         /* GPUBROKER_LEASE != 0 and the daemon supports leases */
+	bool abandoning;      /* lease_abandon: the pool lets slabs go with no return */
+	/* The connection is dead (lease_conn_lost): its leases ended with it,
+	 * so no block is served from them. Written under both locks. */
+	bool lost;
+	unsigned idle_ms; /* GPUBROKER_LEASE_IDLE_MS */
+	struct lease_inst *insts;
+	/* Local id -> block: a table indexed by the id's low bits (not a
+	 * hash: alloc and free stay a handful of instructions, P8a), the id
+	 * XORed with this client's salt, so that an id of another process's
+	 * client names no block here but by a 1 in 2^24 chance. */
+	struct lease_slot *slots;
+	uint32_t slot_count, slot_cap, slot_free;
+	uint64_t salt;
+	struct idmap carves;  /* local id -> carve (daemon id, as a uintptr) */
+	struct lease *doomed; /* let go by the pool: to return (lease_return) */
+	/* The service thread: started with the first lease. */
+	pthread_t thread;
+	bool thread_on, stop;
+	/* Counters (gpb_lease_stats-like figures for tests and the bench). */
+	uint64_t leases_taken, leases_returned, idle_returns;
+};
+
+struct gpb_client;
+
+/* Reads GPUBROKER_LEASE and GPUBROKER_LEASE_IDLE_MS. */
+void lease_init(struct lease_state *ls);
+/* Stops the service thread (client lock NOT held), then forgets everything
+ * (the connection is closing: the daemon ends the leases with it). */
+void lease_finish(struct gpb_client *c);
+/* A forked child's client of its parent: frees the state, no lock taken,
+ * no thread joined, nothing said. */
+void lease_abandon(struct lease_state *ls);
+/* The daemon released everything the connection held (invalidate): the
+ * leases are gone; forget them (client lock held). */
+void lease_forget(struct gpb_client *c);
+
+/* Client lock held, the connection dead: the fast path serves no more
+ * blocks (the daemon ended the leases with the connection; gpb_alloc
+ * reports GPB_E_DAEMON_GONE as the per-allocation path does). */
+void lease_conn_lost(struct gpb_client *c);
+
+/* Whether @id is of the local namespace. */
+static inline bool lease_id_local(uint64_t id)
+{
+	return id >> 48 == LEASE_ID_TAG;
+}
+
+/*
+ * The fast path: a block from the leases of @instance, allocator lock only
+ * (client lock not held). 0 with @out filled, or 1 when the leases have no
+ * room (or leases are off): the caller goes the slow way.
+ */
+int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                      struct gpb_allocation *out);
+/*
+ * The slow path, client lock held: leases more (or returns wholly free
+ * leases and leases again) and serves from the leases. 0 with @out filled,
+ * 1 when the request is not for leases (too large, not supported, leases
+ * off, the daemon's lease limit, or a refusal while @may_wait: the caller
+ * sends an alloc), or a GPB_E_* error.
+ */
+int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                bool may_wait, struct gpb_allocation *out);
+/* gpb_free of a local block, allocator lock only. 0, or 1 when @id is not
+ * a local block of this client or is carved (then lease_free_carved under
+ * the client lock). */
+int lease_free_local(struct gpb_client *c, uint64_t id);
+/* Client lock held: frees a local block that was carved (its carve first).
+ * 0, 1 (not local), or a GPB_E_* error. */
+int lease_free_carved(struct gpb_client *c, uint64_t id);
+/*
+ * gpb_free_async of local block @id, client lock held: the block stays
+ * this process's (in use, not served again) until the work queued on
+ * @stream so far has run; *fence is then the opener's fence to put on the
+ * client's pending queue (its entry freed with lease_release_pending), or
+ * NULL when the block was freed at once (nothing can be queued: no
+ * streams, or a dead context). 0, 1 (not a local block of this client),
+ * or a GPB_E_* error.
+ */
+int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fence);
+/* Client lock held: frees the block lease_free_async() left pending. */
+void lease_release_pending(struct gpb_client *c, uint64_t id);
+/* Client lock held: the daemon id of local block @id, carving it the first
+ * time. 0 with *daemon_id, 1 when @id is not a local block (then it is
+ * used as it is), or a GPB_E_* error. */
+int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id);
+/* Client lock held: returns every wholly free lease now (gpb_release_kept:
+ * a lease with nothing in it is memory kept as an emptied slab is).
+ * Returns how many. */
+unsigned lease_release_free(struct gpb_client *c);
+/* Client lock held: returns the wholly free leases of @instance (before
+ * gpb_unregister: an instance whose blocks are all freed holds nothing the
+ * daemon would call busy), and forgets the instance when nothing is left. */
+void lease_release_instance(struct gpb_client *c, uint64_t instance);
+/* Client lock held: returns the leases the pool let go of (lease_return). */
+void lease_return_doomed(struct gpb_client *c);
+
+/* Figures: bytes leased and in use inside the leases of @instance (every
+ * instance when 0). */
+void lease_figures(struct gpb_client *c, uint64_t instance, uint64_t *leased, uint64_t *in_use,
+                   uint64_t *leases);
+
+/* lease_service.c: the service thread. */
+/* Starts it once (client lock held, allocator lock not). */
+void lease_service_start(struct gpb_client *c);
+/* Stops and joins it (neither lock held). */
+void lease_service_stop(struct gpb_client *c);
+/* lease.c. Allocator lock held: which leases are due now (unpins them: the pool lets
+ * them go onto the doomed list); returns the ms until the next is due, or
+ * UINT64_MAX. */
+uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms);
+uint64_t lease_now_ms(void);
+
+#endif

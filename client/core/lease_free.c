@@ -1,0 +1,275 @@
+/*
+ * lease_free.c - frees and carves of local blocks (lease.h): a free waits
+ * for the work queued on the block (gpb_free's promise), gpb_free_async
+ * frees it once its stream has run, and export or attach of a block carves
+ * it into a daemon allocation first.
+ */
+#include "lease.h"
+#include "lease_internal.h"
+#include "client.h"
+#include "error.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Allocator lock held: frees the block of slot @sl (into its instance's
+ * cache while that has room: the next alloc of its size takes it back). */
+void lease_block_free(struct lease_state *ls, struct lease_slot *sl)
+{
+	struct lease *l = sl->l;
+	struct lease_inst *in = l->inst;
+	struct lease_cached freed = {sl->b, l, sl->size, sl->offset};
+
+	sl->b = NULL;
+	sl->carved = sl->freeing = false;
+	sl->next_free = ls->slot_free;
+	ls->slot_free = (uint32_t)(sl - ls->slots) + 1;
+	in->in_use -= freed.size;
+	if (in->ncache < LEASE_CACHE)
+		in->cache[in->ncache++] = freed;
+	else
+		pool_free(in->pool, freed.b);
+	if (--l->live == 0) {
+		l->idle_since = lease_now_ms();
+		pthread_cond_signal(&ls->wake);
+	}
+}
+
+/* The mapping whose queued work a free of @sl's block must wait for (a
+ * reference the caller puts), or NULL (sim: no queues). Allocator lock
+ * held. */
+static struct slab_map *block_work(struct lease_slot *sl)
+{
+	struct slab_map *map = sl->l->map;
+	if (!map || !map->opener->finish)
+		return NULL;
+	slab_cache_ref(map);
+	return map;
+}
+
+/*
+ * gpb_free's promise (gpubroker.h): the work queued on the memory has run
+ * before the range can be anyone's again, here the next block served from
+ * the lease. Waits (cuda: the mapping's context) outside the allocator's
+ * lock, so other threads keep allocating meanwhile.
+ */
+static void map_finish(struct slab_map *map)
+{
+	slab_cache_finish(map);
+	slab_cache_put(map);
+}
+
+/* lease_free_local's way when work may be queued on the block: waited
+ * for outside the allocator's lock, then the block freed if still there. */
+static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uint64_t id,
+                                                     struct slab_map *map)
+{
+	struct lease_slot *sl;
+	int rc = 1;
+
+	map_finish(map);
+	pthread_mutex_lock(&ls->lock);
+	/* Looked up again: another thread may have freed it meanwhile. */
+	sl = lease_slot_get(ls, id);
+	if (sl && !sl->carved && !sl->freeing) {
+		lease_block_free(ls, sl);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&ls->lock);
+	return rc;
+}
+
+int lease_free_local(struct gpb_client *c, uint64_t id)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_slot *sl;
+	struct slab_map *map = NULL;
+	int rc = 1;
+
+	if (!lease_id_local(id))
+		return 1;
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	if (sl && !sl->carved && !sl->freeing) {
+		map = block_work(sl);
+		if (!map) { /* nothing queued to wait for: freed at once */
+			lease_block_free(ls, sl);
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&ls->lock);
+	return map ? free_after_work(ls, id, map) : rc;
+}
+
+int lease_free_carved(struct gpb_client *c, uint64_t id)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_slot *sl;
+	struct slab_map *map = NULL;
+	uintptr_t carve = 0;
+	int rc;
+
+	if (!lease_id_local(id))
+		return 1;
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	if (sl && sl->freeing)
+		sl = NULL; /* gpb_free_async has it */
+	if (sl && sl->carved) {
+		carve = (uintptr_t)idmap_get(&ls->carves, id);
+		map = block_work(sl);
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (!sl)
+		return 1;
+	if (carve) {
+		/* The carve goes first: the daemon frees it in order, before
+		 * any lease_return sent after it; and may hand its range to
+		 * another at once: the work queued on it first. */
+		if (map)
+			map_finish(map);
+		rc = client_conn_send_free(&c->conn, (uint64_t)carve);
+		if (rc < 0)
+			return rc;
+	}
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	if (sl && carve && sl->carved) {
+		idmap_remove(&ls->carves, id);
+		sl->l->carves--;
+	}
+	if (sl)
+		lease_block_free(ls, sl);
+	pthread_mutex_unlock(&ls->lock);
+	return 0;
+}
+
+int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fence)
+{
+	struct lease_state *ls = &c->lease;
+	struct slab_map *map = NULL;
+	struct lease_slot *sl;
+	int rc = 0;
+
+	*fence = NULL;
+	if (!lease_id_local(id))
+		return 1;
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	if (sl && sl->freeing)
+		sl = NULL;
+	if (sl && sl->l->map && sl->l->map->opener->fence) {
+		map = sl->l->map;
+		slab_cache_ref(map);
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (!sl)
+		return 1;
+	if (map) {
+		rc = map->opener->fence(map->priv, stream, fence);
+		slab_cache_put(map);
+		if (rc < 0)
+			return rc;
+	}
+	if (*fence) {
+		pthread_mutex_lock(&ls->lock);
+		sl = lease_slot_get(ls, id);
+		if (sl && !sl->freeing)
+			sl->freeing = true; /* freed by lease_release_pending */
+		pthread_mutex_unlock(&ls->lock);
+		if (sl)
+			return 0;
+		map->opener->fence_wait(*fence); /* freed meanwhile: nothing to wait for */
+		map->opener->fence_free(*fence);
+		*fence = NULL;
+		return 1;
+	}
+	/* Nothing queued can still run: freed now. */
+	rc = lease_free_local(c, id);
+	return rc == 1 ? lease_free_carved(c, id) : rc;
+}
+
+void lease_release_pending(struct gpb_client *c, uint64_t id)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_slot *sl;
+	bool carved = false;
+
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	if (sl && sl->freeing) {
+		sl->freeing = false;
+		carved = sl->carved;
+		if (!carved)
+			lease_block_free(ls, sl);
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (carved)
+		lease_free_carved(c, id);
+}
+
+/* ---- carves --------------------------------------------------------------- */
+
+static int carve_parse(const cJSON *result, void *arg)
+{
+	if (proto_get_id64(result, PROTO_F_ID, arg) < 0)
+		return error_set(GPB_E_PROTOCOL, "lease_carve reply without a valid 'id'");
+	return 0;
+}
+
+int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease *l = NULL;
+	uint64_t carve = 0, off = 0, size = 0;
+	cJSON *params;
+	int rc;
+
+	if (!lease_id_local(id))
+		return 1;
+	pthread_mutex_lock(&ls->lock);
+	struct lease_slot *sl = lease_slot_get(ls, id);
+	if (sl) {
+		carve = sl->carved ? (uintptr_t)idmap_get(&ls->carves, id) : 0;
+		l = sl->l;
+		off = sl->offset;
+		size = sl->size;
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (!sl)
+		return 1;
+	if (carve) {
+		*daemon_id = carve;
+		return 0;
+	}
+	params = cJSON_CreateObject();
+	if (params && (proto_add_id64(params, PROTO_F_LEASE, l->id) < 0 ||
+	               proto_add_u64(params, PROTO_F_OFFSET, off) < 0 ||
+	               proto_add_u64(params, PROTO_F_SIZE, size) < 0)) {
+		cJSON_Delete(params);
+		params = NULL;
+	}
+	rc = client_call(c, PROTO_M_LEASE_CARVE, params, carve_parse, &carve);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&ls->lock);
+	/* Looked up again: an invalidate read with the reply forgot it. */
+	sl = lease_slot_get(ls, id);
+	if (!sl) {
+		rc = error_set(GPB_E_NOT_FOUND, "no allocation %016" PRIx64, id);
+	} else if (idmap_put(&ls->carves, id, (void *)(uintptr_t)carve) == 0) {
+		sl->l->carves++;
+		sl->carved = true;
+		rc = 0;
+	} else {
+		rc = error_set(GPB_E_NOMEM, "out of memory");
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (rc < 0) {
+		client_call_id(c, PROTO_M_FREE, PROTO_F_ID, carve);
+		return rc;
+	}
+	*daemon_id = carve;
+	return 0;
+}

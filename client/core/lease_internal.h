@@ -1,0 +1,84 @@
+/*
+ * lease_internal.h - what lease.c and lease_free.c share of the lease
+ * allocator (lease.h): a lease and an instance's leases.
+ */
+#ifndef GPB_CLIENT_LEASE_INTERNAL_H
+#define GPB_CLIENT_LEASE_INTERNAL_H
+
+#include "lease.h"
+#include "pool.h"
+#include "slab.h"
+
+struct lease {
+	struct lease *next; /* the instance's leases, or the doomed list */
+	struct lease_inst *inst;
+	uint64_t id;     /* the daemon's lease id (a track entry of TRACK_ALLOC) */
+	char *base;      /* where it is mapped */
+	uint64_t size;   /* bytes granted */
+	uint64_t offset; /* in its slab */
+	uint64_t slab;
+	int device;
+	struct pool_slab *ps; /* NULL while ready (not in the pool yet) */
+	uint64_t live;        /* local blocks in it */
+	uint64_t carves;      /* carved blocks in it: it cannot go back */
+	uint64_t idle_since;  /* lease_now_ms() when live fell to 0 */
+	/* Its mapping (a reference of its own, NULL where none was had):
+	 * what a free waits on (cuda: the work queued in its context) and
+	 * whether its context died under it (then it is mapped anew before
+	 * a block is served from it, lease_renew). */
+	struct slab_map *map;
+};
+
+static inline void lease_map_put(struct lease *l)
+{
+	if (l->map)
+		slab_cache_put(l->map);
+	l->map = NULL;
+}
+
+struct lease_inst {
+	struct lease_inst *next;
+	struct lease_state *ls;
+	uint64_t instance;
+	struct pool *pool;
+	struct lease *leases; /* in the pool or ready */
+	unsigned count;
+	uint64_t leased, in_use;
+	uint64_t max_lease; /* the largest slab_size seen: larger requests are allocs */
+	/* Blocks freed lately, still the pool's (not in use, not in in_use):
+	 * an alloc of the same rounded size takes one back without the pool.
+	 * Flushed to the pool before leases are judged free. Their figures are
+	 * kept beside them, so that a hit asks the pool nothing. */
+	struct lease_cached {
+		struct pool_block *b;
+		struct lease *l;
+		uint64_t size, offset;
+	} cache[LEASE_CACHE];
+	unsigned ncache;
+};
+
+#define LEASE_SLOT_MASK ((1u << LEASE_SLOT_BITS) - 1)
+
+/* The slot of live block @id, or NULL (not local, freed, a stale id or
+ * another client's). Allocator lock held. */
+static inline struct lease_slot *lease_slot_get(struct lease_state *ls, uint64_t id)
+{
+	uint64_t x = (id ^ ls->salt) & ((1ull << 48) - 1);
+	uint32_t i = (uint32_t)(x & LEASE_SLOT_MASK);
+	if (!lease_id_local(id) || i >= ls->slot_count)
+		return NULL;
+	struct lease_slot *sl = &ls->slots[i];
+	return sl->b && sl->gen == ((x >> LEASE_SLOT_BITS) & LEASE_SLOT_MASK) ? sl : NULL;
+}
+
+/* Gives the cached blocks of @in back to its pool. */
+static inline void lease_inst_flush(struct lease_inst *in)
+{
+	while (in->ncache)
+		pool_free(in->pool, in->cache[--in->ncache].b);
+}
+
+/* Allocator lock held: frees the block of slot @sl (lease_free.c). */
+void lease_block_free(struct lease_state *ls, struct lease_slot *sl);
+
+#endif

@@ -1,0 +1,44 @@
+"""Leases through the package (issue 27): a Client allocates from leases by
+default, with no daemon request per allocation."""
+
+import re
+
+import gpubroker
+from conftest import both_lease_modes
+
+REQUEST = re.compile(r'^gpubroker_requests_total\{method="([a-z_]+)",result="[a-z_]+"\} (\d+)$',
+                     re.M)
+
+
+def requests(observer, skip=("metrics", "mem_info")):
+    """The daemon's requests answered so far (its `metrics`, read through
+    @observer), less the methods this test sends to look."""
+    text = observer.request("metrics")["text"]
+    return sum(int(n) for method, n in REQUEST.findall(text) if method not in skip)
+
+
+@both_lease_modes
+def test_client_allocates_from_leases_by_default(daemon, other, monkeypatch, lease):
+    # No idle return in the middle of the loop, however slow the machine.
+    monkeypatch.setenv("GPUBROKER_LEASE_IDLE_MS", "600000")
+    with gpubroker.Client(daemon.socket, "leaser") as c:
+        inst = c.register("leaser")
+        keep = [c.alloc(inst, 256 << (i % 9)) for i in range(10)]  # 256 B - 64 KiB
+        info = c.mem_info(inst)  # waits for its reply: c's requests are done
+        live = sum(a.size for a in keep)
+        if lease:
+            assert info.leased > 0 and info.leases >= 1 and info.in_use == live
+            assert all(a.id >> 48 == 0x10ca for a in keep)  # local ids
+        else:
+            assert (info.leased, info.in_use, info.leases) == (0, 0, 0) and info.used == live
+        before = requests(other)
+        for i in range(100):
+            c.alloc(inst, 256 << (i % 9)).free()
+        c.mem_info(inst)  # settles c: a quiet free is ordered before it
+        sent = requests(other) - before
+        if lease:
+            assert sent == 0, "%d daemon requests for 100 alloc+free from leases" % sent
+            assert c.mem_info(inst).in_use == live
+        else:
+            assert sent >= 100  # one alloc (and a free) each
+        del keep
