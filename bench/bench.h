@@ -124,6 +124,11 @@ void bench_lib_pair(struct bench_lib *l);
 enum bench_open_pattern { BENCH_PINGPONG, BENCH_CHURN, BENCH_NUMBA, BENCH_PATTERNS };
 extern const char *const bench_pattern_names[BENCH_PATTERNS];
 double bench_opens_per_1000(const char *socket, enum bench_open_pattern p, unsigned pairs);
+/* Runs @pairs alloc+free of pattern @p on @c (churn: over @live, @nlive
+ * blocks, replaced at random; Numba: each block written and read). */
+struct bench_rng;
+void bench_pattern_run(struct gpb_client *c, uint64_t instance, enum bench_open_pattern p,
+                       struct bench_rng *rng, uint64_t *live, unsigned nlive, unsigned pairs);
 
 /* Allocates @n allocations of 256 bytes over a raw pipelined connection
  * and returns the daemon's RSS growth per allocation (bytes). With @keep

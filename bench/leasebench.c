@@ -237,7 +237,7 @@ static double msgs_threads(const char *socket, gpb_client *q, unsigned threads, 
 	struct churn_arg ca[P8_THREADS];
 
 	lib_connect(&l, socket, true);
-	double m0 = 0;
+	double m0;
 	for (int pass = 0; pass < 2; pass++) {
 		if (pass == 1)
 			m0 = daemon_requests(q);
@@ -264,8 +264,7 @@ static double msgs_pattern(const char *socket, gpb_client *q, enum bench_open_pa
 	unsigned nlive = p == BENCH_CHURN ? 1000 : 0;
 	uint64_t *live = bench_xmalloc((nlive + 1) * sizeof(*live));
 	struct gpb_allocation a;
-	char buf[4096];
-	double m0 = 0;
+	double m0;
 
 	lib_connect(&l, socket, true);
 	for (unsigned i = 0; i < nlive; i++) {
@@ -274,28 +273,9 @@ static double msgs_pattern(const char *socket, gpb_client *q, enum bench_open_pa
 			bench_die("gpb_alloc: %s", gpb_last_error());
 		live[i] = a.id;
 	}
-	for (unsigned i = 0; i < 2 * pairs; i++) {
-		if (i == pairs)
-			m0 = daemon_requests(q);
-		uint64_t size =
-		    p == BENCH_CHURN ? bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX) : sizeof(buf);
-		if (gpb_alloc(l.c, l.instance, size, 0, &a) < 0)
-			bench_die("gpb_alloc: %s", gpb_last_error());
-		if (p == BENCH_NUMBA) {
-			memset(buf, (int)i, sizeof(buf));
-			if (gpb_copy_to_device(a.ptr, buf, sizeof(buf), NULL) < 0 ||
-			    gpb_copy_from_device(buf, a.ptr, sizeof(buf), NULL) < 0)
-				bench_die("copy: %s", gpb_last_error());
-		}
-		uint64_t victim = a.id;
-		if (p == BENCH_CHURN) {
-			unsigned k = (unsigned)bench_rng_below(&rng, nlive);
-			victim = live[k];
-			live[k] = a.id;
-		}
-		if (gpb_free(l.c, victim) < 0)
-			bench_die("gpb_free: %s", gpb_last_error());
-	}
+	bench_pattern_run(l.c, l.instance, p, &rng, live, nlive, pairs); /* warm */
+	m0 = daemon_requests(q);
+	bench_pattern_run(l.c, l.instance, p, &rng, live, nlive, pairs);
 	double m1 = daemon_requests(q);
 	free(live);
 	gpb_disconnect(l.c);

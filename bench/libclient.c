@@ -58,6 +58,33 @@ const char *const bench_pattern_names[BENCH_PATTERNS] = {
     [BENCH_NUMBA] = "Numba-style loop (alloc, write, read, free)",
 };
 
+void bench_pattern_run(struct gpb_client *c, uint64_t instance, enum bench_open_pattern p,
+                       struct bench_rng *rng, uint64_t *live, unsigned nlive, unsigned pairs)
+{
+	struct gpb_allocation a;
+	char buf[4096];
+
+	for (unsigned i = 0; i < pairs; i++) {
+		uint64_t size = p == BENCH_CHURN ? 256 + bench_rng_below(rng, 65536) : sizeof(buf);
+		if (gpb_alloc(c, instance, size, 0, &a) < 0)
+			bench_die("gpb_alloc: %s", gpb_last_error());
+		if (p == BENCH_NUMBA) {
+			memset(buf, (int)i, sizeof(buf));
+			if (gpb_copy_to_device(a.ptr, buf, sizeof(buf), NULL) < 0 ||
+			    gpb_copy_from_device(buf, a.ptr, sizeof(buf), NULL) < 0)
+				bench_die("copy: %s", gpb_last_error());
+		}
+		uint64_t victim = a.id;
+		if (p == BENCH_CHURN) {
+			unsigned k = (unsigned)bench_rng_below(rng, nlive);
+			victim = live[k];
+			live[k] = a.id;
+		}
+		if (gpb_free(c, victim) < 0)
+			bench_die("gpb_free: %s", gpb_last_error());
+	}
+}
+
 double bench_opens_per_1000(const char *socket, enum bench_open_pattern p, unsigned pairs)
 {
 	struct bench_lib l;
@@ -66,7 +93,6 @@ double bench_opens_per_1000(const char *socket, enum bench_open_pattern p, unsig
 	uint64_t *live = NULL;
 	unsigned nlive = p == BENCH_CHURN ? 1000 : 0;
 	struct gpb_allocation a;
-	char buf[4096];
 
 	bench_lib_open(&l, socket, false);
 	live = bench_xmalloc((nlive + 1) * sizeof(*live));
@@ -78,25 +104,7 @@ double bench_opens_per_1000(const char *socket, enum bench_open_pattern p, unsig
 	/* Counted from here: the first open of the pattern's slab included. */
 	if (gpb_mapping_stats(&s0) < 0)
 		bench_die("gpb_mapping_stats: %s", gpb_last_error());
-	for (unsigned i = 0; i < pairs; i++) {
-		uint64_t size = p == BENCH_CHURN ? 256 + bench_rng_below(&rng, 65536) : 4096;
-		if (gpb_alloc(l.c, l.instance, size, 0, &a) < 0)
-			bench_die("gpb_alloc: %s", gpb_last_error());
-		if (p == BENCH_NUMBA) {
-			memset(buf, (int)i, sizeof(buf));
-			if (gpb_copy_to_device(a.ptr, buf, sizeof(buf), NULL) < 0 ||
-			    gpb_copy_from_device(buf, a.ptr, sizeof(buf), NULL) < 0)
-				bench_die("copy: %s", gpb_last_error());
-		}
-		uint64_t victim = a.id;
-		if (p == BENCH_CHURN) {
-			unsigned k = (unsigned)bench_rng_below(&rng, nlive);
-			victim = live[k];
-			live[k] = a.id;
-		}
-		if (gpb_free(l.c, victim) < 0)
-			bench_die("gpb_free: %s", gpb_last_error());
-	}
+	bench_pattern_run(l.c, l.instance, p, &rng, live, nlive, pairs);
 	if (gpb_mapping_stats(&s1) < 0)
 		bench_die("gpb_mapping_stats: %s", gpb_last_error());
 	free(live);
