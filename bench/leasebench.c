@@ -237,7 +237,7 @@ static double msgs_threads(const char *socket, gpb_client *q, unsigned threads, 
 	struct churn_arg ca[P8_THREADS];
 
 	lib_connect(&l, socket, true);
-	double m0;
+	double m0 = 0;
 	for (int pass = 0; pass < 2; pass++) {
 		if (pass == 1)
 			m0 = daemon_requests(q);
