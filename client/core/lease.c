@@ -128,6 +128,7 @@ static void inst_destroy_all(struct lease_state *ls)
 			lease_map_put(l);
 			free(l);
 		}
+		free(in->quarantine);
 		free(in);
 	}
 	while (ls->doomed) {
@@ -530,6 +531,7 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 			if (!l->ps || l->live || l->carves)
 				continue;
 			if (now_ms - l->idle_since >= ls->idle_ms) {
+				lease_unquarantine(in, l);
 				pool_slab_unpin(in->pool, l->ps);
 				ls->idle_returns++;
 			} else if (l->idle_since + ls->idle_ms - now_ms < next) {
@@ -551,6 +553,7 @@ static unsigned inst_drop_free(struct lease_inst *in)
 	for (l = in->leases; l; l = next) {
 		next = l->next;
 		if (l->ps && !l->live && !l->carves) {
+			lease_unquarantine(in, l);
 			pool_slab_unpin(in->pool, l->ps);
 			n++;
 		}
@@ -594,6 +597,7 @@ void lease_release_instance(struct gpb_client *c, uint64_t instance)
 	if (*pp && !in->leases && !in->in_use) {
 		*pp = in->next;
 		pool_destroy(in->pool);
+		free(in->quarantine);
 		free(in);
 	}
 	pthread_mutex_unlock(&ls->lock);

@@ -15,7 +15,7 @@
 
 /* Allocator lock held: frees the block of slot @sl (into its instance's
  * cache while that has room: the next alloc of its size takes it back). */
-void lease_block_free(struct lease_state *ls, struct lease_slot *sl)
+void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved)
 {
 	struct lease *l = sl->l;
 	struct lease_inst *in = l->inst;
@@ -26,9 +26,19 @@ void lease_block_free(struct lease_state *ls, struct lease_slot *sl)
 	sl->next_free = ls->slot_free;
 	ls->slot_free = (uint32_t)(sl - ls->slots) + 1;
 	in->in_use -= freed.size;
-	if (in->ncache < LEASE_CACHE)
+	if (carved && in->nquarantine == in->quarantine_cap) {
+		unsigned cap = in->quarantine_cap ? 2 * in->quarantine_cap : 8;
+		struct pool_block **q = realloc(in->quarantine, cap * sizeof(*q));
+		if (q) {
+			in->quarantine = q;
+			in->quarantine_cap = cap;
+		}
+	}
+	if (carved && in->nquarantine < in->quarantine_cap)
+		in->quarantine[in->nquarantine++] = freed.b;
+	else if (!carved && in->ncache < LEASE_CACHE)
 		in->cache[in->ncache++] = freed;
-	else
+	else /* out of memory for the quarantine: the range may be served again */
 		pool_free(in->pool, freed.b);
 	if (--l->live == 0) {
 		l->idle_since = lease_now_ms();
@@ -73,7 +83,7 @@ static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uin
 	/* Looked up again: another thread may have freed it meanwhile. */
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->carved && !sl->freeing) {
-		lease_block_free(ls, sl);
+		lease_block_free(ls, sl, false);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&ls->lock);
@@ -94,7 +104,7 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 	if (sl && !sl->carved && !sl->freeing) {
 		map = block_work(sl);
 		if (!map) { /* nothing queued to wait for: freed at once */
-			lease_block_free(ls, sl);
+			lease_block_free(ls, sl, false);
 			rc = 0;
 		}
 	}
@@ -135,12 +145,13 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 	}
 	pthread_mutex_lock(&ls->lock);
 	sl = lease_slot_get(ls, id);
-	if (sl && carve && sl->carved) {
+	bool was_carved = sl && carve && sl->carved;
+	if (was_carved) {
 		idmap_remove(&ls->carves, id);
 		sl->l->carves--;
 	}
 	if (sl)
-		lease_block_free(ls, sl);
+		lease_block_free(ls, sl, was_carved);
 	pthread_mutex_unlock(&ls->lock);
 	return 0;
 }
@@ -202,7 +213,7 @@ void lease_release_pending(struct gpb_client *c, uint64_t id)
 		sl->freeing = false;
 		carved = sl->carved;
 		if (!carved)
-			lease_block_free(ls, sl);
+			lease_block_free(ls, sl, false);
 	}
 	pthread_mutex_unlock(&ls->lock);
 	if (carved)

@@ -55,7 +55,28 @@ struct lease_inst {
 		uint64_t size, offset;
 	} cache[LEASE_CACHE];
 	unsigned ncache;
+	/* Blocks freed while carved: the carve may be open in another process
+	 * (an orphan), whose bytes these are until it lets go, so their range
+	 * is served to nobody here; they go back to the pool only as their
+	 * lease goes back (lease_unquarantine), an orphan lease then for the
+	 * daemon if the carve is still open. */
+	struct pool_block **quarantine;
+	unsigned nquarantine, quarantine_cap;
 };
+
+/* Gives the quarantined blocks of lease @l back to @in's pool, just
+ * before the lease goes back. Allocator lock held. */
+static inline void lease_unquarantine(struct lease_inst *in, const struct lease *l)
+{
+	for (unsigned k = 0; k < in->nquarantine;) {
+		if (pool_slab_backend(pool_block_slab(in->quarantine[k])) == l) {
+			pool_free(in->pool, in->quarantine[k]);
+			in->quarantine[k] = in->quarantine[--in->nquarantine];
+		} else {
+			k++;
+		}
+	}
+}
 
 #define LEASE_SLOT_MASK ((1u << LEASE_SLOT_BITS) - 1)
 
@@ -78,7 +99,8 @@ static inline void lease_inst_flush(struct lease_inst *in)
 		pool_free(in->pool, in->cache[--in->ncache].b);
 }
 
-/* Allocator lock held: frees the block of slot @sl (lease_free.c). */
-void lease_block_free(struct lease_state *ls, struct lease_slot *sl);
+/* Allocator lock held: frees the block of slot @sl (lease_free.c);
+ * @carved: it was carved, and its range is quarantined rather than freed. */
+void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved);
 
 #endif

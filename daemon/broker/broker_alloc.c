@@ -40,7 +40,8 @@
  *                     charged to the policy as orphaned (b->orphan_leases),
  *                     alive until its last carve goes, which goes on with
  *                     the lease's block as the last holder of an orphan does
- *   lease_return refuses a lease with carves: its client returns it whole.
+ *   lease_return refuses a lease with carves of its own client's; with only
+ *   orphaned carves (freed by it, open elsewhere) -> ORPHAN lease as above.
  *
  * "Fence" means a release the client hears of only by an event
  * (invalidate, eviction): until it has read it, it may still write the

@@ -123,10 +123,17 @@ int broker_lease_return(struct broker *b, struct session *s, uint64_t lease, con
 		return -ENOENT;
 	if (in_use)
 		l->inst->in_use = *in_use;
-	/* Whole or not at all: a carve, or another's attachment of one,
-	 * still uses its range. */
-	if (!list_empty(&l->carves))
-		return -EBUSY;
+	/* Whole or not at all: a carve of the client's own still uses its
+	 * range. A carve the client freed that another connection still has
+	 * open (an orphan) does not hold the return back: the lease goes out
+	 * of the instance as an orphan lease, charged to the device, until
+	 * that holder lets go (broker_alloc_release), as when the session
+	 * ends; the client, which returned it, reuses none of it. */
+	const struct list *pos;
+	list_for_each(pos, &l->carves) {
+		if (!list_entry(pos, const struct broker_alloc, carve_link)->orphan)
+			return -EBUSY;
+	}
 	broker_alloc_release(b, s, l, false);
 	broker_waits_run(b);
 	return 0;
