@@ -13,6 +13,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Keeps a freed carved block's range from being served again here until
+ * its lease goes back (lease_internal.h). Out of memory for the list, the
+ * range goes back to the pool: served again, as without leases it would
+ * not be, but nothing is lost. */
+static void lease_quarantine(struct lease_inst *in, struct pool_block *b)
+{
+	if (in->nquarantine == in->quarantine_cap) {
+		unsigned cap = in->quarantine_cap ? 2 * in->quarantine_cap : 8;
+		struct pool_block **q = realloc(in->quarantine, cap * sizeof(*q));
+		if (!q) {
+			pool_free(in->pool, b);
+			return;
+		}
+		in->quarantine = q;
+		in->quarantine_cap = cap;
+	}
+	in->quarantine[in->nquarantine++] = b;
+}
+
 /* Allocator lock held: frees the block of slot @sl (into its instance's
  * cache while that has room: the next alloc of its size takes it back). */
 void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved)
@@ -26,20 +45,14 @@ void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved
 	sl->next_free = ls->slot_free;
 	ls->slot_free = (uint32_t)(sl - ls->slots) + 1;
 	in->in_use -= freed.size;
-	if (carved && in->nquarantine == in->quarantine_cap) {
-		unsigned cap = in->quarantine_cap ? 2 * in->quarantine_cap : 8;
-		struct pool_block **q = realloc(in->quarantine, cap * sizeof(*q));
-		if (q) {
-			in->quarantine = q;
-			in->quarantine_cap = cap;
-		}
+	if (!carved) {
+		if (in->ncache < LEASE_CACHE)
+			in->cache[in->ncache++] = freed;
+		else
+			pool_free(in->pool, freed.b);
+	} else {
+		lease_quarantine(in, freed.b);
 	}
-	if (carved && in->nquarantine < in->quarantine_cap)
-		in->quarantine[in->nquarantine++] = freed.b;
-	else if (!carved && in->ncache < LEASE_CACHE)
-		in->cache[in->ncache++] = freed;
-	else /* out of memory for the quarantine: the range may be served again */
-		pool_free(in->pool, freed.b);
 	if (--l->live == 0) {
 		l->idle_since = lease_now_ms();
 		pthread_cond_signal(&ls->wake);
