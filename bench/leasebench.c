@@ -103,7 +103,9 @@ static void lib_connect(struct lib_conn *l, const char *socket, bool lease)
 	struct gpb_register_opts opts = {.name = "gpb-bench-lease"};
 
 	/* The library reads GPUBROKER_LEASE when it connects. */
-	if (!lease)
+	if (lease)
+		unsetenv("GPUBROKER_LEASE");
+	else
 		setenv("GPUBROKER_LEASE", "0", 1);
 	if (gpb_connect(socket, "gpb-bench", &l->c) < 0 ||
 	    gpb_register(l->c, &opts, &l->instance) < 0)
