@@ -445,12 +445,12 @@ static void test_alloc_grant(void **state)
 {
 	struct far_end *f = *state;
 	struct proto_grant g = {.id = 0x42,
-	                             .device = 1,
-	                             .slab = 0x7,
-	                             .slab_size = 1 << 21,
-	                             .offset = 4096,
-	                             .size = 512},
-	                        got;
+	                        .device = 1,
+	                        .slab = 0x7,
+	                        .slab_size = 1 << 21,
+	                        .offset = 4096,
+	                        .size = 512},
+	                   got;
 	struct proto_reply rep;
 	char frame[512];
 	size_t len;
