@@ -300,6 +300,8 @@ static int stats_parse(const cJSON *result, void *arg)
 	    {PROTO_F_FREES, &out->frees},
 	    {PROTO_F_OOMS, &out->ooms},
 	    {PROTO_F_FENCED, &out->fenced},
+	    {PROTO_F_LEASED, &out->leased},
+	    {PROTO_F_IN_USE, &out->in_use},
 	};
 
 	if (!dev)

@@ -671,6 +671,12 @@ struct gpb_pool_stats {
 	 * (except ranges of a pool that gpb_set_allocator replaced), of no
 	 * client's. */
 	uint64_t fenced;
+	/** bytes of every client's leases on the device (part of @used: a
+	 * lease is one block of the pool, counted in @live) */
+	uint64_t leased;
+	/** what the leases' libraries last reported using inside them (each
+	 * as of its last lease message) */
+	uint64_t in_use;
 };
 
 /** Errors: GPB_E_INVALID (no such device), GPB_E_DAEMON_GONE. */

@@ -145,6 +145,8 @@ class gpb_pool_stats(ctypes.Structure):
         ("frees", c_u64),
         ("ooms", c_u64),
         ("fenced", c_u64),
+        ("leased", c_u64),
+        ("in_use", c_u64),
     ]
 
 

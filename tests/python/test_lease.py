@@ -39,6 +39,12 @@ def test_client_allocates_from_leases_by_default(daemon, other, monkeypatch, lea
         if lease:
             assert sent == 0, "%d daemon requests for 100 alloc+free from leases" % sent
             assert c.mem_info(inst).in_use == live
+            # The device's stats count the leases too (every client's), and
+            # what their libraries reported using in them: in_use rode on
+            # the first lease, sent before the blocks were allocated.
+            st = other.stats(0)
+            assert st.leased >= info.leased and st.leased <= st.used
+            assert st.in_use <= st.leased
         else:
             assert sent >= 100  # one alloc (and a free) each
         del keep
