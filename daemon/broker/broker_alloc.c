@@ -32,7 +32,7 @@
  * of a lease made an allocation, charged nothing and sharing its lease's
  * block:
  *
- *   lease --carve--> CARVE (in lease->carves) --attach/open, free,
+ *   lease --carve--> CARVE (in lease->ext->carves) --attach/open, free,
  *     orphan--> as any allocation, except that what ends it frees no block
  *     but leaves its lease (broker_carve_drop)
  *   a lease's owner lets go of it while carves live (its session ends,
@@ -144,6 +144,15 @@ int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance 
 	struct broker_alloc *a = arena_alloc(&b->alloc_arena, NULL);
 	if (!a)
 		return -EAGAIN;
+	if (kind == BROKER_ALLOC_LEASE) {
+		a->ext = calloc(1, sizeof(*a->ext));
+		if (!a->ext) {
+			rc = -EAGAIN;
+			goto fail;
+		}
+		a->ext->self = a;
+		list_init(&a->ext->carves);
+	}
 	rc = broker_new_id(b, &a->id);
 	if (rc < 0)
 		goto fail;
@@ -186,7 +195,6 @@ int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance 
 	s->alloc_count++;
 	if (kind == BROKER_ALLOC_LEASE) {
 		a->lease = true;
-		list_init(&a->carves);
 		inst->leases++;
 		inst->leased += bytes;
 	}
@@ -196,7 +204,7 @@ int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance 
 		*made = a;
 	return 0;
 fail:
-	arena_free(&b->alloc_arena, a);
+	broker_alloc_record_free(&b->alloc_arena, a);
 	return rc;
 }
 
@@ -303,7 +311,7 @@ static void broker_orphan_end(struct broker *b, struct session *s, struct broker
 	if (fence || !l->fence_session ||
 	    broker_ghost_fence(b, l->fence_session, device, l->block) < 0)
 		broker_block_free(b, s, device, l->block, fence);
-	arena_free(&b->alloc_arena, l);
+	broker_alloc_record_free(&b->alloc_arena, l);
 }
 
 /* A carve is gone (freed, or its last holder let go of an orphan): its
@@ -312,10 +320,10 @@ static void broker_orphan_end(struct broker *b, struct session *s, struct broker
 static void broker_carve_drop(struct broker *b, struct session *s, struct broker_alloc *c,
                               bool fence)
 {
-	struct broker_alloc *l = c->parent;
-	list_remove(&c->carve_link);
-	arena_free(&b->alloc_arena, c);
-	if (!l->orphan || !list_empty(&l->carves))
+	struct broker_alloc *l = c->ext->parent;
+	list_remove(&c->ext->carve_link);
+	broker_alloc_record_free(&b->alloc_arena, c);
+	if (!l->orphan || !list_empty(&l->ext->carves))
 		return;
 	/* Carves stay inside a partition as attachments do: s's policy is
 	 * the lease owner's. */
@@ -339,7 +347,7 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 	if (!a->unclaimed)
 		session_release(b, s, bs->id);
 	a->inst->used -= size;
-	a->inst->live -= !a->parent;
+	a->inst->live -= !broker_carve_parent(a);
 	if (a->lease) {
 		a->inst->leases--;
 		a->inst->leased -= size;
@@ -348,7 +356,7 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 	s->alloc_count--;
 	free(a->label);
 	a->label = NULL;
-	if (a->holders || (a->lease && !list_empty(&a->carves))) {
+	if (a->holders || (a->lease && !list_empty(&a->ext->carves))) {
 		/* Others have it open (or carves of it): the memory stays
 		 * theirs (and the device's, not the instance's) until the last
 		 * lets go; a carve's stays its lease's. */
@@ -367,7 +375,7 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 			b->orphan_count++;
 		return;
 	}
-	if (a->parent) {
+	if (broker_carve_parent(a)) {
 		/* Its range is its lease's, which stays allocated (and is
 		 * fenced with it, when it goes so). */
 		broker_carve_drop(b, s, a, fence);
@@ -375,7 +383,7 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
 	}
 	policy_uncharge(broker_policy_of(b, s), &a->inst->pol, size);
 	broker_block_free(b, s, device, a->block, fence);
-	arena_free(&b->alloc_arena, a);
+	broker_alloc_record_free(&b->alloc_arena, a);
 }
 
 void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a, bool fence)
@@ -388,7 +396,7 @@ void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a, b
 	if (--a->holders || !a->orphan)
 		return;
 	b->orphan_count--;
-	if (a->parent) {
+	if (broker_carve_parent(a)) {
 		broker_carve_drop(b, s, a, fence);
 		return;
 	}

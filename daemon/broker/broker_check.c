@@ -82,7 +82,8 @@ static int check_session_holds(const struct broker *b, const struct session *s,
 			return -EFAULT;
 		}
 		t->orphans_held += a->orphan;
-		t->orphan_lease_holds += a->orphan && a->parent && a->parent->orphan;
+		t->orphan_lease_holds +=
+		    a->orphan && broker_carve_parent(a) && broker_carve_parent(a)->orphan;
 	}
 	uint64_t refs = 0, want = s->attached.count;
 	size_t hit = 0;
@@ -109,27 +110,28 @@ static int check_lease(const struct broker *b, const struct session *s,
 {
 	uint64_t off = pool_block_offset(l->block), size = pool_block_size(l->block);
 	if (off % BROKER_LEASE_UNIT || size % BROKER_LEASE_UNIT ||
-	    off + size > pool_slab_size(pool_block_slab(l->block)) || !l->lease || l->parent) {
+	    off + size > pool_slab_size(pool_block_slab(l->block)) || !l->lease ||
+	    broker_carve_parent(l)) {
 		snprintf(msg, msg_len, "lease %016llx: %llu bytes at %llu of its slab",
 		         (unsigned long long)l->id, (unsigned long long)size,
 		         (unsigned long long)off);
 		return -EFAULT;
 	}
 	const struct list *pos, *q;
-	list_for_each(pos, &l->carves) {
-		const struct broker_alloc *c =
-		    list_entry(pos, const struct broker_alloc, carve_link);
+	list_for_each(pos, &l->ext->carves) {
+		const struct broker_alloc *c = BROKER_CARVE_OF(pos);
+		const struct broker_lease_ext *ce = c->ext;
 		bool filed = c->orphan ? c->holders && !c->inst
 		                       : idmap_get(&b->allocs, c->id) == c && c->inst == l->inst &&
 		                             c->inst->owner == s;
-		bool inside = c->parent == l && c->block == l->block && !c->lease &&
-		              c->carve_offset % POOL_GRANULE == 0 && c->carve_size &&
-		              c->carve_offset + c->carve_size <= size;
-		for (q = pos->next; inside && q != &l->carves; q = q->next) {
-			const struct broker_alloc *d =
-			    list_entry(q, const struct broker_alloc, carve_link);
-			inside = c->carve_offset + c->carve_size <= d->carve_offset ||
-			         d->carve_offset + d->carve_size <= c->carve_offset;
+		bool inside = ce->parent == l && c->block == l->block && !c->lease &&
+		              ce->carve_offset % POOL_GRANULE == 0 && ce->carve_size &&
+		              ce->carve_offset + ce->carve_size <= size;
+		for (q = pos->next; inside && q != &l->ext->carves; q = q->next) {
+			const struct broker_lease_ext *d =
+			    list_entry(q, const struct broker_lease_ext, carve_link);
+			inside = ce->carve_offset + ce->carve_size <= d->carve_offset ||
+			         d->carve_offset + d->carve_size <= ce->carve_offset;
 		}
 		if (!filed || !inside) {
 			snprintf(msg, msg_len, "carve %016llx of lease %016llx %s",
@@ -152,8 +154,9 @@ static int check_session_leases(const struct broker *b, const struct session *s,
 		int rc = a->lease ? check_lease(b, s, a, msg, msg_len) : 0;
 		if (rc < 0)
 			return rc;
-		if (a->parent && (!a->parent->lease || a->parent->orphan ||
-		                  idmap_get(&b->allocs, a->parent->id) != a->parent)) {
+		const struct broker_alloc *parent = broker_carve_parent(a);
+		if (parent && (!parent->lease || parent->orphan ||
+		               idmap_get(&b->allocs, parent->id) != parent)) {
 			snprintf(msg, msg_len, "carve %016llx of no lease",
 			         (unsigned long long)a->id);
 			return -EFAULT;

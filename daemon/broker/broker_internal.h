@@ -28,6 +28,8 @@
 #ifndef GPB_BROKER_INTERNAL_H
 #define GPB_BROKER_INTERNAL_H
 
+#include <stdlib.h>
+
 #include "broker.h"
 
 struct broker_alloc {
@@ -47,36 +49,61 @@ struct broker_alloc {
 	                           fences the block when the last holder detaches; 0 */
 	/* A lease (broker_lease.c): a block its client sub-allocates in itself,
 	 * charged like an allocation. Its carves, orphans included, are listed
-	 * in carves: while one lives the lease cannot be returned, and a lease
-	 * whose owner let go of it (its session ended) lives on, an orphan out
-	 * of every table, until its last carve goes. */
+	 * in its ext's carves: while one lives the lease cannot be returned, and
+	 * a lease whose owner let go of it (its session ended) lives on, an
+	 * orphan out of every table, until its last carve goes. */
 	bool lease;
-	struct list carves; /* a lease's: struct broker_alloc.carve_link */
-	/* A carve: a range of a lease made an allocation (lease_carve), so that
-	 * it can be exported and attached. Its block is its lease's; it is
-	 * charged nothing (its lease is) but counts as a daemon object. */
-	struct broker_alloc *parent; /* the lease; NULL for anything but a carve */
-	uint64_t carve_offset, carve_size;
-	struct list carve_link; /* parent->carves */
+	/* A lease's or a carve's own fields, in a record of their own (NULL
+	 * for any other allocation): the few leases and carves do not make
+	 * every allocation's record larger (bench P7). */
+	struct broker_lease_ext *ext;
 };
+
+/* What only leases and carves have (struct broker_alloc.ext). A carve: a
+ * range of a lease made an allocation (lease_carve), so that it can be
+ * exported and attached. Its block is its lease's; it is charged nothing
+ * (its lease is) but counts as a daemon object. */
+struct broker_lease_ext {
+	struct broker_alloc *self;   /* whose record this is */
+	struct list carves;          /* a lease's: struct broker_lease_ext.carve_link */
+	struct broker_alloc *parent; /* a carve's lease; NULL for a lease */
+	uint64_t carve_offset, carve_size;
+	struct list carve_link; /* a carve's place in parent->ext->carves */
+};
+
+/* A carve's lease, or NULL (a lease, or any other allocation). */
+static inline struct broker_alloc *broker_carve_parent(const struct broker_alloc *a)
+{
+	return a->ext ? a->ext->parent : NULL;
+}
+
+/* Gives an allocation's record back (its lease or carve fields with it). */
+static inline void broker_alloc_record_free(struct arena *arena, struct broker_alloc *a)
+{
+	free(a->ext);
+	arena_free(arena, a);
+}
+
+/* The carve of a carves-list link. */
+#define BROKER_CARVE_OF(pos) (list_entry(pos, struct broker_lease_ext, carve_link)->self)
 
 /* An allocation's bytes: a carve's range, else its block. */
 static inline uint64_t broker_alloc_bytes(const struct broker_alloc *a)
 {
-	return a->parent ? a->carve_size : pool_block_size(a->block);
+	return broker_carve_parent(a) ? a->ext->carve_size : pool_block_size(a->block);
 }
 
 /* Where an allocation starts in its slab. */
 static inline uint64_t broker_alloc_offset(const struct broker_alloc *a)
 {
-	return pool_block_offset(a->block) + (a->parent ? a->carve_offset : 0);
+	return pool_block_offset(a->block) + (broker_carve_parent(a) ? a->ext->carve_offset : 0);
 }
 
 /* The bytes an allocation is charged (its instance, session, policy): a
  * carve none, its lease carries them. */
 static inline uint64_t broker_alloc_charge(const struct broker_alloc *a)
 {
-	return a->parent ? 0 : pool_block_size(a->block);
+	return broker_carve_parent(a) ? 0 : pool_block_size(a->block);
 }
 
 /* A name under which an allocation can be opened (export, open), in the

@@ -130,8 +130,8 @@ int broker_lease_return(struct broker *b, struct session *s, uint64_t lease, con
 	 * that holder lets go (broker_alloc_release), as when the session
 	 * ends; the client, which returned it, reuses none of it. */
 	const struct list *pos;
-	list_for_each(pos, &l->carves) {
-		if (!list_entry(pos, const struct broker_alloc, carve_link)->orphan)
+	list_for_each(pos, &l->ext->carves) {
+		if (!BROKER_CARVE_OF(pos)->orphan)
 			return -EBUSY;
 	}
 	broker_alloc_release(b, s, l, false);
@@ -155,8 +155,9 @@ int broker_lease_carve(struct broker *b, struct session *s, uint64_t lease, uint
 	/* Inside the lease still: it and offset are granule multiples. */
 	uint64_t bytes = round_up(size, POOL_GRANULE);
 	struct list *pos;
-	list_for_each(pos, &l->carves) {
-		const struct broker_alloc *c = list_entry(pos, struct broker_alloc, carve_link);
+	list_for_each(pos, &l->ext->carves) {
+		const struct broker_lease_ext *c =
+		    list_entry(pos, struct broker_lease_ext, carve_link);
 		if (offset < c->carve_offset + c->carve_size && c->carve_offset < offset + bytes)
 			return -EADDRINUSE;
 	}
@@ -165,9 +166,15 @@ int broker_lease_carve(struct broker *b, struct session *s, uint64_t lease, uint
 	struct broker_alloc *c = arena_alloc(&b->alloc_arena, NULL);
 	if (!c)
 		return -EAGAIN;
+	c->ext = calloc(1, sizeof(*c->ext));
+	if (!c->ext) {
+		broker_alloc_record_free(&b->alloc_arena, c);
+		return -EAGAIN;
+	}
+	c->ext->self = c;
 	int rc = broker_new_id(b, &c->id);
 	if (rc < 0) {
-		arena_free(&b->alloc_arena, c);
+		broker_alloc_record_free(&b->alloc_arena, c);
 		return rc;
 	}
 	/* One hold more on the slab (never a fresh one: the lease holds it),
@@ -179,15 +186,15 @@ int broker_lease_carve(struct broker *b, struct session *s, uint64_t lease, uint
 			session_unhold(b, s,
 			               ((const struct backend_slab *)pool_slab_backend(slab))->id,
 			               fresh == 1);
-		arena_free(&b->alloc_arena, c);
+		broker_alloc_record_free(&b->alloc_arena, c);
 		return -EAGAIN;
 	}
 	c->inst = l->inst;
 	c->block = l->block;
-	c->parent = l;
-	c->carve_offset = offset;
-	c->carve_size = bytes;
-	list_insert_tail(&l->carves, &c->carve_link);
+	c->ext->parent = l;
+	c->ext->carve_offset = offset;
+	c->ext->carve_size = bytes;
+	list_insert_tail(&l->ext->carves, &c->ext->carve_link);
 	list_insert_tail(&s->allocs, &c->link);
 	s->alloc_count++;
 	*id = c->id;
