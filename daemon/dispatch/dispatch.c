@@ -221,6 +221,12 @@ int dispatch_unregister(struct dispatch_ctx *ctx, const struct proto_unregister_
 void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
                          enum dispatch_grant kind)
 {
+	if (kind == DISPATCH_GRANT_CLAIM) {
+		/* Unclaimed again, it may ask again (or free it by id or
+		 * label), rather than hold what it never got. */
+		broker_unclaim(b, s, g);
+		return;
+	}
 	if (kind == DISPATCH_GRANT_ATTACH)
 		broker_detach(b, s, g->id);
 	else if (kind == DISPATCH_GRANT_LEASE)
@@ -275,12 +281,7 @@ static char *grant_frame(struct dispatch_ctx *ctx, const char *id, size_t *len)
 		return frame;
 	}
 	free(frame);
-	if (ctx->grant_kind == DISPATCH_GRANT_CLAIM)
-		/* Unclaimed again, it may ask again (or free it by id or
-		 * label), rather than hold what it never got. */
-		broker_unclaim(ctx->b, ctx->s, g);
-	else
-		dispatch_grant_undo(ctx->b, ctx->s, g, ctx->grant_kind);
+	dispatch_grant_undo(ctx->b, ctx->s, g, ctx->grant_kind);
 	ctx->grant_kind = DISPATCH_GRANT_NONE;
 	return NULL;
 }

@@ -82,8 +82,9 @@ int dispatch_group_find(struct dispatch_ctx *ctx, const char *group, uid_t uid, 
 /* A uid parameter, the caller's own when absent. */
 #define DISPATCH_UID(ctx, p, member) ((p)->has_##member ? (uid_t)(p)->member : (ctx)->s->uid)
 /* Gives back what a grant the client cannot be told of committed: the
- * allocation (the attachment, the lease: as kind says), and the slab when
- * the grant handed it over (a session with keep_slabs would keep it). */
+ * allocation (the attachment, the lease: as kind says) and the slab when
+ * the grant handed it over (a session with keep_slabs would keep it); a
+ * claim is unclaimed again, for the client to ask again. */
 void dispatch_grant_undo(struct broker *b, struct session *s, const struct broker_grant *g,
                          enum dispatch_grant kind);
 /* A grant as the result: encoded when the reply is made (proto_grant_reply,
