@@ -93,23 +93,15 @@ static double daemon_metric(gpb_client *q, const char *name)
 
 /* ---- P8a -------------------------------------------------------------------- */
 
-struct lib_conn {
-	gpb_client *c;
-	uint64_t instance;
-};
-
-static void lib_connect(struct lib_conn *l, const char *socket, bool lease)
+/* bench_lib_open() with leases on (the library's default) or off: the
+ * library reads GPUBROKER_LEASE when it connects. */
+static void lib_connect(struct bench_lib *l, const char *socket, bool lease)
 {
-	struct gpb_register_opts opts = {.name = "gpb-bench-lease"};
-
-	/* The library reads GPUBROKER_LEASE when it connects. */
 	if (lease)
 		unsetenv("GPUBROKER_LEASE");
 	else
 		setenv("GPUBROKER_LEASE", "0", 1);
-	if (gpb_connect(socket, "gpb-bench", &l->c) < 0 ||
-	    gpb_register(l->c, &opts, &l->instance) < 0)
-		bench_die("library: %s", gpb_last_error());
+	bench_lib_open(l, socket, false);
 	unsetenv("GPUBROKER_LEASE");
 }
 
@@ -117,7 +109,7 @@ static void lib_connect(struct lib_conn *l, const char *socket, bool lease)
  * blocks, after as many again to warm the leases; sorted into *p50, *p99. */
 static void lib_pairs(const char *socket, bool lease, unsigned pairs, double *p50, double *p99)
 {
-	struct lib_conn l;
+	struct bench_lib l;
 	struct gpb_allocation a;
 	uint64_t live[P8A_LIVE];
 	struct bench_rng rng = {.s = 27};
@@ -144,7 +136,7 @@ static void lib_pairs(const char *socket, bool lease, unsigned pairs, double *p5
 	*p50 = bench_quantile(t, pairs, 0.5);
 	*p99 = bench_quantile(t, pairs, 0.99);
 	free(t);
-	gpb_disconnect(l.c);
+	bench_lib_close(&l);
 }
 
 static int pool_create_slab(void *ctx, uint64_t size, uint32_t uid, void **slab)
@@ -200,7 +192,7 @@ static double pool_pairs_p50(unsigned pairs)
 /* ---- P8c -------------------------------------------------------------------- */
 
 struct churn_arg {
-	struct lib_conn *l;
+	struct bench_lib *l;
 	unsigned pairs, seed;
 };
 
@@ -234,7 +226,7 @@ static void *churn_thread(void *p)
  * each churning 125 live blocks, after a warm-up pass. */
 static double msgs_threads(const char *socket, gpb_client *q, unsigned threads, unsigned pairs)
 {
-	struct lib_conn l;
+	struct bench_lib l;
 	pthread_t tid[P8_THREADS];
 	struct churn_arg ca[P8_THREADS];
 
@@ -253,7 +245,7 @@ static double msgs_threads(const char *socket, gpb_client *q, unsigned threads, 
 			pthread_join(tid[i], NULL);
 	}
 	double m1 = daemon_requests(q);
-	gpb_disconnect(l.c);
+	bench_lib_close(&l);
 	return 1000.0 * (m1 - m0) / (double)(pairs / threads * threads);
 }
 
@@ -261,7 +253,7 @@ static double msgs_threads(const char *socket, gpb_client *q, unsigned threads, 
 static double msgs_pattern(const char *socket, gpb_client *q, enum bench_open_pattern p,
                            unsigned pairs)
 {
-	struct lib_conn l;
+	struct bench_lib l;
 	struct bench_rng rng = {.s = 28};
 	unsigned nlive = p == BENCH_CHURN ? 1000 : 0;
 	uint64_t *live = bench_xmalloc((nlive + 1) * sizeof(*live));
@@ -280,7 +272,7 @@ static double msgs_pattern(const char *socket, gpb_client *q, enum bench_open_pa
 	bench_pattern_run(l.c, l.instance, p, &rng, live, nlive, pairs);
 	double m1 = daemon_requests(q);
 	free(live);
-	gpb_disconnect(l.c);
+	bench_lib_close(&l);
 	return 1000.0 * (m1 - m0) / pairs;
 }
 
@@ -289,7 +281,7 @@ static double msgs_pattern(const char *socket, gpb_client *q, enum bench_open_pa
  * after the first. */
 static void msgs_steps(const char *socket, gpb_client *q, double *msgs, double *opens)
 {
-	struct lib_conn l;
+	struct bench_lib l;
 	struct bench_rng rng = {.s = 29};
 	uint64_t ids[P8_STEP_LEN];
 	struct gpb_allocation a;
@@ -319,7 +311,7 @@ static void msgs_steps(const char *socket, gpb_client *q, double *msgs, double *
 		bench_die("gpb_mapping_stats: %s", gpb_last_error());
 	*msgs = (m1 - m0) / (P8_STEPS - 1);
 	*opens = (double)(s1.opens - s0.opens) / (P8_STEPS - 1);
-	gpb_disconnect(l.c);
+	bench_lib_close(&l);
 }
 
 /* ---- P8d -------------------------------------------------------------------- */
@@ -338,7 +330,7 @@ static unsigned idle_ms(void)
 static void idle_after_burst(const char *socket, gpb_client *q, unsigned n, unsigned keep,
                              bool adversarial, bool slow, double *held, double *in_use)
 {
-	struct lib_conn l;
+	struct bench_lib l;
 	struct bench_rng rng = {.s = 30};
 	uint64_t *ids = bench_xmalloc(n * sizeof(*ids)), *sizes = bench_xmalloc(n * sizeof(*sizes));
 	struct gpb_allocation a;
@@ -370,7 +362,7 @@ static void idle_after_burst(const char *socket, gpb_client *q, unsigned n, unsi
 	}
 	free(ids);
 	free(sizes);
-	gpb_disconnect(l.c);
+	bench_lib_close(&l);
 }
 
 void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
