@@ -172,6 +172,8 @@ const char *proto_code_name(int code);
 #define PROTO_M_LEASE             "lease"
 #define PROTO_M_LEASE_RETURN      "lease_return"
 #define PROTO_M_LEASE_CARVE       "lease_carve"
+#define PROTO_M_RECALL_DONE       "recall_done"
+#define PROTO_M_TRIM              "trim"
 
 enum proto_op_flags {
 	PROTO_OPF_BEFORE_HELLO = 1u << 0, /* allowed before the handshake (hello only) */
@@ -223,7 +225,9 @@ enum proto_op_flags {
 	X(RELEASE, release, 0)                                                                     \
 	X(LEASE, lease, 0)                                                                         \
 	X(LEASE_RETURN, lease_return, 0)                                                           \
-	X(LEASE_CARVE, lease_carve, 0)
+	X(LEASE_CARVE, lease_carve, 0)                                                             \
+	X(RECALL_DONE, recall_done, 0)                                                             \
+	X(TRIM, trim, PROTO_OPF_ADMIN)
 
 #define PROTO_OP_ENUM_(id, name, flags) PROTO_OP_##id,
 enum proto_op { PROTO_OPS(PROTO_OP_ENUM_) PROTO_OP_COUNT };
@@ -265,6 +269,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_AXIS_LENGTH        "axis_length"
 #define PROTO_F_BACKEND            "backend"
 #define PROTO_F_BACKEND_ERROR      "backend_error"
+#define PROTO_F_BYTES              "bytes"
 #define PROTO_F_CAP                "cap"
 #define PROTO_F_CAPACITY           "capacity"
 #define PROTO_F_CHUNK_BYTES        "chunk_bytes"
@@ -355,6 +360,12 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_PROPORTION         "proportion"
 #define PROTO_F_QUEUED             "queued"
 #define PROTO_F_REASON             "reason"
+#define PROTO_F_RECALLABLE         "recallable"
+#define PROTO_F_RECALLS            "recalls"
+#define PROTO_F_RECALLS_ANSWERED   "recalls_answered"
+#define PROTO_F_RECALLS_PENDING    "recalls_pending"
+#define PROTO_F_RECALLS_SENT       "recalls_sent"
+#define PROTO_F_RECALLS_TIMED_OUT  "recalls_timed_out"
 #define PROTO_F_RECLAIMED          "reclaimed"
 #define PROTO_F_REPLY              "reply"
 #define PROTO_F_REQUEST_BYTES      "request_bytes"
@@ -591,7 +602,15 @@ enum proto_presence {
 	X(IN_USE, in_use, U64, PROTO_OPTIONAL, 0, UINT64_MAX, PROTO_EXPECT_BYTES)
 #define PROTO_LEASE_RETURN_PARAMS(X)                                                               \
 	X(LEASE, lease, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                             \
-	X(IN_USE, in_use, U64, PROTO_OPTIONAL, 0, UINT64_MAX, PROTO_EXPECT_BYTES)
+	X(IN_USE, in_use, U64, PROTO_OPTIONAL, 0, UINT64_MAX, PROTO_EXPECT_BYTES)                  \
+	X(REPLY, reply, BOOL, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_BOOL)
+/* Recall (issue 28): the library's answer to a recall event, and the
+ * operator's trim of idle leases. */
+#define PROTO_RECALL_DONE_PARAMS(X)                                                                \
+	X(EPOCH, epoch, U64, PROTO_REQUIRED, 1, UINT64_MAX,                                        \
+	  "the u64 epoch of a recall event sent")                                                  \
+	X(BYTES, bytes, U64, PROTO_REQUIRED, 0, UINT64_MAX, PROTO_EXPECT_BYTES)
+#define PROTO_TRIM_PARAMS(X) X(SESSION, session, ID64, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_ID64)
 #define PROTO_LEASE_CARVE_PARAMS(X)                                                                \
 	X(LEASE, lease, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                             \
 	X(OFFSET, offset, U64, PROTO_REQUIRED, 0, UINT64_MAX,                                      \
@@ -669,6 +688,7 @@ extern const unsigned proto_message_count;
 #define PROTO_EV_INVALIDATE          "invalidate"
 #define PROTO_EV_PARTITION_DESTROYED "partition_destroyed"
 #define PROTO_EV_RECLAIM             "reclaim"
+#define PROTO_EV_RECALL              "recall"
 
 /* Each event's data, as the message lists above. */
 #define PROTO_SHUTDOWN_DATA(X) X(REASON, STRING, PROTO_REQUIRED)
@@ -699,6 +719,11 @@ extern const unsigned proto_message_count;
 #define PROTO_RECLAIM_DATA(X)                                                                      \
 	X(SLAB, ID64, PROTO_REQUIRED)                                                              \
 	X(REASON, STRING, PROTO_REQUIRED)
+#define PROTO_RECALL_DATA(X)                                                                       \
+	X(INSTANCE, ID64, PROTO_REQUIRED)                                                          \
+	X(BYTES, U64, PROTO_REQUIRED)                                                              \
+	X(REASON, STRING, PROTO_REQUIRED)                                                          \
+	X(EPOCH, U64, PROTO_REQUIRED)
 
 /* No members (an event whose data holds no array of objects). */
 #define PROTO_NO_MEMBERS(X)
@@ -712,7 +737,8 @@ extern const unsigned proto_message_count;
 	X(ALLOCATION_READY, PROTO_ALLOCATION_READY_DATA, PROTO_READY_ARRAY)                        \
 	X(INVALIDATE, PROTO_INVALIDATE_DATA, PROTO_NO_MEMBERS)                                     \
 	X(PARTITION_DESTROYED, PROTO_PARTITION_DESTROYED_DATA, PROTO_NO_MEMBERS)                   \
-	X(RECLAIM, PROTO_RECLAIM_DATA, PROTO_NO_MEMBERS)
+	X(RECLAIM, PROTO_RECLAIM_DATA, PROTO_NO_MEMBERS)                                           \
+	X(RECALL, PROTO_RECALL_DATA, PROTO_NO_MEMBERS)
 
 struct proto_event_info {
 	const char *name;                 /* PROTO_EV_* */
@@ -789,6 +815,12 @@ enum proto_allocator { PROTO_ALLOCATOR_POOL, PROTO_ALLOCATOR_DIRECT, PROTO_ALLOC
 #define PROTO_V_REASON_SET_ALLOCATOR  PROTO_M_SET_ALLOCATOR
 /* reclaim's "reason": the device is short of memory. */
 #define PROTO_V_REASON_MEMORY "memory"
+/* recall's other reasons: a cap shrank, a partition is being made, a stream
+ * group is about to be chunked, an operator trims (gpubrokerctl trim). */
+#define PROTO_V_REASON_CAP       "cap"
+#define PROTO_V_REASON_PARTITION "partition"
+#define PROTO_V_REASON_CHUNKING  "chunking"
+#define PROTO_V_REASON_OPERATOR  "operator"
 
 /* The values above but the aliases, in schema.c's table. */
 extern const char *const proto_values[];

@@ -45,6 +45,7 @@ static const char *const not_names[] = {
     "true",
     "null",
     "errno",
+    "recall_timeout_ms", /* a setting of gpubroker.conf(5) */
     "libgpubroker",
     "max_host_memory",
     "cuda_transport",
