@@ -28,8 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "harness.h"
 #include "test-recall.h"
 
