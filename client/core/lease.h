@@ -76,6 +76,7 @@ struct lease_state {
 	pthread_mutex_t lock; /* the allocator's lock (above: after the client's) */
 	pthread_cond_t wake;  /* the service thread's timer and doorbell */
 	bool enabled;         /* GPUBROKER_LEASE != 0 and the daemon supports leases */
+	bool wanted;          /* GPUBROKER_LEASE != 0 (enabled again at an invalidate) */
 	bool abandoning;      /* lease_abandon: the pool lets slabs go with no return */
 	/* The connection is dead (lease_conn_lost): its leases ended with it,
 	 * so no block is served from them. Written under both locks. */
@@ -109,7 +110,8 @@ void lease_finish(struct gpb_client *c);
  * no thread joined, nothing said. */
 void lease_abandon(struct lease_state *ls);
 /* The daemon released everything the connection held (invalidate): the
- * leases are gone; forget them (client lock held). */
+ * leases are gone; forget them, keeping the dropped blocks' ids unknown,
+ * and ask for leases again (client lock held). */
 void lease_forget(struct gpb_client *c);
 
 /* Client lock held, the connection dead: the fast path serves no more
