@@ -8,8 +8,9 @@
  * with lease_return and recall_done, from its service thread if need be,
  * so a process asleep or inside a long kernel answers too.
  *
- * One recall per instance is out at a time: a second reason while one is
- * out waits for its answer (the client returns every wholly free lease it
+ * One recall per instance is out at a time (and none for a recall timeout
+ * after one timed out): a second reason while one is out waits for its
+ * answer (the client returns every wholly free lease it
  * can up to the bytes asked; asking again before it answered would only
  * repeat the question). A recall out longer than the recall timeout ends
  * as timed out: its holder keeps what it did not give, charged as before,
@@ -31,6 +32,12 @@ static bool recall_send(struct broker *b, struct broker_instance *inst, uint64_t
 	if (inst->recall_epoch)
 		return true;
 	if (!inst->leased || !bytes)
+		return false;
+	/* A client that let its last recall time out (stopped, stuck) is not
+	 * asked again for a recall timeout: every request would otherwise
+	 * wait the whole timeout for it (a lease refused, then the same bytes
+	 * as an allocation of their own). */
+	if (inst->recall_quiet_until && broker_now_ms() < inst->recall_quiet_until)
 		return false;
 	if (bytes > inst->leased)
 		bytes = inst->leased;
@@ -62,6 +69,7 @@ static void recall_end(struct broker *b, struct broker_instance *inst, bool answ
 	} else {
 		inst->recalls_timed_out++;
 		b->stats.recalls_timed_out++;
+		inst->recall_quiet_until = broker_now_ms() + b->limits.recall_timeout_ms;
 	}
 }
 
@@ -164,9 +172,9 @@ int broker_trim(struct broker *b, uint64_t session, uint64_t *recalls, uint64_t 
 		list_for_each(ipos, &s->instances) {
 			struct broker_instance *inst =
 			    list_entry(ipos, struct broker_instance, link);
-			if (inst->recall_epoch || !inst->leased)
+			if (inst->recall_epoch || !inst->leased ||
+			    !recall_send(b, inst, inst->leased, PROTO_V_REASON_OPERATOR))
 				continue;
-			recall_send(b, inst, inst->leased, PROTO_V_REASON_OPERATOR);
 			(*recalls)++;
 			*bytes += inst->recall_bytes;
 		}

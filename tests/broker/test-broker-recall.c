@@ -195,6 +195,11 @@ static void test_held_times_out(void **state)
 	assert_int_equal(broker_recalls_pending(b), 0);
 	assert_int_equal(a->leased, 2 * RSLAB);
 	recall_done_refused(b, sa, epoch, 0, PROTO_E_NOT_FOUND, NULL);
+	/* Not asked again for a recall timeout: the next request short of
+	 * room is answered at once. */
+	expect_error_fmt(b, sb, PROTO_E_NO_MEMORY, NULL, ALLOC_FMT, "e", c->id,
+	                 (unsigned long long)(32 * MiB));
+	assert_int_equal(a->recalls_sent, 1);
 	/* Nothing waits, nothing is out: the timer (which fired) is not armed
 	 * again. */
 	assert_int_equal(timer_calls, calls);
