@@ -16,6 +16,9 @@
  * as timed out: its holder keeps what it did not give, charged as before,
  * and whoever waited for it is answered as if it had not been sent.
  *
+ * Kept slabs (keep_slabs) asked back with reclaim are recalls of the same
+ * kind: a request short of room waits for their release as for returns.
+ *
  * Requests do not wait here: the callers hold them (broker_held_add,
  * broker_wait.c) while broker_recall_room() says recalls are out for them.
  */
@@ -73,6 +76,18 @@ static void recall_end(struct broker *b, struct broker_instance *inst, bool answ
 	}
 }
 
+/* Slabs s was asked back (reclaim) on device (< 0: any) that its client
+ * has not released yet: recalls of kept slabs, answered by release. */
+static unsigned reclaims_out(const struct session *s, int device)
+{
+	unsigned n = 0;
+	for (const struct broker_parting *p = s->parting; p; p = p->next) {
+		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		n += p->reclaim && !p->block && (device < 0 || bs->device == device);
+	}
+	return n;
+}
+
 unsigned broker_recall_room(struct broker *b, const struct broker_partition *part, int device,
                             uint64_t bytes, const struct broker_instance *except,
                             const char *reason, bool send)
@@ -83,6 +98,9 @@ unsigned broker_recall_room(struct broker *b, const struct broker_partition *par
 		struct session *s = list_entry(pos, struct session, link);
 		if (s->part != part)
 			continue;
+		/* Kept slabs asked back (the pool's ENOMEM sent the reclaims)
+		 * are recalls too: their release makes room as a return does. */
+		out += reclaims_out(s, device);
 		list_for_each(ipos, &s->instances) {
 			struct broker_instance *inst =
 			    list_entry(ipos, struct broker_instance, link);
@@ -190,12 +208,12 @@ uint64_t broker_recalls_pending(const struct broker *b)
 bool broker_recalls_out(const struct broker *b, const struct broker_partition *part, int device)
 {
 	const struct list *pos, *ipos;
-	if (!b->recalls_pending)
-		return false;
 	list_for_each(pos, &b->sessions) {
 		const struct session *s = list_entry(pos, const struct session, link);
 		if (s->part != part)
 			continue;
+		if (reclaims_out(s, device))
+			return true;
 		list_for_each(ipos, &s->instances) {
 			const struct broker_instance *inst =
 			    list_entry(ipos, const struct broker_instance, link);

@@ -246,6 +246,36 @@ static void test_recall_done_bad(void **state)
 	broker_done(b);
 }
 
+/* Kept slabs asked back (reclaim) hold a request as recalls do: it is
+ * served once the slab is released. */
+static void test_reclaim_holds(void **state)
+{
+	struct broker *b = policy_broker_slab(MEM, RSLAB, POLICY_PASSIVE, 0);
+	struct session *sa = client(b, UID_A, "a"), *sb = client(b, UID_B, "b");
+	struct broker_instance *a = reg_p(b, sa, 0, 0, NULL);
+	struct broker_instance *c = reg_p(b, sb, 0, 0, NULL);
+	(void)state;
+
+	sa->keep_slabs = true;
+	struct broker_grant g1 = alloc_ok(b, sa, a, RSLAB, 0);
+	struct broker_grant g2 = alloc_ok(b, sa, a, RSLAB, 0);
+	assert_int_equal(broker_free(b, sa, g1.id), 0);
+	assert_int_equal(broker_free(b, sa, g2.id), 0);
+	/* Both slabs are kept empty by a's client: b's allocation is short. */
+	alloc_held(b, sb, "k", c->id, RSLAB);
+	assert_int_equal(sent_to(sa, "reclaim"), 2);
+	assert_int_equal(sent_to(sb, NULL), 0);
+	struct reply r;
+	request(b, sa, &r,
+	        "{\"id\":\"r\",\"method\":\"release\",\"params\":{\"slab\":\"%016" PRIx64 "\"}}",
+	        g1.slab_id);
+	result_of(&r, "r");
+	reply_done(&r);
+	assert_int_equal(deferred_reply(sb, "k", NULL), 0);
+	check(b);
+	broker_done(b);
+}
+
 /* A cap that shrinks below what an instance with leases is charged. */
 static void test_cap_shrinks(void **state)
 {
@@ -308,6 +338,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_held_then_served, sent_teardown),
 	    cmocka_unit_test_teardown(test_held_times_out, sent_teardown),
 	    cmocka_unit_test_teardown(test_recall_done_bad, sent_teardown),
+	    cmocka_unit_test_teardown(test_reclaim_holds, sent_teardown),
 	    cmocka_unit_test_teardown(test_cap_shrinks, sent_teardown),
 	    cmocka_unit_test_teardown(test_partition, sent_teardown),
 	};
