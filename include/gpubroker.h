@@ -635,9 +635,12 @@ int gpb_free_label(gpb_client *client, uint64_t instance, const char *label);
  * gets an "invalidate" event; this library then forgets and unmaps all it
  * held, so every pointer from this client becomes invalid, and tells the
  * daemon (invalidate_done), which keeps the client's slabs from the driver
- * until then. The event is read by any call on the client or by
- * gpb_dispatch(): a client that never calls either keeps its slabs
- * allocated until it disconnects.
+ * until then. The event is read by any call on the client that reaches
+ * the daemon or by gpb_dispatch(): a client that never calls either keeps
+ * its slabs allocated until it disconnects. A gpb_alloc() or gpb_free()
+ * served from the client's leases reaches no daemon: a block it served
+ * before the event was read is dropped with the rest, and its id, as
+ * every dropped id, is GPB_E_NOT_FOUND from then on.
  * Errors: GPB_E_PERMISSION, GPB_E_DAEMON_GONE.
  */
 int gpb_invalidate_all(gpb_client *client);

@@ -87,6 +87,7 @@ struct lease_state {
 	int wakefd;
 	uint64_t wake_at;
 	bool enabled;    /* GPUBROKER_LEASE != 0 and the daemon supports leases */
+	bool wanted;     /* GPUBROKER_LEASE != 0 (enabled again at an invalidate) */
 	bool abandoning; /* lease_abandon: the pool lets slabs go with no return */
 	/* The connection is dead (lease_conn_lost): its leases ended with it,
 	 * so no block is served from them. Written under both locks. */
@@ -120,7 +121,8 @@ void lease_finish(struct gpb_client *c);
  * no thread joined, nothing said. */
 void lease_abandon(struct lease_state *ls);
 /* The daemon released everything the connection held (invalidate): the
- * leases are gone; forget them (client lock held). */
+ * leases are gone; forget them, keeping the dropped blocks' ids unknown,
+ * and ask for leases again (client lock held). */
 void lease_forget(struct gpb_client *c);
 
 /* Client lock held, the connection dead: the fast path serves no more

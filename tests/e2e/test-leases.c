@@ -4,7 +4,8 @@
  * return with the process making no calls (and the slabs leased again),
  * return-and-re-lease on fragmentation and for another instance of the
  * process, kill -9, fork, threads, carve on export and attach,
- * GPUBROKER_LEASE=0 and the direct allocator's fallback.
+ * GPUBROKER_LEASE=0, the direct allocator's fallback (and leases again
+ * after it), invalidate_all.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -617,6 +618,46 @@ static void test_direct_fallback(void **state)
 		assert_int_equal(gpb_free(c, a.id), 0);
 	}
 	assert_true(requests(c, "lease") <= 1);
+	/* Back to the pool: the library leases again (the invalidate that
+	 * came with the change is where it hears of it). */
+	assert_int_equal(gpb_set_allocator(c, "pool"), 0);
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a), 0);
+	assert_true(is_local(a.id));
+	assert_int_equal(gpb_free(c, a.id), 0);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
+/* invalidate_all: the blocks of the leases go with them, and their ids
+ * stay unknown after it: a block of a new lease never takes the id of an
+ * invalidated one (a free of that id would free the new block). */
+static void test_invalidate(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation a[3], b;
+	(void)state;
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "invalidate");
+	uint64_t inst = reg(c, 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a[i]), 0);
+		assert_true(is_local(a[i].id));
+	}
+	assert_int_equal(gpb_invalidate_all(c), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(gpb_alloc(c, inst, 4096, 0, &b), 0);
+		assert_true(is_local(b.id));
+		pattern(&b, 3, false);
+		for (int k = 0; k < 3; k++) {
+			assert_true(b.id != a[k].id);
+			assert_int_equal(gpb_free(c, a[k].id), GPB_E_NOT_FOUND);
+		}
+		pattern(&b, 3, true);
+		assert_int_equal(gpb_free(c, b.id), 0);
+	}
+	struct gpb_mem_info mi;
+	assert_int_equal(gpb_mem_info(c, inst, &mi), 0);
+	assert_int_equal(mi.in_use, 0);
 	gpb_disconnect(c);
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
@@ -631,6 +672,7 @@ int main(void)
 	    cmocka_unit_test(test_threads),       cmocka_unit_test(test_carve),
 	    cmocka_unit_test(test_lease_off),     cmocka_unit_test(test_direct_fallback),
 	    cmocka_unit_test(test_stale_id),      cmocka_unit_test(test_partition_guarantee),
+	    cmocka_unit_test(test_invalidate),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
