@@ -744,17 +744,65 @@ static void test_trim_asleep(void **state)
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
+/*
+ * A recall read in the middle of the reader's own exchange (issue 28): the
+ * process's instance A holds the whole device in free leases; instance B's
+ * lease request makes the daemon recall A's and hold the request for the
+ * answer, which the thread waiting for that very reply gives as it reads
+ * the event: the recall is answered, not timed out, and B is served.
+ */
+static void test_recall_in_exchange(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation b;
+	struct gpb_mem_info ma, mb;
+	(void)state;
+	setenv("GPUBROKER_LEASE_IDLE_MS", "600000", 1);
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "exchange");
+	unsetenv("GPUBROKER_LEASE_IDLE_MS");
+	struct gpb_register_opts oa = {.name = "a"}, ob = {.name = "b"};
+	uint64_t ia, ib;
+	assert_int_equal(gpb_register(c, &oa, &ia), 0);
+	assert_int_equal(gpb_register(c, &ob, &ib), 0);
+	fill_device(c, ia);
+	assert_int_equal(gpb_mem_info(c, ia, &ma), 0);
+	assert_true(ma.leased >= 512 * MIB && ma.in_use == 0);
+	assert_int_equal(gpb_alloc(c, ib, 16 * MIB, 0, &b), 0);
+	assert_true(is_local(b.id));
+	assert_int_equal(gpb_mem_info(c, ia, &ma), 0);
+	assert_int_equal(gpb_mem_info(c, ib, &mb), 0);
+	assert_true(ma.recalls_sent >= 1);
+	assert_int_equal(ma.recalls_answered, ma.recalls_sent);
+	assert_int_equal(ma.recalls_timed_out, 0);
+	assert_int_equal(ma.recalls_pending, 0);
+	assert_true(mb.leased >= 16 * MIB);
+	assert_int_equal(gpb_free(c, b.id), 0);
+	th_selfcheck(c, NULL);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_no_messages),   cmocka_unit_test(test_grow),
-	    cmocka_unit_test(test_idle_return),   cmocka_unit_test(test_idle_refill),
-	    cmocka_unit_test(test_fragmentation), cmocka_unit_test(test_other_instance),
-	    cmocka_unit_test(test_kill),          cmocka_unit_test(test_fork),
-	    cmocka_unit_test(test_threads),       cmocka_unit_test(test_carve),
-	    cmocka_unit_test(test_lease_off),     cmocka_unit_test(test_direct_fallback),
-	    cmocka_unit_test(test_stale_id),      cmocka_unit_test(test_partition_guarantee),
-	    cmocka_unit_test(test_invalidate),    cmocka_unit_test(test_trim_asleep),
+	    cmocka_unit_test(test_no_messages),
+	    cmocka_unit_test(test_grow),
+	    cmocka_unit_test(test_idle_return),
+	    cmocka_unit_test(test_idle_refill),
+	    cmocka_unit_test(test_fragmentation),
+	    cmocka_unit_test(test_other_instance),
+	    cmocka_unit_test(test_kill),
+	    cmocka_unit_test(test_fork),
+	    cmocka_unit_test(test_threads),
+	    cmocka_unit_test(test_carve),
+	    cmocka_unit_test(test_lease_off),
+	    cmocka_unit_test(test_direct_fallback),
+	    cmocka_unit_test(test_stale_id),
+	    cmocka_unit_test(test_partition_guarantee),
+	    cmocka_unit_test(test_invalidate),
+	    cmocka_unit_test(test_trim_asleep),
+	    cmocka_unit_test(test_recall_in_exchange),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
