@@ -51,6 +51,7 @@ struct broker_instance {
 	/* Its recall out (broker_recall.c), one at a time: the event's epoch
 	 * (0: none), the bytes asked, when it times out; and its counts. */
 	uint64_t recall_epoch, recall_bytes, recall_deadline;
+	uint64_t recall_quiet_until; /* one it let time out: not asked again before */
 	uint64_t recalls_sent, recalls_answered, recalls_timed_out;
 	struct list queued; /* struct broker_queued */
 	unsigned queued_count;

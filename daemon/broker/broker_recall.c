@@ -8,12 +8,16 @@
  * with lease_return and recall_done, from its service thread if need be,
  * so a process asleep or inside a long kernel answers too.
  *
- * One recall per instance is out at a time: a second reason while one is
- * out waits for its answer (the client returns every wholly free lease it
+ * One recall per instance is out at a time (and none for a recall timeout
+ * after one timed out): a second reason while one is out waits for its
+ * answer (the client returns every wholly free lease it
  * can up to the bytes asked; asking again before it answered would only
  * repeat the question). A recall out longer than the recall timeout ends
  * as timed out: its holder keeps what it did not give, charged as before,
  * and whoever waited for it is answered as if it had not been sent.
+ *
+ * Kept slabs (keep_slabs) asked back with reclaim are recalls of the same
+ * kind: a request short of room waits for their release as for returns.
  *
  * Requests do not wait here: the callers hold them (broker_held_add,
  * broker_wait.c) while broker_recall_room() says recalls are out for them.
@@ -31,6 +35,12 @@ static bool recall_send(struct broker *b, struct broker_instance *inst, uint64_t
 	if (inst->recall_epoch)
 		return true;
 	if (!inst->leased || !bytes)
+		return false;
+	/* A client that let its last recall time out (stopped, stuck) is not
+	 * asked again for a recall timeout: every request would otherwise
+	 * wait the whole timeout for it (a lease refused, then the same bytes
+	 * as an allocation of their own). */
+	if (inst->recall_quiet_until && broker_now_ms() < inst->recall_quiet_until)
 		return false;
 	if (bytes > inst->leased)
 		bytes = inst->leased;
@@ -62,7 +72,20 @@ static void recall_end(struct broker *b, struct broker_instance *inst, bool answ
 	} else {
 		inst->recalls_timed_out++;
 		b->stats.recalls_timed_out++;
+		inst->recall_quiet_until = broker_now_ms() + b->limits.recall_timeout_ms;
 	}
+}
+
+/* Slabs s was asked back (reclaim) on device (< 0: any) that its client
+ * has not released yet: recalls of kept slabs, answered by release. */
+static unsigned reclaims_out(const struct session *s, int device)
+{
+	unsigned n = 0;
+	for (const struct broker_parting *p = s->parting; p; p = p->next) {
+		const struct backend_slab *bs = pool_slab_backend(p->slab);
+		n += p->reclaim && !p->block && (device < 0 || bs->device == device);
+	}
+	return n;
 }
 
 unsigned broker_recall_room(struct broker *b, const struct broker_partition *part, int device,
@@ -75,6 +98,9 @@ unsigned broker_recall_room(struct broker *b, const struct broker_partition *par
 		struct session *s = list_entry(pos, struct session, link);
 		if (s->part != part)
 			continue;
+		/* Kept slabs asked back (the pool's ENOMEM sent the reclaims)
+		 * are recalls too: their release makes room as a return does. */
+		out += reclaims_out(s, device);
 		list_for_each(ipos, &s->instances) {
 			struct broker_instance *inst =
 			    list_entry(ipos, struct broker_instance, link);
@@ -164,9 +190,9 @@ int broker_trim(struct broker *b, uint64_t session, uint64_t *recalls, uint64_t 
 		list_for_each(ipos, &s->instances) {
 			struct broker_instance *inst =
 			    list_entry(ipos, struct broker_instance, link);
-			if (inst->recall_epoch || !inst->leased)
+			if (inst->recall_epoch || !inst->leased ||
+			    !recall_send(b, inst, inst->leased, PROTO_V_REASON_OPERATOR))
 				continue;
-			recall_send(b, inst, inst->leased, PROTO_V_REASON_OPERATOR);
 			(*recalls)++;
 			*bytes += inst->recall_bytes;
 		}
@@ -182,12 +208,12 @@ uint64_t broker_recalls_pending(const struct broker *b)
 bool broker_recalls_out(const struct broker *b, const struct broker_partition *part, int device)
 {
 	const struct list *pos, *ipos;
-	if (!b->recalls_pending)
-		return false;
 	list_for_each(pos, &b->sessions) {
 		const struct session *s = list_entry(pos, const struct session, link);
 		if (s->part != part)
 			continue;
+		if (reclaims_out(s, device))
+			return true;
 		list_for_each(ipos, &s->instances) {
 			const struct broker_instance *inst =
 			    list_entry(ipos, const struct broker_instance, link);

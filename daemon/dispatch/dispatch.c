@@ -622,6 +622,9 @@ void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ct
 	if (ctx->fd_owned && ctx->fd >= 0 && !out->fd_owned)
 		close(ctx->fd);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
+	/* A held request was counted when it came (deferred), as a wait is. */
+	if (ctx->retry)
+		return;
 	metrics_record(
 	    &d->metrics, op, rc < 0 ? ctx->err.code : ctx->deferred,
 	    (uint64_t)((t1.tv_sec - t0->tv_sec) * 1000000000LL + (t1.tv_nsec - t0->tv_nsec)));
