@@ -156,14 +156,10 @@ static void slots_free(struct lease_state *ls)
 void lease_init(struct lease_state *ls)
 {
 	const char *on = getenv("GPUBROKER_LEASE"), *idle = getenv("GPUBROKER_LEASE_IDLE_MS");
-	pthread_condattr_t attr;
 
 	memset(ls, 0, sizeof(*ls));
 	pthread_mutex_init(&ls->lock, NULL);
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&ls->wake, &attr);
-	pthread_condattr_destroy(&attr);
+	ls->wakefd = -1;
 	ls->wanted = ls->enabled = !(on && strcmp(on, "0") == 0);
 	ls->idle_ms = LEASE_IDLE_DEFAULT;
 	if (idle && *idle) {
@@ -186,7 +182,6 @@ void lease_finish(struct gpb_client *c)
 	inst_destroy_all(ls);
 	slots_free(ls);
 	idmap_finish(&ls->carves);
-	pthread_cond_destroy(&ls->wake);
 	pthread_mutex_destroy(&ls->lock);
 }
 
@@ -195,6 +190,10 @@ void lease_abandon(struct lease_state *ls)
 	inst_destroy_all(ls);
 	slots_free(ls);
 	idmap_finish(&ls->carves);
+	/* The parent's thread's doorbell: the child's copy only. */
+	if (ls->wakefd >= 0)
+		close(ls->wakefd);
+	ls->wakefd = -1;
 }
 
 void lease_conn_lost(struct gpb_client *c)

@@ -44,6 +44,7 @@ NOT_WIRE = {
     ("layout.py", "size"): "the layout planner's records (no protocol)",
     ("layout.py", "offset"): "the layout planner's records (no protocol)",
     ("layout.py", "requested"): "the layout planner's records (no protocol)",
+    ("layout.py", "bytes"): "the layout planner's records (no protocol)",
 }
 
 CALLS = {"get", "pop", "setdefault", "request"}
