@@ -210,6 +210,25 @@ static const cJSON *find_member(const cJSON *result, const char *array, const ch
 	return NULL;
 }
 
+/* The four recall figures of @obj (recalls_sent, _answered, _pending,
+ * _timed_out) into *@out[0..3], in that order; absent ones (a daemon before
+ * recalls) are 0. 0, or -EINVAL for one that is not a u64. */
+static int recalls_parse(const cJSON *obj, uint64_t *const out[4])
+{
+	static const char *const keys[] = {PROTO_F_RECALLS_SENT, PROTO_F_RECALLS_ANSWERED,
+	                                   PROTO_F_RECALLS_PENDING, PROTO_F_RECALLS_TIMED_OUT};
+
+	for (size_t i = 0; i < 4; i++) {
+		int rc = proto_get_u64(obj, keys[i], 0, UINT64_MAX, out[i]);
+
+		if (rc == -ENOENT)
+			*out[i] = 0;
+		else if (rc < 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
 /* What gpb_mem_info asks about, and the answer. */
 struct mem_info_query {
 	uint64_t instance;
@@ -230,6 +249,10 @@ static int mem_info_parse(const cJSON *result, void *arg)
 	    proto_get_u64(inst, PROTO_F_USED, 0, UINT64_MAX, &out->used) < 0 ||
 	    proto_get_u64(inst, PROTO_F_FREE, 0, UINT64_MAX, &out->free) < 0)
 		return error_set(GPB_E_PROTOCOL, "mem_info reply without the instance's figures");
+	if (recalls_parse(inst,
+	                  (uint64_t *const[]){&out->recalls_sent, &out->recalls_answered,
+	                                      &out->recalls_pending, &out->recalls_timed_out}) < 0)
+		return error_set(GPB_E_PROTOCOL, "mem_info reply with bad recall figures");
 	dev = find_member(result, PROTO_F_DEVICES, PROTO_F_DEVICE, false, (uint64_t)device);
 	if (!dev || proto_get_u64(dev, PROTO_F_TOTAL, 0, UINT64_MAX, &out->device_total) < 0 ||
 	    proto_get_u64(dev, PROTO_F_FREE, 0, UINT64_MAX, &out->device_free) < 0)
@@ -306,6 +329,10 @@ static int stats_parse(const cJSON *result, void *arg)
 
 	if (!dev)
 		return error_set(GPB_E_PROTOCOL, "stats reply without device %d", device);
+	if (recalls_parse(result,
+	                  (uint64_t *const[]){&out->recalls_sent, &out->recalls_answered,
+	                                      &out->recalls_pending, &out->recalls_timed_out}) < 0)
+		return error_set(GPB_E_PROTOCOL, "stats reply with bad recall figures");
 	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
 		if (proto_get_u64(dev, fields[i].key, 0, UINT64_MAX, fields[i].out) < 0)
 			return error_set(GPB_E_PROTOCOL, "stats reply without a valid '%s'",

@@ -211,7 +211,8 @@ int gpb_free(gpb_client *client, uint64_t id);
  * gpb_free()) and gives them back to the daemon, which may return them to
  * the device. The daemon also asks for them by itself when a device is
  * short of memory (a `reclaim` event, answered as the library reads it, in
- * any call on this client or gpb_dispatch()). Leases (gpb_alloc) with
+ * any call on this client or gpb_dispatch(), or by the library's service
+ * thread of a client with leases, see gpb_mem_info()). Leases (gpb_alloc) with
  * nothing in them go back first, as the idle rule (GPUBROKER_LEASE_IDLE_MS)
  * would return them later: their slabs are then let go of with the rest.
  * Returns how many slabs it let go of (0 or more), or GPB_E_DAEMON_GONE.
@@ -368,6 +369,14 @@ struct gpb_mem_info {
 	uint64_t leased;
 	uint64_t in_use; /**< bytes of this process's live blocks in those leases, now */
 	uint64_t leases; /**< how many leases */
+	/** The daemon's recalls of the instance's leases (below): sent, answered
+	 * by the library, pending (sent, not answered yet: 0 or 1) and timed
+	 * out (not answered within recall_timeout_ms); 0 from a daemon
+	 * before recalls. */
+	uint64_t recalls_sent;
+	uint64_t recalls_answered;
+	uint64_t recalls_pending;
+	uint64_t recalls_timed_out;
 };
 
 /**
@@ -376,6 +385,18 @@ struct gpb_mem_info {
  * @in_use and @leases are this process's own figures, exact when the call
  * returns (the daemon's copy of in_use is as of this process's last lease
  * message).
+ * Leases go back by themselves: once wholly free for GPUBROKER_LEASE_IDLE_MS
+ * (default 2000), and when the daemon asks (a "recall" event: another
+ * instance needs the room, this instance's cap shrank, a partition is being
+ * made, an operator ran `gpubrokerctl trim`), at once: the leases of the
+ * instance with no live block in them, whole, until the bytes asked went
+ * back. A lease in use, even in
+ * part, stays. A recall is answered by whichever thread reads it: any call
+ * on this client (in the middle of its own request too), gpb_dispatch(),
+ * or a thread of the library's own that a client starts with its first
+ * lease (the service thread), which watches the connection whenever no
+ * call holds it, so a process that makes no call (asleep, in a long
+ * kernel) answers within a few milliseconds.
  * Errors: GPB_E_NOT_FOUND (instance), GPB_E_DAEMON_GONE.
  */
 int gpb_mem_info(gpb_client *client, uint64_t instance, struct gpb_mem_info *out);
@@ -614,9 +635,12 @@ int gpb_free_label(gpb_client *client, uint64_t instance, const char *label);
  * gets an "invalidate" event; this library then forgets and unmaps all it
  * held, so every pointer from this client becomes invalid, and tells the
  * daemon (invalidate_done), which keeps the client's slabs from the driver
- * until then. The event is read by any call on the client or by
- * gpb_dispatch(): a client that never calls either keeps its slabs
- * allocated until it disconnects.
+ * until then. The event is read by any call on the client that reaches
+ * the daemon or by gpb_dispatch(): a client that never calls either keeps
+ * its slabs allocated until it disconnects. A gpb_alloc() or gpb_free()
+ * served from the client's leases reaches no daemon: a block it served
+ * before the event was read is dropped with the rest, and its id, as
+ * every dropped id, is GPB_E_NOT_FOUND from then on.
  * Errors: GPB_E_PERMISSION, GPB_E_DAEMON_GONE.
  */
 int gpb_invalidate_all(gpb_client *client);
@@ -677,6 +701,13 @@ struct gpb_pool_stats {
 	/** what the leases' libraries last reported using inside them (each
 	 * as of its last lease message) */
 	uint64_t in_use;
+	/** The daemon's recalls of leases since it started, every device's
+	 * (the same on each: see gpb_mem_info()): sent, answered, pending
+	 * now and timed out; 0 from a daemon before recalls. */
+	uint64_t recalls_sent;
+	uint64_t recalls_answered;
+	uint64_t recalls_pending;
+	uint64_t recalls_timed_out;
 };
 
 /** Errors: GPB_E_INVALID (no such device), GPB_E_DAEMON_GONE. */
@@ -746,7 +777,11 @@ void gpb_set_event_callback(gpb_client *client, gpb_event_fn fn, void *userdata)
 /**
  * A file descriptor that polls readable (POLLIN) when gpb_dispatch() has work:
  * bytes from the daemon or events already queued. Owned by the client; do not
- * close or read it.
+ * close or read it. A client with leases has a service thread (see
+ * gpb_mem_info()) that reads the daemon's bytes too, when no call does: the
+ * events it reads are queued for gpb_dispatch() (the descriptor then polls
+ * readable for them), so a wake-up may find the bytes read already and
+ * gpb_dispatch() deliver nothing until the next.
  */
 int gpb_event_fd(gpb_client *client);
 

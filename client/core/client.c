@@ -65,6 +65,13 @@ static int client_reclaim(void *client, uint64_t slab)
 	return track_reclaim(&c->track, slab);
 }
 
+/* conn's on_recall hook: the daemon asks back @bytes of @instance's
+ * leases. Lock held. */
+static uint64_t client_recall(void *client, uint64_t instance, uint64_t bytes)
+{
+	return lease_recall(client, instance, bytes);
+}
+
 int client_create(const char *path, gpb_client **out)
 {
 	gpb_client *c;
@@ -88,6 +95,7 @@ int client_create(const char *path, gpb_client **out)
 	c->pending_tail = &c->pending;
 	c->conn.on_invalidate = client_invalidate;
 	c->conn.on_reclaim = client_reclaim;
+	c->conn.on_recall = client_recall;
 	c->conn.invalidate_ctx = c;
 	*out = c;
 	return 0;

@@ -164,6 +164,9 @@ void client_conn_finish(struct client_conn *c)
 	free(c->reclaimed);
 	c->reclaimed = NULL;
 	c->nreclaimed = c->reclaimed_cap = 0;
+	free(c->recalls);
+	c->recalls = NULL;
+	c->nrecalls = c->recalls_cap = 0;
 	c->fds = NULL;
 	c->fd_cap = 0;
 	proto_framer_finish(&c->framer);
@@ -480,6 +483,13 @@ static int client_conn_handle_frame(struct client_conn *c, const char *frame, si
 				return rc;
 			}
 		}
+		if (strcmp(r.event, PROTO_EV_RECALL) == 0) {
+			rc = client_conn_recall(c, r.data);
+			if (rc < 0) {
+				proto_reply_finish(&r);
+				return rc;
+			}
+		}
 		rc = client_conn_queue_event(c, &r);
 		proto_reply_finish(&r);
 		return rc;
@@ -497,9 +507,14 @@ static int client_conn_handle_frame(struct client_conn *c, const char *frame, si
 	}
 	if (r.id &&
 	    (strncmp(r.id, CLIENT_CONN_ACK_ID, sizeof(CLIENT_CONN_ACK_ID) - 1) == 0 ||
-	     strncmp(r.id, CLIENT_CONN_RELEASE_ID, sizeof(CLIENT_CONN_RELEASE_ID) - 1) == 0)) {
-		/* The answer to an invalidate_done: nothing waits for it (an
-		 * older daemon's "method not found" included). */
+	     strncmp(r.id, CLIENT_CONN_RELEASE_ID, sizeof(CLIENT_CONN_RELEASE_ID) - 1) == 0 ||
+	     strncmp(r.id, CLIENT_CONN_RETURN_ID, sizeof(CLIENT_CONN_RETURN_ID) - 1) == 0 ||
+	     strncmp(r.id, CLIENT_CONN_RECALL_DONE_ID, sizeof(CLIENT_CONN_RECALL_DONE_ID) - 1) ==
+	         0)) {
+		/* The answer to an invalidate_done, a release or a recall's
+		 * answer: nothing waits for it (an older daemon's "method not
+		 * found" included, and the "no such recall" of a recall that
+		 * timed out before its answer came). */
 		proto_reply_finish(&r);
 		return 0;
 	}
@@ -631,7 +646,7 @@ void client_conn_send_acks(struct client_conn *c)
 	size_t len;
 	char *frame;
 
-	client_conn_send_releases(c);
+	client_conn_send_answers(c);
 	if (c->dead || c->invalidate_acked >= c->invalidate_epoch)
 		return;
 	/* First: client_conn_write_frame() may pump, and so come back here. */
@@ -692,8 +707,9 @@ int client_conn_exchange_frame(struct client_conn *c, const char *frame, size_t 
 			if (rc == 1)
 				break;
 			/* Answered at once: the reply waited for may be an
-			 * allocation waiting for this very slab. */
-			client_conn_send_releases(c);
+			 * allocation waiting for this very slab, or held by
+			 * the daemon until this recall is answered. */
+			client_conn_send_answers(c);
 			continue;
 		}
 		rc = client_conn_read(c, 0);

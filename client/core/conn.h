@@ -59,6 +59,18 @@ struct client_conn {
 	uint64_t *reclaimed;
 	size_t nreclaimed, reclaimed_cap;
 	uint64_t reclaims; /* reclaim events answered, ever */
+	/* Called for a `recall` event once the frames at hand are handled,
+	 * the client's lock held: gives back wholly free leases of @instance
+	 * until @bytes went back (quiet lease_returns: nothing read, so that
+	 * it may run inside another exchange). Returns the bytes given back. */
+	uint64_t (*on_recall)(void *ctx, uint64_t instance, uint64_t bytes);
+	/* Recalls read and not answered yet, oldest first. */
+	struct client_conn_recall {
+		uint64_t epoch, instance, bytes;
+	} * recalls;
+	size_t nrecalls, recalls_cap;
+	uint64_t recalls_answered; /* recall events answered (recall_done), ever */
+	uint64_t recalled_bytes;   /* bytes they gave back */
 	/* A free sent without waiting (client_conn_send_free) that the daemon
 	 * refused: its error, returned by the connection's next call. */
 	int free_error;
@@ -106,6 +118,11 @@ int client_conn_send_free(struct client_conn *c, uint64_t id);
 /* Tells the daemon that this connection let go of slab @slab, which it
  * kept empty (its mapping closed already); the reply is dropped. */
 int client_conn_send_release(struct client_conn *c, uint64_t slab);
+/* lease_return of @lease (@in_use as for `lease`) with "reply": false, for
+ * a recall's answer: nothing is read, so it may be sent inside another
+ * exchange; a refusal's reply is dropped (the lease is already forgotten
+ * here: unknown to the daemon after an invalidate). */
+int client_conn_send_lease_return(struct client_conn *c, uint64_t lease, uint64_t in_use);
 /* The error of a free sent earlier, as a GPB_E_* with its message set
  * (once), or 0. */
 int client_conn_take_free_error(struct client_conn *c);

@@ -2,7 +2,8 @@
  * conn_hot.c - the hot path's exchanges of a connection: gpb_alloc's
  * request and grant through the typed codecs, gpb_free's request without
  * waiting for a reply (and the refusal kept for the next call), and the
- * answers to reclaim events (release).
+ * answers to reclaim events (release) and recall events (lease_return and
+ * recall_done, none waiting for its reply).
  */
 #include "conn.h"
 #include "codec.h"
@@ -41,13 +42,30 @@ int client_conn_reclaim(struct client_conn *c, const cJSON *data)
 	return 0;
 }
 
-/* Answers the reclaim events read so far (their slabs are unmapped). */
-void client_conn_send_releases(struct client_conn *c)
+/* A recall event: queued (answered once the frames at hand are handled,
+ * client_conn_send_answers), as the leases it asks for may be those of a
+ * reply still to come in this read. */
+int client_conn_recall(struct client_conn *c, const cJSON *data)
 {
-	while (!c->dead && c->nreclaimed) {
-		uint64_t slab = c->reclaimed[--c->nreclaimed];
-		client_conn_send_release(c, slab);
+	struct client_conn_recall r;
+
+	if (proto_get_id64(data, PROTO_F_INSTANCE, &r.instance) < 0 ||
+	    proto_get_u64(data, PROTO_F_BYTES, 0, UINT64_MAX, &r.bytes) < 0 ||
+	    proto_get_u64(data, PROTO_F_EPOCH, 1, UINT64_MAX, &r.epoch) < 0)
+		return client_conn_fail(c, GPB_E_PROTOCOL,
+		                        "a recall event without a valid "
+		                        "'instance', 'bytes' or 'epoch'");
+	if (c->nrecalls == c->recalls_cap) {
+		size_t cap = c->recalls_cap ? 2 * c->recalls_cap : 4;
+		struct client_conn_recall *more = realloc(c->recalls, cap * sizeof(*more));
+		if (!more)
+			return client_conn_fail(c, GPB_E_NOMEM,
+			                        "out of memory answering a recall event");
+		c->recalls = more;
+		c->recalls_cap = cap;
 	}
+	c->recalls[c->nrecalls++] = r;
+	return 0;
 }
 
 int client_conn_take_free_error(struct client_conn *c)
@@ -113,6 +131,54 @@ int client_conn_send_release(struct client_conn *c, uint64_t slab)
 
 	snprintf(params, sizeof(params), "{\"" PROTO_F_SLAB "\":\"%016" PRIx64 "\"}", slab);
 	return client_conn_send_quiet(c, CLIENT_CONN_RELEASE_ID, PROTO_M_RELEASE, params);
+}
+
+int client_conn_send_lease_return(struct client_conn *c, uint64_t lease, uint64_t in_use)
+{
+	char params[96];
+
+	snprintf(params, sizeof(params),
+	         "{\"" PROTO_F_LEASE "\":\"%016" PRIx64 "\",\"" PROTO_F_IN_USE "\":\"%" PRIu64
+	         "\",\"" PROTO_F_REPLY "\":false}",
+	         lease, in_use);
+	return client_conn_send_quiet(c, CLIENT_CONN_RETURN_ID, PROTO_M_LEASE_RETURN, params);
+}
+
+static int client_conn_send_recall_done(struct client_conn *c, uint64_t epoch, uint64_t bytes)
+{
+	char params[80];
+
+	snprintf(params, sizeof(params),
+	         "{\"" PROTO_F_EPOCH "\":\"%" PRIu64 "\",\"" PROTO_F_BYTES "\":\"%" PRIu64 "\"}",
+	         epoch, bytes);
+	return client_conn_send_quiet(c, CLIENT_CONN_RECALL_DONE_ID, PROTO_M_RECALL_DONE, params);
+}
+
+/* Answers the reclaim events read so far (their slabs are unmapped) and
+ * the recalls, oldest first. Each is taken off its queue before it is
+ * answered: an answer writes, and a write that finds the daemon gone
+ * reads what it said last, which comes back here. */
+void client_conn_send_answers(struct client_conn *c)
+{
+	while (!c->dead && c->nreclaimed) {
+		uint64_t slab = c->reclaimed[--c->nreclaimed];
+		client_conn_send_release(c, slab);
+	}
+	while (!c->dead && c->nrecalls) {
+		struct client_conn_recall r = c->recalls[0];
+		uint64_t back = 0;
+
+		memmove(c->recalls, c->recalls + 1, --c->nrecalls * sizeof(*c->recalls));
+		if (c->on_recall)
+			back = c->on_recall(c->invalidate_ctx, r.instance, r.bytes);
+		/* The daemon's figure is what went back for this recall: more
+		 * than it asked (a lease is returned whole) is not that. */
+		if (client_conn_send_recall_done(c, r.epoch, back < r.bytes ? back : r.bytes) ==
+		    0) {
+			c->recalls_answered++;
+			c->recalled_bytes += back;
+		}
+	}
 }
 
 int client_conn_call_alloc(struct client_conn *c, uint64_t instance, uint64_t size,

@@ -114,6 +114,8 @@ static struct lease_inst *inst_get(struct lease_state *ls, uint64_t instance)
 	return in;
 }
 
+/* Forgets every instance, lease and carve (the slots are the caller's:
+ * lease_forget keeps them). */
 static void inst_destroy_all(struct lease_state *ls)
 {
 	struct lease_inst *in;
@@ -138,11 +140,15 @@ static void inst_destroy_all(struct lease_state *ls)
 		free(l);
 	}
 	ls->abandoning = false;
+	idmap_finish(&ls->carves);
+	idmap_init(&ls->carves);
+}
+
+static void slots_free(struct lease_state *ls)
+{
 	free(ls->slots);
 	ls->slots = NULL;
 	ls->slot_count = ls->slot_cap = ls->slot_free = 0;
-	idmap_finish(&ls->carves);
-	idmap_init(&ls->carves);
 }
 
 /* ---- life ----------------------------------------------------------------- */
@@ -150,15 +156,11 @@ static void inst_destroy_all(struct lease_state *ls)
 void lease_init(struct lease_state *ls)
 {
 	const char *on = getenv("GPUBROKER_LEASE"), *idle = getenv("GPUBROKER_LEASE_IDLE_MS");
-	pthread_condattr_t attr;
 
 	memset(ls, 0, sizeof(*ls));
 	pthread_mutex_init(&ls->lock, NULL);
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&ls->wake, &attr);
-	pthread_condattr_destroy(&attr);
-	ls->enabled = !(on && strcmp(on, "0") == 0);
+	ls->wakefd = -1;
+	ls->wanted = ls->enabled = !(on && strcmp(on, "0") == 0);
 	ls->idle_ms = LEASE_IDLE_DEFAULT;
 	if (idle && *idle) {
 		char *end;
@@ -178,15 +180,20 @@ void lease_finish(struct gpb_client *c)
 
 	lease_service_stop(c);
 	inst_destroy_all(ls);
+	slots_free(ls);
 	idmap_finish(&ls->carves);
-	pthread_cond_destroy(&ls->wake);
 	pthread_mutex_destroy(&ls->lock);
 }
 
 void lease_abandon(struct lease_state *ls)
 {
 	inst_destroy_all(ls);
+	slots_free(ls);
 	idmap_finish(&ls->carves);
+	/* The parent's thread's doorbell: the child's copy only. */
+	if (ls->wakefd >= 0)
+		close(ls->wakefd);
+	ls->wakefd = -1;
 }
 
 void lease_conn_lost(struct gpb_client *c)
@@ -200,9 +207,26 @@ void lease_conn_lost(struct gpb_client *c)
 
 void lease_forget(struct gpb_client *c)
 {
-	pthread_mutex_lock(&c->lease.lock);
-	inst_destroy_all(&c->lease);
-	pthread_mutex_unlock(&c->lease.lock);
+	struct lease_state *ls = &c->lease;
+
+	pthread_mutex_lock(&ls->lock);
+	inst_destroy_all(ls);
+	/* Every slot goes free with the generation it had, so that the ids
+	 * of the blocks just dropped stay unknown (GPB_E_NOT_FOUND, as the
+	 * daemon's ids of released allocations are): a slot table started
+	 * afresh would give the next block the id of an old one, and a free
+	 * of that id would free the new block. */
+	ls->slot_free = 0;
+	for (uint32_t i = ls->slot_count; i-- > 0;) {
+		ls->slots[i].b = NULL;
+		ls->slots[i].next_free = ls->slot_free;
+		ls->slot_free = i + 1;
+	}
+	/* A refusal of `lease` (allocator direct or async) held until now;
+	 * this event may be the allocator's change back to the pool: the
+	 * next gpb_alloc asks again (one refusal more at most). */
+	ls->enabled = ls->wanted;
+	pthread_mutex_unlock(&ls->lock);
 }
 
 /* ---- blocks --------------------------------------------------------------- */

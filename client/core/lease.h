@@ -30,6 +30,12 @@
  * service thread (lease_service.c) takes the client's lock with trylock
  * only: it never waits for a call in progress, which may be long.
  *
+ * Recalls. The daemon asks for leases back (a `recall` event) when another
+ * instance needs the room, a cap shrinks, a partition is made or an
+ * operator trims. Whichever thread reads the event answers it at once
+ * (lease_recall): the service thread watches the connection's socket, so a
+ * process that makes no call answers too.
+ *
  * Returns. A lease wholly free for GPUBROKER_LEASE_IDLE_MS (default 2000)
  * goes back with no call needed, from the service thread; a block that
  * does not fit returns the wholly free leases and leases again before it
@@ -74,9 +80,15 @@ struct lease_inst;
 
 struct lease_state {
 	pthread_mutex_t lock; /* the allocator's lock (above: after the client's) */
-	pthread_cond_t wake;  /* the service thread's timer and doorbell */
-	bool enabled;         /* GPUBROKER_LEASE != 0 and the daemon supports leases */
-	bool abandoning;      /* lease_abandon: the pool lets slabs go with no return */
+	/* The service thread's doorbell (an eventfd, -1 until it starts),
+	 * and when it wakes by itself next (lease_now_ms(); UINT64_MAX: not
+	 * before it is rung): a free that empties a lease rings only when
+	 * the lease is due earlier, so a free costs no system call as a rule. */
+	int wakefd;
+	uint64_t wake_at;
+	bool enabled;    /* GPUBROKER_LEASE != 0 and the daemon supports leases */
+	bool wanted;     /* GPUBROKER_LEASE != 0 (enabled again at an invalidate) */
+	bool abandoning; /* lease_abandon: the pool lets slabs go with no return */
 	/* The connection is dead (lease_conn_lost): its leases ended with it,
 	 * so no block is served from them. Written under both locks. */
 	bool lost;
@@ -95,7 +107,7 @@ struct lease_state {
 	pthread_t thread;
 	bool thread_on, stop;
 	/* Counters (gpb_lease_stats-like figures for tests and the bench). */
-	uint64_t leases_taken, leases_returned, idle_returns;
+	uint64_t leases_taken, leases_returned, idle_returns, recall_returns;
 };
 
 struct gpb_client;
@@ -109,7 +121,8 @@ void lease_finish(struct gpb_client *c);
  * no thread joined, nothing said. */
 void lease_abandon(struct lease_state *ls);
 /* The daemon released everything the connection held (invalidate): the
- * leases are gone; forget them (client lock held). */
+ * leases are gone; forget them, keeping the dropped blocks' ids unknown,
+ * and ask for leases again (client lock held). */
 void lease_forget(struct gpb_client *c);
 
 /* Client lock held, the connection dead: the fast path serves no more
@@ -172,6 +185,14 @@ unsigned lease_release_free(struct gpb_client *c);
 void lease_release_instance(struct gpb_client *c, uint64_t instance);
 /* Client lock held: returns the leases the pool let go of (lease_return). */
 void lease_return_doomed(struct gpb_client *c);
+/*
+ * lease_recall.c: a `recall` event's answer, client lock held (conn's
+ * on_recall): flushes @instance's cache and returns its wholly free leases
+ * (no live block, no carve), whole, until at least @bytes went back, with
+ * quiet lease_returns (nothing read: it may run inside another exchange).
+ * Returns the bytes given back (0: nothing was wholly free).
+ */
+uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes);
 
 /* Figures: bytes leased and in use inside the leases of @instance (every
  * instance when 0). */
@@ -183,6 +204,9 @@ void lease_figures(struct gpb_client *c, uint64_t instance, uint64_t *leased, ui
 void lease_service_start(struct gpb_client *c);
 /* Stops and joins it (neither lock held). */
 void lease_service_stop(struct gpb_client *c);
+/* Allocator lock held: a lease of @ls fell idle at @due - idle_ms; rings
+ * the service thread when it would sleep past @due. */
+void lease_service_ring(struct lease_state *ls, uint64_t due);
 /* lease.c. Allocator lock held: which leases are due now (unpins them: the pool lets
  * them go onto the doomed list); returns the ms until the next is due, or
  * UINT64_MAX. */

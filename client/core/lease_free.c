@@ -55,7 +55,7 @@ void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved
 	}
 	if (--l->live == 0) {
 		l->idle_since = lease_now_ms();
-		pthread_cond_signal(&ls->wake);
+		lease_service_ring(ls, l->idle_since + ls->idle_ms);
 	}
 }
 

@@ -1,20 +1,28 @@
 /*
  * lease_service.c - the service thread of a client's lease allocator
  * (lease.h): returns the leases that stayed wholly free for
- * GPUBROKER_LEASE_IDLE_MS, with no library call needed.
+ * GPUBROKER_LEASE_IDLE_MS, and answers what the daemon asks of the
+ * connection (recall and reclaim events), with no library call needed.
  *
  * Why a thread: a process that leased memory and then sits in a long
  * kernel (or any code that makes no gpb_* call) would otherwise keep its
- * idle leases charged and away from every other process of the device. It
- * starts with the client's first lease (a client that never leases has
- * none), sleeps on a condition variable with the allocator's timer as its
- * timeout, and is woken early by a free that empties a lease. It shares
- * the connection with the application's threads the way they share it
- * with each other, by the client's lock; but it only ever tries that lock
- * (trylock): a thread in a long call (a wait of gpb_alloc_wait) holds it,
- * and the thread must neither wait behind it nor make the process's own
- * calls wait behind a return. When the lock is busy it tries again shortly;
- * the call in progress returns the doomed leases itself when it grows.
+ * idle leases charged and away from every other process of the device,
+ * and leave the daemon's recalls unanswered until they time out. It starts
+ * with the client's first lease (a client that never leases has none, and
+ * is never recalled) and sleeps in poll() on its doorbell (an eventfd, rung
+ * by stop and by a free that empties a lease due before the thread would
+ * wake) and on the connection's socket, with the allocator's timer as its
+ * timeout. It shares the connection with the application's threads the
+ * way they share it with each other, by the client's lock; but it only
+ * ever tries that lock (trylock): a thread in a long call (a wait of
+ * gpb_alloc_wait) holds it, and the thread must neither wait behind it nor
+ * make the process's own calls wait behind a return. When the lock is busy
+ * it tries again shortly: within 1 ms when the socket is readable (the
+ * holder, when in an exchange, reads the socket and answers itself), later
+ * for idle returns (the call in progress returns the doomed leases itself
+ * when it grows). Holding the lock, it reads what the socket has
+ * (client_conn_pump): recalls and reclaims are answered there, other
+ * events queued for gpb_dispatch as any call queues them.
  *
  * fork: the thread is not copied into a child; a client of the parent is
  * refused there and its state dropped without a join (lease_abandon).
@@ -22,12 +30,19 @@
 #include "lease.h"
 #include "client.h"
 
+#include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 /* How soon a return is tried again while the client's lock is busy. */
 #define LEASE_BUSY_RETRY_MS 20
+/* How soon the socket is read again while the lock is busy: a recall's
+ * answer is late by at most this much more than the holder's hold. */
+#define LEASE_BUSY_READ_MS 1
 
 uint64_t lease_now_ms(void)
 {
@@ -37,48 +52,102 @@ uint64_t lease_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void wait_ms(struct lease_state *ls, uint64_t ms)
+static void ring(int fd)
 {
-	struct timespec ts;
+	uint64_t one = 1;
+	/* Fails only when the counter is full: it is rung already. */
+	ssize_t unused = write(fd, &one, sizeof(one));
 
-	if (ms == UINT64_MAX) {
-		pthread_cond_wait(&ls->wake, &ls->lock);
+	(void)unused;
+}
+
+void lease_service_ring(struct lease_state *ls, uint64_t due)
+{
+	if (ls->wakefd < 0 || due >= ls->wake_at)
 		return;
-	}
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)(ms / 1000);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(&ls->wake, &ls->lock, &ts);
+	/* Once: the thread sets its next wake-up as it goes back to sleep. */
+	ls->wake_at = 0;
+	ring(ls->wakefd);
+}
+
+/*
+ * Client lock taken (trylock): what the socket has is read, the recalls
+ * and reclaims in it answered, and the doomed leases returned. Whether the
+ * socket is worth watching still (a dead connection's polls readable for
+ * good). Leaves the lock.
+ */
+static bool service_pump(gpb_client *c, bool readable)
+{
+	bool alive;
+
+	/* As every call does first (client_enter): an invalidate read
+	 * behind the last reply applies before anything after it. */
+	client_conn_settle(&c->conn);
+	if (readable)
+		client_conn_pump(&c->conn);
+	lease_return_doomed(c);
+	alive = !c->conn.dead;
+	client_leave(c);
+	return alive;
 }
 
 static void *lease_service_main(void *arg)
 {
 	gpb_client *c = arg;
 	struct lease_state *ls = &c->lease;
+	struct pollfd pfd[2] = {{.fd = ls->wakefd, .events = POLLIN},
+	                        {.fd = c->conn.sock, .events = POLLIN}};
+	bool watch = true, readable = false, scan = true;
+	uint64_t due = 0; /* when the next idle lease is due (UINT64_MAX: none) */
 
 	pthread_mutex_lock(&ls->lock);
 	while (!ls->stop) {
-		uint64_t wait = lease_idle_scan(ls, lease_now_ms());
+		uint64_t now = lease_now_ms(), wait;
+		bool skip_sock = false;
 
-		if (ls->doomed) {
+		/* Scanned when rung or due only, not for every read of the
+		 * socket: a scan flushes the instances' block caches. */
+		if (scan || now >= due) {
+			wait = lease_idle_scan(ls, now);
+			due = wait == UINT64_MAX ? UINT64_MAX : now + wait;
+			scan = false;
+		}
+		wait = due == UINT64_MAX ? UINT64_MAX : due - now;
+		if (ls->doomed || readable) {
 			pthread_mutex_unlock(&ls->lock);
 			/* Client lock, then allocator lock (lease.h). */
 			if (pthread_mutex_trylock(&c->lock) == 0) {
-				lease_return_doomed(c);
-				client_leave(c);
+				watch = service_pump(c, readable) && watch;
+				readable = false;
 				pthread_mutex_lock(&ls->lock);
 				continue;
 			}
 			pthread_mutex_lock(&ls->lock);
-			if (wait > LEASE_BUSY_RETRY_MS)
+			if (readable) {
+				/* Polling the socket again would return at
+				 * once, for as long as the holder leaves it
+				 * unread: a short sleep instead. */
+				skip_sock = true;
+				if (wait > LEASE_BUSY_READ_MS)
+					wait = LEASE_BUSY_READ_MS;
+			} else if (wait > LEASE_BUSY_RETRY_MS) {
 				wait = LEASE_BUSY_RETRY_MS;
+			}
 		}
-		if (!ls->stop)
-			wait_ms(ls, wait);
+		if (ls->stop)
+			break;
+		ls->wake_at = due;
+		pthread_mutex_unlock(&ls->lock);
+		int n = poll(pfd, watch && !skip_sock ? 2 : 1, wait > INT_MAX ? -1 : (int)wait);
+		if (n > 0 && pfd[0].revents) {
+			uint64_t count;
+			ssize_t unused = read(ls->wakefd, &count, sizeof(count));
+
+			(void)unused;
+			scan = true;
+		}
+		readable = n > 0 && watch && !skip_sock && pfd[1].revents;
+		pthread_mutex_lock(&ls->lock);
 	}
 	pthread_mutex_unlock(&ls->lock);
 	return NULL;
@@ -88,15 +157,29 @@ void lease_service_start(struct gpb_client *c)
 {
 	struct lease_state *ls = &c->lease;
 	sigset_t all, old;
+	int fd;
 
 	if (ls->thread_on)
 		return;
+	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd < 0)
+		return; /* no thread: leases go back when a call finds them due */
+	pthread_mutex_lock(&ls->lock);
+	ls->wakefd = fd;
+	ls->wake_at = 0;
+	pthread_mutex_unlock(&ls->lock);
 	/* Signals are the application's threads' business. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	if (pthread_create(&ls->thread, NULL, lease_service_main, c) == 0)
 		ls->thread_on = true;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!ls->thread_on) {
+		pthread_mutex_lock(&ls->lock);
+		ls->wakefd = -1;
+		pthread_mutex_unlock(&ls->lock);
+		close(fd);
+	}
 }
 
 void lease_service_stop(struct gpb_client *c)
@@ -107,8 +190,10 @@ void lease_service_stop(struct gpb_client *c)
 		return;
 	pthread_mutex_lock(&ls->lock);
 	ls->stop = true;
-	pthread_cond_signal(&ls->wake);
+	ring(ls->wakefd);
 	pthread_mutex_unlock(&ls->lock);
 	pthread_join(ls->thread, NULL);
 	ls->thread_on = false;
+	close(ls->wakefd);
+	ls->wakefd = -1;
 }

@@ -36,6 +36,7 @@ struct ctl_command {
 	const char *name;   /* as typed */
 	const char *method; /* the protocol request it sends */
 	int nargs;          /* arguments it takes */
+	int optional;       /* more it may take */
 	bool changes;       /* changes the daemon's state: not repeatable with -l */
 	/* Adds the request's parameters from the options. Returns an exit code
 	 * (EXIT_USAGE after printing why). NULL: none. */
@@ -50,6 +51,8 @@ int print_reload(const cJSON *result, const struct ctl_options *o, bool header);
 int print_metrics(const cJSON *result, const struct ctl_options *o, bool header);
 int print_version(const cJSON *result, const struct ctl_options *o, bool header);
 int print_done(const cJSON *result, const struct ctl_options *o, bool header);
+int params_trim(const struct ctl_options *o, cJSON *params);
+int print_trim(const cJSON *result, const struct ctl_options *o, bool header);
 
 /* ctl_partition.c: partition-create, partition-destroy, partitions. */
 /* Bytes with an optional binary unit (K KiB M MiB G GiB T TiB, B):

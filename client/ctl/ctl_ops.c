@@ -1,6 +1,6 @@
 /*
- * ctl_ops.c - gpubrokerctl's operator commands: reload, evict, metrics,
- * version.
+ * ctl_ops.c - gpubrokerctl's operator commands: reload, evict, trim,
+ * metrics, version.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -63,6 +63,35 @@ int print_done(const cJSON *result, const struct ctl_options *o, bool header)
 {
 	if (o->format == CTL_TABLE)
 		printf("done\n");
+	return EXIT_OK;
+}
+
+/* trim [SESSION]: every session's leases, or that one's. */
+int params_trim(const struct ctl_options *o, cJSON *params)
+{
+	return o->nargs ? params_session(o, params) : EXIT_OK;
+}
+
+/* "recalled N bytes in M recalls": what trim asked back. */
+int print_trim(const cJSON *result, const struct ctl_options *o, bool header)
+{
+	const cJSON *recalls = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_RECALLS);
+	const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(result, PROTO_F_BYTES);
+	char size[32];
+	uint64_t n;
+
+	if (!cJSON_IsString(recalls) || !cJSON_IsString(bytes) ||
+	    ctl_parse_bytes(bytes->valuestring, &n) < 0)
+		return ctl_bad_reply(PROTO_F_RECALLS);
+	if (o->format == CTL_CSV) {
+		if (header)
+			printf("recalls,bytes\n");
+		printf("%s,%s\n", recalls->valuestring, bytes->valuestring);
+		return EXIT_OK;
+	}
+	ctl_format_size(n, size, sizeof(size));
+	printf("recalled %s bytes (%s) in %s recall%s\n", bytes->valuestring, size,
+	       recalls->valuestring, strcmp(recalls->valuestring, "1") == 0 ? "" : "s");
 	return EXIT_OK;
 }
 

@@ -44,8 +44,9 @@ static void usage(FILE *out)
 	    "  status               daemon summary and one row per device\n"
 	    "  devices              devices with their memory\n"
 	    "  clients              connected clients\n"
-	    "  stats [--device N]   pool statistics (all devices, or device N)\n"
-	    "  instances            every instance: proportion, share, cap, used, group, mode\n"
+	    "  stats [--device N]   pool statistics (all devices, or device N) and recalls\n"
+	    "  instances            every instance: proportion, share, cap, used, group, mode,\n"
+	    "                       recalls of its leases\n"
 	    "\n"
 	    "Administration (root or the admin group; set-proportion and set-auto also\n"
 	    "for the instance's own client):\n"
@@ -58,6 +59,8 @@ static void usage(FILE *out)
 	    "  invalidate                     release every allocation of every client\n"
 	    "  reload                         re-read gpubroker.conf (as SIGHUP does)\n"
 	    "  evict SESSION                  disconnect a client; it loses what it held\n"
+	    "  trim [SESSION]                 ask every client (or SESSION) to give back the\n"
+	    "                                 leases it does not use (recall events)\n"
 	    "  partition-create NAME --uid UID --size SIZE [--device D]...\n"
 	    "                                 take SIZE (K M G T: binary) of each device (or\n"
 	    "                                 of each D) for UID; prints the token alone\n"
@@ -234,8 +237,32 @@ static int print_stats(const cJSON *result, const struct ctl_options *o, bool he
 	    {PROTO_F_LEASED, "LEASED", CTL_SIZE},
 	    {PROTO_F_IN_USE, "IN_USE", CTL_SIZE},
 	};
+	/* The daemon's totals (recall, issue 28), under the table. */
+	static const struct {
+		const char *key, *label;
+	} recalls[] = {
+	    {PROTO_F_RECALLS_SENT, "sent"},
+	    {PROTO_F_RECALLS_ANSWERED, "answered"},
+	    {PROTO_F_RECALLS_PENDING, "pending"},
+	    {PROTO_F_RECALLS_TIMED_OUT, "timed out"},
+	};
+	int rc = print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);
 
-	return print_rows(result, PROTO_F_DEVICES, cols, ARRAY_SIZE(cols), o->format, header);
+	if (rc != EXIT_OK || o->format != CTL_TABLE ||
+	    !cJSON_GetObjectItemCaseSensitive(result, PROTO_F_RECALLS_SENT))
+		return rc;
+	printf("\nrecalls");
+	for (size_t i = 0; i < ARRAY_SIZE(recalls); i++) {
+		char *text = ctl_format_value(
+		    cJSON_GetObjectItemCaseSensitive(result, recalls[i].key), CTL_NUM, o->format);
+
+		if (!text)
+			return ctl_oom();
+		printf("%s %s %s", i ? "," : "", recalls[i].label, text);
+		free(text);
+	}
+	putchar('\n');
+	return EXIT_OK;
 }
 
 static int params_device(const struct ctl_options *o, cJSON *params)
@@ -293,6 +320,10 @@ static const struct ctl_column instance_cols[] = {
     {PROTO_F_CAP, "CAP", CTL_SIZE},
     {PROTO_F_USED, "USED", CTL_SIZE},
     {PROTO_F_MODE, "MODE", CTL_TEXT},
+    /* Recalls of its leases (issue 28): sent, not answered yet, timed out. */
+    {PROTO_F_RECALLS_SENT, "RECALLS", CTL_NUM},
+    {PROTO_F_RECALLS_PENDING, "PENDING", CTL_NUM},
+    {PROTO_F_RECALLS_TIMED_OUT, "TIMED_OUT", CTL_NUM},
 };
 
 /* Prints instance rows (an array of `policy` instance objects). */
@@ -538,6 +569,12 @@ static const struct ctl_command ctl_commands[] = {
      .changes = true,
      .params = params_session,
      .print = print_done},
+    {.name = "trim",
+     .method = PROTO_M_TRIM,
+     .optional = 1,
+     .changes = true,
+     .params = params_trim,
+     .print = print_trim},
     {.name = "partition-create",
      .method = PROTO_M_PARTITION_CREATE,
      .nargs = 1,
@@ -729,8 +766,8 @@ int main(int argc, char **argv)
 	cmd = ctl_command_find(o.command);
 	if (!cmd)
 		return usage_error("unknown command '%s'", o.command);
-	if (o.nargs > cmd->nargs)
-		return usage_error("unexpected argument '%s'", o.args[cmd->nargs]);
+	if (o.nargs > cmd->nargs + cmd->optional)
+		return usage_error("unexpected argument '%s'", o.args[cmd->nargs + cmd->optional]);
 	if (o.nargs < cmd->nargs)
 		return usage_error("%s needs %d argument%s (see --help)", cmd->name, cmd->nargs,
 		                   cmd->nargs > 1 ? "s" : "");

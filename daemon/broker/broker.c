@@ -34,6 +34,10 @@ void broker_limits_default(struct broker_limits *limits)
 	limits->write_high_water = 256u << 10;
 	limits->hello_timeout_ms = 10000;
 	limits->paused_timeout_ms = 10000;
+	/* A responsive library answers a recall in milliseconds (its service
+	 * thread); this bounds what one that cannot (stopped, stuck) costs
+	 * the request that waits for it. */
+	limits->recall_timeout_ms = 500;
 	limits->max_clients = 1024;
 	limits->max_inflight = 64;
 	limits->mode = POLICY_PASSIVE;

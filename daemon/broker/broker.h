@@ -48,7 +48,12 @@ struct broker_instance {
 	unsigned leases;            /* how many (at most PROTO_MAX_LEASES) */
 	uint64_t in_use;            /* what its client last said it uses inside them */
 	unsigned wait_pass;         /* broker->wait_pass when a wait of it was short of quota */
-	struct list queued;         /* struct broker_queued */
+	/* Its recall out (broker_recall.c), one at a time: the event's epoch
+	 * (0: none), the bytes asked, when it times out; and its counts. */
+	uint64_t recall_epoch, recall_bytes, recall_deadline;
+	uint64_t recall_quiet_until; /* one it let time out: not asked again before */
+	uint64_t recalls_sent, recalls_answered, recalls_timed_out;
+	struct list queued; /* struct broker_queued */
 	unsigned queued_count;
 };
 
@@ -171,7 +176,11 @@ typedef void (*broker_timer_fn)(void *ctx, uint64_t delay_ms);
  */
 typedef int (*broker_exit_fn)(void *ctx, pid_t pid, int pidfd, struct broker_ghost *ghost);
 
-/* An allocation waiting for memory or quota (alloc with wait_ms). */
+/*
+ * An allocation waiting for memory or quota (alloc with wait_ms), or a
+ * request held while the recalls it caused are out (frame set: see
+ * broker_held_add).
+ */
 struct broker_wait {
 	struct list link; /* broker->waits */
 	struct session *s;
@@ -180,6 +189,13 @@ struct broker_wait {
 	uint64_t deadline; /* CLOCK_MONOTONIC milliseconds */
 	uint64_t started;
 	char id[PROTO_MAX_ID + 1]; /* the request's id, for the deferred reply */
+	/* A held request: its frame, run again by the receiver of
+	 * BROKER_EVENT_HELD, which sets answered once it replied; the device
+	 * whose recalls it waits for (-1: any), and its partition's. */
+	char *frame;
+	size_t frame_len;
+	int device;
+	bool answered;
 };
 
 struct broker_grant;
@@ -230,6 +246,15 @@ enum broker_event_type {
 	/* The broker needs back a slab the session keeps empty: its client
 	 * must unmap it and answer with release. */
 	BROKER_EVENT_RECLAIM,
+	/* The broker asks back bytes of one of the session's instance's
+	 * leases: its client returns wholly free ones and answers
+	 * recall_done with the epoch. */
+	BROKER_EVENT_RECALL,
+	/* A held request may be served now (room came, or the recalls it
+	 * waited for ended): run its frame again; with final, answer it
+	 * whatever the outcome (no more holding). Set w->answered when a reply
+	 * went out. */
+	BROKER_EVENT_HELD,
 };
 
 struct broker_event {
@@ -255,6 +280,14 @@ struct broker_event {
 			uint64_t slab;
 			const char *reason;
 		} reclaim;
+		struct {
+			uint64_t instance, bytes, epoch;
+			const char *reason;
+		} recall;
+		struct {
+			struct broker_wait *w;
+			bool final;
+		} held;
 	};
 };
 
@@ -262,7 +295,9 @@ struct broker_event {
  * Receives every event (dispatch installs it). Called from inside broker
  * operations, so it must not call back into an operation that changes the
  * broker, except that a WAIT_DONE whose reply cannot be sent may free the
- * grant it was given (broker_free). Without one (the broker's own unit
+ * grant it was given (broker_free), and that a HELD event runs its request
+ * again (from broker_waits_run, which allows it: a wait pass nested in it
+ * is repeated after rather than run inside). Without one (the broker's own unit
  * tests) events are dropped.
  */
 typedef void (*broker_event_fn)(void *ctx, const struct broker_event *ev);
@@ -276,6 +311,8 @@ struct broker_stats {
 	uint64_t waits_started, waits_served, waits_timed_out, waits_cancelled;
 	/* Kept slabs asked back (reclaim events sent). */
 	uint64_t reclaims;
+	/* Recall events sent; answered (recall_done) or timed out since. */
+	uint64_t recalls_sent, recalls_answered, recalls_timed_out;
 };
 
 /* What a client needs to use an allocation (or an attachment). */
@@ -713,6 +750,52 @@ int broker_set_group(struct broker *b, struct broker_instance *inst, const char 
 int broker_set_mode(struct broker *b, enum policy_mode mode);
 /* device < 0: every device. bytes or fraction, both 0 = no limit. -EINVAL. */
 int broker_set_limit(struct broker *b, int device, uint64_t bytes, double fraction);
+
+/* ---- recall (broker_recall.c) ----
+ * The broker asks a client for leases back (BROKER_EVENT_RECALL) when
+ * another instance's request is short of room, an instance's cap shrinks
+ * below its charge, a partition or a chunked batch needs the room, or an
+ * operator trims. One recall per instance is out at a time; it ends with
+ * the client's answer (broker_recall_done) or after the recall timeout
+ * (limits.recall_timeout_ms), and the holder keeps what it did not give. */
+
+/*
+ * Asks back up to bytes from the leases of every instance on device (< 0:
+ * any) in part's domain (NULL: outside partitions) but except (may be
+ * NULL), with reason (a PROTO_V_REASON_*): recalls are sent where none is
+ * out (send false: none is sent). Returns how many recalls are out for
+ * those instances now: when 0 no answer can make room.
+ */
+unsigned broker_recall_room(struct broker *b, const struct broker_partition *part, int device,
+                            uint64_t bytes, const struct broker_instance *except,
+                            const char *reason, bool send);
+/* The same for every member of inst's stream group (itself included) that
+ * has queued requests or leases: all of their leases (reason "chunking"). */
+unsigned broker_recall_group(struct broker *b, const struct broker_instance *inst, bool send);
+/* The room for a partition of size bytes on device that recalls could
+ * make, outside partitions: *recallable (leased bytes not said in use) and
+ * *in_use (said in use). */
+void broker_recall_figures(const struct broker *b, int device, uint64_t *recallable,
+                           uint64_t *in_use);
+/* s's client answers the recall epoch, having returned bytes: 0,
+ * -ENOENT (no recall epoch of s is out: never sent, another session's,
+ * answered, timed out), -ERANGE (more bytes than were asked). Serves
+ * waits. */
+int broker_recall_done(struct broker *b, struct session *s, uint64_t epoch, uint64_t bytes);
+/* Recalls every lease of every instance (of session id only, unless 0):
+ * *recalls events sent, *bytes asked. -ENOENT: no such session. */
+int broker_trim(struct broker *b, uint64_t session, uint64_t *recalls, uint64_t *bytes);
+/* Recalls out now, every instance's. */
+uint64_t broker_recalls_pending(const struct broker *b);
+/*
+ * Holds a request refused for room while recalls are out for it: frame
+ * (copied; len bytes) is run again by the receiver of BROKER_EVENT_HELD
+ * when room may have come, and a last time (final) once no recall is out
+ * on device (< 0: any) in s's domain or the recall timeout has passed. It
+ * counts as one of s's waits (max_inflight). 0, -EBUSY (max_inflight),
+ * -ENOMEM.
+ */
+int broker_held_add(struct broker *b, struct session *s, const char *frame, size_t len, int device);
 
 /* ---- waiting allocations (broker_wait.c) ----
  * An alloc that asked to wait and was refused for memory or quota is

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "broker.h"
 #include "broker_internal.h"
@@ -142,10 +143,31 @@ void broker_session_evict(struct session *s)
 void broker_instance_free(struct broker *b, struct session *s, struct broker_instance *inst)
 {
 	broker_queue_clear(inst);
+	/* Its recall out, if any, goes with it: no answer can come. */
+	if (inst->recall_epoch)
+		b->recalls_pending--;
 	policy_remove(broker_policy_of(b, s), &inst->pol);
 	idmap_remove(&b->instances, inst->id);
 	list_remove(&inst->link);
 	s->instance_count--;
 	b->instance_count--;
 	free(inst);
+}
+
+uint64_t broker_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void broker_timer_want(struct broker *b, uint64_t deadline)
+{
+	if (deadline >= b->timer_deadline)
+		return;
+	b->timer_deadline = deadline;
+	if (b->timer) {
+		uint64_t now = broker_now_ms();
+		b->timer(b->timer_ctx, deadline > now ? deadline - now : 0);
+	}
 }

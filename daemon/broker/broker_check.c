@@ -307,6 +307,31 @@ static int check_waits(const struct broker *b, unsigned waits, char *msg, unsign
 		         waits, b->wait_count);
 		return -EFAULT;
 	}
+	/* Recalls out: one per instance at most, each asking no more than it
+	 * had leased when sent, and counted. */
+	uint64_t out = 0;
+	const struct list *ipos;
+	list_for_each(pos, &b->sessions) {
+		const struct session *s = list_entry(pos, const struct session, link);
+		list_for_each(ipos, &s->instances) {
+			const struct broker_instance *inst =
+			    list_entry(ipos, const struct broker_instance, link);
+			out += inst->recall_epoch != 0;
+			if (inst->recall_epoch > b->recall_epoch ||
+			    (!inst->recall_epoch && inst->recall_bytes)) {
+				snprintf(msg, msg_len, "instance %llu: recall %llu of %llu sent",
+				         (unsigned long long)inst->id,
+				         (unsigned long long)inst->recall_epoch,
+				         (unsigned long long)b->recall_epoch);
+				return -EFAULT;
+			}
+		}
+	}
+	if (out != b->recalls_pending) {
+		snprintf(msg, msg_len, "%llu recalls out, counted %llu", (unsigned long long)out,
+		         (unsigned long long)b->recalls_pending);
+		return -EFAULT;
+	}
 	return 0;
 }
 

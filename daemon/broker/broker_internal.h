@@ -13,6 +13,7 @@
  *   broker_alloc.c      an allocation's life: live, orphan, fenced,
  *                       parting, ghost; reclaim; a session's end
  *   broker_share.c      export and open
+ *   broker_recall.c     recalls of idle leases: sent, answered, timed out
  *   broker_wait.c       waiting allocations; the tail of a policy change
  *   broker_lease.c      leases: their sizes, their return, carves in them
  *   broker_partition.c  partitions
@@ -167,6 +168,8 @@ struct broker {
 	unsigned wait_pass;
 	bool waits_running, waits_again;
 	uint64_t invalidate_epoch; /* invalidate events sent so far (their "epoch") */
+	uint64_t recall_epoch;     /* recall events sent so far (their "epoch") */
+	uint64_t recalls_pending;  /* instances with a recall out */
 	struct list retired;       /* struct broker_retired: old pools, slabs still parting */
 	struct list ghosts;        /* struct broker_ghost: evicted sessions' slabs */
 	broker_exit_fn exit_watch; /* the server's exit watch (NULL: none) */
@@ -234,6 +237,9 @@ struct session_slab {
 void broker_emit(struct broker *b, const struct broker_event *ev);
 /* A fresh, unused, non-zero random id (allocations and host allocations). */
 int broker_new_id(struct broker *b, uint64_t *out);
+/* Arms the broker's timer for deadline (CLOCK_MONOTONIC ms) unless it is
+ * armed for earlier: what broker_waits_expire() then does covers it. */
+void broker_timer_want(struct broker *b, uint64_t deadline);
 /* Takes an instance out of the policy and the instance table and frees it. */
 void broker_instance_free(struct broker *b, struct session *s, struct broker_instance *inst);
 
@@ -353,6 +359,20 @@ void broker_session_strip(struct broker *b, struct session *s);
 void broker_export_free(struct broker *b, struct broker_export *e);
 /* Drops the names of an allocation that is being freed. */
 void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a);
+
+/* ---- broker_recall.c ---- */
+
+/* Ends s's recall epoch, answered with bytes returned: 0, -ENOENT,
+ * -ERANGE (as broker_recall_done, which serves the waits after). */
+int broker_recall_answer(struct broker *b, struct session *s, uint64_t epoch, uint64_t bytes);
+/* Whether a recall is out for an instance on device (< 0: any) in part's
+ * domain (NULL: outside partitions). */
+bool broker_recalls_out(const struct broker *b, const struct broker_partition *part, int device);
+/* Ends the recalls whose deadline is at or before now (timed out);
+ * returns the earliest deadline left (UINT64_MAX: none). */
+uint64_t broker_recalls_expire(struct broker *b, uint64_t now);
+/* Recalls what inst is charged above its cap (it shrank), if anything. */
+void broker_recall_cap(struct broker *b, struct broker_instance *inst);
 
 /* ---- broker_wait.c ---- */
 

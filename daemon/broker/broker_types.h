@@ -34,6 +34,7 @@ struct broker_limits {
 	uint64_t write_high_water;  /* bytes of unsent replies before a client is paused */
 	unsigned hello_timeout_ms;  /* a connection must say hello within this */
 	unsigned paused_timeout_ms; /* a paused client must read within this */
+	unsigned recall_timeout_ms; /* how long a request waits for the recalls it sent */
 	unsigned max_clients;       /* connections at once */
 	unsigned max_inflight;      /* requests of one connection waiting at once */
 	enum policy_mode mode;      /* VRAM policy mode at start (set_mode changes it live) */

@@ -13,6 +13,13 @@
  * that device (a large request is not starved by a stream of small ones);
  * a wait short of quota holds back only later waits of the same instance,
  * since nobody else's frees can raise its cap.
+ *
+ * Held requests share the queue, the timer and the passes: a request
+ * refused for room while recalls are out for it (broker_recall.c) keeps
+ * its frame here, and each pass has dispatch run it again
+ * (BROKER_EVENT_HELD), a last time once no recall it waits for is out or
+ * the recall timeout has passed. The timer's deadline is the earliest of
+ * the waits' and the recalls'.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,13 +29,6 @@
 
 #include "broker.h"
 #include "broker_internal.h"
-
-uint64_t broker_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 void broker_set_timer(struct broker *b, broker_timer_fn fn, void *ctx)
 {
@@ -41,7 +41,8 @@ void broker_set_timer(struct broker *b, broker_timer_fn fn, void *ctx)
  * deadline changed. */
 static void broker_timer_update(struct broker *b)
 {
-	uint64_t next = UINT64_MAX;
+	/* No deadline is at or before 0: this only reads the earliest. */
+	uint64_t next = broker_recalls_expire(b, 0);
 	struct list *pos;
 	list_for_each(pos, &b->waits) {
 		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
@@ -61,7 +62,9 @@ static void broker_timer_update(struct broker *b)
  * anything else: cancelled), for the metrics. */
 static void broker_wait_unlink(struct broker *b, struct broker_wait *w, int rc)
 {
-	if (rc == 0)
+	if (w->frame)
+		; /* a held request: not an allocation that waited */
+	else if (rc == 0)
 		b->stats.waits_served++;
 	else if (rc == -ETIMEDOUT)
 		b->stats.waits_timed_out++;
@@ -149,6 +152,63 @@ static void broker_wait_finish(struct broker *b, struct broker_wait *w, int rc,
 	free(w);
 }
 
+/* Has dispatch run a held request again; final: answered whatever comes
+ * of it. Takes it off the queue once answered. */
+static void broker_held_run(struct broker *b, struct broker_wait *w, bool final)
+{
+	struct broker_event ev = {.type = BROKER_EVENT_HELD, .s = w->s};
+	ev.held.w = w;
+	ev.held.final = final;
+	w->answered = false;
+	broker_emit(b, &ev);
+	if (!w->answered && !final)
+		return;
+	broker_wait_unlink(b, w, 0);
+	free(w->frame);
+	free(w);
+}
+
+/* Whether a held request is answered now whatever comes of it: its time
+ * is up, or no recall it waits for is out any more. */
+static bool broker_held_final(const struct broker *b, const struct broker_wait *w, uint64_t now)
+{
+	return now >= w->deadline || !broker_recalls_out(b, w->s->part, w->device);
+}
+
+int broker_held_add(struct broker *b, struct session *s, const char *frame, size_t len, int device)
+{
+	if (s->wait_count >= b->limits.max_inflight)
+		return -EBUSY;
+	struct broker_wait *w = calloc(1, sizeof(*w));
+	char *copy = malloc(len ? len : 1);
+	if (!w || !copy) {
+		free(w);
+		free(copy);
+		return -ENOMEM;
+	}
+	memcpy(copy, frame, len);
+	w->s = s;
+	w->frame = copy;
+	w->frame_len = len;
+	w->device = device;
+	w->started = broker_now_ms();
+	w->deadline = w->started + b->limits.recall_timeout_ms;
+	list_insert_tail(&b->waits, &w->link);
+	s->wait_count++;
+	b->wait_count++;
+	broker_timer_update(b);
+	return 0;
+}
+
+int broker_recall_done(struct broker *b, struct session *s, uint64_t epoch, uint64_t bytes)
+{
+	int rc = broker_recall_answer(b, s, epoch, bytes);
+	if (rc == 0)
+		/* The held requests that waited for it alone are answered. */
+		broker_waits_run(b);
+	return rc;
+}
+
 int broker_wait_add(struct broker *b, struct session *s, const char *req_id, uint64_t instance,
                     uint64_t size, uint64_t align, uint64_t wait_ms)
 {
@@ -221,6 +281,10 @@ void broker_waits_run(struct broker *b)
 		b->wait_pass++;
 		list_for_each_safe(pos, tmp, &b->waits) {
 			struct broker_wait *w = list_entry(pos, struct broker_wait, link);
+			if (w->frame) {
+				broker_held_run(b, w, broker_held_final(b, w, broker_now_ms()));
+				continue;
+			}
 			struct broker_instance *inst = broker_instance_find(w->s, w->instance);
 			if (inst &&
 			    (wait_short(b, inst, short_device) || inst->wait_pass == b->wait_pass))
@@ -263,6 +327,11 @@ int broker_alloc_admit(struct broker *b, struct session *s, const char *req_id, 
 		rc = broker_alloc(b, s, instance, size, align, out);
 	if (rc == 0)
 		return 0;
+	/* Idle leases of others come back while it waits (without wait_ms,
+	 * dispatch holds it for them: broker_recall_room). */
+	if (rc == -ENOMEM && wait_ms > 0 && inst)
+		broker_recall_room(b, s->part, inst->device, size, inst, PROTO_V_REASON_MEMORY,
+		                   true);
 	if ((rc == -ENOMEM || rc == -EDQUOT || rc == -EXFULL) && wait_ms > 0 && inst) {
 		/* A request larger than the device (or the partition), or
 		 * than the user's cap, could never be served: say so now
@@ -302,12 +371,19 @@ void broker_waits_expire(struct broker *b)
 	 * below then re-arms it rather than leaving the wait stranded. */
 	b->timer_deadline = UINT64_MAX;
 	uint64_t now = broker_now_ms();
+	uint64_t pending = b->recalls_pending;
+	broker_recalls_expire(b, now);
 	struct list *pos, *tmp;
 	list_for_each_safe(pos, tmp, &b->waits) {
 		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
-		if (w->deadline <= now)
+		if (w->frame && w->deadline <= now)
+			broker_held_run(b, w, true);
+		else if (w->deadline <= now)
 			broker_wait_finish(b, w, -ETIMEDOUT, NULL);
 	}
+	/* Recalls that timed out: what held for them alone is answered. */
+	if (b->recalls_pending != pending)
+		broker_waits_run(b);
 	broker_timer_update(b);
 }
 
@@ -315,7 +391,11 @@ void broker_waits_cancel(struct broker *b, int rc)
 {
 	struct list *pos, *tmp;
 	list_for_each_safe(pos, tmp, &b->waits) {
-		broker_wait_finish(b, list_entry(pos, struct broker_wait, link), rc, NULL);
+		struct broker_wait *w = list_entry(pos, struct broker_wait, link);
+		if (w->frame)
+			broker_held_run(b, w, true); /* answered as it is now */
+		else
+			broker_wait_finish(b, w, rc, NULL);
 	}
 	broker_timer_update(b);
 }
@@ -330,6 +410,7 @@ void broker_waits_drop(struct broker *b, struct session *s)
 		if (w->s != s)
 			continue;
 		broker_wait_unlink(b, w, -ECANCELED);
+		free(w->frame);
 		free(w);
 	}
 	broker_timer_update(b);
@@ -349,6 +430,8 @@ static void broker_policy_drain(struct broker *b, struct policy *p)
 		ev.cap_changed.share = pi->share;
 		ev.cap_changed.mode = p->cfg.mode;
 		broker_emit(b, &ev);
+		/* Shrunk below what it is charged: its idle leases come back. */
+		broker_recall_cap(b, inst);
 	}
 }
 

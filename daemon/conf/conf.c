@@ -66,6 +66,8 @@ static const struct conf_keydef conf_keys[CONF_KEY_COUNT] = {
                                FIELD(limits.hello_timeout_ms)},
     [CONF_PAUSED_TIMEOUT_MS] = {"paused_timeout_ms", TYPE_UINT, false, 1, 3600000,
                                 FIELD(limits.paused_timeout_ms)},
+    [CONF_RECALL_TIMEOUT_MS] = {"recall_timeout_ms", TYPE_UINT, false, 1, 60000,
+                                FIELD(limits.recall_timeout_ms)},
     [CONF_MAX_INFLIGHT] = {"max_inflight", TYPE_UINT, false, 1, 1u << 20,
                            FIELD(limits.max_inflight)},
     [CONF_MODE] = {"mode", TYPE_POLICY_MODE, false, 0, 0, FIELD(limits.mode)},

@@ -464,6 +464,11 @@ int dispatch_alloc(struct dispatch_ctx *ctx, const struct proto_alloc_params *p)
 		ctx->deferred = true; /* its reply is dispatch_wait_done()'s */
 		return 0;
 	}
+	/* Short of room while others' idle leases could make it: held for
+	 * their recalls (with wait_ms the wait sent them). */
+	if (rc == -ENOMEM && why.limit == BROKER_LIMIT_DEVICE && !(p->has_wait_ms && p->wait_ms) &&
+	    dispatch_hold_for_room(ctx, why.device, p->instance, p->size))
+		return 0;
 	if (rc < 0)
 		return dispatch_refusal(ctx, &why);
 	dispatch_grant_result(ctx, &g, DISPATCH_GRANT_ALLOC);
@@ -617,34 +622,37 @@ void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ct
 	if (ctx->fd_owned && ctx->fd >= 0 && !out->fd_owned)
 		close(ctx->fd);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
+	/* A held request was counted when it came (deferred), as a wait is. */
+	if (ctx->retry)
+		return;
 	metrics_record(
 	    &d->metrics, op, rc < 0 ? ctx->err.code : ctx->deferred,
 	    (uint64_t)((t1.tv_sec - t0->tv_sec) * 1000000000LL + (t1.tv_nsec - t0->tv_nsec)));
 }
 
-void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, size_t len,
-                    struct dispatch_reply *out)
+void dispatch_run(struct dispatch_ctx *ctx, const char *frame, size_t len,
+                  struct dispatch_reply *out)
 {
-	struct broker *b = d->b;
-	struct dispatch_ctx ctx = {.d = d, .b = b, .s = s, .fd = -1};
+	struct session *s = ctx->s;
 	struct proto_request req;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	/* alloc and free in their canonical form: no cJSON tree either way. */
-	if (s->hello && dispatch_fast(&ctx, frame, len, &t0, out))
+	/* alloc and free in their canonical form: no cJSON tree either way
+	 * (a held request run again takes the general way: it is rare). */
+	if (s->hello && !ctx->retry && dispatch_fast(ctx, frame, len, &t0, out))
 		return;
-	int rc = proto_request_parse(frame, len, &req, &ctx.err);
+	int rc = proto_request_parse(frame, len, &req, &ctx->err);
 	if (rc == 0) {
-		ctx.id = req.id;
+		ctx->id = req.id;
 		bool early = proto_ops[req.op].flags & PROTO_OPF_BEFORE_HELLO;
 		if (!s->hello && !early) {
-			proto_error_set(&ctx.err, PROTO_E_STATE, "bad state: send hello first");
+			proto_error_set(&ctx->err, PROTO_E_STATE, "bad state: send hello first");
 			rc = -EPROTO;
 		} else if (s->hello && early) {
-			proto_error_set(&ctx.err, PROTO_E_STATE, "bad state: hello already done");
+			proto_error_set(&ctx->err, PROTO_E_STATE, "bad state: hello already done");
 			rc = -EPROTO;
 		} else if ((proto_ops[req.op].flags & PROTO_OPF_ADMIN) && !s->admin) {
-			proto_error_set(&ctx.err, PROTO_E_PERMISSION,
+			proto_error_set(&ctx->err, PROTO_E_PERMISSION,
 			                "permission denied: '%s' is for root and the admin group",
 			                req.method);
 			rc = -EPERM;
@@ -652,14 +660,24 @@ void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, si
 			/* Large (a queue of requests): only the method's member is
 			 * written. */
 			union proto_params params;
-			rc = proto_params_decode(req.op, req.params, &params, &ctx.err);
+			rc = proto_params_decode(req.op, req.params, &params, &ctx->err);
 			if (rc == 0)
-				rc = dispatch_handlers[req.op](&ctx, &params);
+				rc = dispatch_handlers[req.op](ctx, &params);
 			/* A partition's token is a secret: not left on the stack. */
 			if (req.op == PROTO_OP_HELLO)
 				explicit_bzero(&params.hello.token, sizeof(params.hello.token));
 		}
 	}
-	dispatch_reply_to(d, s, &ctx, rc, req.id, req.method, req.op, &t0, out);
+	dispatch_reply_to(ctx->d, s, ctx, rc, req.id, req.method, req.op, &t0, out);
+	ctx->id = NULL; /* req's: gone with it */
 	proto_request_finish(&req);
+}
+
+void dispatch_frame(struct dispatch *d, struct session *s, const char *frame, size_t len,
+                    struct dispatch_reply *out)
+{
+	struct dispatch_ctx ctx = {.d = d, .b = d->b, .s = s, .fd = -1};
+	dispatch_run(&ctx, frame, len, out);
+	if (ctx.hold)
+		dispatch_held_keep(&ctx, frame, len, out);
 }

@@ -68,6 +68,20 @@ static void dispatch_reclaim(struct dispatch *d, const struct broker_event *ev)
 	dispatch_send_event(d, ev->s, PROTO_EV_RECLAIM, data);
 }
 
+static void dispatch_recall(struct dispatch *d, const struct broker_event *ev)
+{
+	cJSON *data = cJSON_CreateObject();
+	if (!data || proto_add_id64(data, PROTO_F_INSTANCE, ev->recall.instance) ||
+	    proto_add_u64(data, PROTO_F_BYTES, ev->recall.bytes) ||
+	    !cJSON_AddStringToObject(data, PROTO_F_REASON, ev->recall.reason) ||
+	    proto_add_u64(data, PROTO_F_EPOCH, ev->recall.epoch)) {
+		dispatch_event_dropped(ev->s, PROTO_EV_RECALL);
+		cJSON_Delete(data);
+		return;
+	}
+	dispatch_send_event(d, ev->s, PROTO_EV_RECALL, data);
+}
+
 /* broker_event_fn */
 static void dispatch_on_event(void *ctx, const struct broker_event *ev)
 {
@@ -85,6 +99,14 @@ static void dispatch_on_event(void *ctx, const struct broker_event *ev)
 		break;
 	case BROKER_EVENT_RECLAIM:
 		dispatch_reclaim(d, ev);
+		break;
+	case BROKER_EVENT_RECALL:
+		dispatch_recall(d, ev);
+		break;
+	case BROKER_EVENT_HELD:
+		/* The one event that changes the broker: the request runs
+		 * again as if it had just come (broker_waits_run allows it). */
+		dispatch_held_run(d, ev->held.w, ev->held.final);
 		break;
 	}
 }

@@ -34,8 +34,35 @@ struct dispatch_ctx {
 	bool fd_owned;                  /* fd is the reply's: closed once sent (host memory) */
 	bool deferred; /* a handler will answer later (keeping what it needs, e.g. the id) */
 	bool quiet;    /* success goes unanswered (free with "reply": false) */
+	/* Held for recalls (dispatch_hold): a run of a held request again
+	 * (retry), its last (final: answered whatever comes of it), and the
+	 * handler's wish to be held, for the recalls out on hold_device. */
+	bool retry, final, hold;
+	int hold_device;
 	struct proto_error err;
 };
+
+/*
+ * A request refused for room while recalls (broker_recall_*) are out for
+ * it: held when recalls > 0 and this is not its last run (its reply comes
+ * later, when it is run again: BROKER_EVENT_HELD). Returns whether it was;
+ * the handler then returns 0 having kept nothing.
+ */
+bool dispatch_hold(struct dispatch_ctx *ctx, unsigned recalls, int device);
+/* The same for memory refused on device to s's instance: recalls of
+ * others' idle leases (size bytes) sent on the first run. */
+bool dispatch_hold_for_room(struct dispatch_ctx *ctx, int device, uint64_t instance, uint64_t size);
+/* Decodes and answers one frame through ctx (set up by the caller: d, b,
+ * s, fd -1, and retry/final for a held request run again). */
+void dispatch_run(struct dispatch_ctx *ctx, const char *frame, size_t len,
+                  struct dispatch_reply *out);
+/* A handler asked to hold the request of frame: the broker keeps it
+ * (broker_held_add), or, when it cannot, it is answered now as on its
+ * last run (out replaced). */
+void dispatch_held_keep(struct dispatch_ctx *ctx, const char *frame, size_t len,
+                        struct dispatch_reply *out);
+/* Runs a held request again (the receiver of BROKER_EVENT_HELD). */
+void dispatch_held_run(struct dispatch *d, struct broker_wait *w, bool final);
 
 /*
  * The handlers: one per method, dispatch_<name>(ctx, params) with the

@@ -12,6 +12,9 @@ int dispatch_lease(struct dispatch_ctx *ctx, const struct proto_lease_params *p)
 	struct broker_refusal why;
 	int rc = broker_lease(ctx->b, ctx->s, p->instance, p->size,
 	                      p->has_in_use ? &p->in_use : NULL, &g, &why);
+	if (rc == -ENOMEM && why.limit == BROKER_LIMIT_DEVICE &&
+	    dispatch_hold_for_room(ctx, why.device, p->instance, p->size))
+		return 0;
 	if (rc < 0)
 		return dispatch_refusal(ctx, &why);
 	/* Mapped by the client as an alloc's grant; returned should the
@@ -25,7 +28,11 @@ int dispatch_lease_return(struct dispatch_ctx *ctx, const struct proto_lease_ret
 	int rc = broker_lease_return(ctx->b, ctx->s, p->lease, p->has_in_use ? &p->in_use : NULL);
 	if (rc < 0)
 		return dispatch_broker_error(ctx, rc, PROTO_F_LEASE);
-	return dispatch_result(ctx) ? 0 : -ENOMEM;
+	/* As free's: a return that does not wait for its reply (a recall's
+	 * answer, sent in the middle of another exchange) hears only of a
+	 * failure. */
+	ctx->quiet = p->has_reply && !p->reply;
+	return ctx->quiet || dispatch_result(ctx) ? 0 : -ENOMEM;
 }
 
 int dispatch_lease_carve(struct dispatch_ctx *ctx, const struct proto_lease_carve_params *p)

@@ -46,6 +46,20 @@ static int get_devices(struct dispatch_ctx *ctx, const struct proto_partition_cr
 	return 0;
 }
 
+/* What recalls could still have given on device, where leases outside
+ * partitions are: recallable (not said in use) and in_use. 0 or -ENOMEM. */
+static int recall_figures(struct dispatch_ctx *ctx, int device)
+{
+	uint64_t recallable, in_use;
+	broker_recall_figures(ctx->b, device, &recallable, &in_use);
+	if (!recallable && !in_use)
+		return 0;
+	return proto_add_u64(ctx->data, PROTO_F_RECALLABLE, recallable) ||
+	               proto_add_u64(ctx->data, PROTO_F_IN_USE, in_use)
+	           ? -ENOMEM
+	           : 0;
+}
+
 static void refusal_error(struct dispatch_ctx *ctx, const struct broker_partition_refusal *w)
 {
 	char more[96] = "";
@@ -57,12 +71,13 @@ static void refusal_error(struct dispatch_ctx *ctx, const struct broker_partitio
 	                w->device, (unsigned long long)w->asked, (unsigned long long)w->available,
 	                (unsigned long long)w->capacity, (unsigned long long)w->partitions, more);
 	ctx->data = cJSON_CreateObject();
-	if (ctx->data && (proto_add_number(ctx->data, PROTO_F_DEVICE, w->device) ||
-	                  proto_add_u64(ctx->data, PROTO_F_ASKED, w->asked) ||
-	                  proto_add_u64(ctx->data, PROTO_F_AVAILABLE, w->available) ||
-	                  proto_add_u64(ctx->data, PROTO_F_CAPACITY, w->capacity) ||
-	                  proto_add_u64(ctx->data, PROTO_F_PARTITIONS, w->partitions) ||
-	                  proto_add_u64(ctx->data, PROTO_F_USED, w->used))) {
+	if (ctx->data &&
+	    (proto_add_number(ctx->data, PROTO_F_DEVICE, w->device) ||
+	     proto_add_u64(ctx->data, PROTO_F_ASKED, w->asked) ||
+	     proto_add_u64(ctx->data, PROTO_F_AVAILABLE, w->available) ||
+	     proto_add_u64(ctx->data, PROTO_F_CAPACITY, w->capacity) ||
+	     proto_add_u64(ctx->data, PROTO_F_PARTITIONS, w->partitions) ||
+	     proto_add_u64(ctx->data, PROTO_F_USED, w->used) || recall_figures(ctx, w->device))) {
 		cJSON_Delete(ctx->data);
 		ctx->data = NULL;
 	}
@@ -127,6 +142,19 @@ int dispatch_partition_create(struct dispatch_ctx *ctx,
 	struct broker_partition *p;
 	struct broker_partition_refusal why;
 	rc = broker_partition_create(ctx->b, params->name, (uid_t)params->uid, sizes, &p, &why);
+	if (rc == -ENOSPC && !ctx->final) {
+		/* Idle leases outside partitions may stand in the way: they are
+		 * recalled on every device of the partition (on the first run),
+		 * and the request held for the answers, up to the recall
+		 * timeout (a Slurm prolog must not hang). */
+		unsigned out = 0;
+		for (int i = 0; i < BACKEND_MAX_DEVICES; i++)
+			if (sizes[i])
+				out += broker_recall_room(ctx->b, NULL, i, sizes[i], NULL,
+				                          PROTO_V_REASON_PARTITION, !ctx->retry);
+		if (dispatch_hold(ctx, out, -1))
+			return 0;
+	}
 	if (rc < 0)
 		return create_error(ctx, rc, params->name, &why);
 	log_info("session %llu (uid %u): partition %s for uid %u", (unsigned long long)ctx->s->id,

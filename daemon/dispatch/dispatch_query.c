@@ -34,7 +34,11 @@ static int instance_entry(struct broker *b, cJSON *arr, const struct broker_inst
 	                  policy_headroom(broker_policy_const(b, inst->owner), pi)) ||
 	    proto_add_u64(o, PROTO_F_LEASED, inst->leased) ||
 	    proto_add_number(o, PROTO_F_LEASES, inst->leases) ||
-	    proto_add_u64(o, PROTO_F_IN_USE, inst->in_use))
+	    proto_add_u64(o, PROTO_F_IN_USE, inst->in_use) ||
+	    proto_add_u64(o, PROTO_F_RECALLS_SENT, inst->recalls_sent) ||
+	    proto_add_u64(o, PROTO_F_RECALLS_ANSWERED, inst->recalls_answered) ||
+	    proto_add_u64(o, PROTO_F_RECALLS_PENDING, inst->recall_epoch != 0) ||
+	    proto_add_u64(o, PROTO_F_RECALLS_TIMED_OUT, inst->recalls_timed_out))
 		return -ENOMEM;
 	return 0;
 }
@@ -106,6 +110,14 @@ int dispatch_stats(struct dispatch_ctx *ctx, const struct proto_stats_params *p)
 		    proto_add_u64(o, PROTO_F_IN_USE, ds.in_use))
 			return -ENOMEM;
 	}
+	/* The daemon's recalls (issue 28), as the metrics count them. */
+	struct broker_summary sum;
+	broker_summary(ctx->b, &sum);
+	if (proto_add_u64(ctx->result, PROTO_F_RECALLS_SENT, sum.stats.recalls_sent) ||
+	    proto_add_u64(ctx->result, PROTO_F_RECALLS_ANSWERED, sum.stats.recalls_answered) ||
+	    proto_add_u64(ctx->result, PROTO_F_RECALLS_PENDING, broker_recalls_pending(ctx->b)) ||
+	    proto_add_u64(ctx->result, PROTO_F_RECALLS_TIMED_OUT, sum.stats.recalls_timed_out))
+		return -ENOMEM;
 	return 0;
 }
 
@@ -215,7 +227,7 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 	uint64_t hidden_allocs = 0, hidden_used = 0;
 	for (const struct session *s = broker_session_next(ctx->b, NULL); s;
 	     s = broker_session_next(ctx->b, s)) {
-		uint64_t cap = 0, leased = 0, in_use = 0;
+		uint64_t cap = 0, leased = 0, in_use = 0, recalls = 0;
 		if (!broker_sees(ctx->s, s->uid)) {
 			hidden++;
 			hidden_instances += s->instance_count;
@@ -228,6 +240,7 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 			cap += inst->pol.cap;
 			leased += inst->leased;
 			in_use += inst->in_use;
+			recalls += inst->recall_epoch != 0;
 		}
 		cJSON *o = proto_array_add_object(arr);
 		if (!o || proto_add_id64(o, PROTO_F_SESSION, s->id) ||
@@ -240,6 +253,7 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 		    proto_add_u64(o, PROTO_F_USED, s->used) ||
 		    proto_add_u64(o, PROTO_F_LEASED, leased) ||
 		    proto_add_u64(o, PROTO_F_IN_USE, in_use) ||
+		    proto_add_u64(o, PROTO_F_RECALLS_PENDING, recalls) ||
 		    proto_add_u64(o, PROTO_F_CAP, cap) ||
 		    proto_add_number(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)) ||
 		    (s->part && !cJSON_AddStringToObject(o, PROTO_F_PARTITION, s->part->name)))

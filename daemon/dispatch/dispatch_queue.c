@@ -564,6 +564,11 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx, const struct proto_allocat
 	int rc = dispatch_target_instance(ctx, p->instance, &inst);
 	if (rc < 0)
 		return rc;
+	/* The group's free leases come back first (on the first run), so
+	 * that a chunk count never depends on what its members leased
+	 * before: held while those recalls are out. */
+	if (dispatch_hold(ctx, broker_recall_group(ctx->b, inst, !ctx->retry), -1))
+		return 0;
 	/* The group of the instance's user: stream groups are per user. */
 	const char *group = inst->pol.group;
 	rc = batch_collect(ctx->b, &inst->pol, &bt);

@@ -192,22 +192,27 @@ static void metrics_devices(struct mbuf *m, const struct broker *b)
 static void metrics_instances(struct mbuf *m, const struct broker *b, const struct session *viewer)
 {
 	static const char *const names[] = {
-	    "gpubroker_instance_used_bytes", "gpubroker_instance_cap_bytes",
-	    "gpubroker_instance_leased_bytes", "gpubroker_instance_lease_in_use_bytes"};
+	    "gpubroker_instance_used_bytes",      "gpubroker_instance_cap_bytes",
+	    "gpubroker_instance_leased_bytes",    "gpubroker_instance_lease_in_use_bytes",
+	    "gpubroker_instance_recalls_pending", "gpubroker_instance_recalls_timed_out_total"};
 	static const char *const help[] = {
 	    "Bytes the instance is charged: its leases and its live allocations.",
-	    "Bytes the instance may hold.", "Bytes of the instance's leases (part of used).",
-	    "What the instance's client last said it uses inside its leases."};
-	for (int k = 0; k < 4; k++) {
-		mbuf_header(m, names[k], "gauge", help[k]);
+	    "Bytes the instance may hold.",
+	    "Bytes of the instance's leases (part of used).",
+	    "What the instance's client last said it uses inside its leases.",
+	    "Recalls of the instance's leases out, not answered yet (0 or 1).",
+	    "Recalls of the instance's leases its client did not answer in time."};
+	for (int k = 0; k < 6; k++) {
+		mbuf_header(m, names[k], k == 5 ? "counter" : "gauge", help[k]);
 		for (const struct session *s = broker_session_next(b, NULL); s;
 		     s = broker_session_next(b, s)) {
 			if (!broker_sees(viewer, s->uid))
 				continue;
 			for (const struct broker_instance *inst = broker_instance_next(s, NULL);
 			     inst; inst = broker_instance_next(s, inst)) {
-				const uint64_t v[] = {inst->used, inst->pol.cap, inst->leased,
-				                      inst->in_use};
+				const uint64_t v[] = {
+				    inst->used,   inst->pol.cap,           inst->leased,
+				    inst->in_use, inst->recall_epoch != 0, inst->recalls_timed_out};
 				/* Room for every byte escaped, with metrics_escape()'s
 				 * margin: names are never cut short. */
 				char name[2 * PROTO_MAX_NAME + 3];
@@ -359,6 +364,19 @@ static void metrics_kept(struct mbuf *m, const struct broker *b, const struct br
 	mbuf_header(m, "gpubroker_reclaims_total", "counter",
 	            "Kept slabs asked back because a device was short of memory.");
 	mbuf_printf(m, "gpubroker_reclaims_total %llu\n", (unsigned long long)sum->stats.reclaims);
+	/* Recalls of idle leases (issue 28): sent, and how they ended. */
+	mbuf_header(m, "gpubroker_recalls_total", "counter",
+	            "Recalls of idle leases, by how they stand: sent, answered, timed out.");
+	const struct broker_stats *st = &sum->stats;
+	mbuf_printf(m, "gpubroker_recalls_total{result=\"sent\"} %llu\n",
+	            (unsigned long long)st->recalls_sent);
+	mbuf_printf(m, "gpubroker_recalls_total{result=\"answered\"} %llu\n",
+	            (unsigned long long)st->recalls_answered);
+	mbuf_printf(m, "gpubroker_recalls_total{result=\"timed_out\"} %llu\n",
+	            (unsigned long long)st->recalls_timed_out);
+	mbuf_header(m, "gpubroker_recalls_pending", "gauge", "Recalls out, not answered yet.");
+	mbuf_printf(m, "gpubroker_recalls_pending %llu\n",
+	            (unsigned long long)broker_recalls_pending(b));
 }
 
 static void metrics_requests(struct mbuf *m, const struct metrics *mt)

@@ -57,6 +57,10 @@ class gpb_mem_info(ctypes.Structure):
         ("leased", c_u64),
         ("in_use", c_u64),
         ("leases", c_u64),
+        ("recalls_sent", c_u64),
+        ("recalls_answered", c_u64),
+        ("recalls_pending", c_u64),
+        ("recalls_timed_out", c_u64),
     ]
 
 
@@ -147,6 +151,10 @@ class gpb_pool_stats(ctypes.Structure):
         ("fenced", c_u64),
         ("leased", c_u64),
         ("in_use", c_u64),
+        ("recalls_sent", c_u64),
+        ("recalls_answered", c_u64),
+        ("recalls_pending", c_u64),
+        ("recalls_timed_out", c_u64),
     ]
 
 

@@ -95,7 +95,13 @@ static void fake_timer(void *ctx, uint64_t delay_ms)
 
 struct broker *policy_broker(uint64_t mem, enum policy_mode mode, unsigned max_allocs)
 {
-	struct broker *b = broker_new(mem, 0, max_allocs);
+	return policy_broker_slab(mem, SLAB, mode, max_allocs);
+}
+
+struct broker *policy_broker_slab(uint64_t mem, uint64_t slab, enum policy_mode mode,
+                                  unsigned max_allocs)
+{
+	struct broker *b = broker_new_slab(mem, slab, 0, max_allocs);
 	dispatch_set_sender(broker_dispatch(b), fake_send, NULL, NULL);
 	broker_set_timer(b, fake_timer, NULL);
 	timer_calls = 0;

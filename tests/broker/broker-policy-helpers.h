@@ -55,6 +55,9 @@ extern int timer_calls;
 
 /* broker_new with the fake sender and timer, in `mode`. */
 struct broker *policy_broker(uint64_t mem, enum policy_mode mode, unsigned max_allocs);
+/* The same with slabs of slab bytes. */
+struct broker *policy_broker_slab(uint64_t mem, uint64_t slab, enum policy_mode mode,
+                                  unsigned max_allocs);
 /* A session of uid that has said hello as `name`. */
 struct session *client(struct broker *b, uid_t uid, const char *name);
 /* Registers an instance on device with proportion and group; must succeed. */

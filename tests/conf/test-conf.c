@@ -63,6 +63,7 @@ static void test_every_key(void **state)
 	                   "max_allocations = 100\n"
 	                   "hello_timeout_ms = 1500\n"
 	                   "paused_timeout_ms = 2500\n"
+	                   "recall_timeout_ms = 250\n"
 	                   "write_high_water = 1MiB\r\n"
 	                   "mode = active\n"
 	                   "limit = 90%\n"
@@ -93,6 +94,7 @@ static void test_every_key(void **state)
 	assert_int_equal(cfg.limits.max_allocations, 100);
 	assert_int_equal(cfg.limits.hello_timeout_ms, 1500);
 	assert_int_equal(cfg.limits.paused_timeout_ms, 2500);
+	assert_int_equal(cfg.limits.recall_timeout_ms, 250);
 	assert_int_equal(cfg.limits.write_high_water, 1u << 20);
 	assert_int_equal(cfg.limits.mode, POLICY_ACTIVE);
 	assert_string_equal(cfg.limit, "90%");

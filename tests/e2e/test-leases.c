@@ -4,7 +4,9 @@
  * return with the process making no calls (and the slabs leased again),
  * return-and-re-lease on fragmentation and for another instance of the
  * process, kill -9, fork, threads, carve on export and attach,
- * GPUBROKER_LEASE=0 and the direct allocator's fallback.
+ * GPUBROKER_LEASE=0, the direct allocator's fallback (and leases again
+ * after it), invalidate_all, a recall (gpubrokerctl trim) answered with
+ * the process making no calls.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -617,6 +619,166 @@ static void test_direct_fallback(void **state)
 		assert_int_equal(gpb_free(c, a.id), 0);
 	}
 	assert_true(requests(c, "lease") <= 1);
+	/* Back to the pool: the library leases again (the invalidate that
+	 * came with the change is where it hears of it). */
+	assert_int_equal(gpb_set_allocator(c, "pool"), 0);
+	assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a), 0);
+	assert_true(is_local(a.id));
+	assert_int_equal(gpb_free(c, a.id), 0);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
+/* invalidate_all: the blocks of the leases go with them, and their ids
+ * stay unknown after it: a block of a new lease never takes the id of an
+ * invalidated one (a free of that id would free the new block). */
+static void test_invalidate(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation a[3], b;
+	(void)state;
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "invalidate");
+	uint64_t inst = reg(c, 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(gpb_alloc(c, inst, 4096, 0, &a[i]), 0);
+		assert_true(is_local(a[i].id));
+	}
+	assert_int_equal(gpb_invalidate_all(c), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(gpb_alloc(c, inst, 4096, 0, &b), 0);
+		assert_true(is_local(b.id));
+		pattern(&b, 3, false);
+		for (int k = 0; k < 3; k++) {
+			assert_true(b.id != a[k].id);
+			assert_int_equal(gpb_free(c, a[k].id), GPB_E_NOT_FOUND);
+		}
+		pattern(&b, 3, true);
+		assert_int_equal(gpb_free(c, b.id), 0);
+	}
+	struct gpb_mem_info mi;
+	assert_int_equal(gpb_mem_info(c, inst, &mi), 0);
+	assert_int_equal(mi.in_use, 0);
+	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
+struct used_check {
+	gpb_client *watch;
+	uint64_t want;
+};
+
+static bool used_is(void *arg)
+{
+	struct used_check *uc = arg;
+	return th_status_used(uc->watch) == uc->want;
+}
+
+/*
+ * A recall answered by a process that makes no call (issue 28): after
+ * `gpubrokerctl trim`, the service thread returns the lease of the
+ * instance whose blocks are all freed, within 100 ms, and keeps the lease
+ * of the instance with a live block (its bytes intact). The idle return is
+ * far off (GPUBROKER_LEASE_IDLE_MS): only the recall can return the lease.
+ */
+static void test_trim_asleep(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation live, gone;
+	struct gpb_mem_info kept, freed;
+	char out[1024];
+	(void)state;
+	setenv("GPUBROKER_LEASE_IDLE_MS", "600000", 1);
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "asleep");
+	unsetenv("GPUBROKER_LEASE_IDLE_MS");
+	gpb_client *watch = th_client(&d, "watch");
+	struct gpb_register_opts o1 = {.name = "kept"}, o2 = {.name = "freed"};
+	uint64_t i1, i2;
+	assert_int_equal(gpb_register(c, &o1, &i1), 0);
+	assert_int_equal(gpb_register(c, &o2, &i2), 0);
+	assert_int_equal(gpb_alloc(c, i1, 4096, 0, &live), 0);
+	pattern(&live, 7, false);
+	assert_int_equal(gpb_alloc(c, i2, 4096, 0, &gone), 0);
+	assert_true(is_local(live.id) && is_local(gone.id));
+	assert_int_equal(gpb_free(c, gone.id), 0);
+	assert_int_equal(gpb_mem_info(c, i1, &kept), 0);
+	assert_int_equal(gpb_mem_info(c, i2, &freed), 0);
+	assert_true(kept.leased > 0 && freed.leased > 0 && freed.in_use == 0);
+	th_settle(c);
+	assert_int_equal(th_status_used(watch), kept.used + freed.used);
+
+	/* No call on c from here on until the lease is back. */
+	char *trim[] = {(char *)th_env("GPB_CTL"), "--socket", d.socket, "trim", NULL};
+	assert_int_equal(th_run(trim, NULL, out, sizeof(out)), 0);
+	long long t0 = th_now_ms();
+	assert_non_null(strstr(out, "in 2 recalls"));
+	struct used_check uc = {watch, kept.used};
+	assert_true(th_wait_for(used_is, &uc, 5000));
+	long long took = th_now_ms() - t0;
+	printf("the idle lease was back %lld ms after trim answered\n", took);
+	if (!th_valgrind() && !th_asan())
+		assert_true(took <= 100);
+
+	pattern(&live, 7, true);
+	assert_int_equal(gpb_mem_info(c, i1, &kept), 0);
+	assert_int_equal(gpb_mem_info(c, i2, &freed), 0);
+	assert_true(kept.leased > 0);
+	assert_int_equal(freed.leased, 0);
+	assert_int_equal(freed.used, 0);
+	/* One recall each, both answered (the kept one with 0 bytes). */
+	assert_int_equal(kept.recalls_sent, 1);
+	assert_int_equal(kept.recalls_answered, 1);
+	assert_int_equal(freed.recalls_sent, 1);
+	assert_int_equal(freed.recalls_answered, 1);
+	assert_int_equal(freed.recalls_pending + kept.recalls_pending, 0);
+	assert_int_equal(freed.recalls_timed_out + kept.recalls_timed_out, 0);
+	/* And leased again on demand. */
+	assert_int_equal(gpb_alloc(c, i2, 4096, 0, &gone), 0);
+	assert_true(is_local(gone.id));
+	assert_int_equal(gpb_free(c, gone.id), 0);
+	assert_int_equal(gpb_free(c, live.id), 0);
+	th_selfcheck(watch, NULL);
+	gpb_disconnect(c);
+	gpb_disconnect(watch);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
+/*
+ * A recall read in the middle of the reader's own exchange (issue 28): the
+ * process's instance A holds the whole device in free leases; instance B's
+ * lease request makes the daemon recall A's and hold the request for the
+ * answer, which the thread waiting for that very reply gives as it reads
+ * the event: the recall is answered, not timed out, and B is served.
+ */
+static void test_recall_in_exchange(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation b;
+	struct gpb_mem_info ma, mb;
+	(void)state;
+	setenv("GPUBROKER_LEASE_IDLE_MS", "600000", 1);
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "exchange");
+	unsetenv("GPUBROKER_LEASE_IDLE_MS");
+	struct gpb_register_opts oa = {.name = "a"}, ob = {.name = "b"};
+	uint64_t ia, ib;
+	assert_int_equal(gpb_register(c, &oa, &ia), 0);
+	assert_int_equal(gpb_register(c, &ob, &ib), 0);
+	fill_device(c, ia);
+	assert_int_equal(gpb_mem_info(c, ia, &ma), 0);
+	assert_true(ma.leased >= 512 * MIB && ma.in_use == 0);
+	assert_int_equal(gpb_alloc(c, ib, 16 * MIB, 0, &b), 0);
+	assert_true(is_local(b.id));
+	assert_int_equal(gpb_mem_info(c, ia, &ma), 0);
+	assert_int_equal(gpb_mem_info(c, ib, &mb), 0);
+	assert_true(ma.recalls_sent >= 1);
+	assert_int_equal(ma.recalls_answered, ma.recalls_sent);
+	assert_int_equal(ma.recalls_timed_out, 0);
+	assert_int_equal(ma.recalls_pending, 0);
+	assert_true(mb.leased >= 16 * MIB);
+	assert_int_equal(gpb_free(c, b.id), 0);
+	th_selfcheck(c, NULL);
 	gpb_disconnect(c);
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
@@ -624,13 +786,23 @@ static void test_direct_fallback(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_no_messages),   cmocka_unit_test(test_grow),
-	    cmocka_unit_test(test_idle_return),   cmocka_unit_test(test_idle_refill),
-	    cmocka_unit_test(test_fragmentation), cmocka_unit_test(test_other_instance),
-	    cmocka_unit_test(test_kill),          cmocka_unit_test(test_fork),
-	    cmocka_unit_test(test_threads),       cmocka_unit_test(test_carve),
-	    cmocka_unit_test(test_lease_off),     cmocka_unit_test(test_direct_fallback),
-	    cmocka_unit_test(test_stale_id),      cmocka_unit_test(test_partition_guarantee),
+	    cmocka_unit_test(test_no_messages),
+	    cmocka_unit_test(test_grow),
+	    cmocka_unit_test(test_idle_return),
+	    cmocka_unit_test(test_idle_refill),
+	    cmocka_unit_test(test_fragmentation),
+	    cmocka_unit_test(test_other_instance),
+	    cmocka_unit_test(test_kill),
+	    cmocka_unit_test(test_fork),
+	    cmocka_unit_test(test_threads),
+	    cmocka_unit_test(test_carve),
+	    cmocka_unit_test(test_lease_off),
+	    cmocka_unit_test(test_direct_fallback),
+	    cmocka_unit_test(test_stale_id),
+	    cmocka_unit_test(test_partition_guarantee),
+	    cmocka_unit_test(test_invalidate),
+	    cmocka_unit_test(test_trim_asleep),
+	    cmocka_unit_test(test_recall_in_exchange),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

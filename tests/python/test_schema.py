@@ -32,6 +32,7 @@ NOT_WIRE = {
     ("cubie/arrays.py", "shape"): "__cuda_array_interface__'s keys",
     ("cubie/arrays.py", "data"): "__cuda_array_interface__'s keys",
     ("cubie/arrays.py", "version"): "__cuda_array_interface__'s keys",
+    ("layout.py", "bytes"): "a key of the buffer layout's JSON (gpubrokerctl layout), not the protocol's",
     ("allocation.py", "alloc"): "Allocation.kind, named after the call that made it",
     ("allocation.py", "attach"): "Allocation.kind, named after the call that made it",
     ("allocation.py", "claim"): "Allocation.kind, named after the call that made it",
@@ -43,6 +44,7 @@ NOT_WIRE = {
     ("layout.py", "size"): "the layout planner's records (no protocol)",
     ("layout.py", "offset"): "the layout planner's records (no protocol)",
     ("layout.py", "requested"): "the layout planner's records (no protocol)",
+    ("layout.py", "bytes"): "the layout planner's records (no protocol)",
 }
 
 CALLS = {"get", "pop", "setdefault", "request"}
