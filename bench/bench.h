@@ -56,8 +56,9 @@ struct bench_daemon {
 };
 
 /* Starts @path (gpubrokerd) on a socket in a fresh temporary directory with
- * the flags the benchmark needs, and waits until it accepts connections. */
-void bench_daemon_start(struct bench_daemon *d, const char *path);
+ * the flags the benchmark needs and @extra (NULL-terminated, may be NULL:
+ * later flags beat earlier ones), and waits until it accepts connections. */
+void bench_daemon_start(struct bench_daemon *d, const char *path, const char *const *extra);
 void bench_daemon_stop(struct bench_daemon *d);
 /* Resident set of a process, in bytes (VmRSS), or -1. */
 long bench_rss_bytes(pid_t pid);
@@ -189,5 +190,17 @@ struct bench_p8 {
 /* Every lease figure against the daemon at socket (quick: fewer pairs;
  * slow: under valgrind, P8d waits longer for the service thread). */
 void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out);
+
+/* P9 (issue 28): recall latency. A process holds idle leases and sleeps (no
+ * library call); another connection shrinks its cap; the time until the
+ * daemon charges it no more than its new cap. */
+struct bench_p9 {
+	unsigned iterations;
+	double p50, p99, max; /* ns */
+	char daemon_cmd[1024];
+};
+
+/* Starts a daemon of its own (active mode, 1 GiB, 64 MiB slabs) from @path. */
+void bench_p9(const char *path, bool quick, struct bench_p9 *out);
 
 #endif

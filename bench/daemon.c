@@ -34,9 +34,9 @@ static bool daemon_ready(const struct bench_daemon *d)
 	return ok;
 }
 
-void bench_daemon_start(struct bench_daemon *d, const char *path)
+void bench_daemon_start(struct bench_daemon *d, const char *path, const char *const *extra)
 {
-	const char *argv[NFLAGS + 4];
+	const char *argv[NFLAGS + 20];
 	size_t n = 0, off;
 
 	snprintf(d->dir, sizeof(d->dir), "/tmp/gpb-bench-XXXXXX");
@@ -48,6 +48,8 @@ void bench_daemon_start(struct bench_daemon *d, const char *path)
 	argv[n++] = d->socket;
 	for (size_t i = 0; i < NFLAGS; i++)
 		argv[n++] = daemon_flags[i];
+	for (size_t i = 0; extra && extra[i] && n < NFLAGS + 19; i++)
+		argv[n++] = extra[i];
 	argv[n] = NULL;
 	off = 0;
 	for (size_t i = 0; i < n && off < sizeof(d->command); i++)

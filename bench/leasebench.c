@@ -14,6 +14,10 @@
  *   P8d  after a LIFO burst, at the idle setting + 200 ms with no library
  *        call: the bytes leased and kept for the process against its
  *        in-use.
+ *   P9   recall latency (issue 28): a process that holds 512 MiB of idle
+ *        leases sleeps; another connection's proportion change shrinks its
+ *        cap under them; the time until the daemon charges the holder no
+ *        more than its new cap (its service thread answered the recall).
  */
 #include "bench.h"
 
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -385,4 +390,127 @@ void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
 	idle_after_burst(socket, q, 512, 8, false, slow, &out->idle_held, &out->idle_in_use);
 	idle_after_burst(socket, q, 512, 0, true, slow, &out->adv_held, &out->adv_in_use);
 	gpb_disconnect(q);
+}
+
+/* ---- P9 --------------------------------------------------------------------- */
+
+#define P9_SLAB  (64ull << 20)
+#define P9_BLOCK (16ull << 20)
+#define P9_FILL  32 /* blocks of 16 MiB leased and freed: 512 MiB idle */
+
+/* The holder: leases and frees P9_FILL blocks on 'f' and says 'f'; between
+ * commands it sleeps in read(), making no library call: its service thread
+ * answers the recalls. Exits on 'q' or EOF. */
+static void p9_holder(const char *socket, int in, int out)
+{
+	struct gpb_register_opts o = {.name = "p9-holder"};
+	struct gpb_allocation a[P9_FILL];
+	gpb_client *c;
+	uint64_t inst;
+	char cmd;
+
+	/* Only a recall brings its idle leases back, never the idle timer. */
+	setenv("GPUBROKER_LEASE_IDLE_MS", "600000", 1);
+	unsetenv("GPUBROKER_LEASE");
+	if (gpb_connect(socket, "p9-holder", &c) < 0 || gpb_register(c, &o, &inst) < 0)
+		bench_die("P9 holder: %s", gpb_last_error());
+	if (bench_write_all(out, &inst, sizeof(inst)) < 0)
+		_exit(1);
+	while (bench_read_all(in, &cmd, 1) == 0 && cmd == 'f') {
+		for (unsigned i = 0; i < P9_FILL; i++)
+			if (gpb_alloc(c, inst, P9_BLOCK, 0, &a[i]) < 0)
+				bench_die("P9 holder: gpb_alloc: %s", gpb_last_error());
+		for (unsigned i = 0; i < P9_FILL; i++)
+			if (gpb_free(c, a[i].id) < 0)
+				bench_die("P9 holder: gpb_free: %s", gpb_last_error());
+		if (bench_write_all(out, &cmd, 1) < 0)
+			_exit(1);
+	}
+	gpb_disconnect(c);
+	_exit(0);
+}
+
+static void p9_info(gpb_client *c, uint64_t inst, struct gpb_instance_info *info)
+{
+	if (gpb_instance_info(c, inst, info) < 0)
+		bench_die("P9: instance_info: %s", gpb_last_error());
+}
+
+void bench_p9(const char *path, bool quick, struct bench_p9 *out)
+{
+	static const char conf_text[] = "mode = active\n";
+	char conf[] = "/tmp/gpb-bench-p9-XXXXXX";
+	int to[2], from[2], fd = mkstemp(conf);
+	if (fd < 0 || bench_write_all(fd, conf_text, sizeof(conf_text) - 1) < 0)
+		bench_die("P9: configuration file");
+	close(fd);
+	const char *extra[] = {"--config", conf, "--sim-memory", "1GiB", "--slab-size",
+	                       "64MiB",    NULL};
+	struct bench_daemon d;
+	bench_daemon_start(&d, path, extra);
+	/* The command line, then what the file says (cut if need be). */
+	int len = snprintf(out->daemon_cmd, sizeof(out->daemon_cmd), "%s", d.command);
+	if (len > 0 && (size_t)len < sizeof(out->daemon_cmd) - 32)
+		snprintf(out->daemon_cmd + len, sizeof(out->daemon_cmd) - (size_t)len,
+		         "; the file: %s", "mode = active");
+	if (pipe(to) < 0 || pipe(from) < 0)
+		bench_die("pipe");
+	pid_t pid = fork();
+	if (pid < 0)
+		bench_die("fork");
+	if (pid == 0) {
+		close(to[1]);
+		close(from[0]);
+		p9_holder(d.socket, to[0], from[1]);
+	}
+	close(to[0]);
+	close(from[1]);
+
+	/* The shrinker: an instance of its own in the manual pool, whose
+	 * proportion moves between 0.1 and 0.8; the holder (auto) gets the
+	 * rest: 0.9 of the device (921 MiB), then 0.2 (204 MiB). */
+	struct gpb_register_opts o = {.name = "p9-shrinker", .proportion = 0.1};
+	struct gpb_instance_info info;
+	gpb_client *c;
+	uint64_t mine, holder;
+	char step = 'f';
+	if (gpb_connect(d.socket, "p9-shrinker", &c) < 0 || gpb_register(c, &o, &mine) < 0)
+		bench_die("P9: %s", gpb_last_error());
+	if (bench_read_all(from[0], &holder, sizeof(holder)) < 0)
+		bench_die("P9: the holder did not start");
+
+	out->iterations = quick ? 50 : 200;
+	double *t = bench_xmalloc(out->iterations * sizeof(*t));
+	for (unsigned i = 0; i < out->iterations; i++) {
+		if (bench_write_all(to[1], &step, 1) < 0 || bench_read_all(from[0], &step, 1) < 0)
+			bench_die("P9: the holder did not fill");
+		p9_info(c, holder, &info);
+		if (info.used <= P9_FILL * P9_BLOCK / 2)
+			bench_die("P9: the holder holds %llu bytes", (unsigned long long)info.used);
+		uint64_t t0 = bench_now_ns();
+		if (gpb_set_proportion(c, mine, 0.8, NULL) < 0)
+			bench_die("P9: set_proportion: %s", gpb_last_error());
+		do {
+			p9_info(c, holder, &info);
+			if (bench_now_ns() - t0 > 10000000000ull)
+				bench_die("P9: the holder still holds %llu bytes over its cap %llu "
+				          "after 10 s",
+				          (unsigned long long)info.used,
+				          (unsigned long long)info.cap);
+		} while (info.used > info.cap);
+		t[i] = (double)(bench_now_ns() - t0);
+		if (gpb_set_proportion(c, mine, 0.1, NULL) < 0)
+			bench_die("P9: set_proportion: %s", gpb_last_error());
+	}
+	out->p50 = bench_quantile(t, out->iterations, 0.5);
+	out->p99 = bench_quantile(t, out->iterations, 0.99);
+	out->max = bench_quantile(t, out->iterations, 1.0);
+	free(t);
+	close(to[1]);
+	if (waitpid(pid, NULL, 0) != pid)
+		bench_die("P9: waitpid");
+	close(from[0]);
+	gpb_disconnect(c);
+	bench_daemon_stop(&d);
+	unlink(conf);
 }
