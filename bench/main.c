@@ -653,11 +653,13 @@ static int report(const struct config *cfg, const struct results *r)
 		GUARD_FAIL(r->p8.lease_p50 / r->p8.pool_p50 > GUARD * P8A_POOL_TARGET,
 		           "P8a pool ratio %.2f (guard %.1f)", r->p8.lease_p50 / r->p8.pool_p50,
 		           GUARD * P8A_POOL_TARGET);
-		/* An absolute time, as the idle RSS is an absolute size: a
-		 * service thread that does not answer (or answers only at
-		 * its idle timer) is seconds off, noise a few ms. */
-		GUARD_FAIL(r->p9.p99 > GUARD * P9_TARGET_NS,
-		           "P9 recall latency p99 %.2f ms (guard %.0f)", r->p9.p99 / 1e6,
+		/* An absolute time, as the idle RSS is an absolute size, and
+		 * on the median: the quick mode's p99 of 50 changes is their
+		 * largest, one preemption of a shared guest away (26 ms seen
+		 * beside other tests). A service thread that does not answer
+		 * (or only at its idle timer) moves the median by seconds. */
+		GUARD_FAIL(r->p9.p50 > GUARD * P9_TARGET_NS,
+		           "P9 recall latency p50 %.2f ms (guard %.0f)", r->p9.p50 / 1e6,
 		           GUARD * P9_TARGET_NS / 1e6);
 		GUARD_FAIL(r->idle_rss > GUARD * P7_TARGET_IDLE,
 		           "P7 idle RSS %.1f MiB (guard %.0f)", r->idle_rss / 1048576.0,
