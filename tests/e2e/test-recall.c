@@ -15,6 +15,8 @@
  *
  * Children never call cmocka: they say what they did over a pipe, one byte
  * a step ('x' for a failure, with a line on stderr), and exit 0 when fine.
+ * GPB_ONLY=PATTERN runs only the cases it matches (cmocka's test filter:
+ * GPB_ONLY=test_storm to replay a storm's seed alone).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -694,5 +696,7 @@ int main(void)
 	    cmocka_unit_test(test_chunking_equal),
 	    cmocka_unit_test(test_bad_recall_done),
 	};
+	if (getenv("GPB_ONLY"))
+		cmocka_set_test_filter(getenv("GPB_ONLY"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
