@@ -9,8 +9,9 @@
  * bytes come back under its new cap, whether it makes calls or sleeps), a
  * stopped holder makes an allocation wait the recall timeout and then fail
  * as it would have without recall (its data intact when it resumes), a
- * partition is created beside idle leases, a stream group is chunked as it
- * would be without leases, and eight processes join and leave under random
+ * holder killed while its recall is out frees the room for the request
+ * held on it, a partition is created beside idle leases, a stream group is
+ * chunked as it would be without leases, and eight processes join and leave under random
  * proportions (test-recall-storm.c). Bad recall_done frames get clear errors.
  *
  * Children never call cmocka: they say what they did over a pipe, one byte
@@ -482,6 +483,77 @@ static void test_holder_stopped(void **state)
 	daemon_done(&d, admin, conf);
 }
 
+/* Registers and says 'r'; on 'a' allocates 32 MiB (no wait_ms) and writes
+ * the result and how long it took (ms); 'q' quits. */
+static int child_asker(const struct th_daemon *d, int in, int out, const void *arg)
+{
+	gpb_client *c = NULL;
+	struct gpb_register_opts o = {.name = "asker"};
+	struct gpb_allocation x;
+	uint64_t inst;
+	int rc;
+	(void)arg;
+	if ((rc = gpb_connect(d->socket, "asker", &c)) < 0 || (rc = gpb_register(c, &o, &inst)) < 0)
+		return rc_fail(out, "asker", "connect", rc);
+	rc_say(out, 'r');
+	if (rc_hear(in, 120000) != 'a')
+		return rc_fail(out, "asker", "no command", 0);
+	long long t0 = th_now_ms();
+	rc = gpb_alloc(c, inst, 32 * MiB, 0, &x);
+	long long took = th_now_ms() - t0;
+	if (rc == 0)
+		memset(x.ptr, 0x33, 4096);
+	if (rc_write_u64(out, (uint64_t)(int64_t)rc) < 0 || rc_write_u64(out, (uint64_t)took) < 0)
+		return 1;
+	if (rc_hear(in, 120000) != 'q')
+		return rc_fail(out, "asker", "no command", 0);
+	gpb_disconnect(c);
+	return 0;
+}
+
+static bool recall_out(void *admin)
+{
+	return rc_stat(admin, "recalls_pending") >= 1;
+}
+
+/*
+ * A holder that dies while its recall is out: A fills the device with idle
+ * leases and is stopped; B's allocation is held for the recall; A is killed
+ * meanwhile. Its session's end frees its leases: B is served then, well
+ * before the recall timeout (5 s here), not refused.
+ */
+static void test_holder_killed(void **state)
+{
+	struct th_daemon d;
+	char conf[64];
+	struct holder_arg ha = {0};
+	(void)state;
+	daemon_with(&d, conf, "recall_timeout_ms = 5000\n", big_slabs);
+	gpb_client *admin = th_client(&d, "admin");
+	struct rchild b = rc_spawn(&d, child_asker, NULL);
+	rc_expect(&b, 'r');
+	struct rchild a = rc_spawn(&d, child_holder, &ha);
+	rc_read_u64(&a);
+	rc_expect(&a, 'f');
+	stop_child(&a);
+	rc_tell(&b, 'a');
+	assert_true(th_wait_for(recall_out, admin, 10000));
+	long long t0 = th_now_ms();
+	assert_int_equal(kill(a.pid, SIGKILL), 0);
+	int st;
+	assert_int_equal(waitpid(a.pid, &st, 0), a.pid);
+	close(a.to);
+	close(a.from);
+	int rc = (int)(int64_t)rc_read_u64(&b);
+	long long took = (long long)rc_read_u64(&b), after = th_now_ms() - t0;
+	printf("B: %d after %lld ms, %lld ms after the holder's kill\n", rc, took, after);
+	assert_int_equal(rc, 0);
+	assert_true(took < 5000);
+	rc_tell(&b, 'q');
+	rc_reap_ok(&b);
+	daemon_done(&d, admin, conf);
+}
+
 /* ---- e: a partition beside idle leases ------------------------------------------- */
 
 static void test_partition_beside_leases(void **state)
@@ -691,6 +763,7 @@ int main(void)
 	    cmocka_unit_test(test_cap_grows_holder_calls),
 	    cmocka_unit_test(test_cap_grows_holder_asleep),
 	    cmocka_unit_test(test_holder_stopped),
+	    cmocka_unit_test(test_holder_killed),
 	    cmocka_unit_test(test_storm),
 	    cmocka_unit_test(test_partition_beside_leases),
 	    cmocka_unit_test(test_chunking_equal),
