@@ -139,6 +139,12 @@ static void inst_destroy_all(struct lease_state *ls)
 		lease_map_put(l);
 		free(l);
 	}
+	while (ls->recalled) { /* returned already; their holds went with the track */
+		struct lease *l = ls->recalled;
+		ls->recalled = l->next;
+		lease_map_put(l);
+		free(l);
+	}
 	ls->abandoning = false;
 	idmap_finish(&ls->carves);
 	idmap_init(&ls->carves);
