@@ -121,9 +121,10 @@ static void test_no_messages(void **state)
 
 /* A partition's guarantee holds with leases on both sides: outside it,
  * a client leases what the partition leaves; inside it, a client of the
- * partition's token gets fifteen 33 MiB blocks of its 512 MiB (in leases
- * of their own size: doubled ones would have left ten), and, once those
- * leases have gone back idle (nothing of it charged), 16 MiB blocks in
+ * partition's token gets fifteen 33 MiB blocks of its 512 MiB (daemon
+ * allocations, above a quarter of a slab: doubled leases would have left
+ * ten), and, once those and its leases have gone back (nothing of it
+ * charged), 16 MiB blocks in
  * fresh leases up to all but two of the 32 (whole 2 MiB granules and the
  * pool's cached empty slab). */
 static void test_partition_guarantee(void **state)
