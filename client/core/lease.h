@@ -93,6 +93,13 @@ struct lease_state {
 	 * so no block is served from them. Written under both locks. */
 	bool lost;
 	unsigned idle_ms; /* GPUBROKER_LEASE_IDLE_MS */
+	/* The largest request served from a lease: a quarter of the largest
+	 * slab size seen (hello's limits, a lease's grant), 0 while none is
+	 * known. Larger ones are daemon allocations: the daemon would lease
+	 * them their own size in whole 2 MiB units, more than the
+	 * per-allocation path charges, so a cap or a partition would refuse
+	 * what that path grants. */
+	uint64_t local_max;
 	struct lease_inst *insts;
 	/* Local id -> block: a table indexed by the id's low bits (not a
 	 * hash: alloc and free stay a handful of instructions, P8a), the id
