@@ -30,6 +30,7 @@ static void client_read_limits(gpb_client *c, const cJSON *limits)
 	    {PROTO_F_MAX_INSTANCES, &c->limits.max_instances},
 	    {PROTO_F_MAX_ALLOCATIONS, &c->limits.max_allocations},
 	    {PROTO_F_WRITE_HIGH_WATER, &c->limits.write_high_water},
+	    {PROTO_F_SLAB_SIZE, &c->limits.slab_size},
 	};
 
 	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {

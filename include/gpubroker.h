@@ -150,8 +150,8 @@ int gpb_unregister(gpb_client *client, uint64_t instance);
 struct gpb_allocation {
 	/** The allocation's id. A daemon allocation's is daemon-wide (random,
 	 * unguessable). A block served from this client's leases (gpb_alloc
-	 * up to the daemon's slab size, unless GPUBROKER_LEASE=0 or the
-	 * allocator is "direct" or "async") has a local id instead: its top
+	 * up to a quarter of the daemon's slab size, unless GPUBROKER_LEASE=0
+	 * or the allocator is "direct" or "async") has a local id instead: its top
 	 * 16 bits are 0x10ca, the rest counted by this client; the daemon
 	 * does not know it, so gpb_attach() of it by another client is
 	 * GPB_E_NOT_FOUND. gpb_export() of a local block, or gpb_attach()
@@ -381,7 +381,7 @@ struct gpb_mem_info {
 
 /**
  * @used is what the daemon charges the instance: its leases whole and its
- * own allocations (larger than a slab, or made without leases). @leased,
+ * own allocations (larger than a quarter of a slab, or made without leases). @leased,
  * @in_use and @leases are this process's own figures, exact when the call
  * returns (the daemon's copy of in_use is as of this process's last lease
  * message).

@@ -56,6 +56,7 @@ int client_enter_events(gpb_client *c)
 		                 "a child connects anew (gpb_connect)");
 	pthread_mutex_lock(&c->lock);
 	client_conn_settle(&c->conn);
+	lease_recall_settle(c);
 	if (c->pending)
 		client_pending_poll(c);
 	return 0;

@@ -62,6 +62,11 @@ static int client_reclaim(void *client, uint64_t slab)
 	gpb_client *c = client;
 
 	track_finish_all(&c->track);
+	/* A lease returned inside an exchange may still hold it here: the
+	 * daemon asks back only a slab it holds nothing of this connection's
+	 * in, so no reply still to come puts an allocation there without
+	 * handing it over again, and those leases can go now. */
+	lease_recall_settle_slab(c, slab);
 	return track_reclaim(&c->track, slab);
 }
 

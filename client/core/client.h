@@ -30,6 +30,7 @@ struct client_limits {
 	uint64_t max_instances;
 	uint64_t max_allocations;
 	uint64_t write_high_water;
+	uint64_t slab_size; /* 0 from a daemon that does not say */
 };
 
 /* An allocation gpb_free_async() queued: freed once its fence has passed. */

@@ -709,7 +709,9 @@ int client_conn_exchange_frame(struct client_conn *c, const char *frame, size_t 
 			/* Answered at once: the reply waited for may be an
 			 * allocation waiting for this very slab, or held by
 			 * the daemon until this recall is answered. */
+			c->in_exchange = true;
 			client_conn_send_answers(c);
+			c->in_exchange = false;
 			continue;
 		}
 		rc = client_conn_read(c, 0);

@@ -139,6 +139,12 @@ static void inst_destroy_all(struct lease_state *ls)
 		lease_map_put(l);
 		free(l);
 	}
+	while (ls->recalled) { /* returned already; their holds went with the track */
+		struct lease *l = ls->recalled;
+		ls->recalled = l->next;
+		lease_map_put(l);
+		free(l);
+	}
 	ls->abandoning = false;
 	idmap_finish(&ls->carves);
 	idmap_init(&ls->carves);
@@ -344,7 +350,7 @@ int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, ui
 		return 1;
 	pthread_mutex_lock(&ls->lock);
 	in = ls->lost ? NULL : inst_find(ls, instance);
-	if (in && in->count && (!in->max_lease || size <= in->max_lease) &&
+	if (in && in->count && size <= ls->local_max &&
 	    inst_take(ls, in, size, alignment, out) == 0)
 		rc = 0;
 	pthread_mutex_unlock(&ls->lock);
@@ -499,8 +505,8 @@ static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
 	in->leases = l;
 	in->count++;
 	in->leased += l->size;
-	if (slab_size > in->max_lease)
-		in->max_lease = slab_size;
+	if (slab_size / 4 > ls->local_max)
+		ls->local_max = slab_size / 4;
 	ls->leases_taken++;
 	pthread_mutex_unlock(&ls->lock);
 	l = NULL;
@@ -653,7 +659,11 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 			pthread_mutex_unlock(&ls->lock);
 			return error_set(GPB_E_NOMEM, "out of memory");
 		}
-		if (in->max_lease && size > in->max_lease) {
+		/* Above a quarter of a slab: a daemon allocation (local_max).
+		 * Before any lease, the slab size is hello's. */
+		if (!ls->local_max)
+			ls->local_max = c->limits.slab_size / 4;
+		if (ls->local_max && size > ls->local_max) {
 			pthread_mutex_unlock(&ls->lock);
 			return 1;
 		}

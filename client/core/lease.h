@@ -93,6 +93,13 @@ struct lease_state {
 	 * so no block is served from them. Written under both locks. */
 	bool lost;
 	unsigned idle_ms; /* GPUBROKER_LEASE_IDLE_MS */
+	/* The largest request served from a lease: a quarter of the largest
+	 * slab size seen (hello's limits, a lease's grant), 0 while none is
+	 * known. Larger ones are daemon allocations: the daemon would lease
+	 * them their own size in whole 2 MiB units, more than the
+	 * per-allocation path charges, so a cap or a partition would refuse
+	 * what that path grants. */
+	uint64_t local_max;
 	struct lease_inst *insts;
 	/* Local id -> block: a table indexed by the id's low bits (not a
 	 * hash: alloc and free stay a handful of instructions, P8a), the id
@@ -103,6 +110,11 @@ struct lease_state {
 	uint64_t salt;
 	struct idmap carves;  /* local id -> carve (daemon id, as a uintptr) */
 	struct lease *doomed; /* let go by the pool: to return (lease_return) */
+	/* Returned for a recall inside another exchange: let go of here (its
+	 * mapping and slab hold) at the next lease_recall_settle, once that
+	 * exchange's reply, which may put an allocation in the same slab, has
+	 * been applied. */
+	struct lease *recalled;
 	/* The service thread: started with the first lease. */
 	pthread_t thread;
 	bool thread_on, stop;
@@ -193,6 +205,11 @@ void lease_return_doomed(struct gpb_client *c);
  * Returns the bytes given back (0: nothing was wholly free).
  */
 uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes);
+/* Client lock held, no exchange in flight: lets go locally of the leases a
+ * recall returned inside another exchange (lease_state.recalled). */
+void lease_recall_settle(struct gpb_client *c);
+/* The same for those of them in slab @slab only (a reclaim of it). */
+void lease_recall_settle_slab(struct gpb_client *c, uint64_t slab);
 
 /* Figures: bytes leased and in use inside the leases of @instance (every
  * instance when 0). */

@@ -44,7 +44,6 @@ struct lease_inst {
 	struct lease *leases; /* in the pool or ready */
 	unsigned count;
 	uint64_t leased, in_use;
-	uint64_t max_lease; /* the largest slab_size seen: larger requests are allocs */
 	/* Blocks freed lately, still the pool's (not in use, not in in_use):
 	 * an alloc of the same rounded size takes one back without the pool.
 	 * Flushed to the pool before leases are judged free. Their figures are

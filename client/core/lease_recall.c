@@ -28,6 +28,15 @@ static bool doomed_take(struct lease_state *ls, struct lease *l)
 	return false;
 }
 
+/* Lets go of returned lease @l here: its mapping and its slab hold. */
+static void recall_let_go(struct gpb_client *c, struct lease *l)
+{
+	lease_map_put(l);
+	track_finish_work(&c->track, TRACK_ALLOC, l->id);
+	track_release_early(&c->track, TRACK_ALLOC, l->id);
+	track_release(&c->track, TRACK_ALLOC, l->id);
+}
+
 uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 {
 	struct lease_state *ls = &c->lease;
@@ -59,20 +68,74 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 		in_use = in->in_use;
 	}
 	pthread_mutex_unlock(&ls->lock);
+	/* Inside another exchange the reply still to come may put an
+	 * allocation in the slab of a lease returned now (the daemon sent it
+	 * before it read the return): the slab must still be mapped then, so
+	 * the lease is let go of locally only once that reply is applied
+	 * (lease_recall_settle). The daemon keeps the slab for this
+	 * connection meanwhile (keep_slabs); without keep_slabs it would let
+	 * go of it at the return, so then nothing is returned here (the
+	 * recall is answered with what went back: nothing). */
+	bool defer = c->conn.in_exchange;
+	if (defer && !slab_keep_max()) {
+		pthread_mutex_lock(&ls->lock);
+		for (l = back; l; l = next) {
+			next = l->next;
+			l->next = ls->doomed; /* returned with the next doomed ones */
+			ls->doomed = l;
+		}
+		pthread_mutex_unlock(&ls->lock);
+		return 0;
+	}
 	for (l = back; l; l = next) {
 		next = l->next;
-		lease_map_put(l);
-		track_finish_work(&c->track, TRACK_ALLOC, l->id);
-		track_release_early(&c->track, TRACK_ALLOC, l->id);
-		track_release(&c->track, TRACK_ALLOC, l->id);
+		if (!defer)
+			recall_let_go(c, l);
 		client_conn_send_lease_return(&c->conn, l->id, in_use);
 		ls->leases_returned++;
 		ls->recall_returns++;
-		free(l);
+		if (defer) {
+			l->next = ls->recalled;
+			ls->recalled = l;
+		} else {
+			free(l);
+		}
 	}
 	/* As lease_return_doomed: a slab let go of is released before the
 	 * next lease could land in it. */
-	if (back)
+	if (back && !defer)
 		client_send_released(c);
 	return returned;
+}
+
+/* Lets go of the recalled leases in @slab (any when UINT64_MAX). */
+static void recall_settle(struct gpb_client *c, uint64_t slab)
+{
+	struct lease **pp = &c->lease.recalled;
+	bool any = false;
+
+	while (*pp) {
+		struct lease *l = *pp;
+		if (slab != UINT64_MAX && l->slab != slab) {
+			pp = &l->next;
+			continue;
+		}
+		*pp = l->next;
+		recall_let_go(c, l);
+		free(l);
+		any = true;
+	}
+	if (any && slab == UINT64_MAX)
+		client_send_released(c);
+}
+
+void lease_recall_settle(struct gpb_client *c)
+{
+	recall_settle(c, UINT64_MAX);
+}
+
+void lease_recall_settle_slab(struct gpb_client *c, uint64_t slab)
+{
+	/* The reclaim's answer is the release: nothing more to send. */
+	recall_settle(c, slab);
 }

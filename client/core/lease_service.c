@@ -80,11 +80,16 @@ static bool service_pump(gpb_client *c, bool readable)
 {
 	bool alive;
 
-	/* As every call does first (client_enter): an invalidate read
-	 * behind the last reply applies before anything after it. */
-	client_conn_settle(&c->conn);
+	/* An invalidate read here is left for the application's next call
+	 * to apply (client_enter settles it): applying it would unmap its
+	 * memory behind its back, while it may be using it (it has not heard
+	 * of the event). Recalls and reclaims give back only what nothing
+	 * uses: those are answered now. */
+	c->conn.defer_invalidate = true;
 	if (readable)
 		client_conn_pump(&c->conn);
+	c->conn.defer_invalidate = false;
+	lease_recall_settle(c);
 	lease_return_doomed(c);
 	alive = !c->conn.dead;
 	client_leave(c);

@@ -206,6 +206,7 @@ static int print_clients(const cJSON *result, const struct ctl_options *o, bool 
 	    {PROTO_F_USED, "USED", CTL_SIZE},
 	    {PROTO_F_LEASED, "LEASED", CTL_SIZE},
 	    {PROTO_F_IN_USE, "IN_USE", CTL_SIZE},
+	    {PROTO_F_RECALLS_PENDING, "RECALLS", CTL_NUM},
 	    {PROTO_F_CAP, "CAP", CTL_SIZE},
 	    /* "-" (CSV: empty) for a client outside partitions. */
 	    {PROTO_F_PARTITION, "PARTITION", CTL_TEXT},

@@ -143,6 +143,7 @@ int dispatch_hello(struct dispatch_ctx *ctx, const struct proto_hello_params *p)
 	    proto_add_number(lim, PROTO_F_MAX_ALLOCATIONS, l->max_allocations) ||
 	    proto_add_number(lim, PROTO_F_MAX_INFLIGHT, l->max_inflight) ||
 	    proto_add_number(lim, PROTO_F_WRITE_HIGH_WATER, (double)l->write_high_water) ||
+	    proto_add_u64(lim, PROTO_F_SLAB_SIZE, l->slab_size) ||
 	    proto_add_number(lim, PROTO_F_HELLO_TIMEOUT_MS, l->hello_timeout_ms))
 		return -ENOMEM;
 	return 0;

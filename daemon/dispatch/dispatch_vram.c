@@ -91,7 +91,12 @@ static int instance_json(struct broker *b, cJSON *o, const struct broker_instanc
 	                         : cJSON_AddNullToObject(o, PROTO_F_PROPORTION)) ||
 	    proto_add_number(o, PROTO_F_SHARE, pi->share) ||
 	    proto_add_u64(o, PROTO_F_CAP, pi->cap) || proto_add_u64(o, PROTO_F_USED, pi->used) ||
-	    proto_add_u64(o, PROTO_F_FREE, policy_headroom(p, pi)))
+	    proto_add_u64(o, PROTO_F_FREE, policy_headroom(p, pi)) ||
+	    proto_add_u64(o, PROTO_F_LEASED, inst->leased) ||
+	    proto_add_u64(o, PROTO_F_RECALLS_SENT, inst->recalls_sent) ||
+	    proto_add_u64(o, PROTO_F_RECALLS_ANSWERED, inst->recalls_answered) ||
+	    proto_add_u64(o, PROTO_F_RECALLS_PENDING, inst->recall_epoch != 0) ||
+	    proto_add_u64(o, PROTO_F_RECALLS_TIMED_OUT, inst->recalls_timed_out))
 		return -ENOMEM;
 	return 0;
 }

@@ -80,6 +80,7 @@ static void end_to_end_hello(struct end_to_end *e)
 	assert_int_equal(jnum(lim, "max_allocations"), 1000);
 	assert_int_equal(jnum(lim, "write_high_water"), b->limits.write_high_water);
 	assert_int_equal(jnum(lim, "hello_timeout_ms"), b->limits.hello_timeout_ms);
+	assert_int_equal(ju64(lim, "slab_size"), b->limits.slab_size);
 	reply_done(&r);
 	assert_true(s->hello);
 	assert_string_equal(s->name, "unit-test");

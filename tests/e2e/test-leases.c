@@ -122,9 +122,10 @@ static void test_no_messages(void **state)
 
 /* A partition's guarantee holds with leases on both sides: outside it,
  * a client leases what the partition leaves; inside it, a client of the
- * partition's token gets fifteen 33 MiB blocks of its 512 MiB (in leases
- * of their own size: doubled ones would have left ten), and, once those
- * leases have gone back idle (nothing of it charged), 16 MiB blocks in
+ * partition's token gets fifteen 33 MiB blocks of its 512 MiB (daemon
+ * allocations, above a quarter of a slab: doubled leases would have left
+ * ten), and, once those and its leases have gone back (nothing of it
+ * charged), 16 MiB blocks in
  * fresh leases up to all but two of the 32 (whole 2 MiB granules and the
  * pool's cached empty slab). */
 static void test_partition_guarantee(void **state)
@@ -250,6 +251,50 @@ static void test_grow(void **state)
 	assert_false(is_local(big.id));
 	assert_int_equal(gpb_free(c, big.id), 0);
 	gpb_disconnect(c);
+	assert_int_equal(th_daemon_stop(&d), 0);
+}
+
+/* A request above a quarter of the slab size is a daemon allocation, not
+ * a lease of its own: charged exactly its size rounded up to the granule
+ * (a lease would be whole 2 MiB units), with a daemon id that another
+ * connection of the uid attaches. Before any lease (the slab size from
+ * hello), after one, and at the quarter's edge: 16 MiB is still leased. */
+static void test_large_own(void **state)
+{
+	struct th_daemon d;
+	struct gpb_allocation big, small, edge, att;
+	struct gpb_mem_info mi;
+	const uint64_t sizes[] = {33 * MIB + 1, 16 * MIB + 1};
+	(void)state;
+	th_daemon_start(&d, big_slabs);
+	gpb_client *c = th_client(&d, "large");
+	gpb_client *o = th_client(&d, "other");
+	uint64_t inst = reg(c, 0);
+	for (int k = 0; k < 2; k++) {
+		uint64_t want = sizes[k], rounded = (want + 255) & ~255ull;
+		assert_int_equal(gpb_alloc(c, inst, want, 0, &big), 0);
+		assert_false(is_local(big.id));
+		assert_int_equal(big.size, rounded);
+		assert_int_equal(gpb_mem_info(c, inst, &mi), 0);
+		assert_int_equal(mi.used - mi.leased, rounded);
+		memset(big.ptr, 0x3b, 4096);
+		assert_int_equal(gpb_attach(o, big.id, &att), 0);
+		assert_int_equal(((unsigned char *)att.ptr)[4095], 0x3b);
+		assert_int_equal(gpb_detach(o, att.id), 0);
+		th_settle(o);
+		assert_int_equal(gpb_free(c, big.id), 0);
+		if (k == 0) { /* a lease now: its grant names the slab size */
+			assert_int_equal(gpb_alloc(c, inst, 4096, 0, &small), 0);
+			assert_true(is_local(small.id));
+		}
+	}
+	assert_int_equal(gpb_alloc(c, inst, 16 * MIB, 0, &edge), 0);
+	assert_true(is_local(edge.id));
+	assert_int_equal(gpb_free(c, edge.id), 0);
+	assert_int_equal(gpb_free(c, small.id), 0);
+	th_selfcheck(o, NULL);
+	gpb_disconnect(c);
+	gpb_disconnect(o);
 	assert_int_equal(th_daemon_stop(&d), 0);
 }
 
@@ -803,6 +848,7 @@ int main(void)
 	    cmocka_unit_test(test_invalidate),
 	    cmocka_unit_test(test_trim_asleep),
 	    cmocka_unit_test(test_recall_in_exchange),
+	    cmocka_unit_test(test_large_own),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
