@@ -35,16 +35,16 @@
 #define LIVES     24 /* processes in all */
 #define MAX_LIVE  6  /* live blocks a process holds at most */
 #define DEVICE_MB 64 /* the device: 32 slabs of 2 MiB */
-/* Every lease is one 2 MiB slab (the slab size), and every block (1-1.8 MiB)
- * fills a lease of its own: the leases that hold something are the live
- * blocks. While the blocks live (or about to be) everywhere leave a few
- * slabs (a cached empty one), an allocation within its instance's cap must
- * find room, recalling others' idle leases. */
+/* Every lease is one 2 MiB slab (the slab size), and every block (256-512
+ * KiB: leased, at most a quarter of a slab, aligned to 2 MiB) has a lease of
+ * its own: the leases that hold something are the live blocks. While the blocks live (or about to
+ * be) everywhere leave a few slabs (a cached empty one), an allocation within its instance's cap
+ * must find room, recalling others' idle leases. */
 #define GUARANTEED (DEVICE_MB / 2 - 4)
 
 struct storm_shared {
 	unsigned reserved; /* live blocks, and blocks being allocated, of every process */
-	unsigned allocs, quota, no_room; /* what allocations got */
+	unsigned allocs, leased, quota, no_room; /* what allocations got */
 };
 
 struct storm_arg {
@@ -81,16 +81,18 @@ static int storm_free(gpb_client *c, struct storm_block *b, struct storm_shared 
 	return 0;
 }
 
-/* One allocation of 1-1.8 MiB: only the policy may refuse it, and the
+/* One allocation of 256-512 KiB, a lease of its own: only the policy may refuse it, and the
  * device only when the live blocks everywhere could fill it. */
 static int storm_alloc(gpb_client *c, uint64_t inst, struct storm_block *b, struct storm_shared *sh,
                        int out)
 {
-	uint64_t size = MiB + 4096 * (1 + th_rnd_below(200));
+	uint64_t size = 256 * 1024 + 4096 * th_rnd_below(65);
 	unsigned before = __atomic_fetch_add(&sh->reserved, 1, __ATOMIC_SEQ_CST);
-	int rc = gpb_alloc(c, inst, size, 0, &b->a);
+	int rc = gpb_alloc(c, inst, size, 2 * MiB, &b->a);
 	if (rc == 0) {
 		__atomic_fetch_add(&sh->allocs, 1, __ATOMIC_SEQ_CST);
+		if (b->a.id >> 48 == 0x10ca) /* a local id: in a lease */
+			__atomic_fetch_add(&sh->leased, 1, __ATOMIC_SEQ_CST);
 		b->tag = (unsigned char)th_rnd();
 		rc_pattern(&b->a, b->tag, false, NULL);
 		return 1;
@@ -100,7 +102,16 @@ static int storm_alloc(gpb_client *c, uint64_t inst, struct storm_block *b, stru
 	if (rc == GPB_E_QUOTA || (rc == GPB_E_OUT_OF_MEMORY && before + 1 > GUARANTEED))
 		return 0;
 	fprintf(stderr, "storm: %" PRIu64 " bytes with %u blocks live everywhere\n", size, before);
-	return -rc_fail(out, "storm", "alloc", rc);
+	rc_fail(out, "storm", "alloc", rc);
+	/* What the daemon holds, and for whom, to tell why. */
+	static const char *const what[] = {"clients", "status", "stats"};
+	for (size_t i = 0; i < sizeof(what) / sizeof(what[0]); i++) {
+		char *json = NULL;
+		if (gpb_request(c, what[i], NULL, &json) == 0)
+			fprintf(stderr, "storm: %s: %s\n", what[i], json);
+		gpb_string_free(json);
+	}
+	return -1;
 }
 
 static int storm_life(const struct th_daemon *d, int in, int out, const void *arg)
@@ -228,8 +239,8 @@ void test_storm(void **state)
 		th_selfcheck(admin, NULL);
 	}
 	assert_int_equal(sh->reserved, 0);
-	printf("%u allocations, %u refused for a quota, %u for room\n", sh->allocs, sh->quota,
-	       sh->no_room);
+	printf("%u allocations (%u in leases), %u refused for a quota, %u for room\n", sh->allocs,
+	       sh->leased, sh->quota, sh->no_room);
 	uint64_t sent = rc_stat(admin, "recalls_sent");
 	printf("recalls sent %" PRIu64 ", answered %" PRIu64 ", timed out %" PRIu64 "\n", sent,
 	       rc_stat(admin, "recalls_answered"), rc_stat(admin, "recalls_timed_out"));
