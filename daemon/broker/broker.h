@@ -52,6 +52,8 @@ struct broker_instance {
 	 * (0: none), the bytes asked, when it times out; and its counts. */
 	uint64_t recall_epoch, recall_bytes, recall_deadline;
 	uint64_t recall_quiet_until; /* one it let time out: not asked again before */
+	uint64_t recall_retry_at;    /* one it answered with less than asked: asked
+	                                again from then (it may have freed more) */
 	uint64_t recalls_sent, recalls_answered, recalls_timed_out;
 	struct list queued; /* struct broker_queued */
 	unsigned queued_count;

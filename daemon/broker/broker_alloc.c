@@ -165,7 +165,7 @@ int broker_alloc_in(struct broker *b, struct session *s, struct broker_instance 
 	if (rc == -ENOMEM)
 		/* Slabs kept empty by clients are asked back: a retry (a wait)
 		 * finds them once their clients have answered. */
-		broker_reclaim_device(b, inst->device);
+		broker_reclaim_device(b, inst->device, false, PROTO_V_REASON_MEMORY);
 	if (rc < 0)
 		goto fail;
 	/* Should the pool ever hand out more than the rounded size, the
@@ -698,13 +698,15 @@ void broker_ghost_make(struct broker *b, struct session *s)
 	}
 }
 
-unsigned broker_reclaim_device(struct broker *b, int device)
+unsigned broker_reclaim_device(struct broker *b, int device, bool outside, const char *reason)
 {
 	struct list *pos;
 	unsigned asked = 0;
 	list_for_each(pos, &b->sessions) {
 		struct session *s = list_entry(pos, struct session, link);
 		size_t n;
+		if (outside && s->part)
+			continue;
 		uint64_t *ids = s->keep_slabs ? session_kept(s, device, &n) : NULL;
 		for (size_t i = 0; ids && i < n; i++) {
 			struct session_slab *ss = idmap_get(&s->held, ids[i]);
@@ -720,7 +722,7 @@ unsigned broker_reclaim_device(struct broker *b, int device)
 			asked++;
 			struct broker_event ev = {.type = BROKER_EVENT_RECLAIM, .s = s};
 			ev.reclaim.slab = ids[i];
-			ev.reclaim.reason = PROTO_V_REASON_MEMORY;
+			ev.reclaim.reason = reason;
 			broker_emit(b, &ev);
 		}
 		free(ids);

@@ -305,10 +305,12 @@ void broker_alloc_release(struct broker *b, struct session *s, struct broker_all
  * was the last holder of an orphan (the map entry is the caller's); fence
  * as for broker_alloc_release. */
 void broker_unpin(struct broker *b, struct session *s, struct broker_alloc *a, bool fence);
-/* The device is short of memory: every slab a session keeps empty there is
- * asked back (reclaim event), pinned until its client answers. Returns how
- * many were asked for. */
-unsigned broker_reclaim_device(struct broker *b, int device);
+/* The device is short of memory (reason "memory"), or a partition is being
+ * made there (reason "partition", outside: only sessions outside
+ * partitions): every slab a session keeps empty there is asked back
+ * (reclaim event), pinned until its client answers. Returns how many
+ * were asked for. */
+unsigned broker_reclaim_device(struct broker *b, int device, bool outside, const char *reason);
 /* A slab s's client is asked to unmap, pinned ("parting") until it answers
  * release. 0 or -ENOMEM. */
 int broker_parting_add_slab(struct broker *b, struct session *s, struct pool_slab *slab);

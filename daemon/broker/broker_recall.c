@@ -23,9 +23,14 @@
  * broker_wait.c) while broker_recall_room() says recalls are out for them.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "broker.h"
 #include "broker_internal.h"
+
+/* How long an instance that answered a recall with less than it was asked
+ * is not asked again (it had nothing more wholly free then). */
+#define BROKER_RECALL_RETRY_MS 20
 
 /* Sends inst's client a recall of bytes (at most its leases) unless one
  * is out already; true when one is out for inst now. */
@@ -40,7 +45,8 @@ static bool recall_send(struct broker *b, struct broker_instance *inst, uint64_t
 	 * asked again for a recall timeout: every request would otherwise
 	 * wait the whole timeout for it (a lease refused, then the same bytes
 	 * as an allocation of their own). */
-	if (inst->recall_quiet_until && broker_now_ms() < inst->recall_quiet_until)
+	uint64_t now = broker_now_ms();
+	if (now < inst->recall_quiet_until || now < inst->recall_retry_at)
 		return false;
 	if (bytes > inst->leased)
 		bytes = inst->leased;
@@ -60,15 +66,26 @@ static bool recall_send(struct broker *b, struct broker_instance *inst, uint64_t
 	return true;
 }
 
-/* Ends inst's recall out: answered, or timed out. */
-static void recall_end(struct broker *b, struct broker_instance *inst, bool answered)
+/* Ends inst's recall out: answered with returned bytes, or timed out. */
+static void recall_end(struct broker *b, struct broker_instance *inst, bool answered,
+                       uint64_t returned)
 {
+	uint64_t asked = inst->recall_bytes;
 	inst->recall_epoch = 0;
 	inst->recall_bytes = 0;
 	b->recalls_pending--;
 	if (answered) {
 		inst->recalls_answered++;
 		b->stats.recalls_answered++;
+		/* Less than asked: nothing else of it was wholly free. Asking
+		 * again at once would only hear the same (a held request runs
+		 * again at every free); a little later it may have freed, and
+		 * the requests held for it wait until then (the timer runs
+		 * them again). */
+		if (returned < asked) {
+			inst->recall_retry_at = broker_now_ms() + BROKER_RECALL_RETRY_MS;
+			broker_timer_want(b, inst->recall_retry_at);
+		}
 	} else {
 		inst->recalls_timed_out++;
 		b->stats.recalls_timed_out++;
@@ -94,6 +111,13 @@ unsigned broker_recall_room(struct broker *b, const struct broker_partition *par
 {
 	unsigned out = 0;
 	struct list *pos, *ipos;
+	/* A partition counts slabs, not bytes: the slabs that libraries keep
+	 * emptied outside partitions (their leases returned) are asked back
+	 * too. (Short of memory, the pool's ENOMEM has asked already.) */
+	if (send && !part && strcmp(reason, PROTO_V_REASON_PARTITION) == 0)
+		for (int d = 0; d < b->device_count; d++)
+			if (device < 0 || d == device)
+				broker_reclaim_device(b, d, true, reason);
 	list_for_each(pos, &b->sessions) {
 		struct session *s = list_entry(pos, struct session, link);
 		if (s->part != part)
@@ -107,8 +131,11 @@ unsigned broker_recall_room(struct broker *b, const struct broker_partition *par
 			if (inst == except || (device >= 0 && inst->device != device))
 				continue;
 			/* Its library judges which leases are wholly free; in_use
-			 * is only what it last said. */
+			 * is only what it last said. One to be asked again soon
+			 * counts as out: its next answer may make the room. */
 			if (send ? recall_send(b, inst, bytes, reason) : inst->recall_epoch != 0)
+				out++;
+			else if (inst->leased && broker_now_ms() < inst->recall_retry_at)
 				out++;
 		}
 	}
@@ -173,7 +200,7 @@ int broker_recall_answer(struct broker *b, struct session *s, uint64_t epoch, ui
 		return -ENOENT;
 	if (bytes > inst->recall_bytes)
 		return -ERANGE;
-	recall_end(b, inst, true);
+	recall_end(b, inst, true, bytes);
 	return 0;
 }
 
@@ -217,7 +244,12 @@ bool broker_recalls_out(const struct broker *b, const struct broker_partition *p
 		list_for_each(ipos, &s->instances) {
 			const struct broker_instance *inst =
 			    list_entry(ipos, const struct broker_instance, link);
-			if (inst->recall_epoch && (device < 0 || inst->device == device))
+			if (device >= 0 && inst->device != device)
+				continue;
+			/* Out, or to be asked again soon: its answer may still
+			 * make the room. */
+			if (inst->recall_epoch ||
+			    (inst->leased && broker_now_ms() < inst->recall_retry_at))
 				return true;
 		}
 	}
@@ -227,18 +259,23 @@ bool broker_recalls_out(const struct broker *b, const struct broker_partition *p
 uint64_t broker_recalls_expire(struct broker *b, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;
+	/* now 0 only reads the earliest deadline; a retry time is to come
+	 * only against the clock. */
+	uint64_t clock = now ? now : broker_now_ms();
 	struct list *pos, *ipos;
-	if (!b->recalls_pending)
-		return next;
 	list_for_each(pos, &b->sessions) {
 		struct session *s = list_entry(pos, struct session, link);
 		list_for_each(ipos, &s->instances) {
 			struct broker_instance *inst =
 			    list_entry(ipos, struct broker_instance, link);
+			/* When it may be asked again: the timer runs the held
+			 * requests then. */
+			if (inst->recall_retry_at > clock && inst->recall_retry_at < next)
+				next = inst->recall_retry_at;
 			if (!inst->recall_epoch)
 				continue;
 			if (inst->recall_deadline <= now)
-				recall_end(b, inst, false);
+				recall_end(b, inst, false, 0);
 			else if (inst->recall_deadline < next)
 				next = inst->recall_deadline;
 		}

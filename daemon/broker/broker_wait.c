@@ -371,7 +371,6 @@ void broker_waits_expire(struct broker *b)
 	 * below then re-arms it rather than leaving the wait stranded. */
 	b->timer_deadline = UINT64_MAX;
 	uint64_t now = broker_now_ms();
-	uint64_t pending = b->recalls_pending;
 	broker_recalls_expire(b, now);
 	struct list *pos, *tmp;
 	list_for_each_safe(pos, tmp, &b->waits) {
@@ -381,9 +380,9 @@ void broker_waits_expire(struct broker *b)
 		else if (w->deadline <= now)
 			broker_wait_finish(b, w, -ETIMEDOUT, NULL);
 	}
-	/* Recalls that timed out: what held for them alone is answered. */
-	if (b->recalls_pending != pending)
-		broker_waits_run(b);
+	/* Recalls that timed out, or holders that may be asked again: the
+	 * held requests run again (answered when nothing is left to wait for). */
+	broker_waits_run(b);
 	broker_timer_update(b);
 }
 

@@ -144,14 +144,16 @@ int dispatch_partition_create(struct dispatch_ctx *ctx,
 	rc = broker_partition_create(ctx->b, params->name, (uid_t)params->uid, sizes, &p, &why);
 	if (rc == -ENOSPC && !ctx->final) {
 		/* Idle leases outside partitions may stand in the way: they are
-		 * recalled on every device of the partition (on the first run),
-		 * and the request held for the answers, up to the recall
-		 * timeout (a Slurm prolog must not hang). */
+		 * recalled on every device of the partition, and the slabs they
+		 * leave kept empty asked back (at every run: a lease returned
+		 * empties its slab after the first), the request held for the
+		 * answers up to the recall timeout (a Slurm prolog must not
+		 * hang). */
 		unsigned out = 0;
 		for (int i = 0; i < BACKEND_MAX_DEVICES; i++)
 			if (sizes[i])
 				out += broker_recall_room(ctx->b, NULL, i, sizes[i], NULL,
-				                          PROTO_V_REASON_PARTITION, !ctx->retry);
+				                          PROTO_V_REASON_PARTITION, true);
 		if (dispatch_hold(ctx, out, -1))
 			return 0;
 	}

@@ -32,12 +32,13 @@ bool dispatch_hold_for_room(struct dispatch_ctx *ctx, int device, uint64_t insta
 {
 	if (ctx->final || device < 0)
 		return false;
-	/* Recalls go out on the first run only: a run again waits for those
-	 * (a holder that answered with less keeps the rest, and asking it
-	 * again at every free would only repeat the question). */
-	unsigned n = broker_recall_room(ctx->b, ctx->s->part, device, size,
-	                                broker_instance_find(ctx->s, instance),
-	                                PROTO_V_REASON_MEMORY, !ctx->retry);
+	/* A run again asks again too: holders that gave back what they were
+	 * asked may have more (several requests may have waited on the same
+	 * recalls); one that gave back less than asked had nothing more
+	 * wholly free, and is not asked again for a moment (broker_recall.c). */
+	unsigned n =
+	    broker_recall_room(ctx->b, ctx->s->part, device, size,
+	                       broker_instance_find(ctx->s, instance), PROTO_V_REASON_MEMORY, true);
 	return dispatch_hold(ctx, n, device);
 }
 
