@@ -21,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 MiB = 1 << 20
+KiB = 1 << 10
 GiB = 1 << 30
 
 

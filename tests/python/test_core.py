@@ -8,7 +8,7 @@ import weakref
 import pytest
 
 import gpubroker
-from conftest import MiB, GiB, both_lease_modes, live_bytes, run_python, wait_until
+from conftest import KiB, MiB, GiB, both_lease_modes, live_bytes, run_python, wait_until
 
 
 def test_version_and_backend(client):
@@ -49,11 +49,12 @@ def test_free_async(client, lease):
     free is done on return, of a block in a lease as of a daemon
     allocation. (The stream-ordered case is cuda's: tests/gpu/test-order.c.)"""
     inst = client.register("async")
-    a = client.alloc(inst, MiB)
-    b = client.alloc(inst, MiB)
+    # A quarter of a 2 MiB slab at most: in a lease (larger: an alloc).
+    a = client.alloc(inst, 256 * KiB)
+    b = client.alloc(inst, 256 * KiB)
     assert client.mem_info(inst).leased == (2 * MiB if lease else 0)
     a.free_async()
-    assert a.freed and live_bytes(client, inst) == MiB
+    assert a.freed and live_bytes(client, inst) == 256 * KiB
     a.free_async()  # idempotent
     client.free_async(b.id, stream=0)
     assert b.freed and live_bytes(client, inst) == 0

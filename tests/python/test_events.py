@@ -5,7 +5,7 @@ import select
 import pytest
 
 import gpubroker
-from conftest import MiB, both_lease_modes, settle
+from conftest import KiB, MiB, both_lease_modes, settle
 
 
 def test_cap_changed_when_another_instance_registers(client, other):
@@ -49,12 +49,13 @@ def test_wait_event_times_out(client):
 
 @both_lease_modes
 def test_invalidate_releases_allocations(client, other, lease):
-    mine = client.alloc(client.register("victim"), MiB)
+    # A quarter of a 2 MiB slab at most: in a lease (larger: an alloc).
+    mine = client.alloc(client.register("victim"), 256 * KiB)
     their_inst = other.register("other-victim")
-    theirs = other.alloc(their_inst, MiB)
+    theirs = other.alloc(their_inst, 256 * KiB)
     # What the daemon charges for it: the allocation, or its lease whole.
     charged = other.mem_info(their_inst).used
-    assert charged == (2 * MiB if lease else MiB)
+    assert charged == (2 * MiB if lease else 256 * KiB)
     assert client.stats(0).live == 2
     client.invalidate_all()
     ev = client.wait_event("invalidate")
