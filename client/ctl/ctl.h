@@ -47,6 +47,11 @@ struct ctl_command {
 
 /* ctl_ops.c: operator commands. */
 int params_session(const struct ctl_options *o, cJSON *params);
+/* ctl_status.c: status (and top), devices, clients, stats. */
+int print_status(const cJSON *result, const struct ctl_options *o, bool header);
+int print_devices(const cJSON *result, const struct ctl_options *o, bool header);
+int print_clients(const cJSON *result, const struct ctl_options *o, bool header);
+int print_stats(const cJSON *result, const struct ctl_options *o, bool header);
 int print_reload(const cJSON *result, const struct ctl_options *o, bool header);
 int print_metrics(const cJSON *result, const struct ctl_options *o, bool header);
 int print_version(const cJSON *result, const struct ctl_options *o, bool header);
