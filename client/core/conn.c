@@ -807,7 +807,10 @@ int client_conn_call(struct client_conn *c, const char *method, cJSON *params,
 	int rc = client_conn_exchange(c, method, params, rep, fd);
 
 	/* An invalidate read during the exchange is answered now; a failure
-	 * there does not undo the reply. */
+	 * there does not undo the reply. The caller has yet to apply it: a
+	 * recall's returns let go of nothing here before it has. */
+	c->in_exchange = true;
 	client_conn_send_acks(c);
+	c->in_exchange = false;
 	return rc;
 }

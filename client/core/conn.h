@@ -52,9 +52,10 @@ struct client_conn {
 	 * the connection's next use (its epoch answered only then). */
 	uint64_t invalidate_deferred;
 	bool invalidate_pending, defer_invalidate;
-	/* Answers (recalls) sent while a request's reply is still to come:
-	 * a reply sent before the daemon read them may count on what they
-	 * let go of (lease_recall defers its local part). */
+	/* Answers (recalls) sent while a request's reply is still to come, or
+	 * read but not yet applied by the caller: that reply, sent before the
+	 * daemon read them, may count on what they let go of (lease_recall
+	 * defers its local part to the next call's start). */
 	bool in_exchange;
 	/* Called when a `reclaim` event is read: the daemon wants back a
 	 * slab this connection keeps empty. 0, or GPB_E_PROTOCOL. */

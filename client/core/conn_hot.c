@@ -197,6 +197,8 @@ int client_conn_call_alloc(struct client_conn *c, uint64_t instance, uint64_t si
 	if (!len)
 		return error_set(GPB_E_NOMEM, "cannot encode an 'alloc' request");
 	rc = client_conn_exchange_frame(c, frame, len, id, rep, fd, fast);
+	c->in_exchange = true; /* the caller has yet to apply the reply (client_conn_call) */
 	client_conn_send_acks(c);
+	c->in_exchange = false;
 	return rc;
 }
