@@ -192,11 +192,9 @@ struct broker_wait {
 	uint64_t started;
 	char id[PROTO_MAX_ID + 1]; /* the request's id, for the deferred reply */
 	/* A held request: its frame, run again by the receiver of
-	 * BROKER_EVENT_HELD, which sets answered once it replied; the device
-	 * whose recalls it waits for (-1: any), and its partition's. */
+	 * BROKER_EVENT_HELD, which sets answered once it replied. */
 	char *frame;
 	size_t frame_len;
-	int device;
 	bool answered;
 };
 
@@ -792,12 +790,12 @@ uint64_t broker_recalls_pending(const struct broker *b);
 /*
  * Holds a request refused for room while recalls are out for it: frame
  * (copied; len bytes) is run again by the receiver of BROKER_EVENT_HELD
- * when room may have come, and a last time (final) once no recall is out
- * on device (< 0: any) in s's domain or the recall timeout has passed. It
- * counts as one of s's waits (max_inflight). 0, -EBUSY (max_inflight),
+ * when room may have come (its handler answers it when no recall is out
+ * for it any more), and a last time (final) once the recall timeout has
+ * passed. It counts as one of s's waits (max_inflight). 0, -EBUSY (max_inflight),
  * -ENOMEM.
  */
-int broker_held_add(struct broker *b, struct session *s, const char *frame, size_t len, int device);
+int broker_held_add(struct broker *b, struct session *s, const char *frame, size_t len);
 
 /* ---- waiting allocations (broker_wait.c) ----
  * An alloc that asked to wait and was refused for memory or quota is

@@ -367,9 +367,6 @@ void broker_exports_drop_alloc(struct broker *b, struct broker_alloc *a);
 /* Ends s's recall epoch, answered with bytes returned: 0, -ENOENT,
  * -ERANGE (as broker_recall_done, which serves the waits after). */
 int broker_recall_answer(struct broker *b, struct session *s, uint64_t epoch, uint64_t bytes);
-/* Whether a recall is out for an instance on device (< 0: any) in part's
- * domain (NULL: outside partitions). */
-bool broker_recalls_out(const struct broker *b, const struct broker_partition *part, int device);
 /* Ends the recalls whose deadline is at or before now (timed out);
  * returns the earliest deadline left (UINT64_MAX: none). */
 uint64_t broker_recalls_expire(struct broker *b, uint64_t now);

@@ -232,30 +232,6 @@ uint64_t broker_recalls_pending(const struct broker *b)
 	return b->recalls_pending;
 }
 
-bool broker_recalls_out(const struct broker *b, const struct broker_partition *part, int device)
-{
-	const struct list *pos, *ipos;
-	list_for_each(pos, &b->sessions) {
-		const struct session *s = list_entry(pos, const struct session, link);
-		if (s->part != part)
-			continue;
-		if (reclaims_out(s, device))
-			return true;
-		list_for_each(ipos, &s->instances) {
-			const struct broker_instance *inst =
-			    list_entry(ipos, const struct broker_instance, link);
-			if (device >= 0 && inst->device != device)
-				continue;
-			/* Out, or to be asked again soon: its answer may still
-			 * make the room. */
-			if (inst->recall_epoch ||
-			    (inst->leased && broker_now_ms() < inst->recall_retry_at))
-				return true;
-		}
-	}
-	return false;
-}
-
 uint64_t broker_recalls_expire(struct broker *b, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;

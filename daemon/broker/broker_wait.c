@@ -169,13 +169,15 @@ static void broker_held_run(struct broker *b, struct broker_wait *w, bool final)
 }
 
 /* Whether a held request is answered now whatever comes of it: its time
- * is up, or no recall it waits for is out any more. */
-static bool broker_held_final(const struct broker *b, const struct broker_wait *w, uint64_t now)
+ * is up. (Before, its handler answers it as soon as no recall is out for
+ * it: it asks again first, so that holders that gave back what they were
+ * asked are asked again rather than the request refused.) */
+static bool broker_held_final(const struct broker_wait *w, uint64_t now)
 {
-	return now >= w->deadline || !broker_recalls_out(b, w->s->part, w->device);
+	return now >= w->deadline;
 }
 
-int broker_held_add(struct broker *b, struct session *s, const char *frame, size_t len, int device)
+int broker_held_add(struct broker *b, struct session *s, const char *frame, size_t len)
 {
 	if (s->wait_count >= b->limits.max_inflight)
 		return -EBUSY;
@@ -190,7 +192,6 @@ int broker_held_add(struct broker *b, struct session *s, const char *frame, size
 	w->s = s;
 	w->frame = copy;
 	w->frame_len = len;
-	w->device = device;
 	w->started = broker_now_ms();
 	w->deadline = w->started + b->limits.recall_timeout_ms;
 	list_insert_tail(&b->waits, &w->link);
@@ -282,7 +283,7 @@ void broker_waits_run(struct broker *b)
 		list_for_each_safe(pos, tmp, &b->waits) {
 			struct broker_wait *w = list_entry(pos, struct broker_wait, link);
 			if (w->frame) {
-				broker_held_run(b, w, broker_held_final(b, w, broker_now_ms()));
+				broker_held_run(b, w, broker_held_final(w, broker_now_ms()));
 				continue;
 			}
 			struct broker_instance *inst = broker_instance_find(w->s, w->instance);

@@ -36,9 +36,8 @@ struct dispatch_ctx {
 	bool quiet;    /* success goes unanswered (free with "reply": false) */
 	/* Held for recalls (dispatch_hold): a run of a held request again
 	 * (retry), its last (final: answered whatever comes of it), and the
-	 * handler's wish to be held, for the recalls out on hold_device. */
+	 * handler's wish to be held for the recalls out. */
 	bool retry, final, hold;
-	int hold_device;
 	struct proto_error err;
 };
 
@@ -48,7 +47,7 @@ struct dispatch_ctx {
  * later, when it is run again: BROKER_EVENT_HELD). Returns whether it was;
  * the handler then returns 0 having kept nothing.
  */
-bool dispatch_hold(struct dispatch_ctx *ctx, unsigned recalls, int device);
+bool dispatch_hold(struct dispatch_ctx *ctx, unsigned recalls);
 /* The same for memory refused on device to s's instance: recalls of
  * others' idle leases (size bytes) sent on the first run. */
 bool dispatch_hold_for_room(struct dispatch_ctx *ctx, int device, uint64_t instance, uint64_t size);

@@ -154,7 +154,7 @@ int dispatch_partition_create(struct dispatch_ctx *ctx,
 			if (sizes[i])
 				out += broker_recall_room(ctx->b, NULL, i, sizes[i], NULL,
 				                          PROTO_V_REASON_PARTITION, true);
-		if (dispatch_hold(ctx, out, -1))
+		if (dispatch_hold(ctx, out))
 			return 0;
 	}
 	if (rc < 0)

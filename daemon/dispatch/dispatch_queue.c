@@ -567,7 +567,7 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx, const struct proto_allocat
 	/* The group's free leases come back first (on the first run), so
 	 * that a chunk count never depends on what its members leased
 	 * before: held while those recalls are out. */
-	if (dispatch_hold(ctx, broker_recall_group(ctx->b, inst, !ctx->retry), -1))
+	if (dispatch_hold(ctx, broker_recall_group(ctx->b, inst, !ctx->retry)))
 		return 0;
 	/* The group of the instance's user: stream groups are per user. */
 	const char *group = inst->pol.group;

@@ -18,12 +18,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-bool dispatch_hold(struct dispatch_ctx *ctx, unsigned recalls, int device)
+bool dispatch_hold(struct dispatch_ctx *ctx, unsigned recalls)
 {
 	if (!recalls || ctx->final)
 		return false;
 	ctx->hold = true;
-	ctx->hold_device = device;
 	ctx->deferred = true;
 	return true;
 }
@@ -39,13 +38,13 @@ bool dispatch_hold_for_room(struct dispatch_ctx *ctx, int device, uint64_t insta
 	unsigned n =
 	    broker_recall_room(ctx->b, ctx->s->part, device, size,
 	                       broker_instance_find(ctx->s, instance), PROTO_V_REASON_MEMORY, true);
-	return dispatch_hold(ctx, n, device);
+	return dispatch_hold(ctx, n);
 }
 
 void dispatch_held_keep(struct dispatch_ctx *ctx, const char *frame, size_t len,
                         struct dispatch_reply *out)
 {
-	if (broker_held_add(ctx->b, ctx->s, frame, len, ctx->hold_device) == 0)
+	if (broker_held_add(ctx->b, ctx->s, frame, len) == 0)
 		return;
 	/* Past max_inflight, or out of memory: answered now, as it would
 	 * have been without recalls. */
