@@ -3,6 +3,7 @@
  * policy wired into the broker (test-broker-policy.c, test-broker-waits.c,
  * test-broker-queue.c): the fake sender and timer, and their set-up.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,4 +126,22 @@ struct broker_instance *reg_p(struct broker *b, struct session *s, int device, d
 	assert_int_equal(broker_register(b, s, "p", device, proportion, group, &inst), 0);
 	check(b);
 	return inst;
+}
+
+/* Sends a request that must be deferred (no reply now). */
+void request_deferred(struct broker *b, struct session *s, const char *fmt, ...)
+{
+	char frame[1024];
+	struct dispatch_reply dr = {.fd = -7};
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(frame, sizeof(frame), fmt, ap);
+	va_end(ap);
+	dispatch_frame(broker_dispatch(b), s, frame, strlen(frame), &dr);
+	if (dr.frame) {
+		print_error("reply: %s", dr.frame);
+		free(dr.frame);
+		fail_msg("expected a deferred reply");
+	}
+	assert_true(dr.deferred);
 }

@@ -45,6 +45,10 @@ const cJSON *sent_nth(const struct session *s, int n);
 /* The cap a cap_changed event to s announced for instance, or -1. */
 int64_t announced_cap(const struct session *s, uint64_t instance);
 
+/* Sends a request (formatted) that must be deferred: no reply now. */
+void request_deferred(struct broker *b, struct session *s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ---- the timer ----------------------------------------------------------- */
 
 /* The last delay the broker asked for, and how many times it asked. */

@@ -37,25 +37,29 @@
 	"{\"id\":\"%s\",\"method\":\"alloc\",\"params\":{\"instance\":\"%016" PRIx64               \
 	"\",\"size\":\"%llu\"}}"
 
-/* A request whose reply must not come now (held or waiting). */
-static void request_held(struct broker *b, struct session *s, const char *frame)
+/* A passive broker of 64 MiB slabs, and two clients of two users with an
+ * instance each on device 0: a holds leases, c (sb's) is short of room. */
+struct two {
+	struct broker *b;
+	struct session *sa, *sb;
+	struct broker_instance *a, *c;
+};
+
+static struct two two_clients(void)
 {
-	struct dispatch_reply dr = {.fd = -7};
-	dispatch_frame(broker_dispatch(b), s, frame, strlen(frame), &dr);
-	if (dr.frame) {
-		print_error("reply: %s", dr.frame);
-		free(dr.frame);
-		fail_msg("expected the request to be held");
-	}
-	assert_true(dr.deferred);
+	struct two t;
+	t.b = policy_broker_slab(MEM, RSLAB, POLICY_PASSIVE, 0);
+	t.sa = client(t.b, UID_A, "a");
+	t.sb = client(t.b, UID_B, "b");
+	t.a = reg_p(t.b, t.sa, 0, 0, NULL);
+	t.c = reg_p(t.b, t.sb, 0, 0, NULL);
+	return t;
 }
 
 static void alloc_held(struct broker *b, struct session *s, const char *id, uint64_t instance,
                        uint64_t size)
 {
-	char frame[256];
-	snprintf(frame, sizeof(frame), ALLOC_FMT, id, instance, (unsigned long long)size);
-	request_held(b, s, frame);
+	request_deferred(b, s, ALLOC_FMT, id, instance, (unsigned long long)size);
 }
 
 /* A lease of size bytes for inst that must be granted. */
@@ -129,10 +133,10 @@ static void sleep_ms(long ms)
  * recall, B's request is held, and served as soon as A returns it. */
 static void test_held_then_served(void **state)
 {
-	struct broker *b = policy_broker_slab(MEM, RSLAB, POLICY_PASSIVE, 0);
-	struct session *sa = client(b, UID_A, "a"), *sb = client(b, UID_B, "b");
-	struct broker_instance *a = reg_p(b, sa, 0, 0, NULL);
-	struct broker_instance *c = reg_p(b, sb, 0, 0, NULL);
+	struct two t = two_clients();
+	struct broker *b = t.b;
+	struct session *sa = t.sa, *sb = t.sb;
+	struct broker_instance *a = t.a, *c = t.c;
 	(void)state;
 
 	uint64_t l1 = lease_of(b, sa, a, RSLAB);
@@ -172,10 +176,10 @@ static void test_held_then_served(void **state)
  * for no recall. */
 static void test_held_times_out(void **state)
 {
-	struct broker *b = policy_broker_slab(MEM, RSLAB, POLICY_PASSIVE, 0);
-	struct session *sa = client(b, UID_A, "a"), *sb = client(b, UID_B, "b");
-	struct broker_instance *a = reg_p(b, sa, 0, 0, NULL);
-	struct broker_instance *c = reg_p(b, sb, 0, 0, NULL);
+	struct two t = two_clients();
+	struct broker *b = t.b;
+	struct session *sa = t.sa, *sb = t.sb;
+	struct broker_instance *a = t.a, *c = t.c;
 	(void)state;
 
 	b->limits.recall_timeout_ms = 20;
@@ -250,10 +254,10 @@ static void test_recall_done_bad(void **state)
  * served once the slab is released. */
 static void test_reclaim_holds(void **state)
 {
-	struct broker *b = policy_broker_slab(MEM, RSLAB, POLICY_PASSIVE, 0);
-	struct session *sa = client(b, UID_A, "a"), *sb = client(b, UID_B, "b");
-	struct broker_instance *a = reg_p(b, sa, 0, 0, NULL);
-	struct broker_instance *c = reg_p(b, sb, 0, 0, NULL);
+	struct two t = two_clients();
+	struct broker *b = t.b;
+	struct session *sa = t.sa, *sb = t.sb;
+	struct broker_instance *a = t.a, *c = t.c;
 	(void)state;
 
 	sa->keep_slabs = true;
@@ -309,18 +313,20 @@ static void test_partition(void **state)
 	b->limits.recall_timeout_ms = 20;
 	uint64_t l1 = lease_of(b, sa, a, RSLAB);
 	lease_of(b, sa, a, RSLAB);
-	request_held(b, adm,
-	             "{\"id\":\"p1\",\"method\":\"partition_create\",\"params\":{\"name\":\"j1\","
-	             "\"uid\":1000,\"size\":\"67108864\",\"devices\":[0]}}");
+	request_deferred(
+	    b, adm, "%s",
+	    "{\"id\":\"p1\",\"method\":\"partition_create\",\"params\":{\"name\":\"j1\","
+	    "\"uid\":1000,\"size\":\"67108864\",\"devices\":[0]}}");
 	assert_string_equal(jstr(last_recall(sa), "reason"), "partition");
 	assert_int_equal(broker_lease_return(b, sa, l1, NULL), 0);
 	assert_int_equal(deferred_reply(adm, "p1", NULL), 0);
 	check(b);
 
 	/* Nobody answers the next one. */
-	request_held(b, adm,
-	             "{\"id\":\"p2\",\"method\":\"partition_create\",\"params\":{\"name\":\"j2\","
-	             "\"uid\":1000,\"size\":\"67108864\",\"devices\":[0]}}");
+	request_deferred(
+	    b, adm, "%s",
+	    "{\"id\":\"p2\",\"method\":\"partition_create\",\"params\":{\"name\":\"j2\","
+	    "\"uid\":1000,\"size\":\"67108864\",\"devices\":[0]}}");
 	sleep_ms(30);
 	broker_waits_expire(b);
 	const cJSON *last = NULL;

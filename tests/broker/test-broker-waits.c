@@ -29,27 +29,6 @@
 #include "session-helpers.h"
 #include "broker-policy-helpers.h"
 
-/* Sends a request that must be deferred (no reply now). */
-static void request_deferred(struct broker *b, struct session *s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void request_deferred(struct broker *b, struct session *s, const char *fmt, ...)
-{
-	char frame[1024];
-	struct dispatch_reply dr = {.fd = -7};
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(frame, sizeof(frame), fmt, ap);
-	va_end(ap);
-	dispatch_frame(broker_dispatch(b), s, frame, strlen(frame), &dr);
-	if (dr.frame) {
-		print_error("reply: %s", dr.frame);
-		free(dr.frame);
-		fail_msg("expected a deferred reply");
-	}
-	assert_true(dr.deferred);
-}
-
 static const cJSON *reply_result(const cJSON *root, const char *id)
 {
 	const cJSON *rid = cJSON_GetObjectItemCaseSensitive(root, "id");
