@@ -772,9 +772,9 @@ unsigned broker_recall_room(struct broker *b, const struct broker_partition *par
 /* The same for every member of inst's stream group (itself included) that
  * has queued requests or leases: all of their leases (reason "chunking"). */
 unsigned broker_recall_group(struct broker *b, const struct broker_instance *inst, bool send);
-/* The room for a partition of size bytes on device that recalls could
- * make, outside partitions: *recallable (leased bytes not said in use) and
- * *in_use (said in use). */
+/* What the leases outside partitions on device are, as their libraries
+ * last said (a partition refusal's figures): *recallable (leased bytes not
+ * said in use) and *in_use (said in use). */
 void broker_recall_figures(const struct broker *b, int device, uint64_t *recallable,
                            uint64_t *in_use);
 /* s's client answers the recall epoch, having returned bytes: 0,

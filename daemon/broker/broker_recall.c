@@ -52,7 +52,7 @@ static bool recall_send(struct broker *b, struct broker_instance *inst, uint64_t
 		bytes = inst->leased;
 	inst->recall_epoch = ++b->recall_epoch;
 	inst->recall_bytes = bytes;
-	inst->recall_deadline = broker_now_ms() + b->limits.recall_timeout_ms;
+	inst->recall_deadline = now + b->limits.recall_timeout_ms;
 	inst->recalls_sent++;
 	b->stats.recalls_sent++;
 	b->recalls_pending++;
@@ -109,6 +109,7 @@ unsigned broker_recall_room(struct broker *b, const struct broker_partition *par
                             uint64_t bytes, const struct broker_instance *except,
                             const char *reason, bool send)
 {
+	uint64_t now = broker_now_ms();
 	unsigned out = 0;
 	struct list *pos, *ipos;
 	/* A partition counts slabs, not bytes: the slabs that libraries keep
@@ -135,7 +136,7 @@ unsigned broker_recall_room(struct broker *b, const struct broker_partition *par
 			 * counts as out: its next answer may make the room. */
 			if (send ? recall_send(b, inst, bytes, reason) : inst->recall_epoch != 0)
 				out++;
-			else if (inst->leased && broker_now_ms() < inst->recall_retry_at)
+			else if (inst->leased && now < inst->recall_retry_at)
 				out++;
 		}
 	}
