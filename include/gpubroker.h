@@ -850,9 +850,15 @@ int gpb_mapping_stats(struct gpb_mapping_stats *out);
 
 /* ---- PyTorch's pluggable allocator ------------------------------------------
  *
- * Entry points for torch.cuda.memory.CUDAPluggableAllocator(path to this
- * library, "gpb_torch_alloc", "gpb_torch_free") (PyTorch 2.3 and later;
- * 2.0-2.2 take "gpb_torch_free3"), or gpubroker.torch.enable(). @stream is a
+ * What torch.cuda.memory.CUDAPluggableAllocator calls, through
+ * libgpubroker-torch (built beside this library where there is a C++
+ * compiler): its gpb_torch_cxx_alloc, gpb_torch_cxx_free (PyTorch 2.3 and
+ * later) and gpb_torch_cxx_free3 (2.0-2.2) take the arguments below and call
+ * these, except that a refusal is thrown as std::runtime_error("gpubroker: "
+ * and gpb_last_error()): PyTorch does not look at what its allocation
+ * function returns (a NULL becomes a tensor at address 0), only at what it
+ * throws, which it raises as RuntimeError. gpubroker.torch.enable() passes
+ * PyTorch that library. @stream is a
  * cudaStream_t (a CUstream) as void *; @device is PyTorch's CUDA ordinal.
  * The process has one client, connected at the first call (socket:
  * $GPUBROKER_SOCKET, else the default), and one instance per device,
@@ -871,7 +877,7 @@ int gpb_mapping_stats(struct gpb_mapping_stats *out);
  * the device's instance). Returns the device pointer, or NULL with the
  * reason in gpb_last_error() (a cap or the device full: GPB_E_QUOTA /
  * GPB_E_OUT_OF_MEMORY's message; a bad $GPUBROKER_TORCH_PROPORTION; no
- * daemon), which PyTorch reports as out of memory. @size 0 returns NULL,
+ * daemon); libgpubroker-torch throws it to PyTorch. @size 0 returns NULL,
  * as cudaMalloc(0) does. @stream is not used: the memory is the device's.
  */
 void *gpb_torch_alloc(ssize_t size, int device, void *stream);

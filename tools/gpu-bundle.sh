@@ -16,7 +16,8 @@
 #                          name (a carried link may not travel)
 #   BUNDLE_DIR/lib/        every shared library they need that is not glibc,
 #                          the compiler's runtime or the NVIDIA driver, and
-#                          libgpubroker.so.0 as a real file
+#                          libgpubroker.so.0 (and libgpubroker-torch.so.0)
+#                          as real files
 #   BUNDLE_DIR/whl/        numpy 2.3.5 for CPython 3.12 (manylinux), when pip
 #                          could download it: numba-cuda 0.30.4 cannot compile
 #                          kernels with numpy 2.5 (np.row_stack is gone)
@@ -104,6 +105,11 @@ if [ -e "$build/client/libgpubroker.so.0" ]; then
 else
 	echo "gpu-bundle: no client/libgpubroker.so.0 in '$build'" >&2
 	exit 1
+fi
+# gpubroker.torch looks for libgpubroker-torch beside libgpubroker (a build
+# without a C++ compiler has none: the torch test then says so).
+if [ -e "$build/client/libgpubroker-torch.so.0" ]; then
+	cp -L "$build/client/libgpubroker-torch.so.0" "$out/lib/libgpubroker-torch.so.0"
 fi
 
 # numpy for the GPU machine's python3 (3.12), when pip reaches its index.

@@ -12,8 +12,12 @@ default) and one broker instance per CUDA device it allocates on, named
 ``$GPUBROKER_TORCH_PROPORTION`` (unset: the auto pool) and in stream group
 ``$GPUBROKER_TORCH_GROUP``; enable()'s arguments set those variables. Frees
 are ordered on the stream PyTorch gives (gpb_free_async). An allocation
-over the instance's cap (active mode) fails, and PyTorch raises its
-out-of-memory error; gpubroker.errors.last_error() has the daemon's reason.
+over the instance's cap (active mode) fails: PyTorch raises RuntimeError
+("gpubroker: " and the daemon's reason), as it does for RMM's refusals.
+
+PyTorch loads libgpubroker-torch (beside libgpubroker; $GPUBROKER_TORCH_LIBRARY
+names another), whose entry points throw the C++ exception PyTorch turns
+into that error: from a NULL it would make a tensor at address 0.
 
 PyTorch calls the allocator for every tensor (its caching allocator is
 replaced, not layered), so each allocation is a request to the daemon.
@@ -30,9 +34,25 @@ _VARIABLES = {"name": "GPUBROKER_TORCH_NAME", "proportion": "GPUBROKER_TORCH_PRO
 
 
 def library_path():
-    """The libgpubroker this package loaded: PyTorch must load the same one,
-    so that memory_info() sees the instances the allocator made."""
-    return _lib.lib()._name
+    """libgpubroker-torch, the library PyTorch loads: $GPUBROKER_TORCH_LIBRARY,
+    else the one beside the libgpubroker this package loaded (it links that
+    same copy, so memory_info() sees the instances the allocator made).
+    ImportError where there is none (libgpubroker built without a C++
+    compiler)."""
+    explicit = os.environ.get("GPUBROKER_TORCH_LIBRARY")
+    if explicit:
+        if not os.path.exists(explicit):
+            raise ImportError("gpubroker: GPUBROKER_TORCH_LIBRARY names %s, which does not exist"
+                              % explicit)
+        return explicit
+    base = os.path.dirname(os.path.realpath(_lib.lib()._name))
+    for name in ("libgpubroker-torch.so.0", "libgpubroker-torch.so"):
+        path = os.path.join(base, name)
+        if os.path.exists(path):
+            return path
+    raise ImportError("gpubroker: no libgpubroker-torch beside %s (libgpubroker was built "
+                      "without a C++ compiler): PyTorch cannot be told of a refused "
+                      "allocation without it" % base)
 
 
 def free_function(version):
@@ -42,7 +62,7 @@ def free_function(version):
     for p in version.split("+")[0].split(".")[:2]:
         digits = "".join(ch for ch in p if ch.isdigit())
         parts.append(int(digits or 0))
-    return "gpb_torch_free3" if tuple(parts) < (2, 3) else "gpb_torch_free"
+    return "gpb_torch_cxx_free3" if tuple(parts) < (2, 3) else "gpb_torch_cxx_free"
 
 
 def configure(name=None, proportion=None, group=None, socket=None):
@@ -61,7 +81,7 @@ def enable(name=None, proportion=None, group=None, socket=None):
     import torch
 
     configure(name, proportion, group, socket)
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "gpb_torch_alloc",
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "gpb_torch_cxx_alloc",
                                                      free_function(torch.__version__))
     torch.cuda.memory.change_current_allocator(alloc)
     return alloc

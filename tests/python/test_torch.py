@@ -5,6 +5,7 @@ gpu/test_torch.py (suite gpu)."""
 
 import json
 import os
+import signal
 import subprocess
 
 import sys
@@ -54,7 +55,7 @@ def test_entry_points_one_instance_per_device(daemon):
     try:
         first = json.loads(proc.stdout.readline())
         assert first["nonnull"]
-        assert os.path.exists(first["path"]) or first["path"].startswith("libgpubroker")
+        assert os.path.exists(first["path"])
         assert first["used"][0] >= 3 * MiB and first["used"][1] >= 256 * KiB
         assert first["leased"][0] == 0 and first["leased"][1] > 0 and first["in_use"] == 256 * KiB
         inst0, inst1 = first["instances"]
@@ -86,10 +87,44 @@ def test_bad_proportion_and_free_function(daemon):
     assert "GPUBROKER_TORCH_PROPORTION=1.5" in r.stdout
     import gpubroker.torch as gt
 
-    assert gt.free_function("2.1.2+cu121") == "gpb_torch_free3"
-    assert gt.free_function("2.2.0") == "gpb_torch_free3"
-    assert gt.free_function("2.3.0") == "gpb_torch_free"
-    assert gt.free_function("2.10.0a0+git") == "gpb_torch_free"
+    assert gt.free_function("2.1.2+cu121") == "gpb_torch_cxx_free3"
+    assert gt.free_function("2.2.0") == "gpb_torch_cxx_free3"
+    assert gt.free_function("2.3.0") == "gpb_torch_cxx_free"
+    assert gt.free_function("2.10.0a0+git") == "gpb_torch_cxx_free"
+
+
+# PyTorch's pluggable allocator ignores what the allocation function returns
+# (a NULL became a tensor at address 0 on an H200): libgpubroker-torch's
+# entry point throws instead, the C++ exception PyTorch turns into a
+# RuntimeError. Called through ctypes, where nothing catches it, the
+# exception ends the process: its message is the proof.
+THROWER = """
+import ctypes, gpubroker.torch as gt
+shim = ctypes.CDLL(gt.library_path())
+shim.gpb_torch_cxx_alloc.restype = ctypes.c_void_p
+shim.gpb_torch_cxx_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+shim.gpb_torch_cxx_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int,
+                                    ctypes.c_void_p]
+p = shim.gpb_torch_cxx_alloc(1 << 20, 0, None)
+used = gt.memory_info(0).used
+zero = shim.gpb_torch_cxx_alloc(0, 0, None)  # an empty tensor: NULL, no refusal
+shim.gpb_torch_cxx_free(p, 1 << 20, 0, None)
+print(bool(p), used >= 1 << 20, zero is None, flush=True)
+shim.gpb_torch_cxx_alloc(gt.memory_info(0).device_total + (1 << 30), 0, None)
+print("not refused", flush=True)
+"""
+
+
+def test_refusal_is_a_cxx_exception(daemon):
+    import gpubroker.torch as gt
+
+    assert os.path.basename(gt.library_path()).startswith("libgpubroker-torch.so")
+    r = run_python(THROWER, env={"GPUBROKER_SOCKET": daemon.socket})
+    assert r.stdout.split() == ["True", "True", "True"], r.stdout + r.stderr
+    assert r.returncode == -signal.SIGABRT, r.stdout + r.stderr
+    assert "std::runtime_error" in r.stderr and "gpubroker: " in r.stderr, r.stderr
+    # The daemon's reason, not a generic one: the device has no such room.
+    assert "out of memory" in r.stderr.lower() or "exceeds" in r.stderr.lower(), r.stderr
 
 
 def test_reclaimed_at_exit(daemon, client):
