@@ -5,6 +5,7 @@
 #
 #   usage: bash tools/gpu-check.sh [--dry] [--out DIR] [--bundle DIR]
 #                                  [--deadline SECONDS] [--no-repo-results]
+#                                  [--only PATTERN]
 #          bash tools/gpu-check.sh --list        the checks' names, in order
 #
 # Run from the repository root (the sources of tests/python and python/ are
@@ -41,6 +42,9 @@
 # The results file is also written under bench/results/ in the repository
 # (unless --no-repo-results).
 #
+# --only PATTERN runs the checks whose names match the shell pattern (say
+# 'py-*' to run again what a first run found failing, in the time left).
+#
 # --dry runs the same against the fake driver (tests/fakecuda, as the Meson
 # suite cuda-fake does): CI runs it (tests/gpu/test-gpu-check.sh) so that the
 # script, the bundle and the results file are known to work before a GPU
@@ -53,7 +57,7 @@ set -u
 self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 top=$(cd "$(dirname "$self")/.." && pwd)
 
-dry=0 list=0 repo_results=1 deadline=${GPB_CHECK_DEADLINE:-400}
+dry=0 list=0 repo_results=1 deadline=${GPB_CHECK_DEADLINE:-400} only='*'
 bundle=.gpu out=${OUT:-}
 python=${GPB_CHECK_PYTHON:-python3}
 daemon_uid=65533
@@ -67,6 +71,7 @@ while [ $# -gt 0 ]; do
 	--out) out=$2; shift ;;
 	--bundle) bundle=$2; shift ;;
 	--deadline) deadline=$2; shift ;;
+	--only) only=$2; shift ;;
 	--step) step=$2; shift; shift; break ;; # internal: one step run by timeout
 	-h | --help) sed -n '2,/^set -u/p' "$self" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "gpu-check: unknown argument '$1' (--help)" >&2; exit 2 ;;
@@ -242,6 +247,11 @@ mps_checks() {
 		for n in mps-start $mps_names; do check "$n" 10 bash "$self" --step skip "$reason"; done
 		return
 	fi
+	# No MPS daemon for a run (--only) that wants none of its checks.
+	local want=0
+	# shellcheck disable=SC2254 # the pattern is meant to match
+	for n in mps-start $mps_names; do case $n in $only) want=1 ;; esac; done
+	[ "$want" = 1 ] || return 0
 	export CUDA_MPS_PIPE_DIRECTORY=$T/mps/pipe CUDA_MPS_LOG_DIRECTORY=$T/mps/log
 	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 	mps_started=1
@@ -277,7 +287,7 @@ mps_quit() {
 }
 
 if [ "$list" = 1 ]; then
-	check() { echo "$1"; }
+	check() { case $1 in $only) echo "$1" ;; esac; } # shellcheck disable=SC2254
 	fake_env=() bench_env=() site="" L=/nonexistent
 	plan
 	exit 0
@@ -433,6 +443,8 @@ first_error() { # LOG VERDICT
 check() { # NAME TIMEOUT COMMAND...
 	local name=$1 to=$2 now t0 rc v
 	shift 2
+	# shellcheck disable=SC2254 # the pattern is meant to match
+	case $name in $only) ;; *) return 0 ;; esac
 	names+=("$name")
 	now=$(($(date +%s) - start))
 	if [ "$now" -ge "$deadline" ] || [ $((hard - now)) -lt 10 ]; then
@@ -490,7 +502,7 @@ render() {
 			echo "# gpu-check: $(sed -n 's/^device 0: //p' "$facts" | head -n 1), $(date -u +%F)"
 		fi
 		echo
-		echo "- command: \`bash tools/gpu-check.sh$([ "$dry" = 1 ] && echo ' --dry')\` (deadline $deadline s), started $(date -u -d "@$start" +%FT%TZ), $(($(date +%s) - start)) s so far"
+		echo "- command: \`bash tools/gpu-check.sh$([ "$dry" = 1 ] && echo ' --dry')$([ "$only" != '*' ] && echo " --only '$only'")\` (deadline $deadline s), started $(date -u -d "@$start" +%FT%TZ), $(($(date +%s) - start)) s so far"
 		sed 's/^/- /' "$facts"
 		echo
 		echo "## Summary"

@@ -14,7 +14,7 @@ cuda = pytest.importorskip("numba.cuda")
 np = pytest.importorskip("numpy")  # Numba needs it: there whenever Numba is
 
 import gpubroker  # noqa: E402
-from conftest import run_python, settle  # noqa: E402
+from conftest import live_bytes, run_python, settle  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +38,12 @@ def fill(out, value):
 
 
 def live(admin, mm):
-    """The plugin's instance's bytes, seen by @admin once the plugin's own
-    connection has done what it freed (its frees are quiet: settle)."""
+    """The bytes of the plugin's live arrays: what the daemon charges its
+    instance, less its leases (charged whole), plus what is in use inside
+    them (the library's own figure), once the plugin's connection has done
+    what it freed (its frees are quiet: settle)."""
     settle(mm.client)
-    return admin.instance_info(mm.instance).used
+    return live_bytes(mm.client, mm.instance)
 
 
 def test_kernel_writes_broker_memory(emm):
@@ -139,15 +141,16 @@ def test_memory_manager_from_the_environment(cuda_daemon):
         import gpubroker
         mm = cuda.current_context().memory_manager
         print(type(mm).__module__ + "." + type(mm).__name__, mm.interface_version)
+        def live():  # leases are charged whole: what is in use inside them
+            m = mm.client.mem_info(mm.instance)  # the quiet free is done before admin looks
+            return m.used - m.leased + m.in_use
         with gpubroker.Client(sys.argv[1], "observer") as admin:
-            dev = admin.instance_info(mm.instance).device
-            before = admin.stats(dev).used
+            before = live()
             arr = cuda.device_array(1 << 20, dtype="float32")
-            print(admin.stats(dev).used - before, admin.instance_info(mm.instance).used)
+            print(live() - before, admin.instance_info(mm.instance).used)
             del arr
             gc.collect()
-            mm.client.mem_info(mm.instance)  # the quiet free is done before admin looks
-            print(admin.stats(dev).used - before)
+            print(live() - before)
         """)
     r = run_python(code, cuda_daemon.socket, env={"NUMBA_CUDA_MEMORY_MANAGER": "gpubroker.numba"})
     assert r.returncode == 0, r.stderr
