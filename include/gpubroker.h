@@ -181,9 +181,23 @@ int gpb_alloc(gpb_client *client, uint64_t instance, uint64_t size, uint64_t ali
 /**
  * Frees an allocation made through this client (device or host memory). Its
  * pointer becomes invalid.
- * Device memory (cuda backend): waits for the work queued in the CUDA
- * context the allocation is mapped in (cuCtxSynchronize) before the daemon
- * hears of the free; see gpb_free_async() for a free that does not wait.
+ * Device memory (cuda backend), a block inside a lease (the default): the
+ * GPU is not stopped. The library records an event on the legacy default
+ * stream of the CUDA context the block is mapped in (from a pool of
+ * events: none made per free) and serves the block again, or lets its
+ * lease go back to the daemon, only once that event has completed
+ * (cuEventQuery, polled when room or figures are wanted, and by the
+ * service thread; never waited for). The legacy default stream comes
+ * after the work queued so far on every blocking stream of the context,
+ * and on no stream made with CU_STREAM_NON_BLOCKING: a program that
+ * queues work on the memory on such a stream frees it with
+ * gpb_free_async() on that stream, synchronizes first, or sets
+ * GPUBROKER_FREE_SYNC=1 (read when the client connects), which makes
+ * every such free wait for the context's work (cuCtxSynchronize) as
+ * before. Other device memory (a daemon allocation: GPUBROKER_LEASE=0,
+ * one larger than a quarter of a slab, a carved block): waits for the
+ * work queued in its context (cuCtxSynchronize) before the daemon hears
+ * of the free; see gpb_free_async() for a free that does not wait.
  * Device memory is freed without waiting for the daemon's reply: the
  * library checks that the allocation is this client's itself, and the
  * daemon, which reads a connection's requests in order, has freed it before
@@ -223,9 +237,11 @@ int gpb_release_kept(gpb_client *client);
  * Frees an allocation (device memory) once the work queued on @stream
  * before this call has finished, without waiting for it.
  *
- * gpb_free() and gpb_detach() (and gpb_free_label(), gpb_disconnect())
- * wait for the work queued in the allocation's CUDA context first
- * (cuCtxSynchronize in it), because the daemon may hand the range to
+ * gpb_free() of a daemon allocation and gpb_detach() (and
+ * gpb_free_label(), gpb_disconnect()) wait for the work queued in the
+ * allocation's CUDA context first (cuCtxSynchronize in it; a block inside
+ * a lease waits for an event instead, see gpb_free()), because the daemon
+ * may hand the range to
  * another allocation, of this process or another, as soon as it hears of
  * the free, and queued kernels or copies would then write into someone
  * else's memory. gpb_free_async() waits for @stream only, and not here:

@@ -157,6 +157,11 @@ void cuda_ctx_put(const struct cuda_api *api, struct cuda_ctx *c)
 		}
 	}
 	pthread_mutex_unlock(&cuda_ctx_lock);
+	/* The kept events go with their context: before a primary context's
+	 * release, which may destroy it. A dead context took them with it. */
+	if (!c->dead)
+		for (unsigned k = 0; k < c->nevents; k++)
+			api->EventDestroy(c->events[k]);
 	if (c->primary)
 		api->DevicePrimaryCtxRelease(c->dev);
 	free(c);
@@ -223,7 +228,15 @@ CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstr
 		*what = "cuCtxPushCurrent";
 		return rc;
 	}
-	rc = api->EventCreate(&f->ev, CU_EVENT_DISABLE_TIMING);
+	/* A kept event, else a new one; the reference is taken with it, so
+	 * that the record cannot go meanwhile. */
+	pthread_mutex_lock(&cuda_ctx_lock);
+	bool kept = c->nevents > 0;
+	if (kept)
+		f->ev = c->events[--c->nevents];
+	c->refs++;
+	pthread_mutex_unlock(&cuda_ctx_lock);
+	rc = kept ? CUDA_SUCCESS : api->EventCreate(&f->ev, CU_EVENT_DISABLE_TIMING);
 	*what = "cuEventCreate";
 	if (rc == CUDA_SUCCESS) {
 		rc = api->EventRecord(f->ev, stream);
@@ -233,12 +246,10 @@ CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstr
 	}
 	api->CtxPopCurrent(&popped);
 	if (rc != CUDA_SUCCESS) {
+		cuda_ctx_put(api, c);
 		free(f);
 		return rc;
 	}
-	pthread_mutex_lock(&cuda_ctx_lock);
-	c->refs++;
-	pthread_mutex_unlock(&cuda_ctx_lock);
 	f->c = c;
 	*out = f;
 	return CUDA_SUCCESS;
@@ -257,10 +268,22 @@ void cuda_fence_wait(const struct cuda_api *api, struct cuda_fence *f)
 		api->EventSynchronize(f->ev);
 }
 
+/* A finished fence's event is kept for the next fence of its context
+ * (re-recording an event is allowed once its work is done, or before:
+ * the new record replaces the old). */
 void cuda_fence_free(const struct cuda_api *api, struct cuda_fence *f)
 {
-	if (cuda_ctx_alive(api, f->c))
-		api->EventDestroy(f->ev);
-	cuda_ctx_put(api, f->c);
+	struct cuda_ctx *c = f->c;
+
+	if (cuda_ctx_alive(api, c)) {
+		pthread_mutex_lock(&cuda_ctx_lock);
+		bool keep = c->nevents < CUDA_CTX_EVENTS;
+		if (keep)
+			c->events[c->nevents++] = f->ev;
+		pthread_mutex_unlock(&cuda_ctx_lock);
+		if (!keep)
+			api->EventDestroy(f->ev);
+	}
+	cuda_ctx_put(api, c);
 	free(f);
 }

@@ -30,6 +30,8 @@
 
 #include "cudaapi.h"
 
+#define CUDA_CTX_EVENTS 64 /* finished fences' events kept per context */
+
 struct cuda_ctx {
 	struct cuda_ctx *next;
 	CUdevice dev;
@@ -38,6 +40,11 @@ struct cuda_ctx {
 	bool primary;          /* ctx is the primary context, retained by this record */
 	bool dead;             /* reset or destroyed: never used again */
 	unsigned long refs;    /* mappings, fences and registrations in it */
+	/* Events of finished fences, kept for the next (a free records one:
+	 * no cuEventCreate per free in steady state). Under the list's lock;
+	 * destroyed with the record. */
+	CUevent events[CUDA_CTX_EVENTS];
+	unsigned nevents;
 };
 
 /*
@@ -65,8 +72,10 @@ CUresult cuda_ctx_sync(const struct cuda_api *api, struct cuda_ctx *c);
 /* cuda_ctx_sync() of every live context of the process. */
 void cuda_ctx_sync_all(const struct cuda_api *api);
 
-/* An event recorded on a stream in a context (gpb_free_async), holding a
- * reference to the context. */
+/* An event recorded on a stream in a context (gpb_free_async, and the
+ * lease allocator's frees), holding a reference to the context. Its event
+ * comes from the context's kept ones where there is one, and goes back
+ * there when the fence is freed. */
 struct cuda_fence {
 	struct cuda_ctx *c;
 	CUevent ev;

@@ -162,12 +162,14 @@ static void slots_free(struct lease_state *ls)
 void lease_init(struct lease_state *ls)
 {
 	const char *on = getenv("GPUBROKER_LEASE"), *idle = getenv("GPUBROKER_LEASE_IDLE_MS");
+	const char *sync = getenv("GPUBROKER_FREE_SYNC");
 
 	memset(ls, 0, sizeof(*ls));
 	pthread_mutex_init(&ls->lock, NULL);
 	ls->wakefd = -1;
 	ls->wanted = ls->enabled = !(on && strcmp(on, "0") == 0);
 	ls->idle_ms = LEASE_IDLE_DEFAULT;
+	ls->free_sync = sync && strcmp(sync, "1") == 0;
 	if (idle && *idle) {
 		char *end;
 		unsigned long v = strtoul(idle, &end, 10);
@@ -185,6 +187,7 @@ void lease_finish(struct gpb_client *c)
 	struct lease_state *ls = &c->lease;
 
 	lease_service_stop(c);
+	lease_deferred_drop(ls, true);
 	inst_destroy_all(ls);
 	slots_free(ls);
 	idmap_finish(&ls->carves);
@@ -193,6 +196,7 @@ void lease_finish(struct gpb_client *c)
 
 void lease_abandon(struct lease_state *ls)
 {
+	lease_deferred_drop(ls, false);
 	inst_destroy_all(ls);
 	slots_free(ls);
 	idmap_finish(&ls->carves);
@@ -216,6 +220,7 @@ void lease_forget(struct gpb_client *c)
 	struct lease_state *ls = &c->lease;
 
 	pthread_mutex_lock(&ls->lock);
+	lease_deferred_drop(ls, true);
 	inst_destroy_all(ls);
 	/* Every slot goes free with the generation it had, so that the ids
 	 * of the blocks just dropped stay unknown (GPB_E_NOT_FOUND, as the
@@ -294,7 +299,9 @@ static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment,
 		}
 	}
 	int err = pool_alloc(in->pool, 0, size, alignment, &out->b);
-	if (err == -ENOMEM && in->ncache) {
+	if (err == -ENOMEM && (in->ncache || in->ls->deferred_len)) {
+		/* Blocks whose frees' fences passed since are room too. */
+		lease_deferred_poll(in->ls);
 		lease_inst_flush(in);
 		err = pool_alloc(in->pool, 0, size, alignment, &out->b);
 	}
@@ -552,6 +559,11 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 {
 	uint64_t next = UINT64_MAX;
 
+	lease_deferred_poll(ls);
+	/* Frees still behind queued work: looked at again soon, so that
+	 * their leases can fall idle without a call of the application's. */
+	if (ls->deferred_len)
+		next = LEASE_DEFERRED_POLL_MS;
 	for (struct lease_inst *in = ls->insts; in; in = in->next) {
 		struct lease *l, *nl;
 
@@ -579,6 +591,7 @@ static unsigned inst_drop_free(struct lease_inst *in)
 	struct lease *l, *next;
 	unsigned n = 0;
 
+	lease_deferred_poll(in->ls);
 	lease_inst_flush(in);
 	for (l = in->leases; l; l = next) {
 		next = l->next;
@@ -741,6 +754,7 @@ void lease_figures(struct gpb_client *c, uint64_t instance, uint64_t *leased, ui
 
 	*leased = *in_use = *leases = 0;
 	pthread_mutex_lock(&ls->lock);
+	lease_deferred_poll(ls); /* what the GPU is done with is not in use */
 	for (struct lease_inst *in = ls->insts; in; in = in->next)
 		if (!instance || in->instance == instance) {
 			*leased += in->leased;

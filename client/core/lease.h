@@ -60,6 +60,8 @@
 #define LEASE_GRANULARITY  (2ull << 20)
 #define LEASE_SLOT_BITS    24 /* a local id: tag, generation, slot (24 bits each) */
 #define LEASE_CACHE        8  /* freed blocks an instance keeps for reuse as they are */
+/* How soon the service thread looks again at frees behind queued work. */
+#define LEASE_DEFERRED_POLL_MS 100
 
 struct lease;
 
@@ -77,6 +79,13 @@ struct lease_slot {
 
 struct lease;
 struct lease_inst;
+
+/* A gpb_free waiting for its fence (lease_state.deferred). */
+struct lease_deferred {
+	uint64_t id;
+	void *fence;
+	const struct slab_opener *opener;
+};
 
 struct lease_state {
 	pthread_mutex_t lock; /* the allocator's lock (above: after the client's) */
@@ -118,13 +127,22 @@ struct lease_state {
 	/* The service thread: started with the first lease. */
 	pthread_t thread;
 	bool thread_on, stop;
+	/* gpb_free of a block that work may still be queued on (cuda): rather
+	 * than a cuCtxSynchronize per free, a fence recorded on the legacy
+	 * default stream, and the block served again only once that fence
+	 * has passed (lease_deferred_poll; lease_free.c). A ring, oldest
+	 * first; its blocks stay live (in use, their leases kept) meanwhile. */
+	struct lease_deferred *deferred;
+	uint32_t deferred_head, deferred_len, deferred_cap;
+	bool free_sync; /* GPUBROKER_FREE_SYNC=1: every such free waits instead */
 	/* Counters (gpb_lease_stats-like figures for tests and the bench). */
 	uint64_t leases_taken, leases_returned, idle_returns, recall_returns;
+	uint64_t deferred_frees;
 };
 
 struct gpb_client;
 
-/* Reads GPUBROKER_LEASE and GPUBROKER_LEASE_IDLE_MS. */
+/* Reads GPUBROKER_LEASE, GPUBROKER_LEASE_IDLE_MS and GPUBROKER_FREE_SYNC. */
 void lease_init(struct lease_state *ls);
 /* Stops the service thread (client lock NOT held), then forgets everything
  * (the connection is closing: the daemon ends the leases with it). */
@@ -183,6 +201,15 @@ int lease_free_carved(struct gpb_client *c, uint64_t id);
 int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fence);
 /* Client lock held: frees the block lease_free_async() left pending. */
 void lease_release_pending(struct gpb_client *c, uint64_t id);
+/* Allocator lock held: frees the blocks of gpb_free whose fences have
+ * passed, oldest first, stopping at the first that has not (a query, never
+ * a wait). Called where room or figures are wanted: an alloc the pool
+ * cannot serve, a judging of leases as free, the service thread. */
+void lease_deferred_poll(struct lease_state *ls);
+/* Allocator lock held: forgets the deferred frees (their blocks went with
+ * the leases); @driver: their fences are freed (not in a forked child,
+ * whose fences are its parent's). */
+void lease_deferred_drop(struct lease_state *ls, bool driver);
 /* Client lock held: the daemon id of local block @id, carving it the first
  * time. 0 with *daemon_id, 1 when @id is not a local block (then it is
  * used as it is), or a GPB_E_* error. */

@@ -9,6 +9,7 @@
 #include "client.h"
 #include "error.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,11 +104,113 @@ static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uin
 	return rc;
 }
 
+/* ---- frees behind a fence ------------------------------------------------ */
+
+/* Allocator lock held: queues @id's free behind @fence. 0 or -ENOMEM. */
+static int deferred_push(struct lease_state *ls, uint64_t id, void *fence,
+                         const struct slab_opener *opener)
+{
+	if (ls->deferred_len == ls->deferred_cap) {
+		uint32_t cap = ls->deferred_cap ? 2 * ls->deferred_cap : 64;
+		struct lease_deferred *d = malloc(cap * sizeof(*d));
+		if (!d)
+			return -ENOMEM;
+		/* Unrolled oldest first into the new ring. */
+		for (uint32_t k = 0; k < ls->deferred_len; k++)
+			d[k] = ls->deferred[(ls->deferred_head + k) % ls->deferred_cap];
+		free(ls->deferred);
+		ls->deferred = d;
+		ls->deferred_cap = cap;
+		ls->deferred_head = 0;
+	}
+	ls->deferred[(ls->deferred_head + ls->deferred_len++) % ls->deferred_cap] =
+	    (struct lease_deferred){id, fence, opener};
+	return 0;
+}
+
+void lease_deferred_poll(struct lease_state *ls)
+{
+	while (ls->deferred_len) {
+		struct lease_deferred *d = &ls->deferred[ls->deferred_head];
+		if (!d->opener->fence_done(d->fence))
+			break; /* recorded in order on one stream: the rest are later */
+		struct lease_slot *sl = lease_slot_get(ls, d->id);
+		/* Gone meanwhile (forgotten at an invalidate): nothing to free.
+		 * Carved after the free (an export of a freed id): left to
+		 * gpb_free's carved path, as gpb_free_async's. */
+		if (sl && sl->freeing) {
+			sl->freeing = false;
+			if (!sl->carved)
+				lease_block_free(ls, sl, false);
+		}
+		d->opener->fence_free(d->fence);
+		ls->deferred_head = (ls->deferred_head + 1) % ls->deferred_cap;
+		ls->deferred_len--;
+	}
+}
+
+void lease_deferred_drop(struct lease_state *ls, bool driver)
+{
+	for (; ls->deferred_len; ls->deferred_len--) {
+		struct lease_deferred *d = &ls->deferred[ls->deferred_head];
+		if (driver)
+			d->opener->fence_free(d->fence);
+		ls->deferred_head = (ls->deferred_head + 1) % ls->deferred_cap;
+	}
+	free(ls->deferred);
+	ls->deferred = NULL;
+	ls->deferred_cap = ls->deferred_head = 0;
+}
+
+/*
+ * gpb_free's promise without stopping the GPU: a fence on the legacy
+ * default stream of the mapping's context (which comes after the work
+ * queued so far on every blocking stream of it) and the block kept in use
+ * until it has passed. Where no fence can be had (a driver error, no room
+ * for the entry), the free waits as free_after_work does; a dead context
+ * runs nothing more: freed at once.
+ */
+static int free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *map)
+{
+	const struct slab_opener *opener = map->opener;
+	struct lease_slot *sl;
+	void *fence = NULL;
+
+	if (opener->fence(map->priv, NULL, &fence) < 0) {
+		error_clear(); /* the free succeeds: it waits instead */
+		map_finish(map);
+	} else {
+		slab_cache_put(map);
+	}
+	pthread_mutex_lock(&ls->lock);
+	if (fence && deferred_push(ls, id, fence, opener) == 0) {
+		ls->deferred_frees++;
+		lease_service_ring(ls, lease_now_ms() + LEASE_DEFERRED_POLL_MS);
+		pthread_mutex_unlock(&ls->lock);
+		return 0;
+	}
+	if (fence) { /* no room to queue it: waited for here */
+		pthread_mutex_unlock(&ls->lock);
+		opener->fence_wait(fence);
+		opener->fence_free(fence);
+		pthread_mutex_lock(&ls->lock);
+	}
+	sl = lease_slot_get(ls, id);
+	if (sl && sl->freeing) {
+		sl->freeing = false;
+		if (!sl->carved)
+			lease_block_free(ls, sl, false);
+	}
+	pthread_mutex_unlock(&ls->lock);
+	return 0;
+}
+
 int lease_free_local(struct gpb_client *c, uint64_t id)
 {
 	struct lease_state *ls = &c->lease;
 	struct lease_slot *sl;
 	struct slab_map *map = NULL;
+	bool deferred = false;
 	int rc = 1;
 
 	if (!lease_id_local(id))
@@ -119,9 +222,14 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 		if (!map) { /* nothing queued to wait for: freed at once */
 			lease_block_free(ls, sl, false);
 			rc = 0;
+		} else if (!ls->free_sync && map->opener->fence) {
+			sl->freeing = true; /* no other free takes it meanwhile */
+			deferred = true;
 		}
 	}
 	pthread_mutex_unlock(&ls->lock);
+	if (deferred)
+		return free_deferred(ls, id, map);
 	return map ? free_after_work(ls, id, map) : rc;
 }
 

@@ -48,7 +48,9 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 	for (in = ls->lost ? NULL : ls->insts; in && in->instance != instance; in = in->next)
 		;
 	if (in) {
-		/* The cache's blocks would keep a lease in the pool. */
+		/* The cache's blocks, and frees whose fences passed, would
+		 * keep a lease in the pool. */
+		lease_deferred_poll(ls);
 		lease_inst_flush(in);
 		for (l = in->leases; l && returned < bytes; l = next) {
 			next = l->next; /* unpinning takes l off the list */

@@ -159,23 +159,53 @@ int main(int argc, char **argv)
 	       (unsigned long long)(r1 - r0 - 2));
 	CHECK(r1 - r0 == 2);
 
-	/* A free waits for the work queued on the block: the late memset
-	 * lands before the next block in that range is written. */
+	/* A free stops nothing (issue 29): the block it frees is served again
+	 * only once the work queued on it has run. A memset queued on a
+	 * blocking stream (the fake runs it only at a synchronisation): the
+	 * free returns with it queued, the block stays in use, the next block
+	 * of its size is another, and after the application's synchronize it
+	 * is free again. */
+	if (cu.MemsetD8Async && cu.StreamQuery) {
+		struct gpb_allocation q, again;
+		CUstream s;
+		CU(cu.StreamCreate(&s, 0));
+		GPB(gpb_alloc(c, inst, BLOCK, 0, &q));
+		uint64_t in_use = info(c, inst).in_use;
+		CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)q.ptr, 0x5a, BLOCK, s));
+		GPB(gpb_free(c, q.id));
+		CHECK(cu.StreamQuery(s) == CUDA_ERROR_NOT_READY || !gt_fake()); /* nothing waited */
+		GPB(gpb_alloc(c, inst, BLOCK, 0, &again));
+		CHECK(again.ptr != q.ptr); /* q is held until its fence has passed */
+		write_read(&again, 7);
+		CU(cu.CtxSynchronize());
+		expect_bytes(&again, 7);
+		CHECK(info(c, inst).in_use == in_use); /* again, not q: q went back */
+		GPB(gpb_free(c, again.id));
+		CU(cu.StreamDestroy(s));
+	}
+	/* GPUBROKER_FREE_SYNC=1 keeps the synchronize per free, which covers
+	 * non-blocking streams too: the late memset lands before the range,
+	 * served again at once, is written. */
 	if (cu.MemsetD8Async) {
 		struct gpb_allocation q, again;
 		CUstream s;
+		setenv("GPUBROKER_FREE_SYNC", "1", 1);
+		gpb_client *cs = gt_connect(&d, "gpu-lease-sync");
+		unsetenv("GPUBROKER_FREE_SYNC");
+		uint64_t is = gt_register(cs, 0);
 		/* Non-blocking: the synchronous copies do not wait for it. */
 		CU(cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
-		GPB(gpb_alloc(c, inst, BLOCK, 0, &q));
+		GPB(gpb_alloc(cs, is, BLOCK, 0, &q));
 		CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)q.ptr, 0x5a, BLOCK, s));
-		GPB(gpb_free(c, q.id));
-		GPB(gpb_alloc(c, inst, BLOCK, 0, &again));
+		GPB(gpb_free(cs, q.id));
+		GPB(gpb_alloc(cs, is, BLOCK, 0, &again));
 		CHECK(again.ptr == q.ptr);
 		write_read(&again, 7);
 		CU(cu.CtxSynchronize());
 		expect_bytes(&again, 7);
-		GPB(gpb_free(c, again.id));
+		GPB(gpb_free(cs, again.id));
 		CU(cu.StreamDestroy(s));
+		gpb_disconnect(cs);
 	}
 
 	/* Exported: carved, and another process opens it. */

@@ -8,9 +8,15 @@
  * driver runs queued work only at a synchronisation anyway. A helper thread
  * opens the gate after a while, as the device would finish in its time.
  *
- * - gpb_free of an allocation in a slab that stays mapped: it returns only
- *   once the stream's work has run (cuStreamQuery says so), and the range,
- *   allocated again and written, is not overwritten by the late memset.
+ * - gpb_free of a block (leases, the default): it returns with the work
+ *   still queued (no synchronize: issue 29), the block stays in use and its
+ *   range is served to nobody until the stream has run (a blocking stream:
+ *   the fence is on the legacy default stream).
+ * - With GPUBROKER_FREE_SYNC=1 (and on a non-blocking stream, which that
+ *   fence does not cover), gpb_free of an allocation in a slab that stays
+ *   mapped: it returns only once the stream's work has run (cuStreamQuery
+ *   says so), and the range, allocated again and written, is not
+ *   overwritten by the late memset.
  * - gpb_free of a dedicated slab, which closes the mapping and lets the
  *   daemon free the memory: no close with work queued (the fake counts one
  *   as a violation).
@@ -165,6 +171,57 @@ static void async_frees(gpb_client *c, uint64_t inst, CUstream s)
 	CHECK(open_now() == 0);
 }
 
+/*
+ * The default since issue 29: a free stops nothing. On a blocking stream
+ * (the fence gpb_free records on the legacy default stream comes after its
+ * work), a block freed with a memset held behind the gate: gpb_free returns
+ * with the work still queued, the block stays in use and its range goes to
+ * nobody meanwhile (the next block is another), and once the stream has run
+ * it is free again, with no late write on anyone's block.
+ */
+static void deferred_frees(const struct gt_daemon *d)
+{
+	gpb_client *c = gt_connect(d, "gpu-order-deferred");
+	uint64_t inst = gt_register(c, 0);
+	struct gpb_allocation keep, a, b;
+	struct gpb_mem_info m;
+	CUstream s;
+	pthread_t t;
+	unsigned char *buf = malloc(SIZE), *back = malloc(SIZE);
+	CHECK(buf && back);
+
+	CU(cu.StreamCreate(&s, 0));
+	GPB(gpb_alloc(c, inst, SIZE, 0, &keep));
+	GPB(gpb_alloc(c, inst, SIZE, 0, &a));
+	queue_behind_gate(s, a.ptr, SIZE, 0x5a);
+	GPB(gpb_free(c, a.id));
+	if (cu.StreamQuery(s) != CUDA_ERROR_NOT_READY)
+		GT_FAIL("gpb_free waited for the work queued on the memory (GPUBROKER_FREE_SYNC "
+		        "unset)");
+	GPB(gpb_mem_info(c, inst, &m));
+	CHECK(m.in_use == 2 * SIZE); /* a's block, held while its memset is queued */
+	GPB(gpb_alloc(c, inst, SIZE, 0, &b));
+	CHECK(b.ptr != a.ptr);
+	/* A synchronous copy waits for the blocking streams: the gate opens
+	 * meanwhile, the memset lands in a's range, not in b's. */
+	CHECK(pthread_create(&t, NULL, open_gate_later, NULL) == 0);
+	gt_fill(buf, SIZE, 7);
+	CU(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)b.ptr, buf, SIZE));
+	pthread_join(t, NULL);
+	CU(cu.StreamSynchronize(s));
+	CU(cu.MemcpyDtoH(back, (CUdeviceptr)(uintptr_t)b.ptr, SIZE));
+	CHECK(memcmp(buf, back, SIZE) == 0);
+	GPB(gpb_mem_info(c, inst, &m));
+	CHECK(m.in_use == 2 * SIZE); /* keep and b: a's block went back */
+	CHECK(gt_fake_violations() == 0);
+	GPB(gpb_free(c, b.id));
+	GPB(gpb_free(c, keep.id));
+	gpb_disconnect(c);
+	CU(cu.StreamDestroy(s));
+	free(buf);
+	free(back);
+}
+
 /* Disconnecting with a gpb_free_async waiting: the stream runs first. */
 static void async_at_disconnect(const struct gt_daemon *d, CUstream s)
 {
@@ -198,9 +255,15 @@ int main(int argc, char **argv)
 	struct gt_daemon d;
 	const char *extra[] = {"--slab-size", "8MiB", NULL};
 	gt_daemon_start(&d, "cuda", extra, NULL);
+	/* gpb_free's waits (sync_frees) on a non-blocking stream, which the
+	 * default's fence on the legacy default stream does not cover: the
+	 * connection that keeps the synchronize (gpubroker.h, gpb_free). */
+	setenv("GPUBROKER_FREE_SYNC", "1", 1);
 	gpb_client *c = gt_connect(&d, "gpu-order");
+	unsetenv("GPUBROKER_FREE_SYNC");
 	uint64_t inst = gt_register(c, 0);
 
+	deferred_frees(&d);
 	sync_frees(c, inst, s);
 	async_frees(c, inst, s);
 	async_at_disconnect(&d, s);
