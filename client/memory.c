@@ -297,37 +297,48 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
  * gpb_alloc_wait) so that a served allocation costs no more than it must
  * (bench P8a). */
 static inline int alloc_local(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                              struct gpb_allocation *out)
+                              void *stream, struct gpb_allocation *out)
 {
 	if (!c || !out || !size || alignment > PROTO_MAX_ALIGNMENT ||
 	    (alignment & (alignment - 1)) || client_forked(c))
 		return 1;
 	error_clear();
-	return lease_alloc_local(c, instance, size,
-	                         alignment < PROTO_GRANULE ? PROTO_GRANULE : alignment, out);
+	return lease_alloc_local(
+	    c, instance, size, alignment < PROTO_GRANULE ? PROTO_GRANULE : alignment, stream, out);
 }
 
 static int alloc_slow(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                      uint32_t wait_ms, struct gpb_allocation *out);
+                      uint32_t wait_ms, void *stream, struct gpb_allocation *out);
 
 GPB_EXPORT int gpb_alloc(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                          struct gpb_allocation *out)
 {
-	if (alloc_local(c, instance, size, alignment, out) == 0)
+	if (alloc_local(c, instance, size, alignment, NULL, out) == 0)
 		return 0;
-	return alloc_slow(c, instance, size, alignment, 0, out);
+	return alloc_slow(c, instance, size, alignment, 0, NULL, out);
 }
 
 GPB_EXPORT int gpb_alloc_wait(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
                               uint32_t wait_ms, struct gpb_allocation *out)
 {
-	if (alloc_local(c, instance, size, alignment, out) == 0)
+	if (alloc_local(c, instance, size, alignment, NULL, out) == 0)
 		return 0;
-	return alloc_slow(c, instance, size, alignment, wait_ms, out);
+	return alloc_slow(c, instance, size, alignment, wait_ms, NULL, out);
 }
 
+GPB_EXPORT int gpb_alloc_async(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
+                               void *stream, struct gpb_allocation *out)
+{
+	void *key = lease_stream_key(stream);
+
+	if (alloc_local(c, instance, size, alignment, key, out) == 0)
+		return 0;
+	return alloc_slow(c, instance, size, alignment, 0, key, out);
+}
+
+/* @stream: the leases' key (lease_stream_key; NULL for gpb_alloc's). */
 static int alloc_slow(gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                      uint32_t wait_ms, struct gpb_allocation *out)
+                      uint32_t wait_ms, void *stream, struct gpb_allocation *out)
 {
 	int rc;
 
@@ -353,7 +364,7 @@ static int alloc_slow(gpb_client *c, uint64_t instance, uint64_t size, uint64_t 
 	 * power of two; the daemon only accepts the granule and up. */
 	if (alignment && alignment < PROTO_GRANULE)
 		alignment = PROTO_GRANULE;
-	rc = lease_alloc(c, instance, size, alignment, wait_ms > 0, out);
+	rc = lease_alloc(c, instance, size, alignment, wait_ms > 0, stream, out);
 	if (rc == 1)
 		rc = memory_alloc(c, instance, size, alignment, wait_ms, out);
 out:

@@ -253,7 +253,6 @@ GPB_EXPORT void *gpb_torch_alloc(ssize_t size, int device, void *stream)
 	uint64_t inst;
 	int rc;
 
-	(void)stream;
 	error_clear();
 	if (size <= 0) {
 		if (size < 0)
@@ -263,7 +262,11 @@ GPB_EXPORT void *gpb_torch_alloc(ssize_t size, int device, void *stream)
 	pthread_mutex_lock(&torch_lock);
 	rc = torch_instance_of(device, &inst);
 	if (rc == 0)
-		rc = gpb_alloc(torch_client, inst, (uint64_t)size, 0, &a);
+		/* In stream order on PyTorch's stream, as its own caching
+		 * allocator serves blocks (a tensor used on another stream is
+		 * PyTorch's record_stream's business): freed on the same
+		 * stream, the block is served again at once (gpb_alloc_async). */
+		rc = gpb_alloc_async(torch_client, inst, (uint64_t)size, 0, stream, &a);
 	if (rc == 0 && torch_remember(a.ptr, a.id) < 0) {
 		char msg[256];
 		snprintf(msg, sizeof(msg), "%s", error_message());

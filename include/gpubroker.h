@@ -432,6 +432,26 @@ int gpb_mem_info(gpb_client *client, uint64_t instance, struct gpb_mem_info *out
 int gpb_alloc_wait(gpb_client *client, uint64_t instance, uint64_t size, uint64_t alignment,
                    uint32_t wait_ms, struct gpb_allocation *out);
 
+/**
+ * Like gpb_alloc(), for memory used in stream order on @stream (a CUstream
+ * as void *; NULL is the legacy default stream), as cuMemAllocAsync's is.
+ * The block comes from leases of the instance that serve @stream only,
+ * and freed with gpb_free_async() on the same @stream it is served again
+ * at once to the next gpb_alloc_async() on @stream: the stream itself
+ * orders the old work on it before the new, so no event is recorded and
+ * nothing is synchronized. Freed on another stream, or with gpb_free(), it
+ * waits for an event as any block does. The caller promises what
+ * cuMemFreeAsync's callers promise: work on another stream that uses the
+ * block is ordered with @stream (an event) before the free is queued; and
+ * @stream outlives the blocks allocated on it. Requests the leases do not
+ * serve (above a quarter of a slab, GPUBROKER_LEASE=0, the allocators
+ * "direct" and "async") are gpb_alloc()'s. sim backend: gpb_alloc(),
+ * @stream ignored.
+ * Errors: those of gpb_alloc().
+ */
+int gpb_alloc_async(gpb_client *client, uint64_t instance, uint64_t size, uint64_t alignment,
+                    void *stream, struct gpb_allocation *out);
+
 /* ---- VRAM policy ---------------------------------------------------------
  *
  * Every instance is in the manual pool (a proportion of its device) or the
@@ -894,7 +914,11 @@ int gpb_mapping_stats(struct gpb_mapping_stats *out);
  * reason in gpb_last_error() (a cap or the device full: GPB_E_QUOTA /
  * GPB_E_OUT_OF_MEMORY's message; a bad $GPUBROKER_TORCH_PROPORTION; no
  * daemon); libgpubroker-torch throws it to PyTorch. @size 0 returns NULL,
- * as cudaMalloc(0) does. @stream is not used: the memory is the device's.
+ * as cudaMalloc(0) does. The block is gpb_alloc_async()'s on @stream: freed
+ * by PyTorch on that stream, it is served again at once to the next tensor
+ * on it, as PyTorch's own allocator does (a tensor used on another stream
+ * is for PyTorch's record_stream, which this allocator is not told of:
+ * synchronize that stream before the tensor dies).
  */
 void *gpb_torch_alloc(ssize_t size, int device, void *stream);
 

@@ -81,17 +81,27 @@ static const struct pool_slab_ops inst_slab_ops = {
 
 /* ---- instances ------------------------------------------------------------ */
 
-static struct lease_inst *inst_find(struct lease_state *ls, uint64_t instance)
+static struct lease_inst *inst_find(struct lease_state *ls, uint64_t instance, void *stream)
 {
 	for (struct lease_inst *in = ls->insts; in; in = in->next)
-		if (in->instance == instance)
+		if (in->instance == instance && in->stream == stream)
 			return in;
 	return NULL;
 }
 
-static struct lease_inst *inst_get(struct lease_state *ls, uint64_t instance)
+uint64_t lease_instance_in_use(struct lease_state *ls, uint64_t instance)
 {
-	struct lease_inst *in = inst_find(ls, instance);
+	uint64_t n = 0;
+
+	for (struct lease_inst *in = ls->insts; in; in = in->next)
+		if (in->instance == instance)
+			n += in->in_use;
+	return n;
+}
+
+static struct lease_inst *inst_get(struct lease_state *ls, uint64_t instance, void *stream)
+{
+	struct lease_inst *in = inst_find(ls, instance, stream);
 	/* Slabs as large as a pool has: the pool's first ask always falls
 	 * to the tail-slab rule, which takes the ready lease's size. */
 	struct pool_config cfg = {
@@ -104,6 +114,7 @@ static struct lease_inst *inst_get(struct lease_state *ls, uint64_t instance)
 		return NULL;
 	in->ls = ls;
 	in->instance = instance;
+	in->stream = stream;
 	in->pool = pool_create(&cfg, &inst_slab_ops, in);
 	if (!in->pool) {
 		free(in);
@@ -347,7 +358,7 @@ static int inst_take(struct lease_state *ls, struct lease_inst *in, uint64_t siz
 }
 
 int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                      struct gpb_allocation *out)
+                      void *stream, struct gpb_allocation *out)
 {
 	struct lease_state *ls = &c->lease;
 	struct lease_inst *in;
@@ -356,7 +367,7 @@ int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, ui
 	if (!ls->enabled)
 		return 1;
 	pthread_mutex_lock(&ls->lock);
-	in = ls->lost ? NULL : inst_find(ls, instance);
+	in = ls->lost ? NULL : inst_find(ls, instance, stream);
 	if (in && in->count && size <= ls->local_max &&
 	    inst_take(ls, in, size, alignment, out) == 0)
 		rc = 0;
@@ -408,7 +419,7 @@ void lease_return_doomed(struct gpb_client *c)
 		l = ls->doomed;
 		if (l) {
 			ls->doomed = l->next;
-			in_use = l->inst->in_use;
+			in_use = lease_instance_in_use(ls, l->inst->instance);
 		}
 		pthread_mutex_unlock(&ls->lock);
 		if (!l)
@@ -424,9 +435,9 @@ void lease_return_doomed(struct gpb_client *c)
 	client_send_released(c);
 }
 
-/* Asks for a lease of at least @need bytes for @in and files it ready.
- * 0 or a GPB_E_* error. */
-static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
+/* Asks for a lease of at least @need bytes for @instance's blocks on
+ * @stream and files it ready. 0 or a GPB_E_* error. */
+static int lease_request(struct gpb_client *c, uint64_t instance, void *stream, uint64_t need)
 {
 	struct lease_inst *in;
 	struct lease_state *ls = &c->lease;
@@ -451,8 +462,7 @@ static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
 		return rc;
 	}
 	pthread_mutex_lock(&ls->lock);
-	in = inst_find(ls, instance);
-	in_use = in ? in->in_use : 0;
+	in_use = lease_instance_in_use(ls, instance);
 	pthread_mutex_unlock(&ls->lock);
 	params = cJSON_CreateObject();
 	if (params && (proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
@@ -498,7 +508,7 @@ static int lease_request(struct gpb_client *c, uint64_t instance, uint64_t need)
 	}
 	pthread_mutex_lock(&ls->lock);
 	/* Looked up again: an invalidate read with the reply forgot it. */
-	in = inst_get(ls, instance);
+	in = inst_get(ls, instance, stream);
 	if (!in) {
 		pthread_mutex_unlock(&ls->lock);
 		lease_map_put(l);
@@ -537,19 +547,22 @@ static int inst_renew(struct gpb_client *c, uint64_t instance)
 	int rc = 0;
 
 	pthread_mutex_lock(&ls->lock);
-	in = inst_find(ls, instance);
-	for (struct lease *l = in ? in->leases : NULL; l && rc == 0; l = l->next) {
-		struct slab_map *fresh;
-
-		if (!l->map || !l->map->opener->alive || !slab_cache_dead(l->map))
+	for (in = ls->insts; in && rc == 0; in = in->next) {
+		if (in->instance != instance)
 			continue;
-		rc = track_alloc_live(&c->track, l->id, &fresh);
-		if (rc < 0)
-			break;
-		l->base = (char *)fresh->base + ((char *)l->base - (char *)l->map->base);
-		slab_cache_ref(fresh);
-		slab_cache_put(l->map);
-		l->map = fresh;
+		for (struct lease *l = in->leases; l && rc == 0; l = l->next) {
+			struct slab_map *fresh;
+
+			if (!l->map || !l->map->opener->alive || !slab_cache_dead(l->map))
+				continue;
+			rc = track_alloc_live(&c->track, l->id, &fresh);
+			if (rc < 0)
+				break;
+			l->base = (char *)fresh->base + ((char *)l->base - (char *)l->map->base);
+			slab_cache_ref(fresh);
+			slab_cache_put(l->map);
+			l->map = fresh;
+		}
 	}
 	pthread_mutex_unlock(&ls->lock);
 	return rc;
@@ -621,33 +634,38 @@ void lease_release_instance(struct gpb_client *c, uint64_t instance)
 {
 	struct lease_state *ls = &c->lease;
 	struct lease_inst *in, **pp;
+	bool any = false;
 
 	pthread_mutex_lock(&ls->lock);
-	in = inst_find(ls, instance);
-	if (in)
-		inst_drop_free(in);
+	for (in = ls->insts; in; in = in->next)
+		if (in->instance == instance) {
+			inst_drop_free(in);
+			any = true;
+		}
 	pthread_mutex_unlock(&ls->lock);
-	if (!in)
+	if (!any)
 		return;
 	/* Sent before the caller's unregister, on the same connection: the
 	 * daemon has them back when it looks at the instance. */
 	lease_return_doomed(c);
 	pthread_mutex_lock(&ls->lock);
-	for (pp = &ls->insts; *pp && *pp != in; pp = &(*pp)->next)
-		;
-	/* Nothing left in it (no live block, no lease): forgotten, so that
-	 * an instance id the daemon gives again starts afresh. */
-	if (*pp && !in->leases && !in->in_use) {
-		*pp = in->next;
-		pool_destroy(in->pool);
-		free(in->quarantine);
-		free(in);
+	/* Those with nothing left (no live block, no lease): forgotten, so
+	 * that an instance id the daemon gives again starts afresh. */
+	for (pp = &ls->insts; (in = *pp);) {
+		if (in->instance == instance && !in->leases && !in->in_use) {
+			*pp = in->next;
+			pool_destroy(in->pool);
+			free(in->quarantine);
+			free(in);
+		} else {
+			pp = &in->next;
+		}
 	}
 	pthread_mutex_unlock(&ls->lock);
 }
 
 int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                bool may_wait, struct gpb_allocation *out)
+                bool may_wait, void *stream, struct gpb_allocation *out)
 {
 	struct lease_state *ls = &c->lease;
 	struct lease_inst *in;
@@ -667,7 +685,7 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 	need = (size + PROTO_GRANULE - 1) / PROTO_GRANULE * PROTO_GRANULE;
 	for (int tries = 0; tries < 4; tries++) {
 		pthread_mutex_lock(&ls->lock);
-		in = inst_get(ls, instance);
+		in = inst_get(ls, instance, stream);
 		if (!in) {
 			pthread_mutex_unlock(&ls->lock);
 			return error_set(GPB_E_NOMEM, "out of memory");
@@ -693,7 +711,7 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 		}
 		if (rc == -EINVAL)
 			return error_set(GPB_E_INVALID, "gpb_alloc: bad size or alignment");
-		rc = lease_request(c, instance, need);
+		rc = lease_request(c, instance, stream, need);
 		if (rc == 0) {
 			lease_service_start(c);
 			continue;

@@ -62,6 +62,8 @@
 #define LEASE_CACHE        8  /* freed blocks an instance keeps for reuse as they are */
 /* How soon the service thread looks again at frees behind queued work. */
 #define LEASE_DEFERRED_POLL_MS 100
+/* Frees behind fences past which a free looks at the oldest (a query). */
+#define LEASE_DEFERRED_POLL_AT 32
 
 struct lease;
 
@@ -137,7 +139,7 @@ struct lease_state {
 	bool free_sync; /* GPUBROKER_FREE_SYNC=1: every such free waits instead */
 	/* Counters (gpb_lease_stats-like figures for tests and the bench). */
 	uint64_t leases_taken, leases_returned, idle_returns, recall_returns;
-	uint64_t deferred_frees;
+	uint64_t deferred_frees, stream_frees;
 };
 
 struct gpb_client;
@@ -160,6 +162,22 @@ void lease_forget(struct gpb_client *c);
  * reports GPB_E_DAEMON_GONE as the per-allocation path does). */
 void lease_conn_lost(struct gpb_client *c);
 
+/* The key of the leases that serve gpb_alloc_async(@stream): the stream
+ * itself, the legacy default stream (NULL there) as LEASE_STREAM_LEGACY,
+ * since NULL keys gpb_alloc's leases, which serve no stream in particular
+ * (a free of theirs always waits for a fence). */
+#define LEASE_STREAM_LEGACY ((void *)1) /* CU_STREAM_LEGACY's value */
+static inline void *lease_stream_key(void *stream)
+{
+	return stream ? stream : LEASE_STREAM_LEGACY;
+}
+/* The stream to record a fence of a block of the leases of @key on (NULL:
+ * the legacy default stream, as the openers take it). */
+static inline void *lease_stream_of(void *key)
+{
+	return key == LEASE_STREAM_LEGACY ? NULL : key;
+}
+
 /* Whether @id is of the local namespace. */
 static inline bool lease_id_local(uint64_t id)
 {
@@ -167,12 +185,13 @@ static inline bool lease_id_local(uint64_t id)
 }
 
 /*
- * The fast path: a block from the leases of @instance, allocator lock only
+ * The fast path: a block from the leases of @instance for use on @stream
+ * (NULL: the legacy default stream, gpb_alloc's), allocator lock only
  * (client lock not held). 0 with @out filled, or 1 when the leases have no
  * room (or leases are off): the caller goes the slow way.
  */
 int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                      struct gpb_allocation *out);
+                      void *stream, struct gpb_allocation *out);
 /*
  * The slow path, client lock held: leases more (or returns wholly free
  * leases and leases again) and serves from the leases. 0 with @out filled,
@@ -181,7 +200,7 @@ int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, ui
  * sends an alloc), or a GPB_E_* error.
  */
 int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
-                bool may_wait, struct gpb_allocation *out);
+                bool may_wait, void *stream, struct gpb_allocation *out);
 /* gpb_free of a local block, allocator lock only. 0, or 1 when @id is not
  * a local block of this client or is carved (then lease_free_carved under
  * the client lock). */

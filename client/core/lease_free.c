@@ -170,13 +170,13 @@ void lease_deferred_drop(struct lease_state *ls, bool driver)
  * for the entry), the free waits as free_after_work does; a dead context
  * runs nothing more: freed at once.
  */
-static int free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *map)
+static int free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *map, void *stream)
 {
 	const struct slab_opener *opener = map->opener;
 	struct lease_slot *sl;
 	void *fence = NULL;
 
-	if (opener->fence(map->priv, NULL, &fence) < 0) {
+	if (opener->fence(map->priv, stream, &fence) < 0) {
 		error_clear(); /* the free succeeds: it waits instead */
 		map_finish(map);
 	} else {
@@ -185,6 +185,11 @@ static int free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *m
 	pthread_mutex_lock(&ls->lock);
 	if (fence && deferred_push(ls, id, fence, opener) == 0) {
 		ls->deferred_frees++;
+		/* A bound on the fences out (their events come back to the
+		 * context's kept ones: none made in steady state), and on the
+		 * blocks held, when nothing else asks for room. */
+		if (ls->deferred_len > LEASE_DEFERRED_POLL_AT)
+			lease_deferred_poll(ls);
 		lease_service_ring(ls, lease_now_ms() + LEASE_DEFERRED_POLL_MS);
 		pthread_mutex_unlock(&ls->lock);
 		return 0;
@@ -210,6 +215,7 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 	struct lease_state *ls = &c->lease;
 	struct lease_slot *sl;
 	struct slab_map *map = NULL;
+	void *stream = NULL;
 	bool deferred = false;
 	int rc = 1;
 
@@ -225,11 +231,14 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 		} else if (!ls->free_sync && map->opener->fence) {
 			sl->freeing = true; /* no other free takes it meanwhile */
 			deferred = true;
+			/* A block of a stream's leases: the fence on that
+			 * stream, whose work it is. */
+			stream = lease_stream_of(sl->l->inst->stream);
 		}
 	}
 	pthread_mutex_unlock(&ls->lock);
 	if (deferred)
-		return free_deferred(ls, id, map);
+		return free_deferred(ls, id, map, stream);
 	return map ? free_after_work(ls, id, map) : rc;
 }
 
@@ -291,6 +300,15 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 	sl = lease_slot_get(ls, id);
 	if (sl && sl->freeing)
 		sl = NULL;
+	/* On the stream its leases serve (gpb_alloc_async): served again at
+	 * once, the stream orders the old work before the new. */
+	if (sl && !sl->carved && sl->l->inst->stream &&
+	    sl->l->inst->stream == lease_stream_key(stream)) {
+		lease_block_free(ls, sl, false);
+		ls->stream_frees++;
+		pthread_mutex_unlock(&ls->lock);
+		return 0;
+	}
 	if (sl && sl->l->map && sl->l->map->opener->fence) {
 		map = sl->l->map;
 		slab_cache_ref(map);

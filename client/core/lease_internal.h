@@ -36,10 +36,16 @@ static inline void lease_map_put(struct lease *l)
 	l->map = NULL;
 }
 
+/* One instance's leases for one stream (issue 29): the blocks allocated
+ * for use on @stream (gpb_alloc_async; NULL: gpb_alloc, the legacy default
+ * stream) come from these leases only, so that a block freed on that
+ * stream is served again at once, its reuse ordered by the stream itself.
+ * An instance has one of these per stream it allocates on. */
 struct lease_inst {
 	struct lease_inst *next;
 	struct lease_state *ls;
 	uint64_t instance;
+	void *stream;
 	struct pool *pool;
 	struct lease *leases; /* in the pool or ready */
 	unsigned count;
@@ -97,6 +103,10 @@ static inline void lease_inst_flush(struct lease_inst *in)
 	while (in->ncache)
 		pool_free(in->pool, in->cache[--in->ncache].b);
 }
+
+/* Allocator lock held: what the library uses of @instance's leases, every
+ * stream's (what lease and lease_return tell the daemon). */
+uint64_t lease_instance_in_use(struct lease_state *ls, uint64_t instance);
 
 /* Allocator lock held: frees the block of slot @sl (lease_free.c);
  * @carved: it was carved, and its range is quarantined rather than freed. */

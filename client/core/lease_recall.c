@@ -45,12 +45,14 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 	uint64_t returned = 0, in_use = 0;
 
 	pthread_mutex_lock(&ls->lock);
-	for (in = ls->lost ? NULL : ls->insts; in && in->instance != instance; in = in->next)
-		;
-	if (in) {
-		/* The cache's blocks, and frees whose fences passed, would
-		 * keep a lease in the pool. */
+	/* Frees whose fences passed would keep a lease in the pool. */
+	if (!ls->lost)
 		lease_deferred_poll(ls);
+	/* The instance's leases of every stream it allocates on. */
+	for (in = ls->lost ? NULL : ls->insts; in && returned < bytes; in = in->next) {
+		if (in->instance != instance)
+			continue;
+		/* The cache's blocks would keep a lease in the pool. */
 		lease_inst_flush(in);
 		for (l = in->leases; l && returned < bytes; l = next) {
 			next = l->next; /* unpinning takes l off the list */
@@ -67,8 +69,8 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 			back = l;
 			returned += l->size;
 		}
-		in_use = in->in_use;
 	}
+	in_use = ls->lost ? 0 : lease_instance_in_use(ls, instance);
 	pthread_mutex_unlock(&ls->lock);
 	/* Inside another exchange the reply still to come may put an
 	 * allocation in the slab of a lease returned now (the daemon sent it

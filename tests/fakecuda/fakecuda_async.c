@@ -456,6 +456,7 @@ static struct fake_event *event_of(CUevent hevent)
 FAKE_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
 {
 	NEED_CONTEXT();
+	INJECT("cuEventCreate");
 	(void)flags;
 	struct fake_event *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -481,6 +482,7 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent event)
 FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream)
 {
 	NEED_CONTEXT();
+	INJECT("cuEventRecord");
 	struct fake_event *e = event_of(event);
 	struct fake_stream *s;
 	if (!e)
@@ -500,6 +502,7 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream)
 FAKE_EXPORT CUresult cuEventQuery(CUevent event)
 {
 	NEED_INIT();
+	INJECT("cuEventQuery");
 	struct fake_event *e = event_of(event);
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;

@@ -159,6 +159,75 @@ int main(int argc, char **argv)
 	       (unsigned long long)(r1 - r0 - 2));
 	CHECK(r1 - r0 == 2);
 
+	/* gpb_free stops nothing (issue 29): 1000 more alloc+free, with no
+	 * cuCtxSynchronize, and no event made (the fences' events come back to
+	 * the context's kept ones, made by the loop above). */
+	{
+		uint64_t sync0 = gt_fake_calls("cuCtxSynchronize");
+		uint64_t made0 = gt_fake_calls("cuEventCreate"), rec0 = gt_fake_calls("cuEventRecord");
+		for (int i = 0; i < 1000; i++) {
+			struct gpb_allocation x;
+			GPB(gpb_alloc(c, inst, 256u << (i % 9), 0, &x));
+			GPB(gpb_free(c, x.id));
+		}
+		uint64_t syncs = gt_fake_calls("cuCtxSynchronize") - sync0;
+		uint64_t made = gt_fake_calls("cuEventCreate") - made0;
+		printf("1000 alloc+free (gpb_free): %llu cuCtxSynchronize, %llu cuEventCreate, %llu "
+		       "cuEventRecord\n",
+		       (unsigned long long)syncs, (unsigned long long)made,
+		       (unsigned long long)(gt_fake_calls("cuEventRecord") - rec0));
+		CHECK(syncs == 0 && made == 0);
+	}
+
+	/* Stream order (gpb_alloc_async, issue 29): a block of a stream's own
+	 * leases freed on that stream is served again at once to the next
+	 * allocation on it, with no event and no synchronize: the stream runs
+	 * the old work on it before the new. */
+	if (cu.MemsetD8Async) {
+		CUstream s;
+		struct gpb_allocation x, y;
+		unsigned same = 0;
+		CU(cu.StreamCreate(&s, 0));
+		GPB(gpb_alloc_async(c, inst, BLOCK, 0, s, &x)); /* the stream's first lease */
+		CHECK(x.id >> 48 == 0x10ca);
+		GPB(gpb_free_async(c, x.id, s));
+		uint64_t ev0 = gt_fake_calls("cuEventRecord") + gt_fake_calls("cuEventQuery") +
+		               gt_fake_calls("cuEventCreate");
+		uint64_t sync0 = gt_fake_calls("cuCtxSynchronize");
+		for (int i = 0; i < 1000; i++) {
+			GPB(gpb_alloc_async(c, inst, BLOCK, 0, s, &y));
+			same += y.ptr == x.ptr;
+			CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)y.ptr, (unsigned char)i, BLOCK, s));
+			GPB(gpb_free_async(c, y.id, s));
+		}
+		uint64_t events = gt_fake_calls("cuEventRecord") + gt_fake_calls("cuEventQuery") +
+		                  gt_fake_calls("cuEventCreate") - ev0;
+		uint64_t syncs = gt_fake_calls("cuCtxSynchronize") - sync0;
+		printf("1000 alloc+free on one stream: %llu cuEvent calls, %llu cuCtxSynchronize, the "
+		       "same block %u times\n",
+		       (unsigned long long)events, (unsigned long long)syncs, same);
+		CHECK(events <= 2 && syncs == 0 && same == 1000);
+		/* The last memset is what the block holds; nothing ran late. */
+		unsigned char back[BLOCK];
+		CU(cu.StreamSynchronize(s));
+		CU(cu.MemcpyDtoH(back, (CUdeviceptr)(uintptr_t)x.ptr, BLOCK));
+		CHECK(back[0] == (unsigned char)999 && back[BLOCK - 1] == (unsigned char)999);
+		CHECK(gt_fake_violations() == 0);
+		/* Freed with gpb_free: behind a fence on its stream. */
+		GPB(gpb_alloc_async(c, inst, BLOCK, 0, s, &y));
+		CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)y.ptr, 1, BLOCK, s));
+		GPB(gpb_free(c, y.id));
+		GPB(gpb_alloc_async(c, inst, BLOCK, 0, s, &x));
+		CHECK(x.ptr != y.ptr || !gt_fake());
+		GPB(gpb_free_async(c, x.id, s));
+		CU(cu.StreamSynchronize(s));
+		CU(cu.StreamDestroy(s));
+		/* The stream's lease, wholly free, goes back (as it would
+		 * when idle): the instance has its first lease alone again. */
+		CHECK(gpb_release_kept(c) >= 0);
+		CHECK(info(c, inst).leases == 1);
+	}
+
 	/* A free stops nothing (issue 29): the block it frees is served again
 	 * only once the work queued on it has run. A memset queued on a
 	 * blocking stream (the fake runs it only at a synchronisation): the

@@ -7,8 +7,9 @@
  *   and grouped by the environment, on the daemon's device with that
  *   ordinal's UUID (two devices where there are two; the fake has two);
  * - the memory is usable device memory, and goes back with the free;
- * - frees ordered on the given stream: held while the stream's earlier
- *   work has not run, done at the next call once it has;
+ * - frees in stream order (issue 29): a block freed on its stream is that
+ *   stream's again at once, another stream's tensor gets another, and the
+ *   work queued on the stream runs in its order, with no synchronize;
  * - a cap (active mode, $GPUBROKER_TORCH_PROPORTION) enforced as a NULL
  *   return with the reason in gpb_last_error(); a bad proportion likewise;
  * - what a process held is reclaimed when it exits without freeing;
@@ -84,7 +85,7 @@ static int role_cap(void)
 
 static void check_ordered_free(void)
 {
-	CUstream s;
+	CUstream s, other;
 	uint64_t inst;
 
 	if (!cu.LaunchHostFunc || !cu.MemsetD8Async) {
@@ -92,22 +93,38 @@ static void check_ordered_free(void)
 		return;
 	}
 	CU(cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CU(cu.StreamCreate(&other, CU_STREAM_NON_BLOCKING));
 	torch_info(0, &inst);
 	uint64_t used0 = torch_held(0);
 	void *p = gpb_torch_alloc(4 * MiB, 0, s);
 	CHECK(p != NULL);
+	CHECK(torch_held(0) == used0 + 4 * MiB);
 	atomic_store(&gate, 0);
 	CU(cu.LaunchHostFunc(s, gt_wait_for_gate, &gate));
 	CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)p, 0x5a, 4 * MiB, s));
+	uint64_t syncs = gt_fake_calls("cuCtxSynchronize");
 	gpb_torch_free(p, 4 * MiB, 0, s);
-	/* The stream has not run: the memory is still the instance's. */
-	for (int i = 0; i < 3; i++)
-		CHECK(torch_held(0) == used0 + 4 * MiB);
+	/* Stream order, as PyTorch's own allocator: free on its stream, the
+	 * block is that stream's again at once, with the stream still shut
+	 * and nothing synchronized; another stream's tensor gets another. */
+	CHECK(torch_held(0) == used0);
+	void *again = gpb_torch_alloc(4 * MiB, 0, s);
+	void *elsewhere = gpb_torch_alloc(4 * MiB, 0, other);
+	CHECK(again == p && elsewhere != NULL && elsewhere != p);
+	CHECK(gt_fake_calls("cuCtxSynchronize") == syncs);
+	CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)again, 0x77, 4 * MiB, s));
 	atomic_store(&gate, 1);
 	CU(cu.StreamSynchronize(s));
+	unsigned char b[2];
+	CU(cu.MemcpyDtoH(&b[0], (CUdeviceptr)(uintptr_t)again, 1));
+	CU(cu.MemcpyDtoH(&b[1], (CUdeviceptr)(uintptr_t)again + 4 * MiB - 1, 1));
+	CHECK(b[0] == 0x77 && b[1] == 0x77); /* the later tensor's, in stream order */
+	gpb_torch_free(again, 4 * MiB, 0, s);
+	gpb_torch_free(elsewhere, 4 * MiB, 0, other);
 	CHECK(torch_held(0) == used0);
 	CHECK(gt_fake_violations() == 0);
 	CU(cu.StreamDestroy(s));
+	CU(cu.StreamDestroy(other));
 }
 
 struct worker {
