@@ -185,6 +185,9 @@ struct bench_p8 {
 	double step_msgs, step_opens;  /* per training step, after a 1.5 s pause */
 	double idle_held, idle_in_use; /* P8d: bytes leased + kept; bytes in use */
 	double adv_held, adv_in_use;   /* one live block pinning each lease */
+	/* P8b-torch (issue 29): gpb_torch_alloc/free p50 (ns per pair, the
+	 * P8a pattern), and @threads threads' pairs per second over one's. */
+	double torch_p50, torch_scale;
 };
 
 /* Every lease figure against the daemon at socket (quick: fewer pairs;

@@ -370,6 +370,84 @@ static void idle_after_burst(const char *socket, gpb_client *q, unsigned n, unsi
 	bench_lib_close(&l);
 }
 
+/* ---- P8b-torch (issue 29) ---------------------------------------------------- */
+
+/* PyTorch's entry points as PyTorch calls them (sim: no stream), the P8a
+ * pattern: per-pair times (ns) of @pairs pairs after as many again to warm;
+ * sorted into *p50. The entry points connect through $GPUBROKER_SOCKET. */
+static double torch_pairs(unsigned pairs, unsigned seed, double *t)
+{
+	void *live[P8A_LIVE];
+	uint64_t sizes[P8A_LIVE];
+	struct bench_rng rng = {.s = seed};
+	uint64_t t0 = bench_now_ns();
+
+	for (unsigned i = 0; i < P8A_LIVE; i++) {
+		sizes[i] = bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX);
+		if (!(live[i] = gpb_torch_alloc((ssize_t)sizes[i], 0, NULL)))
+			bench_die("gpb_torch_alloc: %s", gpb_last_error());
+	}
+	for (unsigned i = 0; i < 2 * pairs; i++) {
+		unsigned k = (unsigned)bench_rng_below(&rng, P8A_LIVE);
+		uint64_t size = bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX);
+		uint64_t a = bench_now_ns();
+		gpb_torch_free(live[k], (ssize_t)sizes[k], 0, NULL);
+		if (!(live[k] = gpb_torch_alloc((ssize_t)size, 0, NULL)))
+			bench_die("gpb_torch_alloc: %s", gpb_last_error());
+		uint64_t b = bench_now_ns();
+		sizes[k] = size;
+		if (t && i >= pairs)
+			t[i - pairs] = (double)(b - a);
+	}
+	for (unsigned i = 0; i < P8A_LIVE; i++)
+		gpb_torch_free(live[i], (ssize_t)sizes[i], 0, NULL);
+	return (double)(bench_now_ns() - t0);
+}
+
+struct torch_worker {
+	pthread_t th;
+	unsigned pairs, seed;
+	double ns;
+};
+
+static void *torch_thread(void *p)
+{
+	struct torch_worker *w = p;
+	w->ns = torch_pairs(w->pairs, w->seed, NULL);
+	return NULL;
+}
+
+/* Pairs per second of @threads threads at once, over one thread's alone. */
+static double torch_scaling(unsigned threads, unsigned pairs)
+{
+	struct torch_worker w[P8_THREADS];
+	double one = torch_pairs(pairs, 99, NULL), slowest = 0;
+
+	for (unsigned i = 0; i < threads; i++) {
+		w[i] = (struct torch_worker){.pairs = pairs, .seed = 100 + i};
+		if (pthread_create(&w[i].th, NULL, torch_thread, &w[i]) != 0)
+			bench_die("pthread_create");
+	}
+	for (unsigned i = 0; i < threads; i++) {
+		pthread_join(w[i].th, NULL);
+		if (w[i].ns > slowest)
+			slowest = w[i].ns;
+	}
+	return (threads * (double)pairs / slowest) / ((double)pairs / one);
+}
+
+static void torch_figures(const char *socket, unsigned pairs, struct bench_p8 *out)
+{
+	double *t = bench_xmalloc(pairs * sizeof(*t));
+
+	setenv("GPUBROKER_SOCKET", socket, 1);
+	setenv("GPUBROKER_TORCH_NAME", "gpb-bench-torch", 1);
+	torch_pairs(pairs, 29, t);
+	out->torch_p50 = bench_quantile(t, pairs, 0.5);
+	free(t);
+	out->torch_scale = torch_scaling(out->threads, pairs);
+}
+
 void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
 {
 	unsigned pairs = quick ? 2000 : 20000;
@@ -387,6 +465,7 @@ void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
 	out->threads = (unsigned)(cpus < P8_THREADS ? (cpus < 1 ? 1 : cpus) : P8_THREADS);
 	out->msgs_threads = msgs_threads(socket, q, out->threads, pairs);
 	msgs_steps(socket, q, &out->step_msgs, &out->step_opens);
+	torch_figures(socket, pairs, out);
 	idle_after_burst(socket, q, 512, 8, false, slow, &out->idle_held, &out->idle_in_use);
 	idle_after_burst(socket, q, 512, 0, true, slow, &out->adv_held, &out->adv_in_use);
 	gpb_disconnect(q);

@@ -38,6 +38,8 @@
 #define P8C_STEP_TARGET 2.0                 /* messages per training step, at most (and 0 opens) */
 #define P8D_GRANULE     (2.0 * 1024 * 1024) /* a lease's granularity */
 #define P9_TARGET_NS    10e6                /* recall latency p99, at most (issue 28) */
+#define P8B_TORCH_TARGET 2.0 /* gpb_torch_alloc/free p50 / P8a p50, at most (issue 29) */
+#define P8B_SCALE_TARGET 0.7 /* threads' pairs per second / (threads x one's), at least */
 #define GUARD           3.0
 
 struct config {
@@ -475,6 +477,13 @@ static void p8_rows(const struct bench_p8 *p)
 	printf("| | the same, adversarial: one live block pinning each lease (information) | "
 	       "%.0f KiB | in use %.0f KiB | %.1f× | — | |\n",
 	       p->adv_held / 1024, p->adv_in_use / 1024, p->adv_held / p8d_bound(p->adv_in_use));
+	double t = p->torch_p50 / p->lease_p50, sc = p->torch_scale / p->threads;
+	printf("| P8b-torch | gpb_torch_alloc+free p50, the P8a pattern | %.0f ns | P8a %.0f ns | "
+	       "%.2f× | ≤ 2× | %s |\n",
+	       p->torch_p50, p->lease_p50, t, verdict(t <= P8B_TORCH_TARGET));
+	printf("| P8b-torch | %u threads' pairs per second over one thread's, per thread | %.2f× "
+	       "| — | %.2f× | ≥ 0.7× | %s |\n",
+	       p->threads, p->torch_scale, sc, verdict(sc >= P8B_SCALE_TARGET));
 }
 
 static void p9_rows(const struct bench_p9 *p)

@@ -5,7 +5,7 @@
 #
 #   usage: bash tools/gpu-check.sh [--dry] [--out DIR] [--bundle DIR]
 #                                  [--deadline SECONDS] [--no-repo-results]
-#                                  [--only PATTERN]
+#                                  [--only PATTERNS]
 #          bash tools/gpu-check.sh --list        the checks' names, in order
 #
 # Run from the repository root (the sources of tests/python and python/ are
@@ -42,8 +42,9 @@
 # The results file is also written under bench/results/ in the repository
 # (unless --no-repo-results).
 #
-# --only PATTERN runs the checks whose names match the shell pattern (say
-# 'py-*' to run again what a first run found failing, in the time left).
+# --only PATTERNS runs the checks whose names match one of the shell
+# patterns, comma-separated (say 'py-*' or '*-lease,*-torch' to run again
+# what a first run found failing, in the time left).
 #
 # --dry runs the same against the fake driver (tests/fakecuda, as the Meson
 # suite cuda-fake does): CI runs it (tests/gpu/test-gpu-check.sh) so that the
@@ -95,6 +96,16 @@ lease_env() { # PROGRAM: the GPUBROKER_LEASE setting it runs with
 	esac
 }
 pytests="numba cupy torch"
+
+wanted() { # NAME: whether --only's patterns (comma-separated) match it
+	local p pats
+	IFS=, read -r -a pats <<<"$only" # no pathname expansion of the patterns
+	for p in "${pats[@]}"; do
+		# shellcheck disable=SC2254 # the pattern is meant to match
+		case $1 in $p) return 0 ;; esac
+	done
+	return 1
+}
 
 # ---- steps run by timeout (a shell function cannot be) ---------------------
 
@@ -249,8 +260,7 @@ mps_checks() {
 	fi
 	# No MPS daemon for a run (--only) that wants none of its checks.
 	local want=0
-	# shellcheck disable=SC2254 # the pattern is meant to match
-	for n in mps-start $mps_names; do case $n in $only) want=1 ;; esac; done
+	for n in mps-start $mps_names; do wanted "$n" && want=1; done
 	[ "$want" = 1 ] || return 0
 	export CUDA_MPS_PIPE_DIRECTORY=$T/mps/pipe CUDA_MPS_LOG_DIRECTORY=$T/mps/log
 	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -287,7 +297,7 @@ mps_quit() {
 }
 
 if [ "$list" = 1 ]; then
-	check() { case $1 in $only) echo "$1" ;; esac; } # shellcheck disable=SC2254
+	check() { if wanted "$1"; then echo "$1"; fi; }
 	fake_env=() bench_env=() site="" L=/nonexistent
 	plan
 	exit 0
@@ -443,8 +453,7 @@ first_error() { # LOG VERDICT
 check() { # NAME TIMEOUT COMMAND...
 	local name=$1 to=$2 now t0 rc v
 	shift 2
-	# shellcheck disable=SC2254 # the pattern is meant to match
-	case $name in $only) ;; *) return 0 ;; esac
+	wanted "$name" || return 0
 	names+=("$name")
 	now=$(($(date +%s) - start))
 	if [ "$now" -ge "$deadline" ] || [ $((hard - now)) -lt 10 ]; then
