@@ -465,9 +465,11 @@ void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
 	out->threads = (unsigned)(cpus < P8_THREADS ? (cpus < 1 ? 1 : cpus) : P8_THREADS);
 	out->msgs_threads = msgs_threads(socket, q, out->threads, pairs);
 	msgs_steps(socket, q, &out->step_msgs, &out->step_opens);
-	torch_figures(socket, pairs, out);
 	idle_after_burst(socket, q, 512, 8, false, slow, &out->idle_held, &out->idle_in_use);
 	idle_after_burst(socket, q, 512, 0, true, slow, &out->adv_held, &out->adv_in_use);
+	/* Last: PyTorch's client is the process's for good, and its leases
+	 * would count in P8d's daemon-wide figures. */
+	torch_figures(socket, pairs, out);
 	gpb_disconnect(q);
 }
 

@@ -22,25 +22,25 @@
 
 /* Targets (issue 7) and the regression guard: a check fails only when a
  * figure is three times further from its target than the target allows. */
-#define P1_TARGET       1.0 /* lib p50 (and p99) / bare p50 (p99) at most (issue 18) */
-#define P2_TARGET       0.8 /* lib / bare throughput with 8 processes, at least (issue 18) */
-#define P3_TARGET       0.9 /* capacity live at the first OOM, at least */
-#define P4_TARGET       2.0 /* random-free op at 1M live / pointer-chase floor, at most */
-#define P4_E2E_TARGET   1.1 /* round trip with footprint_n live / none live, at most */
-#define P5_TARGET       1.0 /* slab opens per 1000 alloc+free, at most (issue 18) */
-#define P5_PAIRS        10000
-#define P7_TARGET_BYTES 128.0 /* daemon bytes per live allocation, at most */
-#define P7_TARGET_IDLE  (10.0 * 1024 * 1024)
-#define P8A_TARGET      (1.0 / 50)          /* lease p50 / per-allocation p50, at most (issue 27) */
-#define P8A_POOL_TARGET 4.0                 /* lease p50 / the pool module's own p50, at most */
-#define P8A_P99_TARGET  (1.0 / 10)          /* lease p99 / per-allocation p99, at most */
-#define P8C_TARGET      1.0                 /* daemon messages per 1000 alloc+free, at most */
-#define P8C_STEP_TARGET 2.0                 /* messages per training step, at most (and 0 opens) */
-#define P8D_GRANULE     (2.0 * 1024 * 1024) /* a lease's granularity */
-#define P9_TARGET_NS    10e6                /* recall latency p99, at most (issue 28) */
+#define P1_TARGET        1.0 /* lib p50 (and p99) / bare p50 (p99) at most (issue 18) */
+#define P2_TARGET        0.8 /* lib / bare throughput with 8 processes, at least (issue 18) */
+#define P3_TARGET        0.9 /* capacity live at the first OOM, at least */
+#define P4_TARGET        2.0 /* random-free op at 1M live / pointer-chase floor, at most */
+#define P4_E2E_TARGET    1.1 /* round trip with footprint_n live / none live, at most */
+#define P5_TARGET        1.0 /* slab opens per 1000 alloc+free, at most (issue 18) */
+#define P5_PAIRS         10000
+#define P7_TARGET_BYTES  128.0 /* daemon bytes per live allocation, at most */
+#define P7_TARGET_IDLE   (10.0 * 1024 * 1024)
+#define P8A_TARGET       (1.0 / 50) /* lease p50 / per-allocation p50, at most (issue 27) */
+#define P8A_POOL_TARGET  4.0        /* lease p50 / the pool module's own p50, at most */
+#define P8A_P99_TARGET   (1.0 / 10) /* lease p99 / per-allocation p99, at most */
+#define P8C_TARGET       1.0        /* daemon messages per 1000 alloc+free, at most */
+#define P8C_STEP_TARGET  2.0        /* messages per training step, at most (and 0 opens) */
+#define P8D_GRANULE      (2.0 * 1024 * 1024) /* a lease's granularity */
+#define P9_TARGET_NS     10e6                /* recall latency p99, at most (issue 28) */
 #define P8B_TORCH_TARGET 2.0 /* gpb_torch_alloc/free p50 / P8a p50, at most (issue 29) */
 #define P8B_SCALE_TARGET 0.7 /* threads' pairs per second / (threads x one's), at least */
-#define GUARD           3.0
+#define GUARD            3.0
 
 struct config {
 	bool quick, check, timing_checks;

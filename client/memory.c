@@ -547,6 +547,12 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 	void *fence = NULL;
 	int rc;
 
+	/* A block of @stream's own leases: the allocator's lock alone. */
+	if (c && lease_id_local(id) && !client_forked(c)) {
+		error_clear();
+		if (lease_free_stream(c, id, stream) == 0)
+			return 0;
+	}
 	rc = client_enter(c);
 	if (rc < 0)
 		return rc;

@@ -4,9 +4,13 @@
  * call, one instance per CUDA ordinal, and the pointers handed out (PyTorch
  * frees by pointer, the daemon by id).
  *
- * One mutex guards all of it, held across the gpb_* calls: PyTorch calls
- * from any thread, and the client's own lock would not keep two threads
- * from registering one device twice.
+ * A mutex (torch_lock) guards all of it, held across connecting and
+ * registering (two threads must not register one device twice) but not
+ * across the allocations and frees, which the library serves from many
+ * threads at once (PyTorch calls from any thread). Those hold a read lock
+ * on torch_users for the client they use; replacing a client the daemon
+ * dropped takes it for writing, so that no call is using the old one.
+ * Order: torch_users, then torch_lock.
  */
 #include "config.h"
 
@@ -33,6 +37,7 @@ struct torch_ptr {
 };
 
 static pthread_mutex_t torch_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t torch_users = PTHREAD_RWLOCK_INITIALIZER;
 static gpb_client *torch_client;
 static uint64_t torch_instance[TORCH_MAX_DEVICES]; /* 0: not registered yet */
 /* Open addressing, linear probing, power-of-two size, at most half full. */
@@ -136,8 +141,10 @@ static void torch_atfork_parent(void)
 static void torch_atfork_child(void)
 {
 	/* The parent's connection and mappings are not the child's to use or
-	 * close; the child connects afresh if it allocates. */
+	 * close; the child connects afresh if it allocates. Threads of the
+	 * parent may have held torch_users: not the child's. */
 	torch_forget_all();
+	pthread_rwlock_init(&torch_users, NULL);
 	pthread_mutex_unlock(&torch_lock);
 }
 
@@ -234,22 +241,42 @@ static int torch_instance_of(int device, uint64_t *out)
 	return 0;
 }
 
-/* After a failed call: a client the daemon dropped is replaced next time
- * (its memory went with it). */
-static void torch_check_gone(int rc)
+/* After a failed call on @client (torch_users read-held, torch_lock not):
+ * a client the daemon dropped is replaced next time (its memory went with
+ * it). Leaves torch_users unlocked. */
+static void torch_leave(gpb_client *client, int rc)
 {
-	if (rc != GPB_E_DAEMON_GONE || !torch_client)
+	pthread_rwlock_unlock(&torch_users);
+	if (rc != GPB_E_DAEMON_GONE || !client)
 		return;
 	char msg[256];
 	snprintf(msg, sizeof(msg), "%s", error_message());
-	gpb_disconnect(torch_client);
-	torch_forget_all();
+	pthread_rwlock_wrlock(&torch_users);
+	pthread_mutex_lock(&torch_lock);
+	if (torch_client == client) { /* not replaced by another thread meanwhile */
+		gpb_disconnect(torch_client);
+		torch_forget_all();
+	}
+	pthread_mutex_unlock(&torch_lock);
+	pthread_rwlock_unlock(&torch_users);
 	error_set(rc, "%s", msg); /* gpb_disconnect may have cleared it */
+}
+
+/* torch_users read-held: the client and @device's instance (connected and
+ * registered if need be, under torch_lock). */
+static int torch_enter(int device, gpb_client **client, uint64_t *inst)
+{
+	pthread_mutex_lock(&torch_lock);
+	int rc = torch_instance_of(device, inst);
+	*client = torch_client;
+	pthread_mutex_unlock(&torch_lock);
+	return rc;
 }
 
 GPB_EXPORT void *gpb_torch_alloc(ssize_t size, int device, void *stream)
 {
 	struct gpb_allocation a;
+	gpb_client *client;
 	uint64_t inst;
 	int rc;
 
@@ -259,45 +286,52 @@ GPB_EXPORT void *gpb_torch_alloc(ssize_t size, int device, void *stream)
 			error_set(GPB_E_INVALID, "gpb_torch_alloc: size %zd", size);
 		return NULL;
 	}
-	pthread_mutex_lock(&torch_lock);
-	rc = torch_instance_of(device, &inst);
+	pthread_rwlock_rdlock(&torch_users);
+	rc = torch_enter(device, &client, &inst);
+	/* In stream order on PyTorch's stream, as its own caching allocator
+	 * serves blocks (a tensor used on another stream is PyTorch's
+	 * record_stream's business): freed on the same stream, the block is
+	 * served again at once (gpb_alloc_async). */
 	if (rc == 0)
-		/* In stream order on PyTorch's stream, as its own caching
-		 * allocator serves blocks (a tensor used on another stream is
-		 * PyTorch's record_stream's business): freed on the same
-		 * stream, the block is served again at once (gpb_alloc_async). */
-		rc = gpb_alloc_async(torch_client, inst, (uint64_t)size, 0, stream, &a);
-	if (rc == 0 && torch_remember(a.ptr, a.id) < 0) {
-		char msg[256];
-		snprintf(msg, sizeof(msg), "%s", error_message());
-		gpb_free(torch_client, a.id);
-		rc = error_set(GPB_E_NOMEM, "%s", msg);
+		rc = gpb_alloc_async(client, inst, (uint64_t)size, 0, stream, &a);
+	if (rc == 0) {
+		pthread_mutex_lock(&torch_lock);
+		rc = torch_remember(a.ptr, a.id);
+		pthread_mutex_unlock(&torch_lock);
+		if (rc < 0) {
+			char msg[256];
+			snprintf(msg, sizeof(msg), "%s", error_message());
+			gpb_free(client, a.id);
+			rc = error_set(GPB_E_NOMEM, "%s", msg);
+		}
 	}
-	if (rc < 0)
-		torch_check_gone(rc);
-	pthread_mutex_unlock(&torch_lock);
+	torch_leave(client, rc);
 	return rc < 0 ? NULL : a.ptr;
 }
 
 GPB_EXPORT void gpb_torch_free3(void *ptr, ssize_t size, void *stream)
 {
+	gpb_client *client;
 	uint64_t id;
+	bool known;
 	int rc = 0;
 
 	(void)size;
 	error_clear();
 	if (!ptr)
 		return;
+	pthread_rwlock_rdlock(&torch_users);
 	pthread_mutex_lock(&torch_lock);
-	if (!torch_client || !torch_forget(ptr, &id))
+	client = torch_client;
+	known = client && torch_forget(ptr, &id);
+	pthread_mutex_unlock(&torch_lock);
+	if (!known)
 		error_set(GPB_E_NOT_FOUND, "gpb_torch_free: %p is not from gpb_torch_alloc", ptr);
 	else
-		rc = gpb_free_async(torch_client, id, stream);
+		rc = gpb_free_async(client, id, stream);
 	if (rc == GPB_E_BACKEND) /* no event on @stream: free after the whole context */
-		rc = gpb_free(torch_client, id);
-	if (rc < 0)
-		torch_check_gone(rc);
-	pthread_mutex_unlock(&torch_lock);
+		rc = gpb_free(client, id);
+	torch_leave(client, rc);
 }
 
 GPB_EXPORT void gpb_torch_free(void *ptr, ssize_t size, int device, void *stream)
@@ -308,18 +342,17 @@ GPB_EXPORT void gpb_torch_free(void *ptr, ssize_t size, int device, void *stream
 
 GPB_EXPORT int gpb_torch_mem_info(int device, uint64_t *instance, struct gpb_mem_info *out)
 {
+	gpb_client *client;
 	uint64_t inst;
 	int rc;
 
 	error_clear();
-	pthread_mutex_lock(&torch_lock);
-	rc = torch_instance_of(device, &inst);
+	pthread_rwlock_rdlock(&torch_users);
+	rc = torch_enter(device, &client, &inst);
 	if (rc == 0 && out)
-		rc = gpb_mem_info(torch_client, inst, out);
+		rc = gpb_mem_info(client, inst, out);
 	if (rc == 0 && instance)
 		*instance = inst;
-	if (rc < 0)
-		torch_check_gone(rc);
-	pthread_mutex_unlock(&torch_lock);
+	torch_leave(client, rc);
 	return rc;
 }

@@ -116,7 +116,11 @@ static void client_forget(gpb_client *c)
 	while (c->pending) {
 		struct client_pending *p = c->pending;
 		c->pending = p->next;
-		free(p); /* its fence is the parent's */
+		/* Its fence is the parent's: the child's copy of its memory
+		 * goes, nothing is asked of the driver. */
+		if (c->track.opener && c->track.opener->fence_forget)
+			c->track.opener->fence_forget(p->fence);
+		free(p);
 	}
 	lease_abandon(&c->lease);
 	track_finish(&c->track);

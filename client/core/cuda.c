@@ -603,6 +603,14 @@ static void cuda_fence_free_fn(void *fence)
 	cuda_fence_free(&cuda, fence);
 }
 
+static void cuda_fence_forget_fn(void *fence)
+{
+	struct cuda_fence *f = fence;
+
+	cuda_ctx_forget(f->c);
+	free(f);
+}
+
 const struct slab_opener slab_cuda_opener = {
     .backend = PROTO_V_BACKEND_CUDA,
     .needs_fd = 0,
@@ -620,4 +628,5 @@ const struct slab_opener slab_cuda_opener = {
     .fence_done = cuda_fence_done_fn,
     .fence_wait = cuda_fence_wait_fn,
     .fence_free = cuda_fence_free_fn,
+    .fence_forget = cuda_fence_forget_fn,
 };

@@ -218,6 +218,10 @@ int lease_free_carved(struct gpb_client *c, uint64_t id);
  * or a GPB_E_* error.
  */
 int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fence);
+/* gpb_free_async of local block @id on the stream its leases serve
+ * (gpb_alloc_async's), allocator lock only: freed at once, 0. 1 for any
+ * other block or stream (then lease_free_async under the client lock). */
+int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream);
 /* Client lock held: frees the block lease_free_async() left pending. */
 void lease_release_pending(struct gpb_client *c, uint64_t id);
 /* Allocator lock held: frees the blocks of gpb_free whose fences have

@@ -155,6 +155,8 @@ void lease_deferred_drop(struct lease_state *ls, bool driver)
 		struct lease_deferred *d = &ls->deferred[ls->deferred_head];
 		if (driver)
 			d->opener->fence_free(d->fence);
+		else if (d->opener->fence_forget)
+			d->opener->fence_forget(d->fence);
 		ls->deferred_head = (ls->deferred_head + 1) % ls->deferred_cap;
 	}
 	free(ls->deferred);
@@ -286,6 +288,28 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 	return 0;
 }
 
+int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream)
+{
+	struct lease_state *ls = &c->lease;
+	struct lease_slot *sl;
+	int rc = 1;
+
+	if (!lease_id_local(id))
+		return 1;
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	/* On the stream its leases serve (gpb_alloc_async): served again at
+	 * once, the stream orders the old work before the new. */
+	if (sl && !sl->freeing && !sl->carved && sl->l->inst->stream &&
+	    sl->l->inst->stream == lease_stream_key(stream)) {
+		lease_block_free(ls, sl, false);
+		ls->stream_frees++;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&ls->lock);
+	return rc;
+}
+
 int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fence)
 {
 	struct lease_state *ls = &c->lease;
@@ -296,19 +320,12 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 	*fence = NULL;
 	if (!lease_id_local(id))
 		return 1;
+	if (lease_free_stream(c, id, stream) == 0)
+		return 0;
 	pthread_mutex_lock(&ls->lock);
 	sl = lease_slot_get(ls, id);
 	if (sl && sl->freeing)
 		sl = NULL;
-	/* On the stream its leases serve (gpb_alloc_async): served again at
-	 * once, the stream orders the old work before the new. */
-	if (sl && !sl->carved && sl->l->inst->stream &&
-	    sl->l->inst->stream == lease_stream_key(stream)) {
-		lease_block_free(ls, sl, false);
-		ls->stream_frees++;
-		pthread_mutex_unlock(&ls->lock);
-		return 0;
-	}
 	if (sl && sl->l->map && sl->l->map->opener->fence) {
 		map = sl->l->map;
 		slab_cache_ref(map);

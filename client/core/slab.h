@@ -94,6 +94,9 @@ struct slab_opener {
 	/* Waits until it has. */
 	void (*fence_wait)(void *fence);
 	void (*fence_free)(void *fence);
+	/* In a forked child, a fence of its parent's: its memory freed, with
+	 * no driver call (the event and context are the parent's). */
+	void (*fence_forget)(void *fence);
 };
 
 struct slab_map {

@@ -42,6 +42,10 @@ struct fake_stream {
 };
 
 struct fake_event {
+	/* Every live event is listed (events_lock), as contexts are: the
+	 * process's to destroy, and not a leak of a forked child, which holds
+	 * copies of its parent's (a child may not destroy them). */
+	struct fake_event *prev, *next;
 	uint32_t magic;
 	struct fake_ctx *ctx;
 	struct fake_stream *stream; /* NULL: the legacy default stream */
@@ -453,6 +457,9 @@ static struct fake_event *event_of(CUevent hevent)
 	return e && e->magic == EVENT_MAGIC ? e : NULL;
 }
 
+static pthread_mutex_t events_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_event *events;
+
 FAKE_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
 {
 	NEED_CONTEXT();
@@ -462,6 +469,12 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
 	if (!e)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*e = (struct fake_event){.magic = EVENT_MAGIC, .ctx = fake_current()};
+	pthread_mutex_lock(&events_lock);
+	e->next = events;
+	if (events)
+		events->prev = e;
+	events = e;
+	pthread_mutex_unlock(&events_lock);
 	*event = (CUevent)(void *)e;
 	return CUDA_SUCCESS;
 }
@@ -473,6 +486,14 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent event)
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	e->magic = 0;
+	pthread_mutex_lock(&events_lock);
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		events = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	pthread_mutex_unlock(&events_lock);
 	free(e);
 	return CUDA_SUCCESS;
 }
