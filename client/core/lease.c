@@ -61,6 +61,11 @@ static void inst_slab_destroy(void *ctx, void *slab)
 	in->ls->doomed = l;
 }
 
+void lease_doom_ready(struct lease_inst *in, struct lease *l)
+{
+	inst_slab_destroy(in, l); /* as the pool lets one go: doomed */
+}
+
 /* The largest ready lease: what the pool's tail slab takes. */
 static uint64_t inst_slab_room(void *ctx)
 {
@@ -522,6 +527,11 @@ static int lease_request(struct gpb_client *c, uint64_t instance, void *stream, 
 	in->leases = l;
 	in->count++;
 	in->leased += l->size;
+	/* Ready, not in the pool yet: if another thread's blocks fit in the
+	 * leases meanwhile, the pool may never take it; it goes back as an
+	 * idle one would (lease_doom_ready). */
+	l->idle_since = lease_now_ms();
+	lease_service_ring(ls, l->idle_since + ls->idle_ms);
 	if (slab_size / 4 > ls->local_max)
 		ls->local_max = slab_size / 4;
 	ls->leases_taken++;
@@ -583,11 +593,15 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 		lease_inst_flush(in); /* the cache's blocks would keep a lease in the pool */
 		for (l = in->leases; l; l = nl) {
 			nl = l->next; /* unpinning takes l off the list */
-			if (!l->ps || l->live || l->carves)
+			if (l->live || l->carves)
 				continue;
 			if (now_ms - l->idle_since >= ls->idle_ms) {
-				lease_unquarantine(in, l);
-				pool_slab_unpin(in->pool, l->ps);
+				if (l->ps) {
+					lease_unquarantine(in, l);
+					pool_slab_unpin(in->pool, l->ps);
+				} else {
+					lease_doom_ready(in, l);
+				}
 				ls->idle_returns++;
 			} else if (l->idle_since + ls->idle_ms - now_ms < next) {
 				next = l->idle_since + ls->idle_ms - now_ms;
@@ -608,11 +622,15 @@ static unsigned inst_drop_free(struct lease_inst *in)
 	lease_inst_flush(in);
 	for (l = in->leases; l; l = next) {
 		next = l->next;
-		if (l->ps && !l->live && !l->carves) {
+		if (l->live || l->carves)
+			continue;
+		if (l->ps) {
 			lease_unquarantine(in, l);
 			pool_slab_unpin(in->pool, l->ps);
-			n++;
+		} else {
+			lease_doom_ready(in, l);
 		}
+		n++;
 	}
 	return n;
 }

@@ -21,7 +21,7 @@ struct lease {
 	struct pool_slab *ps; /* NULL while ready (not in the pool yet) */
 	uint64_t live;        /* local blocks in it */
 	uint64_t carves;      /* carved blocks in it: it cannot go back */
-	uint64_t idle_since;  /* lease_now_ms() when live fell to 0 */
+	uint64_t idle_since;  /* lease_now_ms() when live fell to 0, or it was filed ready */
 	/* Its mapping (a reference of its own, NULL where none was had):
 	 * what a free waits on (cuda: the work queued in its context) and
 	 * whether its context died under it (then it is mapped anew before
@@ -103,6 +103,10 @@ static inline void lease_inst_flush(struct lease_inst *in)
 	while (in->ncache)
 		pool_free(in->pool, in->cache[--in->ncache].b);
 }
+
+/* Allocator lock held: lets ready lease @l of @in (granted, never taken
+ * into the pool) go as the pool lets a lease go: onto the doomed list. */
+void lease_doom_ready(struct lease_inst *in, struct lease *l);
 
 /* Allocator lock held: what the library uses of @instance's leases, every
  * stream's (what lease and lease_return tell the daemon). */

@@ -56,10 +56,14 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 		lease_inst_flush(in);
 		for (l = in->leases; l && returned < bytes; l = next) {
 			next = l->next; /* unpinning takes l off the list */
-			if (!l->ps || l->live || l->carves)
+			if (l->live || l->carves)
 				continue;
-			lease_unquarantine(in, l);
-			pool_slab_unpin(in->pool, l->ps);
+			if (l->ps) {
+				lease_unquarantine(in, l);
+				pool_slab_unpin(in->pool, l->ps);
+			} else {
+				lease_doom_ready(in, l); /* ready, never taken in */
+			}
 			/* Returned here, not with the other doomed leases: those
 			 * go back with a reply waited for, which cannot be read
 			 * in the middle of another exchange. */

@@ -252,6 +252,16 @@ int main(int argc, char **argv)
 		struct timespec ts = {0, 10 * 1000000L};
 		nanosleep(&ts, NULL);
 	}
+	if (gt_status_used(observer) != base)
+		for (int dev = 0; dev < ndev; dev++) {
+			struct gpb_mem_info m = torch_info(dev, NULL);
+			printf("used %llu, base %llu; this process's device %d: used %llu, "
+			       "leased %llu, in use %llu, leases %llu\n",
+			       (unsigned long long)gt_status_used(observer),
+			       (unsigned long long)base, dev, (unsigned long long)m.used,
+			       (unsigned long long)m.leased, (unsigned long long)m.in_use,
+			       (unsigned long long)m.leases);
+		}
 	CHECK(gt_status_used(observer) == base);
 	printf("ok: cap enforced as NULL with the reason; reclaimed at exit\n");
 
