@@ -217,6 +217,7 @@ _PROTOTYPES = {
     "gpb_unregister": (c_int, [c_void_p, c_u64]),
     "gpb_alloc": (c_int, [c_void_p, c_u64, c_u64, c_u64, P(gpb_allocation)]),
     "gpb_alloc_wait": (c_int, [c_void_p, c_u64, c_u64, c_u64, ctypes.c_uint32, P(gpb_allocation)]),
+    "gpb_alloc_async": (c_int, [c_void_p, c_u64, c_u64, c_u64, c_void_p, P(gpb_allocation)]),
     "gpb_free": (c_int, [c_void_p, c_u64]),
     "gpb_free_async": (c_int, [c_void_p, c_u64, c_void_p]),
     "gpb_release_kept": (c_int, [c_void_p]),

@@ -10,7 +10,7 @@ import time
 import weakref
 
 from . import _lib, _schema as S, dtypes, errors
-from .allocation import ALLOC, ATTACH, CLAIM, HOST, Allocation
+from .allocation import ALLOC, ATTACH, CLAIM, HOST, Allocation, _stream_ptr
 from .records import (MODES, ArrayRequest, Chunking, Event, GroupInfo, InstanceInfo,
                       MemInfo, PolicyInfo, PoolStats)
 
@@ -214,12 +214,22 @@ class Client:
         self._allocations[a.id] = a
         return a
 
-    def alloc(self, instance, size, alignment=0, timeout=None):
+    def alloc(self, instance, size, alignment=0, timeout=None, stream=None):
         """Allocates @size bytes for @instance (gpb_alloc). With @timeout
         (seconds) the daemon holds the request up to that long when there is
-        no room (gpb_alloc_wait); BrokerTimeoutError when none comes."""
+        no room (gpb_alloc_wait); BrokerTimeoutError when none comes. With
+        @stream (a CUstream as an int, 0 for the legacy default stream, or
+        an object with ``ptr`` (CuPy) or ``handle`` (Numba)), memory used in
+        stream order on it (gpb_alloc_async): freed with free_async() on the
+        same stream, its block is that stream's again at once. Not both."""
         raw = _lib.gpb_allocation()
-        if timeout is None:
+        if stream is not None and timeout is not None:
+            raise errors.InvalidError(errors.E_INVALID, "alloc: a timeout or a stream, not both",
+                                      "alloc")
+        if stream is not None:
+            self._call("alloc_async", instance, size, alignment,
+                       ctypes.c_void_p(_stream_ptr(stream)), ctypes.byref(raw))
+        elif timeout is None:
             self._call("alloc", instance, size, alignment, ctypes.byref(raw))
         else:
             self._call("alloc_wait", instance, size, alignment, _timeout_ms(timeout),

@@ -48,3 +48,31 @@ def test_client_allocates_from_leases_by_default(daemon, other, monkeypatch, lea
         else:
             assert sent >= 100  # one alloc (and a free) each
         del keep
+
+
+def test_stream_order_leases(client, daemon):
+    # gpb_alloc_async (issue 29): a stream's blocks come from leases of its
+    # own, and a block freed on its stream is that stream's again at once
+    # (sim runs no stream work: the stream is only the leases' key here).
+    inst = client.register("streams")
+    plain = client.alloc(inst, 4096)
+    before = client.mem_info(inst).leases
+    s = 0x5000  # a stream's handle, as an int (never dereferenced on sim)
+    a = client.alloc(inst, 4096, stream=s)
+    assert a.id >> 48 == 0x10ca
+    assert client.mem_info(inst).leases == before + 1  # the stream's own lease
+    ptr = a.ptr
+    a.free_async(s)
+    b = client.alloc(inst, 4096, stream=s)
+    assert b.ptr == ptr  # served again at once, in stream order
+    c = client.alloc(inst, 4096, stream=0)  # the legacy default stream: its own leases
+    assert client.mem_info(inst).leases == before + 2 and c.ptr != ptr
+    for x in (b, c, plain):
+        x.free()
+    assert client.mem_info(inst).in_use == 0
+    try:
+        client.alloc(inst, 4096, timeout=1, stream=s)
+    except gpubroker.InvalidError as e:
+        assert "not both" in e.detail
+    else:
+        raise AssertionError("a timeout and a stream were taken together")
