@@ -167,7 +167,8 @@ int main(int argc, char **argv)
 	 * are the fake's (0 on a GPU). */
 	{
 		uint64_t sync0 = gt_fake_calls("cuCtxSynchronize");
-		uint64_t made0 = gt_fake_calls("cuEventCreate"), rec0 = gt_fake_calls("cuEventRecord");
+		uint64_t made0 = gt_fake_calls("cuEventCreate"),
+		         rec0 = gt_fake_calls("cuEventRecord");
 		for (int i = 0; i < 1000; i++) {
 			struct gpb_allocation x;
 			GPB(gpb_alloc(c, inst, 256u << (i % 9), 0, &x));
@@ -175,10 +176,11 @@ int main(int argc, char **argv)
 		}
 		uint64_t syncs = gt_fake_calls("cuCtxSynchronize") - sync0;
 		uint64_t made = gt_fake_calls("cuEventCreate") - made0;
-		printf("1000 alloc+free (gpb_free): %llu cuCtxSynchronize, %llu cuEventCreate, %llu "
-		       "cuEventRecord\n",
-		       (unsigned long long)syncs, (unsigned long long)made,
-		       (unsigned long long)(gt_fake_calls("cuEventRecord") - rec0));
+		printf(
+		    "1000 alloc+free (gpb_free): %llu cuCtxSynchronize, %llu cuEventCreate, %llu "
+		    "cuEventRecord\n",
+		    (unsigned long long)syncs, (unsigned long long)made,
+		    (unsigned long long)(gt_fake_calls("cuEventRecord") - rec0));
 		/* None made per free: the kept ones serve (a few more where the
 		 * oldest fences answered late, a loaded machine; a pool that
 		 * kept none would make one per free). */
@@ -203,15 +205,17 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 1000; i++) {
 			GPB(gpb_alloc_async(c, inst, BLOCK, 0, s, &y));
 			same += y.ptr == x.ptr;
-			CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)y.ptr, (unsigned char)i, BLOCK, s));
+			CU(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)y.ptr, (unsigned char)i, BLOCK,
+			                    s));
 			GPB(gpb_free_async(c, y.id, s));
 		}
 		uint64_t events = gt_fake_calls("cuEventRecord") + gt_fake_calls("cuEventQuery") +
 		                  gt_fake_calls("cuEventCreate") - ev0;
 		uint64_t syncs = gt_fake_calls("cuCtxSynchronize") - sync0;
-		printf("1000 alloc+free on one stream: %llu cuEvent calls, %llu cuCtxSynchronize, the "
-		       "same block %u times\n",
-		       (unsigned long long)events, (unsigned long long)syncs, same);
+		printf(
+		    "1000 alloc+free on one stream: %llu cuEvent calls, %llu cuCtxSynchronize, the "
+		    "same block %u times\n",
+		    (unsigned long long)events, (unsigned long long)syncs, same);
 		CHECK(events <= 2 && syncs == 0 && same == 1000);
 		/* The last memset is what the block holds; nothing ran late. */
 		unsigned char back[BLOCK];
