@@ -61,9 +61,14 @@ static void inst_slab_destroy(void *ctx, void *slab)
 	in->ls->doomed = l;
 }
 
-void lease_doom_ready(struct lease_inst *in, struct lease *l)
+void lease_let_go(struct lease_inst *in, struct lease *l)
 {
-	inst_slab_destroy(in, l); /* as the pool lets one go: doomed */
+	if (l->ps) {
+		lease_unquarantine(in, l);
+		pool_slab_unpin(in->pool, l->ps); /* the pool lets it go: doomed */
+	} else {
+		inst_slab_destroy(in, l); /* ready, never taken in: the same */
+	}
 }
 
 /* The largest ready lease: what the pool's tail slab takes. */
@@ -529,7 +534,7 @@ static int lease_request(struct gpb_client *c, uint64_t instance, void *stream, 
 	in->leased += l->size;
 	/* Ready, not in the pool yet: if another thread's blocks fit in the
 	 * leases meanwhile, the pool may never take it; it goes back as an
-	 * idle one would (lease_doom_ready). */
+	 * idle one would (lease_let_go). */
 	l->idle_since = lease_now_ms();
 	lease_service_ring(ls, l->idle_since + ls->idle_ms);
 	if (slab_size / 4 > ls->local_max)
@@ -596,12 +601,7 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 			if (l->live || l->carves)
 				continue;
 			if (now_ms - l->idle_since >= ls->idle_ms) {
-				if (l->ps) {
-					lease_unquarantine(in, l);
-					pool_slab_unpin(in->pool, l->ps);
-				} else {
-					lease_doom_ready(in, l);
-				}
+				lease_let_go(in, l);
 				ls->idle_returns++;
 			} else if (l->idle_since + ls->idle_ms - now_ms < next) {
 				next = l->idle_since + ls->idle_ms - now_ms;
@@ -612,24 +612,19 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 }
 
 /* Allocator lock held: unpins every wholly free lease of @in, which the
- * pool then lets go (doomed). Returns how many. */
+ * pool then lets go (doomed). Returns how many. The caller polls the
+ * deferred frees first, once for all the instances it looks at. */
 static unsigned inst_drop_free(struct lease_inst *in)
 {
 	struct lease *l, *next;
 	unsigned n = 0;
 
-	lease_deferred_poll(in->ls);
 	lease_inst_flush(in);
 	for (l = in->leases; l; l = next) {
 		next = l->next;
 		if (l->live || l->carves)
 			continue;
-		if (l->ps) {
-			lease_unquarantine(in, l);
-			pool_slab_unpin(in->pool, l->ps);
-		} else {
-			lease_doom_ready(in, l);
-		}
+		lease_let_go(in, l);
 		n++;
 	}
 	return n;
@@ -641,6 +636,7 @@ unsigned lease_release_free(struct gpb_client *c)
 	unsigned n = 0;
 
 	pthread_mutex_lock(&ls->lock);
+	lease_deferred_poll(ls);
 	for (struct lease_inst *in = ls->insts; in; in = in->next)
 		n += inst_drop_free(in);
 	pthread_mutex_unlock(&ls->lock);
@@ -655,6 +651,7 @@ void lease_release_instance(struct gpb_client *c, uint64_t instance)
 	bool any = false;
 
 	pthread_mutex_lock(&ls->lock);
+	lease_deferred_poll(ls);
 	for (in = ls->insts; in; in = in->next)
 		if (in->instance == instance) {
 			inst_drop_free(in);
@@ -761,6 +758,7 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 			unsigned n = 0;
 			dropped = true;
 			pthread_mutex_lock(&ls->lock);
+			lease_deferred_poll(ls);
 			for (struct lease_inst *i = ls->insts; i; i = i->next)
 				n += inst_drop_free(i);
 			pthread_mutex_unlock(&ls->lock);

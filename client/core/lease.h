@@ -209,7 +209,8 @@ int lease_free_local(struct gpb_client *c, uint64_t id);
  * 0, 1 (not local), or a GPB_E_* error. */
 int lease_free_carved(struct gpb_client *c, uint64_t id);
 /*
- * gpb_free_async of local block @id, client lock held: the block stays
+ * gpb_free_async of local block @id, client lock held, after
+ * lease_free_stream() found it no block of @stream's own leases: the block stays
  * this process's (in use, not served again) until the work queued on
  * @stream so far has run; *fence is then the opener's fence to put on the
  * client's pending queue (its entry freed with lease_release_pending), or

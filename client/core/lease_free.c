@@ -320,8 +320,8 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 	*fence = NULL;
 	if (!lease_id_local(id))
 		return 1;
-	if (lease_free_stream(c, id, stream) == 0)
-		return 0;
+	/* A block of @stream's own leases went by lease_free_stream already
+	 * (gpb_free_async, before the client's lock). */
 	pthread_mutex_lock(&ls->lock);
 	sl = lease_slot_get(ls, id);
 	if (sl && sl->freeing)

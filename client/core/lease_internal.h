@@ -104,9 +104,10 @@ static inline void lease_inst_flush(struct lease_inst *in)
 		pool_free(in->pool, in->cache[--in->ncache].b);
 }
 
-/* Allocator lock held: lets ready lease @l of @in (granted, never taken
- * into the pool) go as the pool lets a lease go: onto the doomed list. */
-void lease_doom_ready(struct lease_inst *in, struct lease *l);
+/* Allocator lock held: lets wholly free lease @l of @in go onto the doomed
+ * list, unpinned from the pool (its quarantined blocks back first) or, a
+ * ready one never taken in, as the pool would have let it go. */
+void lease_let_go(struct lease_inst *in, struct lease *l);
 
 /* Allocator lock held: what the library uses of @instance's leases, every
  * stream's (what lease and lease_return tell the daemon). */

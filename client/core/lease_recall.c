@@ -58,12 +58,7 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 			next = l->next; /* unpinning takes l off the list */
 			if (l->live || l->carves)
 				continue;
-			if (l->ps) {
-				lease_unquarantine(in, l);
-				pool_slab_unpin(in->pool, l->ps);
-			} else {
-				lease_doom_ready(in, l); /* ready, never taken in */
-			}
+			lease_let_go(in, l);
 			/* Returned here, not with the other doomed leases: those
 			 * go back with a reply waited for, which cannot be read
 			 * in the middle of another exchange. */
