@@ -265,6 +265,20 @@ static bool memory_owned(gpb_client *c, enum track_kind kind, uint64_t id)
 	return false;
 }
 
+static int memory_free_fenced(gpb_client *c, struct track_entry *e, uint64_t id, void *stream);
+
+/* Whether a stream of the context of allocation @id captures (the legacy
+ * stream says so for blocking streams): then gpb_free must not wait for
+ * the context. Lock held. */
+static bool memory_capturing(gpb_client *c, uint64_t id)
+{
+	const struct track_entry *e = track_lookup(&c->track, TRACK_ALLOC, id);
+	const struct slab_opener *opener = c->track.opener;
+
+	return e && e->slab && e->slab->map && opener->capturing &&
+	       opener->capturing(e->slab->map->priv, NULL);
+}
+
 /* gpb_free and gpb_detach: free or detach of @id, which this connection must
  * hold. */
 static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
@@ -281,6 +295,9 @@ static int memory_release(gpb_client *c, enum track_kind kind, uint64_t id)
 		rc = hostmem_free(c, id, client_params_id(PROTO_F_ID, id), NULL);
 	} else if (!memory_owned(c, kind, id)) {
 		rc = GPB_E_NOT_FOUND;
+	} else if (kind == TRACK_ALLOC && memory_capturing(c, id)) {
+		/* A synchronize would break the capture: a fence instead. */
+		rc = memory_free_fenced(c, track_lookup(&c->track, kind, id), id, NULL);
 	} else if (kind == TRACK_ALLOC) {
 		rc = memory_free_quiet(c, id, false);
 	} else {
@@ -330,10 +347,14 @@ GPB_EXPORT int gpb_alloc_async(gpb_client *c, uint64_t instance, uint64_t size, 
                                void *stream, struct gpb_allocation *out)
 {
 	void *key = lease_stream_key(stream);
+	int rc = alloc_local(c, instance, size, alignment, key, out);
 
-	if (alloc_local(c, instance, size, alignment, key, out) == 0)
-		return 0;
-	return alloc_slow(c, instance, size, alignment, 0, key, out);
+	if (rc != 0)
+		rc = alloc_slow(c, instance, size, alignment, 0, key, out);
+	/* Allocated in a capture: kept while the graph lives (lease.h). */
+	if (rc == 0)
+		lease_capture_hold(c, out->id, stream);
+	return rc;
 }
 
 /* @stream: the leases' key (lease_stream_key; NULL for gpb_alloc's). */
@@ -539,6 +560,40 @@ static void memory_release_pending(gpb_client *c, uint64_t id)
 		memory_free_quiet(c, id, true);
 }
 
+/* A daemon allocation's free once the work queued on @stream so far has
+ * run: behind a fence on the client's pending queue. Lock held. */
+static int memory_free_fenced(gpb_client *c, struct track_entry *e, uint64_t id, void *stream)
+{
+	const struct slab_opener *opener = c->track.opener;
+	struct client_pending *p;
+	void *fence = NULL;
+	int rc;
+
+	/* No streams (sim): nothing can be queued on the memory. */
+	if (!opener->fence || !e->slab->map)
+		return memory_free_quiet(c, id, true);
+	rc = opener->fence(e->slab->map->priv, stream, &fence);
+	if (rc < 0)
+		return rc;
+	/* A capture's fence too: the pending queue is polled whole. */
+	p = fence ? malloc(sizeof(*p)) : NULL;
+	if (fence && !p) {
+		/* No room to remember it: wait for it here instead. */
+		opener->fence_wait(fence);
+		opener->fence_free(fence);
+	}
+	/* Nothing left to wait for (or a dead context: nothing queued there
+	 * can run). */
+	if (!p)
+		return memory_free_quiet(c, id, true);
+	p->id = id;
+	p->fence = fence;
+	e->freeing = true;
+	c->release_pending = memory_release_pending;
+	client_pending_add(c, p);
+	return 0;
+}
+
 GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 {
 	const struct slab_opener *opener;
@@ -581,27 +636,8 @@ GPB_EXPORT int gpb_free_async(gpb_client *c, uint64_t id, void *stream)
 		               "gpb_free_async: %016" PRIx64 " is host memory: use gpb_free", id);
 	} else if (!memory_owned(c, TRACK_ALLOC, id)) {
 		rc = GPB_E_NOT_FOUND;
-	} else if (!opener->fence || !e->slab->map) {
-		/* No streams (sim): nothing can be queued on the memory. */
-		rc = memory_free_quiet(c, id, true);
-	} else if ((rc = opener->fence(e->slab->map->priv, stream, &fence)) == 0) {
-		p = fence ? malloc(sizeof(*p)) : NULL;
-		if (fence && !p) {
-			/* No room to remember it: wait for it here instead. */
-			opener->fence_wait(fence);
-			opener->fence_free(fence);
-		}
-		if (!p) {
-			/* Nothing left to wait for (or a dead context: nothing
-			 * queued there can run). */
-			rc = memory_free_quiet(c, id, true);
-		} else {
-			p->id = id;
-			p->fence = fence;
-			e->freeing = true;
-			c->release_pending = memory_release_pending;
-			client_pending_add(c, p);
-		}
+	} else {
+		rc = memory_free_fenced(c, e, id, stream);
 	}
 	client_leave(c);
 	return rc;

@@ -105,6 +105,17 @@ static const struct cuda_api_sym cuda_api_optional_syms[] = {
     SYM(MemsetD8Async, "cuMemsetD8Async", NULL),
     SYM(LaunchHostFunc, "cuLaunchHostFunc", NULL),
     SYM(PointerGetAttribute, "cuPointerGetAttribute", NULL),
+    SYM(StreamIsCapturing, "cuStreamIsCapturing", NULL),
+    SYM(StreamGetCaptureInfo, "cuStreamGetCaptureInfo_v3", NULL),
+    SYM(UserObjectCreate, "cuUserObjectCreate", NULL),
+    SYM(UserObjectRelease, "cuUserObjectRelease", NULL),
+    SYM(GraphRetainUserObject, "cuGraphRetainUserObject", NULL),
+    SYM(StreamBeginCapture, "cuStreamBeginCapture_v2", NULL),
+    SYM(StreamEndCapture, "cuStreamEndCapture", NULL),
+    SYM(GraphInstantiate, "cuGraphInstantiateWithFlags", NULL),
+    SYM(GraphLaunch, "cuGraphLaunch", NULL),
+    SYM(GraphExecDestroy, "cuGraphExecDestroy", NULL),
+    SYM(GraphDestroy, "cuGraphDestroy", NULL),
     /* cuDeviceGetUuid before CUDA 11.4 answers a MIG instance's parent GPU:
      * only the MIG test uses it. */
     SYM(DeviceGetUuidV1, "cuDeviceGetUuid", NULL),

@@ -106,6 +106,20 @@ struct cuda_api {
 	PFN_cuMemsetD8Async_v3020 MemsetD8Async;
 	PFN_cuLaunchHostFunc_v10000 LaunchHostFunc;
 	PFN_cuPointerGetAttribute_v4000 PointerGetAttribute;
+	/* Stream capture (CUDA 10.0, 11.3 for user objects, 12.3 for the
+	 * capture info with edges): the library's frees hold memory a graph
+	 * may use (cuda_ctx.h); the rest serve the gpu tests. */
+	PFN_cuStreamIsCapturing_v10000 StreamIsCapturing;
+	PFN_cuStreamGetCaptureInfo_v12030 StreamGetCaptureInfo;
+	PFN_cuUserObjectCreate_v11030 UserObjectCreate;
+	PFN_cuUserObjectRelease_v11030 UserObjectRelease;
+	PFN_cuGraphRetainUserObject_v11030 GraphRetainUserObject;
+	PFN_cuStreamBeginCapture_v10010 StreamBeginCapture;
+	PFN_cuStreamEndCapture_v10000 StreamEndCapture;
+	PFN_cuGraphInstantiateWithFlags_v11040 GraphInstantiate;
+	PFN_cuGraphLaunch_v10000 GraphLaunch;
+	PFN_cuGraphExecDestroy_v10000 GraphExecDestroy;
+	PFN_cuGraphDestroy_v10000 GraphDestroy;
 };
 
 /*

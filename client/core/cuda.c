@@ -582,10 +582,20 @@ static int cuda_fence(void *priv, void *stream, void **fence)
 {
 	struct cuda_mapping *m = priv;
 	const char *what = "";
-	CUresult rc =
-	    cuda_fence_record(&cuda, m->cctx, (CUstream)stream, (struct cuda_fence **)fence, &what);
+	struct cuda_fence *f;
+	CUresult rc = cuda_fence_record(&cuda, m->cctx, (CUstream)stream, &f, &what);
 
-	return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, what);
+	if (rc != CUDA_SUCCESS)
+		return cuda_error(rc, what);
+	*fence = f;
+	return f && !cuda_fence_ordered(f) ? 1 : 0;
+}
+
+static bool cuda_capturing(void *priv, void *stream)
+{
+	struct cuda_mapping *m = priv;
+
+	return cuda_ok && cuda_stream_capturing(&cuda, m ? m->cctx : NULL, (CUstream)stream);
 }
 
 static bool cuda_fence_done_fn(void *fence)
@@ -605,10 +615,7 @@ static void cuda_fence_free_fn(void *fence)
 
 static void cuda_fence_forget_fn(void *fence)
 {
-	struct cuda_fence *f = fence;
-
-	cuda_ctx_forget(f->c);
-	free(f);
+	cuda_fence_forget(fence);
 }
 
 const struct slab_opener slab_cuda_opener = {
@@ -629,4 +636,5 @@ const struct slab_opener slab_cuda_opener = {
     .fence_wait = cuda_fence_wait_fn,
     .fence_free = cuda_fence_free_fn,
     .fence_forget = cuda_fence_forget_fn,
+    .capturing = cuda_capturing,
 };

@@ -5,6 +5,7 @@
 #include "cuda_ctx.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 static pthread_mutex_t cuda_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -202,12 +203,131 @@ void cuda_ctx_sync_all(const struct cuda_api *api)
 
 /* ---- fences (gpb_free_async) --------------------------------------------- */
 
+struct cuda_hold {
+	atomic_int refs; /* the fence's and the user object's */
+	atomic_bool released;
+};
+
+/* The user object's destructor, on a thread of CUDA's: no CUDA call, no
+ * lock, only the flag the fence reads. */
+static void cuda_hold_release(void *p)
+{
+	struct cuda_hold *h = p;
+
+	atomic_store(&h->released, true);
+	if (atomic_fetch_sub(&h->refs, 1) == 1)
+		free(h);
+}
+
+static void cuda_hold_put(struct cuda_hold *h)
+{
+	if (atomic_fetch_sub(&h->refs, 1) == 1)
+		free(h);
+}
+
+/* @stream's capture, the context current: 0 none, 1 capturing (a graph to
+ * be had), 2 a capture in the way that offers none (the legacy stream while
+ * a blocking stream captures, an invalidated capture). */
+static int capture_state(const struct cuda_api *api, CUstream stream)
+{
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUresult rc;
+
+	if (!api->StreamIsCapturing)
+		return 0;
+	rc = api->StreamIsCapturing(stream, &st);
+	if (rc == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+		return 2;
+	if (rc != CUDA_SUCCESS || st == CU_STREAM_CAPTURE_STATUS_NONE)
+		return 0; /* an error shows again where the stream is used */
+	return st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? 1 : 2;
+}
+
+bool cuda_stream_capturing(const struct cuda_api *api, struct cuda_ctx *c, CUstream stream)
+{
+	CUcontext popped;
+	int st;
+
+	if (!api->StreamIsCapturing)
+		return false;
+	if (stream && stream != CU_STREAM_LEGACY)
+		return capture_state(api, stream) != 0;
+	/* The legacy stream is the current context's. */
+	if (!c || !cuda_ctx_alive(api, c) || api->CtxPushCurrent(c->ctx) != CUDA_SUCCESS)
+		return false;
+	st = capture_state(api, stream);
+	api->CtxPopCurrent(&popped);
+	return st != 0;
+}
+
+/* A user object for the graph @stream captures into, whose release marks
+ * f's hold: true, or false where the driver offers none. Context current. */
+static bool fence_hold_graph(const struct cuda_api *api, struct cuda_fence *f, CUstream stream)
+{
+	CUstreamCaptureStatus st;
+	CUgraph graph = NULL;
+	CUuserObject obj;
+	struct cuda_hold *h;
+
+	if (!api->StreamGetCaptureInfo || !api->UserObjectCreate || !api->UserObjectRelease ||
+	    !api->GraphRetainUserObject)
+		return false;
+	if (api->StreamGetCaptureInfo(stream, &st, NULL, &graph, NULL, NULL, NULL) !=
+	        CUDA_SUCCESS ||
+	    st != CU_STREAM_CAPTURE_STATUS_ACTIVE || !graph)
+		return false;
+	h = malloc(sizeof(*h));
+	if (!h)
+		return false;
+	atomic_init(&h->refs, 2);
+	atomic_init(&h->released, false);
+	if (api->UserObjectCreate(&obj, h, cuda_hold_release, 1,
+	                          CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) != CUDA_SUCCESS) {
+		free(h);
+		return false;
+	}
+	/* The reference moves to the graph; refused, it is released here,
+	 * which runs the destructor (one of the hold's references). */
+	if (api->GraphRetainUserObject(graph, obj, 1, CU_GRAPH_USER_OBJECT_MOVE) != CUDA_SUCCESS) {
+		api->UserObjectRelease(obj, 1);
+		cuda_hold_put(h);
+		return false;
+	}
+	f->hold = h;
+	return true;
+}
+
+/* An event on @stream, the context current: a kept one or a new one. */
+static CUresult fence_event(const struct cuda_api *api, struct cuda_fence *f, CUstream stream,
+                            const char **what)
+{
+	struct cuda_ctx *c = f->c;
+	CUresult rc;
+
+	pthread_mutex_lock(&cuda_ctx_lock);
+	bool kept = c->nevents > 0;
+	if (kept)
+		f->ev = c->events[--c->nevents];
+	pthread_mutex_unlock(&cuda_ctx_lock);
+	rc = kept ? CUDA_SUCCESS : api->EventCreate(&f->ev, CU_EVENT_DISABLE_TIMING);
+	*what = "cuEventCreate";
+	if (rc == CUDA_SUCCESS) {
+		rc = api->EventRecord(f->ev, stream);
+		*what = "cuEventRecord";
+		if (rc != CUDA_SUCCESS)
+			api->EventDestroy(f->ev);
+	}
+	if (rc == CUDA_SUCCESS)
+		f->state = CUDA_FENCE_EVENT;
+	return rc;
+}
+
 CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstream stream,
                            struct cuda_fence **out, const char **what)
 {
 	struct cuda_fence *f;
 	CUcontext popped;
-	CUresult rc;
+	CUresult rc = CUDA_SUCCESS;
 
 	*out = NULL;
 	if (!cuda_ctx_alive(api, c))
@@ -228,21 +348,21 @@ CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstr
 		*what = "cuCtxPushCurrent";
 		return rc;
 	}
-	/* A kept event, else a new one; the reference is taken with it, so
-	 * that the record cannot go meanwhile. */
+	/* The reference is taken first, so that the record cannot go meanwhile. */
 	pthread_mutex_lock(&cuda_ctx_lock);
-	bool kept = c->nevents > 0;
-	if (kept)
-		f->ev = c->events[--c->nevents];
 	c->refs++;
 	pthread_mutex_unlock(&cuda_ctx_lock);
-	rc = kept ? CUDA_SUCCESS : api->EventCreate(&f->ev, CU_EVENT_DISABLE_TIMING);
-	*what = "cuEventCreate";
-	if (rc == CUDA_SUCCESS) {
-		rc = api->EventRecord(f->ev, stream);
-		*what = "cuEventRecord";
-		if (rc != CUDA_SUCCESS)
-			api->EventDestroy(f->ev);
+	f->c = c;
+	switch (capture_state(api, stream)) {
+	case 0:
+		rc = fence_event(api, f, stream, what);
+		break;
+	case 1:
+		f->state = fence_hold_graph(api, f, stream) ? CUDA_FENCE_GRAPH : CUDA_FENCE_CAPTURE;
+		break;
+	default:
+		f->state = CUDA_FENCE_CAPTURE;
+		break;
 	}
 	api->CtxPopCurrent(&popped);
 	if (rc != CUDA_SUCCESS) {
@@ -250,7 +370,6 @@ CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstr
 		free(f);
 		return rc;
 	}
-	f->c = c;
 	*out = f;
 	return CUDA_SUCCESS;
 }
@@ -259,12 +378,39 @@ CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstr
  * never run the work, and waiting for it would keep the memory forever. */
 bool cuda_fence_done(const struct cuda_api *api, struct cuda_fence *f)
 {
-	return !cuda_ctx_alive(api, f->c) || api->EventQuery(f->ev) != CUDA_ERROR_NOT_READY;
+	CUcontext popped;
+	const char *what;
+	bool done;
+
+	if (!cuda_ctx_alive(api, f->c))
+		return true;
+	if (f->state == CUDA_FENCE_GRAPH) {
+		if (!atomic_load(&f->hold->released))
+			return false;
+		cuda_hold_put(f->hold);
+		f->hold = NULL;
+		f->state = CUDA_FENCE_CAPTURE;
+	}
+	if (f->state == CUDA_FENCE_CAPTURE) {
+		/* The graph is gone, or the capture over: what else was queued
+		 * on the memory is behind an event on the legacy stream, once
+		 * that stream can be used. */
+		if (api->CtxPushCurrent(f->c->ctx) != CUDA_SUCCESS)
+			return true;
+		done = false;
+		if (capture_state(api, NULL) == 0 &&
+		    fence_event(api, f, NULL, &what) != CUDA_SUCCESS)
+			done = true; /* no event to be had: nothing to wait with */
+		api->CtxPopCurrent(&popped);
+		if (f->state != CUDA_FENCE_EVENT)
+			return done;
+	}
+	return api->EventQuery(f->ev) != CUDA_ERROR_NOT_READY;
 }
 
 void cuda_fence_wait(const struct cuda_api *api, struct cuda_fence *f)
 {
-	if (cuda_ctx_alive(api, f->c))
+	if (f->state == CUDA_FENCE_EVENT && cuda_ctx_alive(api, f->c))
 		api->EventSynchronize(f->ev);
 }
 
@@ -275,7 +421,9 @@ void cuda_fence_free(const struct cuda_api *api, struct cuda_fence *f)
 {
 	struct cuda_ctx *c = f->c;
 
-	if (cuda_ctx_alive(api, c)) {
+	if (f->hold)
+		cuda_hold_put(f->hold);
+	if (f->state == CUDA_FENCE_EVENT && cuda_ctx_alive(api, c)) {
 		pthread_mutex_lock(&cuda_ctx_lock);
 		bool keep = c->nevents < CUDA_CTX_EVENTS;
 		if (keep)
@@ -285,5 +433,14 @@ void cuda_fence_free(const struct cuda_api *api, struct cuda_fence *f)
 			api->EventDestroy(f->ev);
 	}
 	cuda_ctx_put(api, c);
+	free(f);
+}
+
+void cuda_fence_forget(struct cuda_fence *f)
+{
+	/* The parent's user object releases the parent's hold: this one is
+	 * the child's copy. */
+	free(f->hold);
+	cuda_ctx_forget(f->c);
 	free(f);
 }

@@ -72,13 +72,40 @@ CUresult cuda_ctx_sync(const struct cuda_api *api, struct cuda_ctx *c);
 /* cuda_ctx_sync() of every live context of the process. */
 void cuda_ctx_sync_all(const struct cuda_api *api);
 
-/* An event recorded on a stream in a context (gpb_free_async, and the
- * lease allocator's frees), holding a reference to the context. Its event
- * comes from the context's kept ones where there is one, and goes back
- * there when the fence is freed. */
+/*
+ * A fence: the point after which memory freed on a stream (gpb_free_async,
+ * the lease allocator's frees) is no longer used by work queued in a
+ * context, holding a reference to the context. Usually an event recorded
+ * on the stream, from the context's kept ones where there is one and back
+ * there when the fence is freed.
+ *
+ * Stream capture changes that: work queued on a capturing stream does not
+ * run, it becomes a node of a graph that may be launched any number of
+ * times later, and an event recorded there is a node too, which no query
+ * may ask about; the legacy default stream may not be used at all while a
+ * blocking stream of its context captures, and a synchronize breaks any
+ * capture. So a fence asked for in a capture is one of two others, which
+ * pass out of order with the events (cuda_fence_ordered):
+ *  - CUDA_FENCE_GRAPH, the stream captures: a user object retained by the
+ *    graph being captured (cuUserObjectCreate, cuGraphRetainUserObject),
+ *    whose destructor CUDA runs once the graph, every executable graph made
+ *    from it and their launches are gone. Then it becomes the next.
+ *  - CUDA_FENCE_CAPTURE, the legacy stream is unusable (a blocking stream
+ *    captures), the capture is invalidated, or the graph could not be had
+ *    (a driver before 12.3, a failure): an event recorded on the legacy
+ *    stream once no blocking stream captures any more.
+ */
+enum cuda_fence_state { CUDA_FENCE_EVENT, CUDA_FENCE_GRAPH, CUDA_FENCE_CAPTURE };
+
+/* What a graph's user object and a GRAPH fence share: the destructor may
+ * run after the fence is freed, or before it is looked at. */
+struct cuda_hold;
+
 struct cuda_fence {
 	struct cuda_ctx *c;
-	CUevent ev;
+	CUevent ev; /* CUDA_FENCE_EVENT */
+	enum cuda_fence_state state;
+	struct cuda_hold *hold; /* CUDA_FENCE_GRAPH */
 };
 
 /* Records a fence on @stream in @c's context: CUDA_SUCCESS with *out set,
@@ -86,10 +113,24 @@ struct cuda_fence {
  * else the failed call's result, *what naming it. */
 CUresult cuda_fence_record(const struct cuda_api *api, struct cuda_ctx *c, CUstream stream,
                            struct cuda_fence **out, const char **what);
-/* Whether the work before the fence has finished (or never will). */
+/* Whether the fence passes in stream order with the events (not one of a
+ * capture's). */
+static inline bool cuda_fence_ordered(const struct cuda_fence *f)
+{
+	return f->state == CUDA_FENCE_EVENT;
+}
+/* Whether the work before the fence has finished (or never will). A
+ * capture's fence moves on here (a query, never a wait). */
 bool cuda_fence_done(const struct cuda_api *api, struct cuda_fence *f);
-/* Waits until it has. */
+/* Waits until it has; a capture's fence is not waited for (the graph may
+ * live as long as the process, and the capture may be this thread's). */
 void cuda_fence_wait(const struct cuda_api *api, struct cuda_fence *f);
 void cuda_fence_free(const struct cuda_api *api, struct cuda_fence *f);
+/* A forked child's copy of its parent's fence: freed with no driver call. */
+void cuda_fence_forget(struct cuda_fence *f);
+/* Whether @stream of @c's context is capturing, or (the legacy stream,
+ * NULL) cannot be used because a blocking stream captures. @c may be NULL
+ * for a stream handle. False where the driver cannot tell. */
+bool cuda_stream_capturing(const struct cuda_api *api, struct cuda_ctx *c, CUstream stream);
 
 #endif

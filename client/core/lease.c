@@ -171,8 +171,24 @@ static void inst_destroy_all(struct lease_state *ls)
 	idmap_init(&ls->carves);
 }
 
-static void slots_free(struct lease_state *ls)
+/* Lets go of the capture fences that live blocks were held with (their
+ * blocks are being forgotten); @driver: not in a forked child. */
+static void slots_drop_holds(struct lease_state *ls, bool driver)
 {
+	for (uint32_t i = 0; ls->hold_opener && i < ls->slot_count; i++) {
+		if (!ls->slots[i].hold)
+			continue;
+		if (driver)
+			ls->hold_opener->fence_free(ls->slots[i].hold);
+		else if (ls->hold_opener->fence_forget)
+			ls->hold_opener->fence_forget(ls->slots[i].hold);
+		ls->slots[i].hold = NULL;
+	}
+}
+
+static void slots_free(struct lease_state *ls, bool driver)
+{
+	slots_drop_holds(ls, driver);
 	free(ls->slots);
 	ls->slots = NULL;
 	ls->slot_count = ls->slot_cap = ls->slot_free = 0;
@@ -210,7 +226,7 @@ void lease_finish(struct gpb_client *c)
 	lease_service_stop(c);
 	lease_deferred_drop(ls, true);
 	inst_destroy_all(ls);
-	slots_free(ls);
+	slots_free(ls, true);
 	idmap_finish(&ls->carves);
 	pthread_mutex_destroy(&ls->lock);
 }
@@ -219,7 +235,7 @@ void lease_abandon(struct lease_state *ls)
 {
 	lease_deferred_drop(ls, false);
 	inst_destroy_all(ls);
-	slots_free(ls);
+	slots_free(ls, false);
 	idmap_finish(&ls->carves);
 	/* The parent's thread's doorbell: the child's copy only. */
 	if (ls->wakefd >= 0)
@@ -248,6 +264,7 @@ void lease_forget(struct gpb_client *c)
 	 * daemon's ids of released allocations are): a slot table started
 	 * afresh would give the next block the id of an old one, and a free
 	 * of that id would free the new block. */
+	slots_drop_holds(ls, true);
 	ls->slot_free = 0;
 	for (uint32_t i = ls->slot_count; i-- > 0;) {
 		ls->slots[i].b = NULL;
@@ -300,6 +317,7 @@ static uint64_t slot_put(struct lease_state *ls, const struct lease_cached *got)
 	sl->size = got->size;
 	sl->offset = got->offset;
 	sl->carved = sl->freeing = false;
+	sl->hold = NULL;
 	uint64_t x = (uint64_t)sl->gen << LEASE_SLOT_BITS | i;
 	return LEASE_ID_TAG << 48 | ((x ^ ls->salt) & ((1ull << 48) - 1));
 }
@@ -320,7 +338,7 @@ static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment,
 		}
 	}
 	int err = pool_alloc(in->pool, 0, size, alignment, &out->b);
-	if (err == -ENOMEM && (in->ncache || in->ls->deferred_len)) {
+	if (err == -ENOMEM && (in->ncache || in->ls->deferred_len || in->ls->nheld)) {
 		/* Blocks whose frees' fences passed since are room too. */
 		lease_deferred_poll(in->ls);
 		lease_inst_flush(in);
@@ -590,7 +608,7 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 	lease_deferred_poll(ls);
 	/* Frees still behind queued work: looked at again soon, so that
 	 * their leases can fall idle without a call of the application's. */
-	if (ls->deferred_len)
+	if (ls->deferred_len || ls->nheld)
 		next = LEASE_DEFERRED_POLL_MS;
 	for (struct lease_inst *in = ls->insts; in; in = in->next) {
 		struct lease *l, *nl;

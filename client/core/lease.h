@@ -77,16 +77,22 @@ struct lease_slot {
 	uint32_t next_free;   /* free: the next free slot + 1 (0: none) */
 	bool carved;          /* a carve of it exists (ls->carves has its daemon id) */
 	bool freeing;         /* gpb_free_async took it: freed once its stream has run */
+	/* Allocated on a capturing stream (gpb_alloc_async): a capture's
+	 * fence (slab.h) that passes once the graph is gone. Whenever the
+	 * block is freed, it waits for that fence: a graph's launches use it. */
+	void *hold;
 };
 
 struct lease;
 struct lease_inst;
 
-/* A gpb_free waiting for its fence (lease_state.deferred). */
+/* A gpb_free waiting for its fence (lease_state.deferred; .held: a
+ * capture's fence, listed with next). */
 struct lease_deferred {
 	uint64_t id;
 	void *fence;
 	const struct slab_opener *opener;
+	struct lease_deferred *next;
 };
 
 struct lease_state {
@@ -137,9 +143,15 @@ struct lease_state {
 	struct lease_deferred *deferred;
 	uint32_t deferred_head, deferred_len, deferred_cap;
 	bool free_sync; /* GPUBROKER_FREE_SYNC=1: every such free waits instead */
+	/* Frees behind a capture's fence (a graph's life, the end of a
+	 * capture): they pass in no order with the ring's, so apart from it,
+	 * all looked at by each poll. */
+	struct lease_deferred *held;
+	uint32_t nheld;
+	const struct slab_opener *hold_opener; /* of the slots' holds (the backend's) */
 	/* Counters (gpb_lease_stats-like figures for tests and the bench). */
 	uint64_t leases_taken, leases_returned, idle_returns, recall_returns;
-	uint64_t deferred_frees, stream_frees;
+	uint64_t deferred_frees, stream_frees, held_frees;
 };
 
 struct gpb_client;
@@ -223,6 +235,10 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
  * (gpb_alloc_async's), allocator lock only: freed at once, 0. 1 for any
  * other block or stream (then lease_free_async under the client lock). */
 int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream);
+/* gpb_alloc_async of local block @id on @stream: when the stream is
+ * capturing, the block is held for the graph (lease_slot.hold). Neither
+ * lock held. */
+void lease_capture_hold(struct gpb_client *c, uint64_t id, void *stream);
 /* Client lock held: frees the block lease_free_async() left pending. */
 void lease_release_pending(struct gpb_client *c, uint64_t id);
 /* Allocator lock held: frees the blocks of gpb_free whose fences have

@@ -41,6 +41,10 @@ void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved
 	struct lease_inst *in = l->inst;
 	struct lease_cached freed = {sl->b, l, sl->size, sl->offset};
 
+	/* Held for a graph and freed another way (a carve's free): let go. */
+	if (sl->hold)
+		ls->hold_opener->fence_free(sl->hold);
+	sl->hold = NULL;
 	sl->b = NULL;
 	sl->carved = sl->freeing = false;
 	sl->next_free = ls->slot_free;
@@ -124,25 +128,78 @@ static int deferred_push(struct lease_state *ls, uint64_t id, void *fence,
 		ls->deferred_head = 0;
 	}
 	ls->deferred[(ls->deferred_head + ls->deferred_len++) % ls->deferred_cap] =
-	    (struct lease_deferred){id, fence, opener};
+	    (struct lease_deferred){id, fence, opener, NULL};
 	return 0;
+}
+
+/* Allocator lock held: queues @id's free behind a capture's @fence. Out of
+ * memory for the entry, the block is never served again (it stays
+ * `freeing`: kept, as the graph may still use it), and its fence goes. */
+static void held_push(struct lease_state *ls, uint64_t id, void *fence,
+                      const struct slab_opener *opener)
+{
+	struct lease_deferred *d = malloc(sizeof(*d));
+
+	if (!d) {
+		opener->fence_free(fence);
+		return;
+	}
+	*d = (struct lease_deferred){id, fence, opener, ls->held};
+	ls->held = d;
+	ls->nheld++;
+	ls->held_frees++;
+	lease_service_ring(ls, lease_now_ms() + LEASE_DEFERRED_POLL_MS);
+}
+
+/* Allocator lock held: a free of @sl's block, held for a graph since its
+ * allocation: behind that fence, whatever the free. */
+static void held_take(struct lease_state *ls, struct lease_slot *sl, uint64_t id)
+{
+	void *hold = sl->hold;
+
+	sl->hold = NULL;
+	sl->freeing = true;
+	held_push(ls, id, hold, ls->hold_opener);
+}
+
+/* The block of a fence that passed: freed, unless gone meanwhile
+ * (forgotten at an invalidate) or carved after the free (an export of a
+ * freed id: left to gpb_free's carved path, as gpb_free_async's). */
+static void deferred_release(struct lease_state *ls, uint64_t id)
+{
+	struct lease_slot *sl = lease_slot_get(ls, id);
+
+	if (sl && sl->freeing) {
+		sl->freeing = false;
+		if (!sl->carved)
+			lease_block_free(ls, sl, false);
+	}
+}
+
+static void held_poll(struct lease_state *ls)
+{
+	for (struct lease_deferred **pp = &ls->held, *d; (d = *pp);) {
+		if (!d->opener->fence_done(d->fence)) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		ls->nheld--;
+		deferred_release(ls, d->id);
+		d->opener->fence_free(d->fence);
+		free(d);
+	}
 }
 
 void lease_deferred_poll(struct lease_state *ls)
 {
+	if (ls->held)
+		held_poll(ls);
 	while (ls->deferred_len) {
 		struct lease_deferred *d = &ls->deferred[ls->deferred_head];
 		if (!d->opener->fence_done(d->fence))
 			break; /* recorded in order on one stream: the rest are later */
-		struct lease_slot *sl = lease_slot_get(ls, d->id);
-		/* Gone meanwhile (forgotten at an invalidate): nothing to free.
-		 * Carved after the free (an export of a freed id): left to
-		 * gpb_free's carved path, as gpb_free_async's. */
-		if (sl && sl->freeing) {
-			sl->freeing = false;
-			if (!sl->carved)
-				lease_block_free(ls, sl, false);
-		}
+		deferred_release(ls, d->id);
 		d->opener->fence_free(d->fence);
 		ls->deferred_head = (ls->deferred_head + 1) % ls->deferred_cap;
 		ls->deferred_len--;
@@ -151,6 +208,16 @@ void lease_deferred_poll(struct lease_state *ls)
 
 void lease_deferred_drop(struct lease_state *ls, bool driver)
 {
+	while (ls->held) {
+		struct lease_deferred *d = ls->held;
+		ls->held = d->next;
+		if (driver)
+			d->opener->fence_free(d->fence);
+		else if (d->opener->fence_forget)
+			d->opener->fence_forget(d->fence);
+		free(d);
+	}
+	ls->nheld = 0;
 	for (; ls->deferred_len; ls->deferred_len--) {
 		struct lease_deferred *d = &ls->deferred[ls->deferred_head];
 		if (driver)
@@ -175,16 +242,21 @@ void lease_deferred_drop(struct lease_state *ls, bool driver)
 static int free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *map, void *stream)
 {
 	const struct slab_opener *opener = map->opener;
-	struct lease_slot *sl;
 	void *fence = NULL;
+	int rc = opener->fence(map->priv, stream, &fence);
 
-	if (opener->fence(map->priv, stream, &fence) < 0) {
+	if (rc < 0) {
 		error_clear(); /* the free succeeds: it waits instead */
 		map_finish(map);
 	} else {
 		slab_cache_put(map);
 	}
 	pthread_mutex_lock(&ls->lock);
+	if (fence && rc == 1) { /* a capture's: apart from the ring */
+		held_push(ls, id, fence, opener);
+		pthread_mutex_unlock(&ls->lock);
+		return 0;
+	}
 	if (fence && deferred_push(ls, id, fence, opener) == 0) {
 		ls->deferred_frees++;
 		/* A bound on the fences out (their events come back to the
@@ -202,12 +274,7 @@ static int free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *m
 		opener->fence_free(fence);
 		pthread_mutex_lock(&ls->lock);
 	}
-	sl = lease_slot_get(ls, id);
-	if (sl && sl->freeing) {
-		sl->freeing = false;
-		if (!sl->carved)
-			lease_block_free(ls, sl, false);
-	}
+	deferred_release(ls, id);
 	pthread_mutex_unlock(&ls->lock);
 	return 0;
 }
@@ -225,12 +292,20 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 		return 1;
 	pthread_mutex_lock(&ls->lock);
 	sl = lease_slot_get(ls, id);
-	if (sl && !sl->carved && !sl->freeing) {
+	if (sl && !sl->carved && !sl->freeing && sl->hold) {
+		held_take(ls, sl, id); /* a graph's: behind its fence */
+		rc = 0;
+	} else if (sl && !sl->carved && !sl->freeing) {
 		map = block_work(sl);
 		if (!map) { /* nothing queued to wait for: freed at once */
 			lease_block_free(ls, sl, false);
 			rc = 0;
-		} else if (!ls->free_sync && map->opener->fence) {
+		} else if (map->opener->fence &&
+		           (!ls->free_sync ||
+		            (map->opener->capturing && map->opener->capturing(map->priv, NULL)))) {
+			/* (GPUBROKER_FREE_SYNC=1 waits, unless a capture is on:
+			 * a synchronize would break it. Asked under the lock: the
+			 * opted-in slow path only.) */
 			sl->freeing = true; /* no other free takes it meanwhile */
 			deferred = true;
 			/* A block of a stream's leases: the fence on that
@@ -294,14 +369,29 @@ int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream)
 	struct lease_slot *sl;
 	int rc = 1;
 
+	const struct slab_opener *opener = c->track.opener;
+	void *key = lease_stream_key(stream);
+
 	if (!lease_id_local(id))
+		return 1;
+	/* A capturing stream: its work so far is a graph that may run after
+	 * the free, so the block takes a fence (lease_free_async). */
+	if (key != LEASE_STREAM_LEGACY && opener && opener->capturing &&
+	    opener->capturing(NULL, stream))
 		return 1;
 	pthread_mutex_lock(&ls->lock);
 	sl = lease_slot_get(ls, id);
-	/* On the stream its leases serve (gpb_alloc_async): served again at
-	 * once, the stream orders the old work before the new. */
-	if (sl && !sl->freeing && !sl->carved && sl->l->inst->stream &&
-	    sl->l->inst->stream == lease_stream_key(stream)) {
+	if (sl && !sl->freeing && !sl->carved && sl->hold) {
+		held_take(ls, sl, id);
+		rc = 0;
+	} else if (sl && !sl->freeing && !sl->carved && sl->l->inst->stream &&
+	           sl->l->inst->stream == key &&
+	           !(key == LEASE_STREAM_LEGACY && sl->l->map && sl->l->map->opener->capturing &&
+	             sl->l->map->opener->capturing(sl->l->map->priv, NULL))) {
+		/* On the stream its leases serve (gpb_alloc_async): served
+		 * again at once, the stream orders the old work before the new.
+		 * (The legacy stream's capture check needs the context: made
+		 * under the lock, on this rare path only.) */
 		lease_block_free(ls, sl, false);
 		ls->stream_frees++;
 		rc = 0;
@@ -326,6 +416,11 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 	sl = lease_slot_get(ls, id);
 	if (sl && sl->freeing)
 		sl = NULL;
+	if (sl && sl->hold && !sl->carved) {
+		held_take(ls, sl, id); /* a graph's: behind its fence */
+		pthread_mutex_unlock(&ls->lock);
+		return 0;
+	}
 	if (sl && sl->l->map && sl->l->map->opener->fence) {
 		map = sl->l->map;
 		slab_cache_ref(map);
@@ -338,6 +433,7 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 		slab_cache_put(map);
 		if (rc < 0)
 			return rc;
+		rc = 0; /* a capture's fence too: the pending queue is polled whole */
 	}
 	if (*fence) {
 		pthread_mutex_lock(&ls->lock);
@@ -374,6 +470,51 @@ void lease_release_pending(struct gpb_client *c, uint64_t id)
 	pthread_mutex_unlock(&ls->lock);
 	if (carved)
 		lease_free_carved(c, id);
+}
+
+void lease_capture_hold(struct gpb_client *c, uint64_t id, void *stream)
+{
+	const struct slab_opener *opener = c->track.opener;
+	struct lease_state *ls = &c->lease;
+	struct slab_map *map = NULL;
+	struct lease_slot *sl;
+	void *hold = NULL;
+
+	/* The legacy stream (gpb_alloc's, or NULL given): not looked at, as
+	 * gpb_alloc's blocks are not (a query per allocation). */
+	if (!lease_id_local(id) || lease_stream_key(stream) == LEASE_STREAM_LEGACY || !opener ||
+	    !opener->capturing || !opener->capturing(NULL, stream))
+		return;
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	if (sl && !sl->hold && sl->l->map) {
+		map = sl->l->map;
+		slab_cache_ref(map);
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (!map)
+		return;
+	/* Not a capture's fence (the capture ended meanwhile): nothing held. */
+	if (map->opener->fence(map->priv, stream, &hold) != 1) {
+		error_clear();
+		if (hold)
+			map->opener->fence_free(hold);
+		hold = NULL;
+	}
+	opener = map->opener;
+	slab_cache_put(map);
+	if (!hold)
+		return;
+	pthread_mutex_lock(&ls->lock);
+	sl = lease_slot_get(ls, id);
+	if (sl && !sl->hold && !sl->freeing) {
+		sl->hold = hold;
+		ls->hold_opener = opener;
+		hold = NULL;
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (hold)
+		opener->fence_free(hold);
 }
 
 /* ---- carves --------------------------------------------------------------- */

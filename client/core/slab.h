@@ -87,16 +87,24 @@ struct slab_opener {
 	void (*finish_all)(void);
 	/* gpb_free_async: a fence behind the work queued on @stream so far, in
 	 * the mapping's context. 0 with *fence set (NULL: nothing can still be
-	 * queued there), or a GPB_E_* code. */
+	 * queued there), 1 with *fence set when it is a capture's (cuda_ctx.h:
+	 * it passes when the graph is gone, out of order with the others), or
+	 * a GPB_E_* code. */
 	int (*fence)(void *priv, void *stream, void **fence);
 	/* Whether the work before the fence has finished (or never will). */
 	bool (*fence_done)(void *fence);
-	/* Waits until it has. */
+	/* Waits until it has; a capture's fence is not waited for. */
 	void (*fence_wait)(void *fence);
 	void (*fence_free)(void *fence);
 	/* In a forked child, a fence of its parent's: its memory freed, with
 	 * no driver call (the event and context are the parent's). */
 	void (*fence_forget)(void *fence);
+	/* Whether @stream is capturing (a graph), or is the legacy stream
+	 * (NULL) while a stream of the mapping's context captures: then a free
+	 * on it takes a fence rather than serving the block again at once.
+	 * @priv may be NULL for a stream other than the legacy one. NULL
+	 * where there are no streams. */
+	bool (*capturing)(void *priv, void *stream);
 };
 
 struct slab_map {

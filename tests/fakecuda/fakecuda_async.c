@@ -25,21 +25,14 @@
  * Apart from fakecuda.c to keep each file short; see the comment at its top.
  */
 #include "fakecuda_internal.h"
+#include "fakecuda_async.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define STREAM_MAGIC 0x57eea400u
-#define EVENT_MAGIC  0xe7e47000u
-
-struct fake_stream {
-	uint32_t magic;
-	struct fake_ctx *ctx;
-	bool blocking; /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
-	int priority;  /* cuStreamCreateWithPriority's, clamped to the range */
-};
+#define EVENT_MAGIC 0xe7e47000u
 
 struct fake_event {
 	/* Every live event is listed (events_lock), as contexts are: the
@@ -50,27 +43,7 @@ struct fake_event {
 	struct fake_ctx *ctx;
 	struct fake_stream *stream; /* NULL: the legacy default stream */
 	uint64_t seq;               /* work up to this one must have run */
-};
-
-enum fake_op_kind { OP_COPY, OP_MEMSET, OP_HOST_FN };
-
-struct fake_op {
-	struct fake_op *next;
-	uint64_t seq;
-	struct fake_ctx *ctx;
-	struct fake_stream *stream; /* NULL: the legacy default stream */
-	enum fake_op_kind kind;
-	uintptr_t device_side;  /* the device memory it touches (0: none) */
-	uintptr_t device_side2; /* a copy's other side, when device memory too (0: none) */
-	void *dst;
-	const void *src;
-	size_t n;
-	unsigned char value;
-	uint32_t value_wide; /* cuMemsetD16/D32: n elements of `width` bytes */
-	unsigned width;
-	void *staged; /* a copy from pageable memory: src, taken at the call (freed with op) */
-	CUhostFn fn;
-	void *data;
+	bool captured;              /* last recorded inside a capture: a graph node */
 };
 
 static pthread_mutex_t async_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -91,6 +64,8 @@ static bool op_matches(const struct fake_op *op, struct fake_ctx *ctx,
 
 static void op_free(struct fake_op *op)
 {
+	if (op->body)
+		fake_body_put(op->body);
 	free(op->staged);
 	free(op);
 }
@@ -162,6 +137,9 @@ static bool ops_pending(struct fake_ctx *ctx, const struct fake_stream *stream, 
 
 void fake_async_drain(struct fake_ctx *ctx, bool blocking_only)
 {
+	/* A synchronous call waits as the legacy stream does. */
+	if (blocking_only && fake_capture_conflict(ctx, false, "a synchronous call"))
+		return;
 	ops_run(ctx, NULL, !blocking_only, UINT64_MAX);
 }
 
@@ -212,9 +190,11 @@ void fake_async_closing(uintptr_t base, uint64_t size, const char *what)
 
 /* ---- streams ------------------------------------------------------------------ */
 
-static CUresult stream_of(CUstream hstream, struct fake_stream **out)
+CUresult fake_stream_of(CUstream hstream, struct fake_stream **out)
 {
 	struct fake_stream *s = (struct fake_stream *)(void *)hstream;
+	if (hstream == CU_STREAM_LEGACY)
+		s = NULL;
 	if (s && s->magic != STREAM_MAGIC)
 		return CUDA_ERROR_INVALID_HANDLE;
 	/* A stream belongs to the context it was made in. */
@@ -243,9 +223,11 @@ FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream stream)
 {
 	NEED_CONTEXT();
 	struct fake_stream *s;
-	CUresult rc = stream_of(stream, &s);
+	CUresult rc = fake_stream_of(stream, &s);
 	if (rc != CUDA_SUCCESS || !s)
 		return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_INVALID_HANDLE;
+	if (fake_capture_active(s))
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	ops_run(s->ctx, s, false, UINT64_MAX);
 	s->magic = 0;
 	free(s);
@@ -256,9 +238,13 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream)
 {
 	NEED_CONTEXT();
 	struct fake_stream *s;
-	CUresult rc = stream_of(stream, &s);
+	CUresult rc = fake_stream_of(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if (s ? fake_capture_active(s)
+	      : fake_capture_conflict(fake_current(), false, "cuStreamSynchronize"))
+		return s ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+		         : CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
 	ops_run(fake_current(), s, false, UINT64_MAX);
 	return CUDA_SUCCESS;
 }
@@ -267,9 +253,13 @@ FAKE_EXPORT CUresult cuStreamQuery(CUstream stream)
 {
 	NEED_CONTEXT();
 	struct fake_stream *s;
-	CUresult rc = stream_of(stream, &s);
+	CUresult rc = fake_stream_of(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if (s ? fake_capture_active(s)
+	      : fake_capture_conflict(fake_current(), false, "cuStreamQuery"))
+		return s ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+		         : CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
 	return ops_pending(fake_current(), s, UINT64_MAX) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
@@ -304,7 +294,7 @@ FAKE_EXPORT CUresult cuStreamGetFlags(CUstream stream, unsigned int *flags)
 {
 	NEED_CONTEXT();
 	struct fake_stream *s;
-	CUresult rc = stream_of(stream, &s);
+	CUresult rc = fake_stream_of(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	*flags = s && !s->blocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
@@ -315,7 +305,7 @@ FAKE_EXPORT CUresult cuStreamGetPriority(CUstream stream, int *priority)
 {
 	NEED_CONTEXT();
 	struct fake_stream *s;
-	CUresult rc = stream_of(stream, &s);
+	CUresult rc = fake_stream_of(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	*priority = s ? s->priority : FAKE_PRIORITY_LEAST;
@@ -326,6 +316,9 @@ FAKE_EXPORT CUresult cuCtxSynchronize(void)
 {
 	NEED_CONTEXT();
 	INJECT("cuCtxSynchronize");
+	/* Waits for every stream: any capture is broken by it. */
+	if (fake_capture_conflict(fake_current(), true, "cuCtxSynchronize"))
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	fake_async_drain(fake_current(), false);
 	return CUDA_SUCCESS;
 }
@@ -335,9 +328,11 @@ FAKE_EXPORT CUresult cuCtxSynchronize(void)
 static CUresult enqueue(CUstream stream, struct fake_op op)
 {
 	struct fake_stream *s;
-	CUresult rc = stream_of(stream, &s);
+	CUresult rc = fake_stream_of(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if (!s && fake_capture_conflict(fake_current(), false, "work on the legacy stream"))
+		return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
 	if (op.kind != OP_HOST_FN) {
 		pthread_mutex_lock(&fake_lock);
 		rc = fake_copy_valid(op.device_side, op.n);
@@ -361,6 +356,13 @@ static CUresult enqueue(CUstream stream, struct fake_op op)
 		bool pageable = !fake_host_lookup(host, &b, &sz, &f, &a);
 		from_pageable = pageable && host == (uintptr_t)op.src;
 		to_pageable = pageable && host == (uintptr_t)op.dst;
+	}
+	if (s) {
+		/* Inside a capture: a node of the graph, run at its launches. */
+		bool taken;
+		rc = fake_capture_op(s, &op, &taken);
+		if (rc != CUDA_SUCCESS || taken)
+			return rc;
 	}
 	struct fake_op *p = malloc(sizeof(*p));
 	if (!p)
@@ -449,6 +451,25 @@ CUresult fake_async_memset(CUstream s, uintptr_t dst, uint32_t value, unsigned w
 	                                   .width = width});
 }
 
+CUresult fake_async_launch(struct fake_stream *s, const struct fake_op *op, struct fake_body *body)
+{
+	struct fake_op *p = malloc(sizeof(*p));
+	if (!p || !fake_op_dup(p, op)) {
+		free(p);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	p->ctx = fake_current();
+	p->stream = s;
+	p->next = NULL;
+	p->body = body;
+	pthread_mutex_lock(&async_lock);
+	p->seq = ++ops_seq;
+	*ops_tail = p;
+	ops_tail = &p->next;
+	pthread_mutex_unlock(&async_lock);
+	return CUDA_SUCCESS;
+}
+
 /* ---- events ------------------------------------------------------------------- */
 
 static struct fake_event *event_of(CUevent hevent)
@@ -508,11 +529,16 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream)
 	struct fake_stream *s;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult rc = stream_of(stream, &s);
+	CUresult rc = fake_stream_of(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (e->ctx != fake_current())
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (!s && fake_capture_conflict(e->ctx, false, "cuEventRecord on the legacy stream"))
+		return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+	/* Recorded inside a capture: a node of the graph, which no query
+	 * may ask about. */
+	e->captured = s && fake_capture_active(s);
 	e->stream = s;
 	pthread_mutex_lock(&async_lock);
 	e->seq = ops_seq;
@@ -529,6 +555,10 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent event)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!e->ctx->active)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	if (e->captured) {
+		fake_violation("cuEventQuery of an event recorded inside a capture");
+		return CUDA_ERROR_CAPTURED_EVENT;
+	}
 	return ops_pending(e->ctx, e->stream, e->seq) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
@@ -540,6 +570,10 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent event)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!e->ctx->active)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	if (e->captured) {
+		fake_violation("cuEventSynchronize of an event recorded inside a capture");
+		return CUDA_ERROR_CAPTURED_EVENT;
+	}
 	ops_run(e->ctx, e->stream, false, e->seq);
 	return CUDA_SUCCESS;
 }
@@ -551,11 +585,16 @@ FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned 
 {
 	NEED_CONTEXT();
 	struct fake_stream *s;
-	CUresult rc = stream_of(stream, &s);
+	CUresult rc = fake_stream_of(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* Inside a capture a wait is an edge of the graph: the fake's nodes
+	 * run in the order they were captured, so it orders nothing more. */
+	struct fake_event *e = event_of(event);
+	if ((s && fake_capture_active(s)) || (e && e->captured))
+		return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 	return cuEventSynchronize(event);
 }
 
