@@ -263,6 +263,15 @@ int gpb_release_kept(gpb_client *client);
  * The id is no longer the caller's from this call on: gpb_free() and
  * gpb_free_async() of it are GPB_E_NOT_FOUND. sim backend (no streams):
  * freed at once, @stream ignored.
+ * Graph capture: while @stream is being captured, its work is a graph
+ * that may be launched later, any number of times: the allocation is
+ * freed only once that graph and everything made from it are gone (a CUDA
+ * user object the graph holds), never by an event recorded in the
+ * capture. gpb_free() while a blocking stream of the context captures
+ * likewise neither records on the legacy stream nor synchronizes (either
+ * would invalidate the capture): its event is recorded once the capture
+ * has ended. Memory a graph uses must not be freed otherwise while the
+ * graph lives, as with cuMemFree.
  * Errors: GPB_E_NOT_FOUND (unknown, not this client's, already freed or
  * queued), GPB_E_INVALID (host memory from gpb_alloc_host: use gpb_free),
  * GPB_E_BACKEND (the event could not be recorded: nothing was queued),
@@ -447,6 +456,12 @@ int gpb_alloc_wait(gpb_client *client, uint64_t instance, uint64_t size, uint64_
  * serve (above a quarter of a slab, GPUBROKER_LEASE=0, the allocators
  * "direct" and "async") are gpb_alloc()'s. sim backend: gpb_alloc(),
  * @stream ignored.
+ * Graph capture: a block allocated while @stream is being captured
+ * (cuStreamBeginCapture; other than the legacy stream) may be used by
+ * every launch of the graph, so whenever it is freed, and however, it is
+ * served again only once the graph, the executable graphs made from it
+ * and their launches are gone (a CUDA user object the graph holds) and an
+ * event after them has completed; until then it counts as in use.
  * Errors: those of gpb_alloc().
  */
 int gpb_alloc_async(gpb_client *client, uint64_t instance, uint64_t size, uint64_t alignment,
@@ -941,6 +956,47 @@ void gpb_torch_free3(void *ptr, ssize_t size, void *stream);
  * negative @device or a bad $GPUBROKER_TORCH_PROPORTION).
  */
 int gpb_torch_mem_info(int device, uint64_t *instance, struct gpb_mem_info *out);
+
+/* ---- CuPy's CFunctionAllocator -----------------------------------------------
+ *
+ * What cupy.cuda.memory.CFunctionAllocator calls (gpubroker.cupy.
+ * c_allocator() makes one): allocation and free as C function pointers, no
+ * Python per allocation. The process has one client for them, connected
+ * at the first call (socket: $GPUBROKER_SOCKET, else the default), and one
+ * instance per CUDA ordinal, registered at the device's first allocation
+ * by its UUID, named $GPUBROKER_CUPY_NAME (default "cupy-PID"), in the
+ * manual pool with $GPUBROKER_CUPY_PROPORTION (in (0, 1]; unset: the auto
+ * pool) and stream group $GPUBROKER_CUPY_GROUP. Thread-safe; after a fork
+ * the child starts afresh; a client the daemon dropped is replaced at the
+ * next call. CuPy passes no stream: blocks are gpb_alloc()'s and frees
+ * gpb_free()'s (a fence on the legacy default stream, which follows CuPy's
+ * default stream and every blocking stream; see gpb_free() for streams
+ * made non-blocking).
+ */
+
+/**
+ * Allocates @size bytes on CUDA ordinal @device. @param must be NULL (the
+ * CFunctionAllocator's param). Returns the device pointer; NULL for @size
+ * 0. A refusal (a cap, the device full, no daemon, a non-NULL @param):
+ * inside a Python process, MemoryError("gpubroker: <reason>") is raised in
+ * the calling thread and (void *)-1 returned, which CuPy (built with
+ * Cython 3) turns into that exception; elsewhere NULL, the reason in
+ * gpb_last_error().
+ */
+void *gpb_cupy_malloc(void *param, size_t size, int device);
+
+/** Frees @ptr from gpb_cupy_malloc() (gpb_free()); NULL and unknown
+ * pointers are ignored (gpb_last_error() says so). */
+void gpb_cupy_free(void *param, void *ptr, int device);
+
+/**
+ * The instance of CUDA ordinal @device as gpb_cupy_malloc() uses it: its id
+ * in *@instance and its figures in *@out (either may be NULL), registering
+ * it if need be. Errors: those of gpb_connect(), gpb_register() and
+ * gpb_mem_info(); GPB_E_INVALID (@device outside 0-63, a bad
+ * $GPUBROKER_CUPY_PROPORTION).
+ */
+int gpb_cupy_mem_info(int device, uint64_t *instance, struct gpb_mem_info *out);
 
 /* ---- kernel buffer layout planner ------------------------------------------
  *

@@ -272,6 +272,11 @@ _PROTOTYPES = {
     "gpb_torch_free": (None, [c_void_p, ctypes.c_ssize_t, c_int, c_void_p]),
     "gpb_torch_free3": (None, [c_void_p, ctypes.c_ssize_t, c_void_p]),
     "gpb_torch_mem_info": (c_int, [c_int, P(c_u64), P(gpb_mem_info)]),
+    # CuPy's CFunctionAllocator (gpubroker.cupy.c_allocator): CuPy calls the
+    # first two by address; ctypes only for the tests.
+    "gpb_cupy_malloc": (c_void_p, [c_void_p, ctypes.c_size_t, c_int]),
+    "gpb_cupy_free": (None, [c_void_p, c_void_p, c_int]),
+    "gpb_cupy_mem_info": (c_int, [c_int, P(c_u64), P(gpb_mem_info)]),
     # The layout planner: a gpb_layout * is a void * here.
     "gpb_layout_create": (c_int, [P(c_void_p)]),
     "gpb_layout_destroy": (None, [c_void_p]),

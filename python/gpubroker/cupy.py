@@ -14,6 +14,16 @@ process: the daemon's pool is the pool). The statistics CuPy's MemoryPool
 offers (used_bytes, free_bytes, total_bytes, n_free_blocks) are the daemon's
 pool of the current device (gpb_stats), which all of its clients share.
 
+``c_allocator()`` is the same through C function pointers
+(``cupy.cuda.memory.CFunctionAllocator`` over libgpubroker's gpb_cupy_malloc
+and gpb_cupy_free): no Python runs per allocation, the process has one
+client and one instance per device for it ($GPUBROKER_CUPY_NAME,
+_PROPORTION, _GROUP, which its arguments set), and a refusal is raised as
+MemoryError("gpubroker: <reason>"). CuPy passes it no stream: frees are
+gpb_free's, ordered after CuPy's default stream and every blocking stream.
+
+    cupy.cuda.set_allocator(gpubroker.cupy.c_allocator().malloc)
+
 ``attach()`` opens another process's broker allocation (same user) as a
 CuPy array, for example one a Numba kernel wrote through gpubroker.numba.
 
@@ -28,6 +38,7 @@ kernels in the suite ``gpu`` (see the README).
 
 import contextlib
 import ctypes
+import os
 import threading
 
 try:
@@ -35,9 +46,10 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("gpubroker.cupy needs CuPy: %s" % e) from e
 
-from . import _schema as S, dtypes
+from . import _lib, _schema as S, dtypes, errors
 from .client import Client
 from .errors import E_NOT_SUPPORTED, NotSupportedError
+from .records import MemInfo
 
 
 def _current_device():
@@ -193,6 +205,63 @@ def using_allocator(allocator=None):
         yield allocator
     finally:
         _cupy.cuda.set_allocator(previous)
+
+
+_C_VARIABLES = {"name": "GPUBROKER_CUPY_NAME", "proportion": "GPUBROKER_CUPY_PROPORTION",
+                "group": "GPUBROKER_CUPY_GROUP", "socket": "GPUBROKER_SOCKET"}
+_c_allocator = None
+
+
+def c_functions():
+    """The addresses of gpb_cupy_malloc and gpb_cupy_free in libgpubroker."""
+    lib = _lib.lib()
+    return (ctypes.cast(lib.gpb_cupy_malloc, ctypes.c_void_p).value,
+            ctypes.cast(lib.gpb_cupy_free, ctypes.c_void_p).value)
+
+
+def _c_refusal_raises(malloc_fn, free_fn):
+    """Whether this CuPy raises what gpb_cupy_malloc raises: a refusal (a
+    non-NULL param is one) must come back as MemoryError, not as an array
+    at a bad address (a CuPy built without Cython 3's exception check)."""
+    try:
+        mem = _cupy.cuda.memory.CFunctionAllocatorMemory(1, 1, malloc_fn, free_fn, 0)
+    except MemoryError:
+        return True
+    mem.ptr = 0  # never freed: it is no allocation
+    return False
+
+
+def c_allocator(name=None, proportion=None, group=None, socket=None):
+    """A ``cupy.cuda.memory.CFunctionAllocator`` over the broker (see the
+    module's documentation); the settings apply to the devices registered
+    after the call (each at its first allocation). The same object each
+    time. Raises NotSupportedError when this CuPy would not raise a refusal."""
+    global _c_allocator
+    for key, value in (("name", name), ("proportion", proportion), ("group", group),
+                       ("socket", socket)):
+        if value is not None:
+            os.environ[_C_VARIABLES[key]] = str(value)
+    with _default_lock:
+        if _c_allocator is None:
+            malloc_fn, free_fn = c_functions()
+            if not _c_refusal_raises(malloc_fn, free_fn):
+                raise NotSupportedError(E_NOT_SUPPORTED, "this CuPy (%s) does not raise an "
+                                        "exception a C allocator sets: use gpubroker.cupy."
+                                        "malloc" % _cupy.__version__, "gpubroker.cupy")
+            # The library is loaded for the life of the process: no owner.
+            _c_allocator = _cupy.cuda.memory.CFunctionAllocator(0, malloc_fn, free_fn, None)
+        return _c_allocator
+
+
+def c_mem_info(device=None):
+    """The instance of @device (default: the current one) that c_allocator()
+    allocates from, as the daemon sees it (a MemInfo); registers it if need be."""
+    out = _lib.gpb_mem_info()
+    ident = ctypes.c_uint64()
+    device = _current_device() if device is None else device
+    errors.check(_lib.lib().gpb_cupy_mem_info(device, ctypes.byref(ident), ctypes.byref(out)),
+                 "cupy_mem_info")
+    return ident.value, MemInfo.from_struct(out)
 
 
 def attach(handle, shape=None, dtype="uint8", client=None):

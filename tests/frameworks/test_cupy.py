@@ -165,3 +165,114 @@ def test_quota_is_a_memory_error(broker):
     finally:
         admin.set_auto(alloc.instance())
         admin.set_mode("passive")
+
+
+# ---- c_allocator(): CuPy's CFunctionAllocator over gpb_cupy_* --------------------
+#
+# CFunctionAllocator.malloc asks CuPy's runtime for the current device, which
+# cannot start here; CFunctionAllocatorMemory is what it builds with that
+# device (0), so the tests build it themselves: CuPy's own class calls the
+# library's functions by address, as on a GPU.
+
+
+def c_memory(size):
+    malloc_fn, free_fn = gcp.c_functions()
+    return cupy.cuda.memory.CFunctionAllocatorMemory(size, 0, malloc_fn, free_fn, 0)
+
+
+def c_live(device=0):
+    """The C allocator's live bytes on @device: its own client's figures
+    (what it charges, less its leases, plus what is in use inside them)."""
+    _, mi = gcp.c_mem_info(device)
+    return mi.used - mi.leased + mi.in_use
+
+
+@pytest.fixture(scope="module")
+def c_alloc(fake_daemon):
+    a = gcp.c_allocator(name="cupy-c-test", group="cupy-c")
+    with gpubroker.Client(fake_daemon.socket, "observer") as admin:
+        yield a, admin
+
+
+def test_c_allocator_is_cupys(c_alloc):
+    a, admin = c_alloc
+    assert isinstance(a, cupy.cuda.memory.CFunctionAllocator)
+    assert gcp.c_allocator() is a  # one per process
+    inst, _ = gcp.c_mem_info(0)
+    info = admin.instance_info(inst)
+    assert info.name == "cupy-c-test" and info.device == admin.device_index(FAKE_UUID)
+
+
+def test_c_memory_is_broker_memory(c_alloc):
+    a, admin = c_alloc
+    inst, _ = gcp.c_mem_info(0)
+    base = c_live()
+    used0 = admin.instance_info(inst).used
+    mems = [c_memory(MiB) for _ in range(4)]
+    assert all(m.ptr > 0 and m.size == MiB and m.device_id == 0 for m in mems)
+    assert len({m.ptr for m in mems}) == 4
+    assert c_live() == base + 4 * MiB
+    # The daemon charges the instance at least that (its leases whole), as
+    # another connection reads it.
+    assert admin.instance_info(inst).used >= max(used0, 4 * MiB)
+    ptr = cupy.cuda.MemoryPointer(mems[0], 0)
+    assert ptr.ptr == mems[0].ptr and ptr.mem is mems[0]
+    del ptr, mems
+    gc.collect()
+    assert c_live() == base  # CuPy's __dealloc__ called gpb_cupy_free
+
+
+def test_c_refusal_is_a_memory_error(c_alloc):
+    a, admin = c_alloc
+    inst, mi = gcp.c_mem_info(0)
+    base = c_live()
+    with pytest.raises(MemoryError) as e:
+        c_memory(mi.cap + MiB)
+    assert str(e.value).startswith("gpubroker: ")
+    assert c_live() == base
+    # The probe c_allocator() makes: a non-NULL param is refused, raised.
+    malloc_fn, free_fn = gcp.c_functions()
+    with pytest.raises(MemoryError, match="param must be NULL"):
+        cupy.cuda.memory.CFunctionAllocatorMemory(1, 1, malloc_fn, free_fn, 0)
+    m = c_memory(MiB)  # and the allocator still serves
+    assert c_live() == base + MiB
+    del m
+    gc.collect()
+    assert c_live() == base
+
+
+def test_c_size_zero_is_no_allocation(c_alloc):
+    base = c_live()
+    m = c_memory(0)
+    assert m.ptr == 0 and c_live() == base
+
+
+def test_c_threads(c_alloc):
+    import random
+    import threading
+
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    base = c_live()
+    failures = []
+
+    def worker(k):
+        rng = random.Random(seed + k)
+        held = []
+        try:
+            for _ in range(300):
+                if held and rng.random() < 0.5:
+                    held.pop(rng.randrange(len(held)))
+                else:
+                    held.append(c_memory(rng.choice((256, 4096, 65536, MiB))))
+        except Exception as e:  # noqa: BLE001 -- reported below
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert not failures, (seed, failures)
+    assert c_live() == base, seed

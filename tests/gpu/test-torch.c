@@ -229,6 +229,44 @@ int main(int argc, char **argv)
 		CHECK(torch_held(dev) == 0);
 	printf("ok: 4 threads\n");
 
+	/* CuPy's C functions (gpb_cupy_*): the same kind of allocator, a
+	 * client and instance of their own; outside Python a refusal is NULL. */
+	setenv("GPUBROKER_CUPY_NAME", "cupy-test", 1);
+	CHECK(gpb_cupy_malloc(NULL, 0, 0) == NULL);
+	CHECK(gpb_cupy_malloc((void *)1, 16, 0) == NULL);
+	CHECK(strstr(gpb_last_error(), "param must be NULL") != NULL);
+	void *cp = gpb_cupy_malloc(NULL, 2 * MiB, 0);
+	CHECK(cp != NULL);
+	uint64_t cinst = 0;
+	struct gpb_mem_info cm;
+	GPB(gpb_cupy_mem_info(0, &cinst, &cm));
+	CHECK(cinst != 0 && cinst != inst[0] && cm.in_use == 2 * MiB);
+	{
+		struct gpb_instance_info info;
+		GPB(gpb_instance_info(observer, cinst, &info));
+		CHECK(strcmp(info.name, "cupy-test") == 0 && info.device == 0);
+	}
+	{
+		unsigned char buf[4096];
+		gt_fill(buf, sizeof(buf), 21);
+		CU(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)cp, buf, sizeof(buf)));
+		gt_expect_and_write(cp, sizeof(buf), 21, 22);
+	}
+	CHECK(gpb_cupy_malloc(NULL, cm.cap + MiB, 0) == NULL);
+	CHECK(gpb_last_error()[0] != '\0');
+	gpb_cupy_free(NULL, (void *)(uintptr_t)0x1000, 0);
+	CHECK(strstr(gpb_last_error(), "not from gpb_cupy_malloc") != NULL);
+	gpb_cupy_free(NULL, cp, 0);
+	for (int i = 0; i < 300; i++) {
+		GPB(gpb_cupy_mem_info(0, NULL, &cm));
+		if (cm.in_use == 0)
+			break;
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	CHECK(cm.in_use == 0);
+	printf("ok: gpb_cupy_malloc and gpb_cupy_free\n");
+
 	/* A cap: active mode, a child with a quarter of device 0. */
 	GPB(gpb_set_mode(observer, GPB_MODE_ACTIVE));
 	char line[256];

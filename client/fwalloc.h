@@ -1,0 +1,74 @@
+/*
+ * fwalloc.h - a framework's allocator over the broker: what PyTorch's
+ * pluggable allocator (torch.c) and CuPy's CFunctionAllocator (cupy.c)
+ * share. Frameworks allocate by size and CUDA ordinal and free by pointer;
+ * the broker registers instances on devices by UUID and frees by id.
+ *
+ * One per framework, process-wide (a static object): a client connected
+ * at the first call ($GPUBROKER_SOCKET, else the default), an instance per
+ * CUDA ordinal registered at the device's first allocation, named
+ * $<prefix>NAME (default "<kind>-PID"), in the manual pool with
+ * $<prefix>PROPORTION (in (0, 1]; unset: the auto pool) and stream group
+ * $<prefix>GROUP, and the pointers handed out.
+ *
+ * Locks: a mutex (lock) guards all of it, held across connecting and
+ * registering (two threads must not register one device twice) but not
+ * across the allocations and frees, which the library serves from many
+ * threads at once. Those hold a read lock on users for the client they
+ * use; replacing a client the daemon dropped takes it for writing, so that
+ * no call is using the old one. Order: users, then lock.
+ *
+ * fork: the child forgets the parent's client and pointers (not its own)
+ * and connects afresh if it allocates.
+ */
+#ifndef GPB_CLIENT_FWALLOC_H
+#define GPB_CLIENT_FWALLOC_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpubroker.h"
+
+#define FWALLOC_MAX_DEVICES 64 /* CUDA ordinals served (more than any node has) */
+
+struct fwalloc_ptr {
+	void *ptr; /* NULL: an empty slot */
+	uint64_t id;
+};
+
+struct fwalloc {
+	const char *kind;     /* "torch": the client's name, the default instance name */
+	const char *prefix;   /* "GPUBROKER_TORCH_": the settings' variables */
+	const char *alloc_fn; /* "gpb_torch_alloc": what a bad free names */
+	pthread_mutex_t lock;
+	pthread_rwlock_t users;
+	gpb_client *client;
+	uint64_t instance[FWALLOC_MAX_DEVICES]; /* 0: not registered yet */
+	/* Open addressing, linear probing, power-of-two size, at most half full. */
+	struct fwalloc_ptr *ptrs;
+	size_t cap, count;
+	bool forked_handler; /* its atfork handlers are installed */
+};
+
+#define FWALLOC_INIT(kind_, prefix_, alloc_fn_)                                                    \
+	{                                                                                          \
+		.kind = (kind_), .prefix = (prefix_), .alloc_fn = (alloc_fn_),                     \
+		.lock = PTHREAD_MUTEX_INITIALIZER, .users = PTHREAD_RWLOCK_INITIALIZER             \
+	}
+
+/*
+ * @size bytes on CUDA ordinal @device: gpb_alloc_async on @stream when
+ * @ordered (the framework frees on the stream it allocated on), else
+ * gpb_alloc. 0 with *out set, or a GPB_E_* code with the reason set.
+ */
+int fwalloc_alloc(struct fwalloc *fw, size_t size, int device, void *stream, bool ordered,
+                  void **out);
+/* Frees @ptr from fwalloc_alloc: gpb_free_async on @stream when @ordered,
+ * else gpb_free. 0 or a GPB_E_* code (GPB_E_NOT_FOUND: not this one's). */
+int fwalloc_free(struct fwalloc *fw, void *ptr, void *stream, bool ordered);
+/* @device's instance (registered if need be) and its figures. */
+int fwalloc_mem_info(struct fwalloc *fw, int device, uint64_t *instance, struct gpb_mem_info *out);
+
+#endif
