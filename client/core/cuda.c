@@ -591,6 +591,11 @@ static int cuda_fence(void *priv, void *stream, void **fence)
 	return f && !cuda_fence_ordered(f) ? 1 : 0;
 }
 
+static const void *cuda_fence_domain(void *priv)
+{
+	return ((struct cuda_mapping *)priv)->cctx;
+}
+
 static bool cuda_capturing(void *priv, void *stream)
 {
 	struct cuda_mapping *m = priv;
@@ -637,4 +642,5 @@ const struct slab_opener slab_cuda_opener = {
     .fence_free = cuda_fence_free_fn,
     .fence_forget = cuda_fence_forget_fn,
     .capturing = cuda_capturing,
+    .fence_domain = cuda_fence_domain,
 };

@@ -204,6 +204,7 @@ void lease_init(struct lease_state *ls)
 	memset(ls, 0, sizeof(*ls));
 	pthread_mutex_init(&ls->lock, NULL);
 	ls->wakefd = -1;
+	ls->wake_request = UINT64_MAX;
 	ls->wanted = ls->enabled = !(on && strcmp(on, "0") == 0);
 	ls->idle_ms = LEASE_IDLE_DEFAULT;
 	ls->free_sync = sync && strcmp(sync, "1") == 0;
@@ -338,7 +339,7 @@ static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment,
 		}
 	}
 	int err = pool_alloc(in->pool, 0, size, alignment, &out->b);
-	if (err == -ENOMEM && (in->ncache || in->ls->deferred_len || in->ls->nheld)) {
+	if (err == -ENOMEM && (in->ncache || lease_deferred_any(in->ls))) {
 		/* Blocks whose frees' fences passed since are room too. */
 		lease_deferred_poll(in->ls);
 		lease_inst_flush(in);
@@ -608,7 +609,7 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 	lease_deferred_poll(ls);
 	/* Frees still behind queued work: looked at again soon, so that
 	 * their leases can fall idle without a call of the application's. */
-	if (ls->deferred_len || ls->nheld)
+	if (lease_deferred_any(ls))
 		next = LEASE_DEFERRED_POLL_MS;
 	for (struct lease_inst *in = ls->insts; in; in = in->next) {
 		struct lease *l, *nl;

@@ -86,13 +86,29 @@ struct lease_slot {
 struct lease;
 struct lease_inst;
 
-/* A gpb_free waiting for its fence (lease_state.deferred; .held: a
- * capture's fence, listed with next). */
+/* Frees waiting for one fence (lease_state.deferred; .held: a capture's
+ * fence, listed with next): @id, and @nmore more in @more (a batch). */
 struct lease_deferred {
 	uint64_t id;
 	void *fence;
 	const struct slab_opener *opener;
 	struct lease_deferred *next;
+	uint64_t *more;
+	uint32_t nmore;
+};
+
+/* gpb_frees not fenced yet (lease_defer.c): a fence recorded later covers
+ * more work than one recorded at each free, never less, so one fence is
+ * recorded for up to LEASE_BATCH frees of one context and stream, when
+ * the batch is full, another context or stream frees, or room, figures
+ * or the service thread look. */
+#define LEASE_BATCH 32
+struct lease_batch {
+	const void *domain; /* the context (the opener's fence_domain), or the map */
+	void *stream;
+	struct slab_map *map; /* a reference: the fence is recorded through it */
+	uint32_t n;
+	uint64_t ids[LEASE_BATCH];
 };
 
 struct lease_state {
@@ -103,6 +119,11 @@ struct lease_state {
 	 * the lease is due earlier, so a free costs no system call as a rule. */
 	int wakefd;
 	uint64_t wake_at;
+	/* The earliest wake-up a ring asked for since the thread last looked
+	 * (UINT64_MAX: none): a ring moves the thread's next look earlier,
+	 * to that time, rather than making it look now (a free behind a fence
+	 * asks for a look in LEASE_DEFERRED_POLL_MS, not at once). */
+	uint64_t wake_request;
 	bool enabled;    /* GPUBROKER_LEASE != 0 and the daemon supports leases */
 	bool wanted;     /* GPUBROKER_LEASE != 0 (enabled again at an invalidate) */
 	bool abandoning; /* lease_abandon: the pool lets slabs go with no return */
@@ -148,6 +169,7 @@ struct lease_state {
 	 * all looked at by each poll. */
 	struct lease_deferred *held;
 	uint32_t nheld;
+	struct lease_batch batch;
 	const struct slab_opener *hold_opener; /* of the slots' holds (the backend's) */
 	/* Counters (gpb_lease_stats-like figures for tests and the bench). */
 	uint64_t leases_taken, leases_returned, idle_returns, recall_returns;

@@ -1,8 +1,8 @@
 /*
  * lease_free.c - frees and carves of local blocks (lease.h): a free waits
- * for the work queued on the block (gpb_free's promise), gpb_free_async
- * frees it once its stream has run, and export or attach of a block carves
- * it into a daemon allocation first.
+ * for the work queued on the block (gpb_free's promise: behind a fence,
+ * lease_defer.c), gpb_free_async frees it once its stream has run, and
+ * export or attach of a block carves it into a daemon allocation first.
  */
 #include "lease.h"
 #include "lease_internal.h"
@@ -76,18 +76,6 @@ static struct slab_map *block_work(struct lease_slot *sl)
 	return map;
 }
 
-/*
- * gpb_free's promise (gpubroker.h): the work queued on the memory has run
- * before the range can be anyone's again, here the next block served from
- * the lease. Waits (cuda: the mapping's context) outside the allocator's
- * lock, so other threads keep allocating meanwhile.
- */
-static void map_finish(struct slab_map *map)
-{
-	slab_cache_finish(map);
-	slab_cache_put(map);
-}
-
 /* lease_free_local's way when work may be queued on the block: waited
  * for outside the allocator's lock, then the block freed if still there. */
 static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uint64_t id,
@@ -96,7 +84,7 @@ static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uin
 	struct lease_slot *sl;
 	int rc = 1;
 
-	map_finish(map);
+	lease_map_finish(map);
 	pthread_mutex_lock(&ls->lock);
 	/* Looked up again: another thread may have freed it meanwhile. */
 	sl = lease_slot_get(ls, id);
@@ -106,177 +94,6 @@ static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uin
 	}
 	pthread_mutex_unlock(&ls->lock);
 	return rc;
-}
-
-/* ---- frees behind a fence ------------------------------------------------ */
-
-/* Allocator lock held: queues @id's free behind @fence. 0 or -ENOMEM. */
-static int deferred_push(struct lease_state *ls, uint64_t id, void *fence,
-                         const struct slab_opener *opener)
-{
-	if (ls->deferred_len == ls->deferred_cap) {
-		uint32_t cap = ls->deferred_cap ? 2 * ls->deferred_cap : 64;
-		struct lease_deferred *d = malloc(cap * sizeof(*d));
-		if (!d)
-			return -ENOMEM;
-		/* Unrolled oldest first into the new ring. */
-		for (uint32_t k = 0; k < ls->deferred_len; k++)
-			d[k] = ls->deferred[(ls->deferred_head + k) % ls->deferred_cap];
-		free(ls->deferred);
-		ls->deferred = d;
-		ls->deferred_cap = cap;
-		ls->deferred_head = 0;
-	}
-	ls->deferred[(ls->deferred_head + ls->deferred_len++) % ls->deferred_cap] =
-	    (struct lease_deferred){id, fence, opener, NULL};
-	return 0;
-}
-
-/* Allocator lock held: queues @id's free behind a capture's @fence. Out of
- * memory for the entry, the block is never served again (it stays
- * `freeing`: kept, as the graph may still use it), and its fence goes. */
-static void held_push(struct lease_state *ls, uint64_t id, void *fence,
-                      const struct slab_opener *opener)
-{
-	struct lease_deferred *d = malloc(sizeof(*d));
-
-	if (!d) {
-		opener->fence_free(fence);
-		return;
-	}
-	*d = (struct lease_deferred){id, fence, opener, ls->held};
-	ls->held = d;
-	ls->nheld++;
-	ls->held_frees++;
-	lease_service_ring(ls, lease_now_ms() + LEASE_DEFERRED_POLL_MS);
-}
-
-/* Allocator lock held: a free of @sl's block, held for a graph since its
- * allocation: behind that fence, whatever the free. */
-static void held_take(struct lease_state *ls, struct lease_slot *sl, uint64_t id)
-{
-	void *hold = sl->hold;
-
-	sl->hold = NULL;
-	sl->freeing = true;
-	held_push(ls, id, hold, ls->hold_opener);
-}
-
-/* The block of a fence that passed: freed, unless gone meanwhile
- * (forgotten at an invalidate) or carved after the free (an export of a
- * freed id: left to gpb_free's carved path, as gpb_free_async's). */
-static void deferred_release(struct lease_state *ls, uint64_t id)
-{
-	struct lease_slot *sl = lease_slot_get(ls, id);
-
-	if (sl && sl->freeing) {
-		sl->freeing = false;
-		if (!sl->carved)
-			lease_block_free(ls, sl, false);
-	}
-}
-
-static void held_poll(struct lease_state *ls)
-{
-	for (struct lease_deferred **pp = &ls->held, *d; (d = *pp);) {
-		if (!d->opener->fence_done(d->fence)) {
-			pp = &d->next;
-			continue;
-		}
-		*pp = d->next;
-		ls->nheld--;
-		deferred_release(ls, d->id);
-		d->opener->fence_free(d->fence);
-		free(d);
-	}
-}
-
-void lease_deferred_poll(struct lease_state *ls)
-{
-	if (ls->held)
-		held_poll(ls);
-	while (ls->deferred_len) {
-		struct lease_deferred *d = &ls->deferred[ls->deferred_head];
-		if (!d->opener->fence_done(d->fence))
-			break; /* recorded in order on one stream: the rest are later */
-		deferred_release(ls, d->id);
-		d->opener->fence_free(d->fence);
-		ls->deferred_head = (ls->deferred_head + 1) % ls->deferred_cap;
-		ls->deferred_len--;
-	}
-}
-
-void lease_deferred_drop(struct lease_state *ls, bool driver)
-{
-	while (ls->held) {
-		struct lease_deferred *d = ls->held;
-		ls->held = d->next;
-		if (driver)
-			d->opener->fence_free(d->fence);
-		else if (d->opener->fence_forget)
-			d->opener->fence_forget(d->fence);
-		free(d);
-	}
-	ls->nheld = 0;
-	for (; ls->deferred_len; ls->deferred_len--) {
-		struct lease_deferred *d = &ls->deferred[ls->deferred_head];
-		if (driver)
-			d->opener->fence_free(d->fence);
-		else if (d->opener->fence_forget)
-			d->opener->fence_forget(d->fence);
-		ls->deferred_head = (ls->deferred_head + 1) % ls->deferred_cap;
-	}
-	free(ls->deferred);
-	ls->deferred = NULL;
-	ls->deferred_cap = ls->deferred_head = 0;
-}
-
-/*
- * gpb_free's promise without stopping the GPU: a fence on the legacy
- * default stream of the mapping's context (which comes after the work
- * queued so far on every blocking stream of it) and the block kept in use
- * until it has passed. Where no fence can be had (a driver error, no room
- * for the entry), the free waits as free_after_work does; a dead context
- * runs nothing more: freed at once.
- */
-static int free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *map, void *stream)
-{
-	const struct slab_opener *opener = map->opener;
-	void *fence = NULL;
-	int rc = opener->fence(map->priv, stream, &fence);
-
-	if (rc < 0) {
-		error_clear(); /* the free succeeds: it waits instead */
-		map_finish(map);
-	} else {
-		slab_cache_put(map);
-	}
-	pthread_mutex_lock(&ls->lock);
-	if (fence && rc == 1) { /* a capture's: apart from the ring */
-		held_push(ls, id, fence, opener);
-		pthread_mutex_unlock(&ls->lock);
-		return 0;
-	}
-	if (fence && deferred_push(ls, id, fence, opener) == 0) {
-		ls->deferred_frees++;
-		/* A bound on the fences out (their events come back to the
-		 * context's kept ones: none made in steady state), and on the
-		 * blocks held, when nothing else asks for room. */
-		if (ls->deferred_len > LEASE_DEFERRED_POLL_AT)
-			lease_deferred_poll(ls);
-		lease_service_ring(ls, lease_now_ms() + LEASE_DEFERRED_POLL_MS);
-		pthread_mutex_unlock(&ls->lock);
-		return 0;
-	}
-	if (fence) { /* no room to queue it: waited for here */
-		pthread_mutex_unlock(&ls->lock);
-		opener->fence_wait(fence);
-		opener->fence_free(fence);
-		pthread_mutex_lock(&ls->lock);
-	}
-	deferred_release(ls, id);
-	pthread_mutex_unlock(&ls->lock);
-	return 0;
 }
 
 int lease_free_local(struct gpb_client *c, uint64_t id)
@@ -293,7 +110,7 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 	pthread_mutex_lock(&ls->lock);
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->carved && !sl->freeing && sl->hold) {
-		held_take(ls, sl, id); /* a graph's: behind its fence */
+		lease_held_take(ls, sl, id); /* a graph's: behind its fence */
 		rc = 0;
 	} else if (sl && !sl->carved && !sl->freeing) {
 		map = block_work(sl);
@@ -315,7 +132,7 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 	}
 	pthread_mutex_unlock(&ls->lock);
 	if (deferred)
-		return free_deferred(ls, id, map, stream);
+		return lease_free_deferred(ls, id, map, stream);
 	return map ? free_after_work(ls, id, map) : rc;
 }
 
@@ -345,7 +162,7 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 		 * any lease_return sent after it; and may hand its range to
 		 * another at once: the work queued on it first. */
 		if (map)
-			map_finish(map);
+			lease_map_finish(map);
 		rc = client_conn_send_free(&c->conn, (uint64_t)carve);
 		if (rc < 0)
 			return rc;
@@ -382,7 +199,7 @@ int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream)
 	pthread_mutex_lock(&ls->lock);
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->freeing && !sl->carved && sl->hold) {
-		held_take(ls, sl, id);
+		lease_held_take(ls, sl, id);
 		rc = 0;
 	} else if (sl && !sl->freeing && !sl->carved && sl->l->inst->stream &&
 	           sl->l->inst->stream == key &&
@@ -417,7 +234,7 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 	if (sl && sl->freeing)
 		sl = NULL;
 	if (sl && sl->hold && !sl->carved) {
-		held_take(ls, sl, id); /* a graph's: behind its fence */
+		lease_held_take(ls, sl, id); /* a graph's: behind its fence */
 		pthread_mutex_unlock(&ls->lock);
 		return 0;
 	}

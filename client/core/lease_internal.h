@@ -117,4 +117,29 @@ uint64_t lease_instance_in_use(struct lease_state *ls, uint64_t instance);
  * @carved: it was carved, and its range is quarantined rather than freed. */
 void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved);
 
+/*
+ * gpb_free's promise (gpubroker.h): the work queued on the memory has run
+ * before the range can be anyone's again, here the next block served from
+ * the lease. Waits (cuda: the mapping's context), neither lock held, so
+ * other threads keep allocating meanwhile; puts the caller's reference.
+ */
+static inline void lease_map_finish(struct slab_map *map)
+{
+	slab_cache_finish(map);
+	slab_cache_put(map);
+}
+
+/* lease_defer.c. gpb_free of local block @id (taken: `freeing`), whose
+ * mapping @map (a reference, put here) may have work queued: behind a
+ * fence on @stream (NULL: the legacy default stream). Neither lock held. */
+int lease_free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *map, void *stream);
+/* Allocator lock held: a free of @sl's block, held for a graph since its
+ * allocation (lease_slot.hold): behind that fence, whatever the free. */
+void lease_held_take(struct lease_state *ls, struct lease_slot *sl, uint64_t id);
+/* Allocator lock held: whether frees wait behind fences (or a batch). */
+static inline bool lease_deferred_any(const struct lease_state *ls)
+{
+	return ls->deferred_len || ls->nheld || ls->batch.n;
+}
+
 #endif

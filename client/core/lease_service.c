@@ -65,8 +65,11 @@ void lease_service_ring(struct lease_state *ls, uint64_t due)
 {
 	if (ls->wakefd < 0 || due >= ls->wake_at)
 		return;
-	/* Once: the thread sets its next wake-up as it goes back to sleep. */
-	ls->wake_at = 0;
+	/* Once for this time: the thread sets its next wake-up as it goes
+	 * back to sleep; meanwhile only an earlier one rings again. */
+	ls->wake_at = due;
+	if (due < ls->wake_request)
+		ls->wake_request = due;
 	ring(ls->wakefd);
 }
 
@@ -112,6 +115,10 @@ static void *lease_service_main(void *arg)
 
 		/* Scanned when rung or due only, not for every read of the
 		 * socket: a scan flushes the instances' block caches. */
+		/* A ring: the time it asked for, if earlier. */
+		if (ls->wake_request < due)
+			due = ls->wake_request;
+		ls->wake_request = UINT64_MAX;
 		if (scan || now >= due) {
 			wait = lease_idle_scan(ls, now);
 			due = wait == UINT64_MAX ? UINT64_MAX : now + wait;
@@ -149,7 +156,6 @@ static void *lease_service_main(void *arg)
 			ssize_t unused = read(ls->wakefd, &count, sizeof(count));
 
 			(void)unused;
-			scan = true;
 		}
 		readable = n > 0 && watch && !skip_sock && pfd[1].revents;
 		pthread_mutex_lock(&ls->lock);

@@ -105,6 +105,10 @@ struct slab_opener {
 	 * @priv may be NULL for a stream other than the legacy one. NULL
 	 * where there are no streams. */
 	bool (*capturing)(void *priv, void *stream);
+	/* What fences of @priv's mapping are recorded in (cuda: its
+	 * context): frees of mappings of one domain share a fence. NULL: the
+	 * mapping itself. */
+	const void *(*fence_domain)(void *priv);
 };
 
 struct slab_map {
