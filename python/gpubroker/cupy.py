@@ -4,7 +4,7 @@
     import gpubroker.cupy
 
     cupy.cuda.set_allocator(gpubroker.cupy.malloc)   # every array from now on
-    with gpubroker.cupy.using_allocator():           # or only inside a block
+    with gpubroker.cupy.using_allocator():           # or in this thread, in a block
         x = cupy.zeros((1000, 1000), dtype=cupy.float32)
 
 Each allocation is a broker allocation wrapped in ``cupy.cuda.UnownedMemory``
@@ -196,15 +196,13 @@ def malloc(size):
 
 @contextlib.contextmanager
 def using_allocator(allocator=None):
-    """Within the block CuPy allocates through @allocator (default: the
-    process-wide one); the previous allocator is restored on exit."""
+    """Within the block this thread's CuPy allocations go through @allocator
+    (default: the process-wide one); other threads keep theirs. CuPy's own
+    cupy.cuda.using_allocator, so the two nest either way; the allocator
+    before the block is this thread's again after it."""
     allocator = allocator or default_allocator()
-    previous = _cupy.cuda.get_allocator()
-    _cupy.cuda.set_allocator(allocator)
-    try:
+    with _cupy.cuda.using_allocator(allocator):
         yield allocator
-    finally:
-        _cupy.cuda.set_allocator(previous)
 
 
 _C_VARIABLES = {"name": "GPUBROKER_CUPY_NAME", "proportion": "GPUBROKER_CUPY_PROPORTION",

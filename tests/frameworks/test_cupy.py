@@ -138,19 +138,91 @@ def test_set_allocator_and_using_allocator(broker):
     assert live(alloc, inst) == 0
 
 
-def test_pool_statistics_are_the_daemon_pool(broker):
-    alloc, admin = broker
-    keep = alloc(MiB)
-    dev = admin.instance_info(alloc.instance()).device
-    st = admin.stats(dev)
-    assert alloc.used_bytes() == st.used >= MiB
-    assert alloc.free_bytes() == st.free
-    assert alloc.total_bytes() == st.reserved == alloc.used_bytes() + alloc.free_bytes()
-    assert alloc.n_free_blocks() == st.free_blocks
-    assert alloc.get_limit() == alloc.mem_info().cap == admin.instance_info(alloc.instance()).cap
-    del keep
-    gc.collect()
-    assert alloc.used_bytes() == admin.stats(dev).used
+def ctl_stats(fake_daemon, dev):
+    """The device's pool as gpubrokerctl reports it (its own connection)."""
+    import json
+    import os
+    import subprocess
+
+    out = subprocess.run([os.environ["GPUBROKERCTL"], "--socket", fake_daemon.socket, "-o",
+                          "json", "stats"], capture_output=True, text=True, check=True).stdout
+    row = [d for d in json.loads(out)["devices"] if d["device"] == dev][0]
+    return {k: int(v) for k, v in row.items()}
+
+
+def test_pool_statistics_are_the_daemon_pool(fake_daemon, monkeypatch):
+    monkeypatch.setattr(gcp, "_current_device", lambda: 0)
+    # Leases off: each allocation is the daemon's, so the pool's figures
+    # move by exactly what is allocated.
+    monkeypatch.setenv("GPUBROKER_LEASE", "0")
+    alloc = gcp.BrokerAllocator(name="cupy-stats")
+    try:
+        with gpubroker.Client(fake_daemon.socket, "observer") as admin:
+            inst = alloc.instance()
+            dev = admin.instance_info(inst).device
+            before = ctl_stats(fake_daemon, dev)
+            keep = [alloc(3 * MiB), alloc(5 * MiB)]
+            harness.settle(alloc.client)
+            ctl = ctl_stats(fake_daemon, dev)
+            # The allocator's figures against the CLI's, another connection.
+            assert alloc.used_bytes() == ctl["used"]
+            assert alloc.free_bytes() == ctl["free"]
+            assert alloc.total_bytes() == ctl["reserved"] == ctl["used"] + ctl["free"]
+            assert alloc.n_free_blocks() == ctl["free_blocks"]
+            # And the known allocations are what moved.
+            assert ctl["used"] - before["used"] == 8 * MiB
+            assert ctl["live"] - before["live"] == 2
+            assert alloc.get_limit() == alloc.mem_info().cap == admin.instance_info(inst).cap
+            del keep
+            gc.collect()
+            harness.settle(alloc.client)
+            after = ctl_stats(fake_daemon, dev)
+            assert after["used"] == before["used"] and after["live"] == before["live"]
+            assert alloc.used_bytes() == after["used"]
+    finally:
+        alloc.close()
+
+
+def test_using_allocator_is_this_threads(broker):
+    import threading
+
+    alloc, _ = broker
+    outer = cupy.cuda.get_allocator()
+    seen = {}
+    inside, done = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait()
+        seen["other"] = cupy.cuda.get_allocator()
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with gcp.using_allocator(alloc):
+        inside.set()
+        done.wait()
+        assert cupy.cuda.get_allocator() is alloc
+    t.join()
+    assert seen["other"] is not alloc and seen["other"] == outer
+    assert cupy.cuda.get_allocator() == outer
+
+
+def test_using_allocator_nests_with_cupys(broker):
+    alloc, _ = broker
+    other = cupy.cuda.memory.malloc_managed  # any allocator CuPy accepts
+    outer = cupy.cuda.get_allocator()
+    with cupy.cuda.using_allocator(other):
+        with gcp.using_allocator(alloc):
+            assert cupy.cuda.get_allocator() is alloc
+            with cupy.cuda.using_allocator(other):
+                assert cupy.cuda.get_allocator() is other
+            assert cupy.cuda.get_allocator() is alloc
+        assert cupy.cuda.get_allocator() is other
+    with gcp.using_allocator(alloc):
+        with gcp.using_allocator(cupy.cuda.memory.malloc_managed):
+            assert cupy.cuda.get_allocator() is cupy.cuda.memory.malloc_managed
+        assert cupy.cuda.get_allocator() is alloc
+    assert cupy.cuda.get_allocator() == outer
 
 
 def test_quota_is_a_memory_error(broker):

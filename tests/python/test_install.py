@@ -183,3 +183,26 @@ def test_explicit_library_that_is_missing_is_a_clear_error(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == (
         "gpubroker: GPUBROKER_LIBRARY names %s, which does not exist" % missing)
+
+
+def test_extras_name_wheels():
+    """pip install gpubroker[...] installs wheels: a CuPy extra per CUDA
+    major version (cupy-cudaNNx), never CuPy's source package "cupy"; the
+    README lists each one."""
+    import re
+    import tomllib
+
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(top, "python", "pyproject.toml"), "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    with open(os.path.join(top, "python", "README.md")) as f:
+        readme = f.read()
+    names = lambda reqs: [re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0] for r in reqs]
+    cupy = {k: v for k, v in extras.items() if any(n.startswith("cupy") for n in names(v))}
+    assert set(cupy) >= {"cupy-cuda13x", "cupy-cuda12x"}
+    for extra, reqs in extras.items():
+        assert "cupy" not in names(reqs), (extra, reqs)  # the source distribution
+        for n in names(reqs):
+            if n.startswith("cupy"):
+                assert re.fullmatch(r"cupy-cuda\d+x", n) and n == extra, (extra, reqs)
+        assert "`gpubroker[%s]`" % extra in readme, extra
