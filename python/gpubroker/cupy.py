@@ -46,7 +46,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("gpubroker.cupy needs CuPy: %s" % e) from e
 
-from . import _lib, _schema as S, dtypes, errors
+from . import _cuda, _lib, _schema as S, dtypes, errors
 from .client import Client
 from .errors import E_NOT_SUPPORTED, NotSupportedError
 from .records import MemInfo
@@ -56,35 +56,12 @@ def _current_device():
     return _cupy.cuda.runtime.getDevice()
 
 
-def _format_uuid(raw):
-    h = bytes(raw).hex()
-    return "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
-
-
-def _driver_uuid(device):
-    """The UUID of CUDA device @device (an ordinal, as CuPy's and the
-    driver's agree: both honour CUDA_VISIBLE_DEVICES), asked of the driver
-    (cuDeviceGetUuid_v2, all 16 bytes), or None where it does not answer."""
-    try:
-        cu = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    dev = ctypes.c_int(0)
-    raw = (ctypes.c_ubyte * 16)()
-    get_uuid = getattr(cu, "cuDeviceGetUuid_v2", None) or getattr(cu, "cuDeviceGetUuid", None)
-    if (get_uuid is None or cu.cuInit(0) != 0
-            or cu.cuDeviceGet(ctypes.byref(dev), ctypes.c_int(device)) != 0
-            or get_uuid(ctypes.byref(raw), dev) != 0):
-        return None
-    return _format_uuid(raw)
-
-
 def _device_uuid(device):
     """The device's UUID in nvidia-smi's form, or None where neither the
     driver nor CuPy says. The driver first: CuPy's property
     (getDeviceProperties()["uuid"]) comes back cut at the first NUL byte,
     which about one UUID in sixteen holds."""
-    uuid = _driver_uuid(device)
+    uuid = _cuda.driver_uuid(device)
     if uuid:
         return uuid
     try:
@@ -95,7 +72,7 @@ def _device_uuid(device):
         raw = raw.encode("latin-1")
     if not isinstance(raw, (bytes, bytearray)) or len(raw) != 16:
         return None
-    return _format_uuid(raw)
+    return _cuda.format_uuid(raw)
 
 
 class BrokerAllocator:

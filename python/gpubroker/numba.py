@@ -61,7 +61,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("gpubroker.numba needs Numba with CUDA support (numba.cuda): %s" % e) from e
 
-from . import _schema as S
+from . import _cuda, _schema as S
 from .client import Client
 from .errors import NotSupportedError, E_NOT_SUPPORTED, OutOfMemoryError, QuotaError
 
@@ -135,9 +135,22 @@ def _pointer_value(memory):
     return int(h) if _use_nv_binding() else (h.value or 0)
 
 
+def _device_ordinal(context):
+    """The CUDA ordinal of @context's device: a Numba Device's id, or a
+    context another library made (driver.Context over a cuda-bindings
+    CUdevice, which is the ordinal itself)."""
+    dev = context.device
+    ident = getattr(dev, "id", None)
+    return int(ident) if ident is not None else int(dev)
+
+
 def _device_uuid(context):
+    """Numba's UUID of the device, else the driver's (a context another
+    library made has no Numba Device to ask)."""
     uuid = getattr(context.device, "uuid", None)
-    return uuid if isinstance(uuid, str) and uuid else None
+    if isinstance(uuid, str) and uuid:
+        return uuid
+    return _cuda.driver_uuid(_device_ordinal(context))
 
 
 class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
@@ -186,7 +199,7 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
             uuid = _device_uuid(self.context)
             name = _settings["name"] or "numba-%d" % os.getpid()
             self._instance = client.register(
-                name, device=0 if uuid else self.context.device.id,
+                name, device=0 if uuid else _device_ordinal(self.context),
                 proportion=_settings["proportion"], group=_settings["group"], device_uuid=uuid)
             self._client = client
 
@@ -227,6 +240,15 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
             shared.free()
         a.free()
 
+    def memallocmanaged(self, size, attach_global):
+        """Refused: managed memory (cuda.managed_array) would be the
+        driver's, outside the instance's cap and the daemon's accounting,
+        as libgpubroker offers none either."""
+        raise NotSupportedError(
+            E_NOT_SUPPORTED, "managed memory (cuda.managed_array, %d bytes) is not served "
+            "through the broker: it would be outside this instance's cap; use device arrays, "
+            "or Numba's own memory manager for managed memory" % size, "gpubroker.numba")
+
     def get_memory_info(self):
         info = self._client.mem_info(self._instance)
         # What this process may still allocate: the instance's free and the
@@ -234,13 +256,26 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
         return _driver.MemoryInfo(free=min(info.cap, info.free + info.leased - info.in_use),
                                   total=info.cap)
 
-    def get_ipc_handle(self, memory):
-        base = memory.owner
-        base_ptr = _pointer_value(base)
+    def _allocation_at(self, addr):
+        """The live allocation of this manager that holds address @addr."""
         with self._lock:
-            a = self._live.get(base_ptr)
+            a = self._live.get(addr)
+            if a is None:
+                # Memory that came back in through __cuda_array_interface__
+                # (its owner is the foreign object, not our pointer), or a
+                # view into an allocation: the one whose range holds it.
+                a = next((x for base, x in self._live.items() if base <= addr < base + x.size),
+                         None)
+        return a
+
+    def get_ipc_handle(self, memory):
+        addr = _pointer_value(memory)
+        a = self._allocation_at(addr)
         if a is None:
-            raise ValueError("gpubroker.numba: not memory of this manager")
+            raise ValueError("gpubroker.numba: memory at %#x was not allocated through "
+                             "gpubroker (no broker allocation holds it): only broker "
+                             "memory can be shared by its handle" % addr)
+        base_ptr = a.ptr
         ident = a.id
         if ident >> 48 == _LOCAL_TAG:
             with self._lock:
@@ -250,8 +285,7 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
                 with self._lock:
                     self._shared[a.id] = shared
             ident = shared.id
-        return GpubrokerIpcHandle(self._client.socket, ident, _pointer_value(memory) - base_ptr,
-                                  memory.size)
+        return GpubrokerIpcHandle(self._client.socket, ident, addr - base_ptr, memory.size)
 
     def reset(self):
         """Frees everything this manager allocated (Numba's memory pointers to
@@ -305,7 +339,7 @@ class GpubrokerIpcHandle:
     def open(self, context):
         """A MemoryPointer to the memory in @context's process."""
         if self._opened:
-            raise ValueError("gpubroker.numba: IPC handle already open")
+            raise ValueError("IpcHandle is already opened")  # numba's words
         key = (self.socket, self.allocation_id)
         with _attach_lock:
             entry = _attached.get(key)

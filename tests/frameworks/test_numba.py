@@ -235,3 +235,104 @@ def test_allocations_return_when_the_process_ends(emm, fake_daemon, how):
     assert admin.stats(dev).live == before.live
     with pytest.raises(gpubroker.NotFoundError):
         admin.instance_info(inst)
+
+
+class Foreign:
+    """An array another library hands Numba (numba-cuda's ForeignArray):
+    only __cuda_array_interface__."""
+
+    def __init__(self, arr):
+        self.__cuda_array_interface__ = arr.__cuda_array_interface__
+
+
+def test_ipc_handle_of_an_array_from_the_array_interface(emm, fake_daemon):
+    _, mm, _ = emm
+    arr = cuda.to_device(np.arange(1000, dtype="int32"))
+    view = cuda.as_cuda_array(Foreign(arr))  # its owner is the foreign object
+    view.get_ipc_handle()  # what failed: no 'handle' on the foreign object
+    handle = mm.get_ipc_handle(view.gpu_data)  # the plugin's own handle inside it
+    assert handle.offset == 0 and handle.size == arr.nbytes
+    # A part of it: the allocation whose range holds the address.
+    part = cuda.as_cuda_array(Foreign(arr[250:]))
+    h2 = part.get_ipc_handle()
+    inner = mm.get_ipc_handle(part.gpu_data)
+    assert inner.allocation_id == handle.allocation_id and inner.offset == 250 * 4
+    code = textwrap.dedent("""
+        import pickle, sys
+        from numba import cuda
+        h = pickle.loads(bytes.fromhex(sys.argv[1]))
+        with h as child:
+            host = child.copy_to_host()
+        print(int(host[0]), int(host[-1]), host.size)
+        """)
+    r = harness.run_python(code, pickle.dumps(h2).hex())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["250", "999", "750"]
+
+
+def test_ipc_handle_of_memory_not_from_the_broker_is_refused(emm):
+    ctx, mm, _ = emm
+    # Device memory the driver gave directly, as another library would.
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    ptr = ctypes.c_uint64()
+    assert cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(4096)) == 0
+    try:
+        desc = {"shape": (1024,), "typestr": "<i4", "data": (ptr.value, False), "version": 2}
+        other = type("Other", (), {"__cuda_array_interface__": desc})()
+        with pytest.raises(ValueError, match="not allocated through gpubroker"):
+            cuda.as_cuda_array(other).get_ipc_handle()
+    finally:
+        assert cu.cuMemFree_v2(ctypes.c_uint64(ptr.value)) == 0
+
+
+def test_ipc_handle_opened_twice_says_what_numba_says(emm):
+    ctx, mm, _ = emm
+    arr = cuda.to_device(np.ones(64, dtype="float32"))
+    handle = mm.get_ipc_handle(arr.gpu_data)
+    mem = handle.open(ctx)
+    try:
+        with pytest.raises(ValueError, match="IpcHandle is already opened"):
+            handle.open(ctx)
+    finally:
+        handle.close()
+    del mem
+
+
+def test_managed_memory_is_refused_not_uncounted(emm):
+    ctx, mm, admin = emm
+    before = used(admin, mm)
+    with pytest.raises(gpubroker.NotSupportedError, match="managed memory"):
+        cuda.managed_array(1 << 20, dtype="uint8")
+    assert used(admin, mm) == before
+
+
+def test_a_context_another_library_made(fake_daemon):
+    # numba-cuda's Test3rdPartyContext: the primary context retained and
+    # made current through the driver, not by Numba; the plugin registers
+    # its device all the same.
+    code = textwrap.dedent("""
+        import numpy as np
+        from numba import cuda
+        from numba.cuda.cudadrv import driver
+        if not hasattr(driver, "binding"):
+            print("skip")
+            raise SystemExit(0)
+        dev = driver.binding.CUdevice(0)
+        hctx = driver.driver.cuDevicePrimaryCtxRetain(dev)
+        ctx = driver.Context(dev, hctx)
+        ctx.push()
+        try:
+            mine = cuda.current_context()
+            assert int(mine.handle) == int(ctx.handle)
+            a = cuda.to_device(np.arange(10, dtype="int64"))
+            print(type(mine.memory_manager).__name__, int(a.copy_to_host().sum()))
+        finally:
+            ctx.pop()
+            driver.driver.cuDevicePrimaryCtxRelease(dev)
+        """)
+    r = harness.run_python(code, env={"NUMBA_CUDA_MEMORY_MANAGER": "gpubroker.numba"})
+    assert r.returncode == 0, r.stderr
+    if r.stdout.strip() != "skip":  # Numba 0.56 has no cuda-bindings objects
+        assert r.stdout.split() == ["GpubrokerMemoryManager", "45"]
