@@ -49,7 +49,7 @@ static int fw_grow(struct fwalloc *fw)
 	return 0;
 }
 
-static int fw_remember(struct fwalloc *fw, void *ptr, uint64_t id)
+static int fw_remember(struct fwalloc *fw, void *ptr, uint64_t id, uint64_t size, int device)
 {
 	if ((fw->count + 1) * 2 > fw->cap) {
 		int rc = fw_grow(fw);
@@ -59,9 +59,14 @@ static int fw_remember(struct fwalloc *fw, void *ptr, uint64_t id)
 	size_t i = fw_slot(fw, ptr);
 	while (fw->ptrs[i].ptr)
 		i = (i + 1) & (fw->cap - 1);
-	fw->ptrs[i].ptr = ptr;
-	fw->ptrs[i].id = id;
+	fw->ptrs[i] = (struct fwalloc_ptr){ptr, id, size, device};
 	fw->count++;
+	struct fwalloc_figures *f = &fw->figures[device];
+	f->allocated += size;
+	f->live++;
+	f->allocs++;
+	if (f->allocated > f->peak)
+		f->peak = f->allocated;
 	return 0;
 }
 
@@ -76,6 +81,10 @@ static bool fw_forget(struct fwalloc *fw, void *ptr, uint64_t *id)
 	if (!fw->ptrs[i].ptr)
 		return false;
 	*id = fw->ptrs[i].id;
+	struct fwalloc_figures *f = &fw->figures[fw->ptrs[i].device];
+	f->allocated -= fw->ptrs[i].size;
+	f->live--;
+	f->frees++;
 	fw->ptrs[i].ptr = NULL;
 	fw->count--;
 	/* Backward-shift deletion: re-place the rest of the cluster, so that
@@ -97,6 +106,9 @@ static void fw_forget_all(struct fwalloc *fw)
 {
 	fw->client = NULL;
 	memset(fw->instance, 0, sizeof(fw->instance));
+	/* The blocks went with the client; the totals stay the process's. */
+	for (int d = 0; d < FWALLOC_MAX_DEVICES; d++)
+		fw->figures[d].allocated = fw->figures[d].live = 0;
 	free(fw->ptrs);
 	fw->ptrs = NULL;
 	fw->cap = fw->count = 0;
@@ -307,7 +319,7 @@ int fwalloc_alloc(struct fwalloc *fw, size_t size, int device, void *stream, boo
 		             : gpb_alloc(client, inst, size, 0, &a);
 	if (rc == 0) {
 		pthread_mutex_lock(&fw->lock);
-		rc = fw_remember(fw, a.ptr, a.id);
+		rc = fw_remember(fw, a.ptr, a.id, size, device);
 		pthread_mutex_unlock(&fw->lock);
 		if (rc < 0) {
 			char msg[256];
@@ -315,6 +327,11 @@ int fwalloc_alloc(struct fwalloc *fw, size_t size, int device, void *stream, boo
 			gpb_free(client, a.id);
 			rc = error_set(GPB_E_NOMEM, "%s", msg);
 		}
+	}
+	if (rc < 0 && device >= 0 && device < FWALLOC_MAX_DEVICES) {
+		pthread_mutex_lock(&fw->lock);
+		fw->figures[device].refused++;
+		pthread_mutex_unlock(&fw->lock);
 	}
 	fw_leave(fw, client, rc);
 	*out = rc < 0 ? NULL : a.ptr;
@@ -360,4 +377,56 @@ int fwalloc_mem_info(struct fwalloc *fw, int device, uint64_t *instance, struct 
 		*instance = inst;
 	fw_leave(fw, client, rc);
 	return rc;
+}
+
+static int fw_device_check(const struct fwalloc *fw, int device)
+{
+	if (device < 0 || device >= FWALLOC_MAX_DEVICES)
+		return error_set(GPB_E_INVALID, "gpb_%s: CUDA device %d outside 0-%d", fw->kind,
+		                 device, FWALLOC_MAX_DEVICES - 1);
+	return 0;
+}
+
+int fwalloc_stats(struct fwalloc *fw, int device, struct gpb_framework_stats *out)
+{
+	struct gpb_mem_info mi;
+	gpb_client *client;
+	uint64_t inst;
+	int rc = fw_device_check(fw, device);
+
+	if (rc < 0)
+		return rc;
+	if (!out)
+		return error_set(GPB_E_INVALID, "gpb_%s_stats: out is NULL", fw->kind);
+	pthread_rwlock_rdlock(&fw->users);
+	pthread_mutex_lock(&fw->lock);
+	const struct fwalloc_figures *f = &fw->figures[device];
+	*out = (struct gpb_framework_stats){.allocated = f->allocated,
+	                                    .peak = f->peak,
+	                                    .live = f->live,
+	                                    .allocs = f->allocs,
+	                                    .frees = f->frees,
+	                                    .refused = f->refused};
+	client = fw->client;
+	inst = fw->instance[device];
+	pthread_mutex_unlock(&fw->lock);
+	if (client && inst) {
+		rc = gpb_mem_info(client, inst, &mi);
+		if (rc == 0)
+			out->reserved = mi.used;
+	}
+	fw_leave(fw, client, rc);
+	return rc;
+}
+
+int fwalloc_reset_peak(struct fwalloc *fw, int device)
+{
+	int rc = fw_device_check(fw, device);
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&fw->lock);
+	fw->figures[device].peak = fw->figures[device].allocated;
+	pthread_mutex_unlock(&fw->lock);
+	return 0;
 }

@@ -36,6 +36,13 @@
 struct fwalloc_ptr {
 	void *ptr; /* NULL: an empty slot */
 	uint64_t id;
+	uint64_t size;
+	int device;
+};
+
+/* The figures of one CUDA ordinal (PyTorch's memory_stats names them). */
+struct fwalloc_figures {
+	uint64_t allocated, peak, live, allocs, frees, refused;
 };
 
 struct fwalloc {
@@ -49,7 +56,8 @@ struct fwalloc {
 	/* Open addressing, linear probing, power-of-two size, at most half full. */
 	struct fwalloc_ptr *ptrs;
 	size_t cap, count;
-	bool forked_handler; /* its atfork handlers are installed */
+	struct fwalloc_figures figures[FWALLOC_MAX_DEVICES]; /* under lock */
+	bool forked_handler;                                 /* its atfork handlers are installed */
 };
 
 #define FWALLOC_INIT(kind_, prefix_, alloc_fn_)                                                    \
@@ -68,6 +76,12 @@ int fwalloc_alloc(struct fwalloc *fw, size_t size, int device, void *stream, boo
 /* Frees @ptr from fwalloc_alloc: gpb_free_async on @stream when @ordered,
  * else gpb_free. 0 or a GPB_E_* code (GPB_E_NOT_FOUND: not this one's). */
 int fwalloc_free(struct fwalloc *fw, void *ptr, void *stream, bool ordered);
+/* @device's figures (gpb_torch_stats): the blocks handed out, counted
+ * here, and what the daemon charges the instance (0 before its first
+ * allocation: nothing is registered for a look). */
+int fwalloc_stats(struct fwalloc *fw, int device, struct gpb_framework_stats *out);
+/* Sets @device's peak to what is allocated now. */
+int fwalloc_reset_peak(struct fwalloc *fw, int device);
 /* @device's instance (registered if need be) and its figures. */
 int fwalloc_mem_info(struct fwalloc *fw, int device, uint64_t *instance, struct gpb_mem_info *out);
 

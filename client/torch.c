@@ -50,3 +50,15 @@ GPB_EXPORT int gpb_torch_mem_info(int device, uint64_t *instance, struct gpb_mem
 	error_clear();
 	return fwalloc_mem_info(&torch_fw, device, instance, out);
 }
+
+GPB_EXPORT int gpb_torch_stats(int device, struct gpb_framework_stats *out)
+{
+	error_clear();
+	return fwalloc_stats(&torch_fw, device, out);
+}
+
+GPB_EXPORT int gpb_torch_reset_peak(int device)
+{
+	error_clear();
+	return fwalloc_reset_peak(&torch_fw, device);
+}

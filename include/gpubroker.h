@@ -957,6 +957,35 @@ void gpb_torch_free3(void *ptr, ssize_t size, void *stream);
  */
 int gpb_torch_mem_info(int device, uint64_t *instance, struct gpb_mem_info *out);
 
+/**
+ * What a framework allocator (gpb_torch_*) handed out on one CUDA ordinal,
+ * in the terms of PyTorch's memory_stats() (which a pluggable allocator
+ * cannot give: torch.cuda.memory_allocated() and its kin raise).
+ */
+struct gpb_framework_stats {
+	uint64_t allocated; /**< bytes in live blocks (memory_allocated) */
+	uint64_t peak;      /**< most bytes allocated since the start or gpb_torch_reset_peak() */
+	uint64_t reserved;  /**< bytes the daemon charges the instance (memory_reserved) */
+	uint64_t live;      /**< live blocks */
+	uint64_t allocs;    /**< allocations since the process started */
+	uint64_t frees;     /**< frees since the process started */
+	uint64_t refused;   /**< allocations refused (a cap, the device full, no daemon) */
+};
+
+/**
+ * Fills @out with gpb_torch_alloc()'s figures on CUDA ordinal @device,
+ * counted as the blocks come and go (no request) but @reserved, which asks
+ * the daemon (0 before the device's first allocation: nothing registered
+ * yet). Blocks of a client the daemon dropped count no more.
+ * Errors: GPB_E_INVALID (@device outside 0-63, @out NULL), those of
+ * gpb_mem_info().
+ */
+int gpb_torch_stats(int device, struct gpb_framework_stats *out);
+
+/** Sets @device's peak to what is allocated now (reset_peak_memory_stats).
+ * Errors: GPB_E_INVALID (@device outside 0-63). */
+int gpb_torch_reset_peak(int device);
+
 /* ---- CuPy's CFunctionAllocator -----------------------------------------------
  *
  * What cupy.cuda.memory.CFunctionAllocator calls (gpubroker.cupy.

@@ -99,9 +99,9 @@ struct lease_deferred {
 
 /* gpb_frees not fenced yet (lease_defer.c): a fence recorded later covers
  * more work than one recorded at each free, never less, so one fence is
- * recorded for up to LEASE_BATCH frees of one context and stream, when
- * the batch is full, another context or stream frees, or room, figures
- * or the service thread look. */
+ * recorded for up to LEASE_BATCH frees on the legacy stream of one
+ * context, when the batch is full, another context frees, or room,
+ * figures or the service thread look. */
 #define LEASE_BATCH 32
 struct lease_batch {
 	const void *domain; /* the context (the opener's fence_domain), or the map */

@@ -8,10 +8,12 @@
  * Three places a freed block waits, all under the allocator's lock:
  *  - the batch (lease.h, lease_batch): frees not fenced yet. A fence
  *    recorded later covers more work than one recorded at the free, never
- *    less, so up to LEASE_BATCH frees of one context and stream share one
- *    fence, recorded when the batch is full, when another context or
- *    stream frees, and when the frees are polled. A free then costs no
- *    driver call as a rule.
+ *    less, so up to LEASE_BATCH frees on the legacy stream of one context
+ *    share one fence, recorded when the batch is full, when another
+ *    context frees, and when the frees are polled. A free then costs no
+ *    driver call as a rule. A free whose fence goes on a stream of the
+ *    application's (a block of gpb_alloc_async's leases) is fenced at
+ *    once: that stream may be destroyed right after.
  *  - the ring (lease_state.deferred): fenced frees, oldest first; each
  *    entry a fence and the ids behind it. Polled up to the first fence
  *    that has not passed (recorded in order, the later ones have not
@@ -237,6 +239,22 @@ int lease_free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *ma
 	struct lease_batch full = {.n = 0};
 	struct lease_batch *b = &ls->batch;
 
+	/* A stream of the application's may be destroyed right after the
+	 * free (its blocks all freed, as gpb_alloc_async asks): its fence is
+	 * recorded now, not later. The legacy stream lives with the context,
+	 * whose life each fence checks. */
+	if (stream) {
+		struct lease_batch one = {.stream = stream, .map = map, .n = 1, .ids = {id}};
+		struct lease_deferred e;
+		int rc;
+
+		batch_fence(ls, &one, &e, &rc, false);
+		pthread_mutex_lock(&ls->lock);
+		ls->deferred_frees++;
+		fenced(ls, &e, rc);
+		pthread_mutex_unlock(&ls->lock);
+		return 0;
+	}
 	pthread_mutex_lock(&ls->lock);
 	if (b->n && (b->domain != domain || b->stream != stream)) {
 		full = *b; /* another context or stream: fenced apart */

@@ -47,6 +47,11 @@ class gpb_allocation(ctypes.Structure):
     ]
 
 
+class gpb_framework_stats(ctypes.Structure):
+    _fields_ = [(name, c_u64) for name in
+                ("allocated", "peak", "reserved", "live", "allocs", "frees", "refused")]
+
+
 class gpb_mem_info(ctypes.Structure):
     _fields_ = [
         ("cap", c_u64),
@@ -272,6 +277,8 @@ _PROTOTYPES = {
     "gpb_torch_free": (None, [c_void_p, ctypes.c_ssize_t, c_int, c_void_p]),
     "gpb_torch_free3": (None, [c_void_p, ctypes.c_ssize_t, c_void_p]),
     "gpb_torch_mem_info": (c_int, [c_int, P(c_u64), P(gpb_mem_info)]),
+    "gpb_torch_stats": (c_int, [c_int, P(gpb_framework_stats)]),
+    "gpb_torch_reset_peak": (c_int, [c_int]),
     # CuPy's CFunctionAllocator (gpubroker.cupy.c_allocator): CuPy calls the
     # first two by address; ctypes only for the tests.
     "gpb_cupy_malloc": (c_void_p, [c_void_p, ctypes.c_size_t, c_int]),

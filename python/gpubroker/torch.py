@@ -27,6 +27,26 @@ block to the next tensor on that stream at once, with no event and no
 synchronize, as PyTorch's own allocator does (a training step measured
 1.011x PyTorch's own allocator's on an H200: docs/cuda.md).
 
+What PyTorch's pluggable allocator cannot do (torch 2.x's
+CUDAPluggableAllocator refuses, "does not yet support", or does nothing),
+and what to use instead:
+
+- ``torch.cuda.memory_allocated()``, ``max_memory_allocated()``,
+  ``memory_reserved()``, ``memory_stats()``, ``reset_peak_memory_stats()``
+  raise: use this module's functions of the same names (the allocated,
+  peak and reserved figures a training script logs, counted by
+  libgpubroker as tensors come and go; reserved is what the daemon charges
+  the instance, leases whole), and ``memory_info()`` for the instance's cap.
+- ``torch.cuda.memory_snapshot()`` and ``_record_memory_history()`` raise:
+  ``gpubrokerctl instances`` and the daemon's metrics show who holds what.
+- ``torch.multiprocessing`` cannot share CUDA tensors (no IPC handles from
+  a pluggable allocator), and this module offers no way around it yet:
+  memory to share between processes is a gpubroker.Client's allocation
+  (export by name, attach in the other process, same user) wrapped as a
+  tensor with ``torch.as_tensor`` over its ``__cuda_array_interface__``.
+- ``torch.cuda.empty_cache()`` does nothing: idle leases go back to the
+  daemon by themselves (GPUBROKER_LEASE_IDLE_MS) or when it recalls them.
+
 Streams: ``tensor.record_stream(s)`` does nothing here. PyTorch tells a
 pluggable allocator of it only through a C++ hook
 (CUDAPluggableAllocator's set_record_stream_fn) that its Python API does not
@@ -35,9 +55,14 @@ must have that stream's work ordered before the tensor dies: call
 ``s.synchronize()`` (or make the allocating stream wait for ``s`` with an
 event, ``torch.cuda.current_stream().wait_stream(s)``) before the last
 reference goes, or its block may be given to the next tensor on its stream
-while ``s`` still uses it. Graph capture (torch.cuda.graph) is not
-supported with this allocator yet: memory freed during capture is not held
-for the graph.
+while ``s`` still uses it. What the broker's frees guarantee across
+streams: a tensor freed on its own stream is reused by the next tensor on
+that stream in stream order; its memory leaves the process (another
+process may get it) only after an event recorded behind the work of that
+stream has completed. Graph capture: the library holds a block allocated
+or freed during a capture until the graph and everything made from it are
+gone (issue 29, tested on the fake driver); torch.cuda.graph itself has not
+been run with this allocator (no GPU session yet).
 """
 
 import ctypes
@@ -131,3 +156,49 @@ def memory_info(device=None):
     errors.check(_lib.lib().gpb_torch_mem_info(device, None, ctypes.byref(out)),
                  "torch_mem_info")
     return MemInfo.from_struct(out)
+
+
+def _stats(device):
+    out = _lib.gpb_framework_stats()
+    device = _current_device() if device is None else device
+    errors.check(_lib.lib().gpb_torch_stats(device, ctypes.byref(out)), "torch_stats")
+    return out
+
+
+def memory_allocated(device=None):
+    """Bytes in live tensors the broker serves on @device (default: the
+    current one): torch.cuda.memory_allocated()'s counterpart."""
+    return _stats(device).allocated
+
+
+def max_memory_allocated(device=None):
+    """The most bytes allocated on @device since the start or the last
+    reset_peak_memory_stats()."""
+    return _stats(device).peak
+
+
+def memory_reserved(device=None):
+    """Bytes the daemon charges this process's instance on @device (its
+    leases whole, and its larger allocations): what the process holds."""
+    return _stats(device).reserved
+
+
+def reset_peak_memory_stats(device=None):
+    """Sets the peak of @device to what is allocated now."""
+    device = _current_device() if device is None else device
+    errors.check(_lib.lib().gpb_torch_reset_peak(device), "torch_reset_peak")
+
+
+def memory_stats(device=None):
+    """The figures above in torch.cuda.memory_stats()'s key names (the ones
+    this allocator can give), plus the broker's counts."""
+    st = _stats(device)
+    return {
+        "allocated_bytes.all.current": st.allocated,
+        "allocated_bytes.all.peak": st.peak,
+        "reserved_bytes.all.current": st.reserved,
+        "active.all.current": st.live,
+        "allocation.all.allocated": st.allocs,
+        "allocation.all.freed": st.frees,
+        "num_ooms": st.refused,
+    }

@@ -193,6 +193,9 @@ int main(int argc, char **argv)
 		CHECK(p[dev] != NULL);
 		struct gpb_mem_info m = torch_info(dev, &inst[dev]);
 		CHECK(m.used >= 3 * MiB);
+		struct gpb_framework_stats fs;
+		GPB(gpb_torch_stats(dev, &fs));
+		CHECK(fs.allocated == 3 * MiB && fs.live == 1 && fs.reserved == m.used);
 		check_listed(observer, inst[dev], dev);
 		unsigned char buf[4096];
 		gt_fill(buf, sizeof(buf), 7u + (unsigned)dev);

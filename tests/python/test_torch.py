@@ -31,6 +31,8 @@ out["used"] = [gt.memory_info(0).used, gt.memory_info(1).used]
 out["leased"] = [gt.memory_info(0).leased, gt.memory_info(1).leased]
 out["in_use"] = gt.memory_info(1).in_use
 out["instances"] = [gt.instance(0), gt.instance(1)]
+out["allocated"] = [gt.memory_allocated(0), gt.memory_allocated(1)]
+out["reserved"] = [gt.memory_reserved(0), gt.memory_reserved(1)]
 print(json.dumps(out), flush=True)
 sys.stdin.readline()                    # the test looks at the daemon
 lib.gpb_torch_free(p, 3 << 20, 0, None)
@@ -42,6 +44,11 @@ out = {"after": [live(gt.memory_info(0)), live(gt.memory_info(1))]}
 lib.gpb_torch_free(ctypes.c_void_p(0x1000), 16, 0, None)
 out["unknown"] = gpubroker.errors.last_error()
 out["zero"] = lib.gpb_torch_alloc(0, 0, None)
+out["stats"] = [gt.memory_stats(0), gt.memory_stats(1)]
+gt.reset_peak_memory_stats(0)
+out["peak_reset"] = gt.max_memory_allocated(0)
+out["refused"] = lib.gpb_torch_alloc(1 << 40, 0, None)
+out["ooms"] = gt.memory_stats(0)["num_ooms"]
 print(json.dumps(out), flush=True)
 sys.stdin.readline()                    # exits holding nothing
 """
@@ -60,6 +67,10 @@ def test_entry_points_one_instance_per_device(daemon):
         assert first["leased"][0] == 0 and first["leased"][1] > 0 and first["in_use"] == 256 * KiB
         inst0, inst1 = first["instances"]
         assert inst0 != inst1
+        # Counted as the blocks come (memory_allocated), and what the
+        # daemon charges (memory_reserved: the instance's used).
+        assert first["allocated"] == [3 * MiB, 256 * KiB]
+        assert first["reserved"] == first["used"]
         rows = {int(r["instance"], 16): r for r in ctl_instances(daemon)}
         for inst, dev in ((inst0, 0), (inst1, 1)):
             row = rows[inst]
@@ -71,6 +82,14 @@ def test_entry_points_one_instance_per_device(daemon):
         assert second["after"] == [0, 0]
         assert "not from gpb_torch_alloc" in second["unknown"]
         assert second["zero"] is None
+        st0, st1 = second["stats"]
+        assert st0["allocated_bytes.all.current"] == 0 == st1["allocated_bytes.all.current"]
+        assert st0["allocated_bytes.all.peak"] == 3 * MiB
+        assert st1["allocated_bytes.all.peak"] == 256 * KiB
+        assert st0["allocation.all.allocated"] == 1 == st0["allocation.all.freed"]
+        assert st0["active.all.current"] == 0 and st0["num_ooms"] == 0
+        assert second["peak_reset"] == 0  # reset to what is allocated now
+        assert second["refused"] is None and second["ooms"] == 1
     finally:
         proc.stdin.close()
         assert proc.wait(30) == 0
