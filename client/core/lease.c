@@ -619,7 +619,10 @@ uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
 			nl = l->next; /* unpinning takes l off the list */
 			if (l->live || l->carves)
 				continue;
-			if (now_ms - l->idle_since >= ls->idle_ms) {
+			if (now_ms - l->idle_since >= ls->idle_ms && !lease_may_go(l)) {
+				if (LEASE_DEFERRED_POLL_MS < next) /* looked at again soon */
+					next = LEASE_DEFERRED_POLL_MS;
+			} else if (now_ms - l->idle_since >= ls->idle_ms) {
 				lease_let_go(in, l);
 				ls->idle_returns++;
 			} else if (l->idle_since + ls->idle_ms - now_ms < next) {
@@ -641,7 +644,7 @@ static unsigned inst_drop_free(struct lease_inst *in)
 	lease_inst_flush(in);
 	for (l = in->leases; l; l = next) {
 		next = l->next;
-		if (l->live || l->carves)
+		if (l->live || l->carves || !lease_may_go(l))
 			continue;
 		lease_let_go(in, l);
 		n++;

@@ -104,6 +104,16 @@ static inline void lease_inst_flush(struct lease_inst *in)
 		pool_free(in->pool, in->cache[--in->ncache].b);
 }
 
+/* Whether wholly free lease @l may go back now: not while a blocking
+ * stream of its context captures, since its return waits for the
+ * context's work (cuCtxSynchronize), which would break the capture; it
+ * goes at a later look. Allocator lock held (a driver query under it). */
+static inline bool lease_may_go(const struct lease *l)
+{
+	const struct slab_map *m = l->map;
+	return !m || !m->opener->capturing || !m->opener->capturing(m->priv, NULL);
+}
+
 /* Allocator lock held: lets wholly free lease @l of @in go onto the doomed
  * list, unpinned from the pool (its quarantined blocks back first) or, a
  * ready one never taken in, as the pool would have let it go. */

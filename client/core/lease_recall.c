@@ -56,7 +56,7 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 		lease_inst_flush(in);
 		for (l = in->leases; l && returned < bytes; l = next) {
 			next = l->next; /* unpinning takes l off the list */
-			if (l->live || l->carves)
+			if (l->live || l->carves || !lease_may_go(l))
 				continue;
 			lease_let_go(in, l);
 			/* Returned here, not with the other doomed leases: those

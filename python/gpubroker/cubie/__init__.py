@@ -12,12 +12,13 @@ pool, stream groups, queued requests chunked together). See docs/cubie.md.
 import threading
 
 from .arrays import DeviceArray
+from .current import NoCudaDeviceError
 from .manager import (ALLOCATORS, MODES, MemoryManager, placeholder_dataready,
                       placeholder_invalidate)
 from .requests import MEMORY_TYPES, ArrayRequest, ArrayResponse
 
 __all__ = ["ALLOCATORS", "ArrayRequest", "ArrayResponse", "DeviceArray", "MEMORY_TYPES",
-           "MODES", "MemoryManager", "default_memmgr", "placeholder_dataready",
+           "MODES", "MemoryManager", "NoCudaDeviceError", "default_memmgr", "placeholder_dataready",
            "placeholder_invalidate"]
 
 _default = None

@@ -11,6 +11,7 @@ import weakref
 from .. import _schema as S, errors
 from ..client import Client
 from . import arrays
+from .current import CurrentCubieMixin, weak_callable
 from .requests import ArrayRequest, ArrayResponse, as_request, check_requests
 
 MODES = (S.V_MODE_PASSIVE, S.V_MODE_ACTIVE)
@@ -32,27 +33,45 @@ def placeholder_dataready(response):
 
 
 class _Registration:
-    """One registered instance: its broker instance id, its hooks, the
-    requests it queued (for their dtypes) and the arrays it was given."""
+    """One registered instance: its broker instance id, its hooks (held
+    weakly when bound methods, as cubie 0.17 holds them), the owner it is
+    evicted with (cubie 0.17), the requests it queued (for their dtypes)
+    and the arrays it was given."""
 
-    __slots__ = ("ident", "ref", "invalidate_hook", "ready_hook", "queued", "allocations")
+    __slots__ = ("ident", "ref", "invalidate_hook", "ready_hook", "queued", "allocations",
+                 "owner_id", "last_used", "__weakref__")
 
-    def __init__(self, ident, instance, invalidate_hook, ready_hook):
+    def __init__(self, ident, instance, invalidate_hook, ready_hook, owner=None):
         self.ident = ident
         try:
             self.ref = weakref.ref(instance)
         except TypeError:  # ints, tuples...: kept by identity only, as cubie does
             self.ref = None
-        self.invalidate_hook = invalidate_hook
-        self.ready_hook = ready_hook
+        self.invalidate_hook = weak_callable(invalidate_hook)
+        self.ready_hook = weak_callable(ready_hook)
         self.queued = {}
         self.allocations = {}
+        self.owner_id = id(instance if owner is None else owner)
+        self.last_used = 0
 
     def dead(self):
         return self.ref is not None and self.ref() is None
 
 
-class MemoryManager:
+try:
+    # cubie 0.17's own classes check isinstance(manager, cubie's
+    # MemoryManager) (attrs validators): where cubie is installed, the
+    # facade is one of its subclasses, every method its own (cubie's
+    # attributes unset, its __init__ never run).
+    from cubie.memory.mem_manager import MemoryManager as _CubieManager
+
+    _BASES = (CurrentCubieMixin, _CubieManager)
+except Exception:  # noqa: BLE001 -- no cubie, or one that does not import here
+    _CubieManager = None
+    _BASES = (CurrentCubieMixin,)
+
+
+class MemoryManager(*_BASES):
     """cubie's MemoryManager, coordinated by gpubrokerd.
 
     ``MemoryManager(totalmem=None, mode=None, socket=None, device=0,
@@ -69,7 +88,16 @@ class MemoryManager:
     daemon's "invalidate" arrives the same way.
     """
 
-    def __init__(self, totalmem=None, mode=None, socket=None, device=0, name="cubie"):
+    # By identity, as an object (cubie's attrs class compares its fields,
+    # which are not the facade's, and is unhashable).
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return "<gpubroker.cubie.MemoryManager %s on device %d>" % (self._name, self.device)
+
+    def __init__(self, totalmem=None, mode=None, socket=None, device=0, name="cubie",
+                 pinned_max_bytes=None, allocation_granule_bytes=32 << 20):
         self.totalmem_hint = totalmem
         self.device = device
         self._socket = socket
@@ -82,6 +110,7 @@ class MemoryManager:
         self._direct = None  # broker instance of allocate() without an instance
         self._thread = None
         self._stop = threading.Event()
+        self._init_current(pinned_max_bytes, allocation_granule_bytes)
         if mode is not None:
             self.set_limit_mode(mode)
 
@@ -205,7 +234,9 @@ class MemoryManager:
             raise first
 
     def _enter(self):
-        """Every call: pending hooks first (see the class)."""
+        """Every call: teardowns the garbage collector left (cubie 0.17's
+        finalizers, instances collected), then pending hooks (see the class)."""
+        self._run_teardowns()
         self.poll()
 
     # ---- the registry ---------------------------------------------------------
@@ -239,14 +270,18 @@ class MemoryManager:
         return ("%s:%s" % (self._name, type(instance).__name__))[:S.MAX_NAME]
 
     def register(self, instance, proportion=None, invalidate_cache_hook=placeholder_invalidate,
-                 allocation_ready_hook=placeholder_dataready, stream_group=S.V_GROUP_DEFAULT):
+                 allocation_ready_hook=placeholder_dataready, stream_group=S.V_GROUP_DEFAULT,
+                 owner=None):
         """Registers @instance (any object, by identity) as a broker
         instance: manual @proportion in (0, 1], or the auto pool when it is
         None (or 0, as in cubie). ValueError for an instance registered
         already, a proportion outside [0, 1] and what the daemon refuses
         (proportions over 1, an auto pool under its minimum);
         UserWarning with the daemon's message when the auto pool falls
-        under 5%."""
+        under 5%. @owner (cubie 0.17): what the instance is evicted with
+        (here: whose work begin_work() counts). Hooks that are bound methods
+        are held weakly, and the registration ends as soon as @instance is
+        collected."""
         with self._lock:
             self._enter()
             self._purge()
@@ -256,8 +291,11 @@ class MemoryManager:
                 raise ValueError("Proportion must be between 0 and 1")
             ident, warned = self.client.register_warned(self._name_for(instance), self.device,
                                                         proportion, stream_group)
-            reg = _Registration(ident, instance, invalidate_cache_hook, allocation_ready_hook)
+            reg = _Registration(ident, instance, invalidate_cache_hook, allocation_ready_hook,
+                                owner)
             self.registry[id(instance)] = reg
+            if reg.ref is not None:
+                weakref.finalize(instance, self._collected, id(instance))
             self._by_ident[reg.ident] = reg
             for w in warned:
                 warnings.warn(w, UserWarning, stacklevel=2)
@@ -384,8 +422,9 @@ class MemoryManager:
                 pass
         return 0
 
-    def sync_stream(self, instance):
-        stream = self.get_stream(instance)
+    def sync_stream(self, instance, stream=None):
+        """Waits for @stream (cubie 0.17), else @instance's group's stream."""
+        stream = self.get_stream(instance) if stream is None else stream
         if hasattr(stream, "synchronize"):
             stream.synchronize()
 
@@ -424,11 +463,12 @@ class MemoryManager:
                 self.client.queue_request(reg.ident, broker)
             reg.queued.update(reqs)
 
-    def allocate_queue(self, triggering_instance):
+    def allocate_queue(self, triggering_instance, stream=None):
         """Allocates everything queued in @triggering_instance's group, in
         every process, chunked along the run axis; runs this process's
         allocation_ready_hooks before it returns (the other processes' run
-        there). Nothing queued: returns at once, as in cubie."""
+        there). Nothing queued: returns at once, as in cubie. @stream (cubie
+        0.17) is accepted: the daemon's group orders the allocations."""
         with self._lock:
             self._enter()
             reg = self._reg(triggering_instance)
@@ -538,8 +578,11 @@ class MemoryManager:
         @like. ValueError unless @memory_type is "pinned" or "host"."""
         import numpy
 
+        if memory_type == "memmap":  # cubie 0.17's spill file: a plain array here
+            memory_type = "host"
         if memory_type not in (S.V_MEM_PINNED, "host"):
-            raise ValueError("memory_type must be 'pinned' or 'host', got '%s'" % memory_type)
+            raise ValueError("memory_type must be 'pinned', 'host' or 'memmap', got '%s'"
+                             % memory_type)
         arr = None
         if memory_type == S.V_MEM_PINNED and self.client.backend == S.V_BACKEND_CUDA:
             try:
@@ -586,17 +629,17 @@ class MemoryManager:
                 return
             self.poll()
 
-    def to_device(self, instance, from_arrays, to_arrays):
-        """Copies each host array of @from_arrays into @to_arrays on
-        @instance's stream."""
-        stream = self.get_stream(instance)
+    def to_device(self, instance, from_arrays, to_arrays, stream=None):
+        """Copies each host array of @from_arrays into @to_arrays on @stream
+        (cubie 0.17), else @instance's stream."""
+        stream = self.get_stream(instance) if stream is None else stream
         for src, dst in zip(from_arrays, to_arrays):
             arrays.copy(dst, src, stream)
 
-    def from_device(self, instance, from_arrays, to_arrays):
+    def from_device(self, instance, from_arrays, to_arrays, stream=None):
         """Copies each array of @from_arrays into the host arrays @to_arrays
-        on @instance's stream."""
-        stream = self.get_stream(instance)
+        on @stream (cubie 0.17), else @instance's stream."""
+        stream = self.get_stream(instance) if stream is None else stream
         for src, dst in zip(from_arrays, to_arrays):
             arrays.copy(dst, src, stream)
 
