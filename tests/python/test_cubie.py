@@ -380,7 +380,88 @@ def test_allocate_and_copies(daemon, peers):
     assert a("p.shape") == [16]
     arrs = a("sorted(mm.allocate_all({'u': gc.ArrayRequest(np.int32, (8,))}, id(s), 0))")
     assert arrs == ["u"]
-    # allocate() without an instance is charged to the manager's own instance.
-    assert "cubie-a:direct" in [r["name"] for r in ctl_instances(daemon)]
+    # allocate() without an instance is charged to the manager's oldest
+    # registration (cubie 0.17's solvers allocate so for themselves) ...
+    names = [r["name"] for r in ctl_instances(daemon)]
+    assert "cubie-a:direct" not in names and "cubie-a:Solver" in names
+    # ... and to the manager's own instance when it has none.
+    b = peers("cubie-b")
+    b("z = mm.allocate((8,), np.float32, 'device')")
+    assert "cubie-b:direct" in [r["name"] for r in ctl_instances(daemon)]
     free, total = a("mm.get_memory_info()")
     assert total == 1 << 30 and 0 < free < total
+
+
+def test_registrations_with_an_owner_share_its_instance(daemon, peers):
+    """cubie 0.17's owner (its eviction unit): a solver's array managers
+    register with the solver as owner and hold their arrays in its share;
+    each gets back the arrays it queued."""
+    a = peers("cubie-a")
+    a("k = Solver('kernel'); mm.register(k, proportion=0.25, allocation_ready_hook=k.on_ready)")
+    a("i = Solver('inputs'); mm.register(i, allocation_ready_hook=i.on_ready, owner=k)")
+    a("o = Solver('outputs'); mm.register(o, allocation_ready_hook=o.on_ready, owner=k)")
+    rows = ctl_instances(daemon)
+    assert [r["name"] for r in rows] == ["cubie-a:Solver"], rows  # one broker instance
+    assert a("mm.instance_id(i) == mm.instance_id(k) == mm.instance_id(o)")
+    assert a("mm.proportion(i)") == 0.25 and a("mm.cap(o) == mm.cap(k)")
+    a("mm.queue_request(i, {'inits': gc.ArrayRequest(np.float64, (2, 8))})")
+    a("mm.queue_request(o, {'state': gc.ArrayRequest(np.float64, (2, 3, 8), total_runs=8)})")
+    a("mm.allocate_queue(k)")
+    assert a("sorted(i.arrays)") == ["inits"] and a("sorted(o.arrays)") == ["state"]
+    assert a("k.arrays") == {}
+    # A member that goes leaves the owner's instance registered.
+    a("mm.unregister(i)")
+    assert [r["name"] for r in ctl_instances(daemon)] == ["cubie-a:Solver"]
+    # cubie 0.17's registration token and its release.
+    assert a("mm.get_registration(o) is mm.registry[id(o)]")
+    a("mm.release_instance(id(o), mm.get_registration(o))")
+    assert "not registered" in a.raises("KeyError", "mm.get_registration(o)")
+
+
+def test_hooks_are_weak_and_dead_instances_leave_at_once(daemon, peers):
+    """A solver registered with its own bound methods as hooks is
+    collectable (cubie 0.17 holds hooks weakly), and its instance leaves the
+    daemon when it is collected, not at the next register()."""
+    a = peers("cubie-a")
+    a("import gc as pygc, weakref")
+    a("s = Solver('s'); mm.register(s, invalidate_cache_hook=s.on_invalidate, "
+      "allocation_ready_hook=s.on_ready); w = weakref.ref(s)")
+    assert [r["name"] for r in ctl_instances(daemon)] == ["cubie-a:Solver"]
+    a("del s; pygc.collect()")
+    assert a("w() is None")
+    assert ctl_instances(daemon) == []
+
+
+def test_cubie_017_calls(daemon, peers):
+    """What cubie 0.17's solver and array managers call, each once."""
+    a = peers("cubie-a")
+    a("s = Solver('s'); mm.register(s, proportion=0.25, stream_group='g')")
+    assert a("mm.probe_device()") == 1 << 30
+    assert a("mm.manual_proportion(s)") == 0.25
+    assert a("sorted(mm.update(s, {'stream_group': 'g', 'mem_proportion': 0.5, 'x': 1}, "
+             "silent=True))") == ["mem_proportion", "stream_group"]
+    assert a("mm.proportion(s)") == 0.5
+    assert "Unrecognized" in a.raises("KeyError", "mm.update(s, {'x': 1})")
+    assert "cannot change memory manager" in a.raises(
+        "ValueError", "mm.update(s, memory_manager=object())")
+    a("mm.update(s, mem_proportion=None)")
+    assert a("mm.manual_proportion(s)") is None
+    a("mm.begin_work(s); mm.end_work(s, mm.get_group_stream('g'))")
+    assert a("mm.get_group_stream('g') is mm.get_stream(s)")
+    assert a("list(mm.stream_groups.streams)") == ["g"]
+    a("h = mm.create_host_array((4,), np.float64, like=np.arange(4.0))")
+    a("x = mm.allocate((4,), np.float64, 'device')")
+    a("mm.to_device(s, [h], [x], stream=mm.get_stream(s)); mm.sync_stream(s, stream=0)")
+    a("y = mm.create_host_array((4,), np.float64, 'memmap')")
+    a("mm.from_device(s, [x], [y], stream=0)")
+    assert a("y.tolist()") == [0.0, 1.0, 2.0, 3.0]
+    assert a("mm.choose_host_memory_type(1024)") == "pinned"
+    assert a("mm.choose_host_memory_type(1024, allow_pinned=False)") == "host"
+    a("p = mm.allocate_pinned_array((256,), np.float32)")
+    assert a("p.shape") == [256] and a("mm.pinned_live_bytes") == 1024
+    a("del p; import gc as pygc; pygc.collect()")
+    assert a("mm.pinned_live_bytes") == 0 and a("mm.pinned_idle_bytes") == 0
+    a("mm.release_host_array(y); mm.release_idle_memory(keep_recent=False)")
+    a("done = []; mm.defer_teardown(lambda: done.append(1))")
+    assert a("done") == [1]
+    assert a("mm.get_registration(s) is mm.registry[id(s)]")

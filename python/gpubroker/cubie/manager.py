@@ -39,7 +39,7 @@ class _Registration:
     and the arrays it was given."""
 
     __slots__ = ("ident", "ref", "invalidate_hook", "ready_hook", "queued", "allocations",
-                 "owner_id", "last_used", "__weakref__")
+                 "owner_id", "last_used", "primary", "labels", "__weakref__")
 
     def __init__(self, ident, instance, invalidate_hook, ready_hook, owner=None):
         self.ident = ident
@@ -53,6 +53,11 @@ class _Registration:
         self.allocations = {}
         self.owner_id = id(instance if owner is None else owner)
         self.last_used = 0
+        # The registration whose broker instance this one shares (its
+        # owner's, cubie 0.17), or None: its own. labels: on a primary,
+        # which registration queued each label (the arrays are routed back).
+        self.primary = None
+        self.labels = {}
 
     def dead(self):
         return self.ref is not None and self.ref() is None
@@ -196,27 +201,37 @@ class MemoryManager(*_BASES):
     def _ready(self, ev):
         """An allocation_ready event: claim the arrays, run the hook."""
         data = ev.data
-        reg = self._by_ident.get(int(data[S.F_INSTANCE], 16))
+        primary = self._by_ident.get(int(data[S.F_INSTANCE], 16))
         allocs = self.client.claim_ready(ev)
-        if reg is None:  # unregistered meanwhile: give them back
+        if primary is None:  # unregistered meanwhile: give them back
             for a in allocs.values():
                 a.free()
             return
-        arrs, shapes, runs = {}, {}, 1
+        # Each registration sharing the broker instance gets the arrays of
+        # the labels it queued, in a response of its own.
+        parts = {}
         for label, a in allocs.items():
-            req = reg.queued.pop(label, None)
-            shapes[label] = tuple(a.shape)
-            arrs[label] = arrays.wrap(a, a.shape, req.dtype if req is not None else "u1")
-            runs = max(runs, req.total_runs if req is not None else 1)
-        reg.allocations.update(arrs)
-        chunks, length = int(data[S.F_CHUNKS]), int(data[S.F_CHUNK_LENGTH])
-        axis = int(data[S.F_AXIS_LENGTH])
-        if chunks == 1:
-            # Not cut: cubie reports the whole run axis, its requests'
-            # total_runs, even where no array has that axis.
-            length = axis = max(length, runs)
-        reg.ready_hook(ArrayResponse(arr=arrs, chunks=chunks, chunk_length=length,
-                                     chunked_shapes=shapes, axis_length=axis))
+            reg = primary.labels.pop(label, primary)
+            if reg.dead():
+                reg = primary
+            parts.setdefault(id(reg), (reg, {}))[1][label] = a
+        chunks, length0 = int(data[S.F_CHUNKS]), int(data[S.F_CHUNK_LENGTH])
+        axis0 = int(data[S.F_AXIS_LENGTH])
+        for reg, mine in parts.values():
+            arrs, shapes, runs = {}, {}, 1
+            for label, a in mine.items():
+                req = reg.queued.pop(label, None)
+                shapes[label] = tuple(a.shape)
+                arrs[label] = arrays.wrap(a, a.shape, req.dtype if req is not None else "u1")
+                runs = max(runs, req.total_runs if req is not None else 1)
+            reg.allocations.update(arrs)
+            length, axis = length0, axis0
+            if chunks == 1:
+                # Not cut: cubie reports the whole run axis, its requests'
+                # total_runs, even where no array has that axis.
+                length = axis = max(length, runs)
+            reg.ready_hook(ArrayResponse(arr=arrs, chunks=chunks, chunk_length=length,
+                                         chunked_shapes=shapes, axis_length=axis))
 
     def _invalidated(self):
         """The daemon released everything (invalidate_all, set_allocator):
@@ -259,8 +274,13 @@ class MemoryManager(*_BASES):
 
     def _drop(self, key, reg):
         del self.registry[key]
-        self._by_ident.pop(reg.ident, None)
         reg.allocations.clear()
+        if reg.primary is not None:
+            # It shared its owner's broker instance: that stays the owner's.
+            for label in [k for k, r in reg.primary.labels.items() if r is reg]:
+                del reg.primary.labels[label]
+            return
+        self._by_ident.pop(reg.ident, None)
         try:
             self.client.unregister(reg.ident)
         except errors.GpubrokerError:
@@ -278,10 +298,14 @@ class MemoryManager(*_BASES):
         already, a proportion outside [0, 1] and what the daemon refuses
         (proportions over 1, an auto pool under its minimum);
         UserWarning with the daemon's message when the auto pool falls
-        under 5%. @owner (cubie 0.17): what the instance is evicted with
-        (here: whose work begin_work() counts). Hooks that are bound methods
-        are held weakly, and the registration ends as soon as @instance is
-        collected."""
+        under 5%. @owner (cubie 0.17, its eviction unit: a solver passes
+        itself for its array managers): an instance registered with a
+        registered owner shares the owner's broker instance, its share and
+        its cap (@proportion and @stream_group are the owner's), so that a
+        solver given half the device holds its arrays in that half; the
+        arrays of the labels it queues come back to its own hook. Hooks that
+        are bound methods are held weakly, and the registration ends as soon
+        as @instance is collected."""
         with self._lock:
             self._enter()
             self._purge()
@@ -289,14 +313,24 @@ class MemoryManager(*_BASES):
                 raise ValueError("Instance already registered")
             if proportion and not 0 <= proportion <= 1:
                 raise ValueError("Proportion must be between 0 and 1")
-            ident, warned = self.client.register_warned(self._name_for(instance), self.device,
-                                                        proportion, stream_group)
+            owner_reg = None
+            if owner is not None and owner is not instance:
+                owner_reg = self.registry.get(id(owner))
+                if owner_reg is not None and (owner_reg.dead() or owner_reg.primary is not None):
+                    owner_reg = None
+            if owner_reg is not None:
+                ident, warned = owner_reg.ident, []
+            else:
+                ident, warned = self.client.register_warned(self._name_for(instance),
+                                                            self.device, proportion, stream_group)
             reg = _Registration(ident, instance, invalidate_cache_hook, allocation_ready_hook,
                                 owner)
+            reg.primary = owner_reg
             self.registry[id(instance)] = reg
             if reg.ref is not None:
                 weakref.finalize(instance, self._collected, id(instance))
-            self._by_ident[reg.ident] = reg
+            if owner_reg is None:
+                self._by_ident[reg.ident] = reg
             for w in warned:
                 warnings.warn(w, UserWarning, stacklevel=2)
 
@@ -462,6 +496,8 @@ class MemoryManager(*_BASES):
             if broker:
                 self.client.queue_request(reg.ident, broker)
             reg.queued.update(reqs)
+            if reg.primary is not None:
+                reg.primary.labels.update({label: reg for label in reqs})
 
     def allocate_queue(self, triggering_instance, stream=None):
         """Allocates everything queued in @triggering_instance's group, in
@@ -528,8 +564,18 @@ class MemoryManager(*_BASES):
     # ---- direct allocation ------------------------------------------------------
 
     def _ident(self, instance):
+        if isinstance(instance, _Registration):  # allocate_all(settings=)
+            return instance.ident
         if instance is not None:
             return self._reg(instance).ident
+        # cubie 0.17 allocates small arrays for its registered solvers with
+        # no instance named (a kernel's specialization arguments): charged
+        # to this manager's oldest live registration, whose share they
+        # serve; the manager's own auto-pool instance only when it has none
+        # (the auto pool may have no room left beside manual proportions).
+        for reg in self.registry.values():
+            if not reg.dead():
+                return reg.ident
         if self._direct is None:
             # An instance of its own, in the auto pool, like any other user
             # of the device: allocate() names no instance in cubie.
@@ -541,8 +587,8 @@ class MemoryManager(*_BASES):
         """One C-contiguous array of @shape and @dtype: "device" memory of
         the broker, or "pinned"/"mapped" host memory; "managed" is
         NotImplementedError, another type ValueError. Charged to @instance
-        (a registered instance), or to this manager's own "direct"
-        instance (auto pool) when None."""
+        (a registered instance); when None, to this manager's oldest live
+        registration, else to its own "direct" instance (auto pool)."""
         if memory_type == S.V_MEM_MANAGED:
             raise NotImplementedError("Managed memory not implemented")
         if memory_type not in _BROKER_MEMORY:
@@ -558,17 +604,18 @@ class MemoryManager(*_BASES):
                 a = self.client.alloc_host(ident, n, mapped=memory_type == S.V_MEM_MAPPED)
         return arrays.wrap(a, req.shape, dtype)
 
-    def allocate_all(self, requests, instance_id, stream=0):
+    def allocate_all(self, requests, instance_id, stream=0, settings=None):
         """allocate() of each of @requests ({label: ArrayRequest}) for the
-        registered instance @instance_id (the instance or its id()), kept
-        under their labels for free(). Returns {label: array}."""
+        registered instance @instance_id (the instance or its id()), or for
+        the registration @settings (cubie 0.17: get_registration()'s token),
+        kept under their labels for free(). Returns {label: array}."""
         reqs = check_requests(requests)
         with self._lock:
-            reg = self._reg(instance_id)
+            reg = settings if settings is not None else self._reg(instance_id)
             out = {}
             for label, r in reqs.items():
                 out[label] = self.allocate(r.shape, r.dtype, r.memory, stream,
-                                           instance=instance_id)
+                                           instance=instance_id if settings is None else reg)
             reg.allocations.update(out)
             return out
 
