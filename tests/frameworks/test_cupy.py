@@ -78,7 +78,7 @@ def test_uuid_comes_whole_from_the_driver(broker, monkeypatch):
     inst = alloc.instance(0)
     assert admin.instance_info(inst).device == admin.device_index(FAKE_UUID)
     # Without the driver's answer the cut property gives no UUID at all.
-    monkeypatch.setattr(gcp, "_driver_uuid", lambda d: None)
+    monkeypatch.setattr(gcp._cuda, "driver_uuid", lambda d: None)
     assert gcp._device_uuid(0) is None
 
 
