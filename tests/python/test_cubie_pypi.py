@@ -227,7 +227,7 @@ print(json.dumps({"shape": list(state.shape), "state": state.ravel().tolist(),
 """
 
 
-def test_cubies_own_solver_through_the_facade(cubie_python, daemon, client):
+def test_cubies_own_solver_through_the_facade(cubie_python, daemon, client, tmp_path):
     """cubie 0.17's solve_ivp with gpubroker.cubie's MemoryManager, in two
     processes at once, each held to half the device by the daemon (active
     mode): the same results, value for value, as the same solve with
@@ -235,14 +235,16 @@ def test_cubies_own_solver_through_the_facade(cubie_python, daemon, client):
     through the facade and took their arrays from the daemon's events."""
     python, _ = cubie_python
     env = child_env()  # gpubroker importable, the library (and libasan first under ASan)
+    # cubie writes the code it generates under the working folder.
     ref = subprocess.run([python, "-c", SOLVE, "cubie"], env=env, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300, cwd=tmp_path)
     assert ref.returncode == 0, ref.stderr
     want = json.loads(ref.stdout)
     client.set_mode("active")
     try:
         procs = [subprocess.Popen([python, "-c", SOLVE, daemon.socket, "0.5"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  cwd=tmp_path)
                  for _ in range(2)]
         outs = [p.communicate(timeout=300) for p in procs]
     finally:
