@@ -233,7 +233,7 @@ def test_cubies_own_solver_through_the_facade(cubie_python, daemon, client, tmp_
     mode): the same results, value for value, as the same solve with
     cubie's own manager; cubie's solver and array managers registered
     through the facade and took their arrays from the daemon's events."""
-    python, plain = cubie_python
+    python, _ = cubie_python
     if "libasan" in os.environ.get("LD_PRELOAD", ""):
         # The ASan build's libgpubroker needs libasan loaded first, and
         # with it loaded cubie's MLIR library refuses to load (it is
