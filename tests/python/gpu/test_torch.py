@@ -79,3 +79,38 @@ print(json.dumps({"refused": refused, "reason": reason}))
     assert out["refused"] is not None and "gpubroker: " in out["refused"]
     assert "quota" in (out["reason"] + out["refused"]).lower()
 
+
+
+def test_training_step_figures(gpu):
+    """A small training step with the broker's allocator: the figures a
+    script logs (gpubroker.torch's memory_allocated and kin, which PyTorch's
+    own raise under a pluggable allocator) against the tensors' sizes."""
+    out = run("""
+import json, torch, gpubroker.torch as gt
+gt.enable(name="torch-step-test")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                            torch.nn.Linear(512, 10)).cuda()
+params = sum(p.numel() * p.element_size() for p in model.parameters())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 256, device="cuda")
+y = torch.randint(0, 10, (64,), device="cuda")
+before = gt.memory_allocated()
+for _ in range(3):
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+torch.cuda.synchronize()
+st = gt.memory_stats()
+print(json.dumps({"params": params, "before": before, "after": gt.memory_allocated(),
+                  "peak": gt.max_memory_allocated(), "reserved": gt.memory_reserved(),
+                  "allocs": st["allocation.all.allocated"], "loss": float(loss.item())}))
+""", gpu)
+    # The parameters and the inputs live through the step ...
+    assert out["before"] >= out["params"] + 64 * 256 * 4
+    # ... the gradients stay (set_to_none is at the next step's start) ...
+    assert out["after"] >= out["before"] + out["params"]
+    # ... and the activations came and went under the peak.
+    assert out["peak"] > out["after"] and out["reserved"] >= out["peak"]
+    assert out["allocs"] > 10 and out["loss"] == out["loss"]  # not NaN
