@@ -126,6 +126,28 @@ class OutOfDeviceMemoryError(_driver.CudaAPIError, MemoryError):
         self.broker_error = broker_error
 
 
+def _takes_context():
+    """Whether this Numba's MemoryPointer takes the context first: Numba's
+    own and numba-cuda 0.30 do, numba-cuda 0.21 to 0.29 do not."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(MemoryPointer.__init__).parameters)
+    except (TypeError, ValueError):
+        return True
+    return len(params) > 1 and params[1] == "context"
+
+
+_WITH_CONTEXT = _takes_context()
+
+
+def _memory_pointer(context, pointer, size, **kwargs):
+    """A MemoryPointer of @context, as this Numba's constructor takes it."""
+    if _WITH_CONTEXT:
+        return MemoryPointer(context, pointer, size, **kwargs)
+    return MemoryPointer(pointer, size, **kwargs)
+
+
 def _pointer_value(memory):
     """The address a Numba MemoryPointer points at, as an int."""
     v = getattr(memory, "device_pointer_value", None)
@@ -205,14 +227,14 @@ class GpubrokerMemoryManager(HostOnlyCUDAMemoryManager):
 
     def memalloc(self, size):
         if size == 0:
-            return MemoryPointer(self.context, _device_pointer(0), 0)
+            return _memory_pointer(self.context, _device_pointer(0), 0)
         try:
             a = self._client.alloc(self._instance, size)
         except (QuotaError, OutOfMemoryError) as e:
             raise OutOfDeviceMemoryError(e) from e
         with self._lock:
             self._live[a.ptr] = a
-        return MemoryPointer(self.context, _device_pointer(a.ptr), size,
+        return _memory_pointer(self.context, _device_pointer(a.ptr), size,
                              finalizer=self._finalizer(a.ptr))
 
     def _finalizer(self, ptr):
@@ -350,7 +372,7 @@ class GpubrokerIpcHandle:
                 entry = _attached[key] = [reader.attach(self.allocation_id), 0]
             entry[1] += 1
         self._opened = True
-        return MemoryPointer(context, _device_pointer(entry[0].ptr + self.offset), self.size)
+        return _memory_pointer(context, _device_pointer(entry[0].ptr + self.offset), self.size)
 
     def close(self):
         """Detaches (when this process has no other handle to it open)."""

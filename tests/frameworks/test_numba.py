@@ -1,6 +1,6 @@
 """gpubroker.numba, the Numba EMM plugin, under the real Numba on the fake
-driver (suite frameworks): numba-cuda with both settings of
-NUMBA_CUDA_USE_NVIDIA_BINDING and Debian's Numba 0.56. Memory paths only:
+driver (suite frameworks): numba-cuda 0.30.4, numba-cuda 0.21.1 (the oldest
+supported) and Debian's Numba 0.56. Memory paths only:
 the fake runs no kernels (those are the gpu suite's, tests/python/gpu)."""
 
 import gc
@@ -322,7 +322,11 @@ def test_a_context_another_library_made(fake_daemon):
         dev = driver.binding.CUdevice(0)
         hctx = driver.driver.cuDevicePrimaryCtxRetain(dev)
         ctx = driver.Context(dev, hctx)
-        ctx.push()
+        try:
+            ctx.push()
+        except AttributeError:  # numba-cuda 0.21's Context takes no CUcontext
+            print("skip")
+            raise SystemExit(0)
         try:
             mine = cuda.current_context()
             assert int(mine.handle) == int(ctx.handle)
@@ -334,5 +338,5 @@ def test_a_context_another_library_made(fake_daemon):
         """)
     r = harness.run_python(code, env={"NUMBA_CUDA_MEMORY_MANAGER": "gpubroker.numba"})
     assert r.returncode == 0, r.stderr
-    if r.stdout.strip() != "skip":  # Numba 0.56 has no cuda-bindings objects
+    if r.stdout.strip() != "skip":  # Numba 0.56 has no cuda-bindings objects, 0.21 no use
         assert r.stdout.split() == ["GpubrokerMemoryManager", "45"]
