@@ -1,8 +1,9 @@
 /*
- * memory.c - gpb_alloc, gpb_free, gpb_attach, gpb_open_shared(_from) and
- * gpb_detach: the exchanges that change which slabs a connection holds, kept
- * in step with core/track.c; gpb_export / gpb_unexport, which name memory;
- * and gpb_alloc_host / gpb_host_device_pointer over core/hostmem.c.
+ * memory.c - gpb_alloc, gpb_free, gpb_attach and gpb_detach: the exchanges
+ * that change which slabs a connection holds, kept in step with
+ * core/track.c (share.c names memory and opens it by name through
+ * memory_call); and gpb_alloc_host / gpb_host_device_pointer over
+ * core/hostmem.c.
  */
 #include "memory.h"
 #include "client.h"
@@ -71,8 +72,8 @@ static bool is_host_type(const cJSON *result)
  * of memory) and records its result; fills @out and/or *result_json (the raw
  * result) when not NULL. Lock held.
  */
-static int memory_call(gpb_client *c, enum track_kind kind, const char *method, cJSON *params,
-                       struct gpb_allocation *out, char **result_json)
+int memory_call(gpb_client *c, enum track_kind kind, const char *method, cJSON *params,
+                struct gpb_allocation *out, char **result_json)
 {
 	struct track_prep prep;
 	struct proto_reply rep;
@@ -669,102 +670,6 @@ out:
 GPB_EXPORT int gpb_detach(gpb_client *c, uint64_t id)
 {
 	return memory_release(c, TRACK_ATTACH, id);
-}
-
-static cJSON *name_params(const char *name)
-{
-	cJSON *params = cJSON_CreateObject();
-
-	if (params && !cJSON_AddStringToObject(params, PROTO_F_NAME, name)) {
-		cJSON_Delete(params);
-		return NULL;
-	}
-	return params;
-}
-
-static bool name_valid(const char *name)
-{
-	return name && *name && strlen(name) <= PROTO_MAX_NAME;
-}
-
-GPB_EXPORT int gpb_export(gpb_client *c, uint64_t id, const char *name, int64_t uid)
-{
-	cJSON *params;
-	int rc;
-
-	rc = client_enter(c);
-	if (rc < 0)
-		return rc;
-	if (!name_valid(name) || uid > (int64_t)UINT32_MAX - 1) {
-		rc =
-		    error_set(GPB_E_INVALID, "gpb_export: name must be 1-%d bytes, uid a uid or -1",
-		              PROTO_MAX_NAME);
-		goto out;
-	}
-	/* A local block is carved first, and its carve exported (lease.h). */
-	rc = lease_carve(c, id, &id);
-	if (rc < 0)
-		goto out;
-	params = name_params(name);
-	if (params && (proto_add_id64(params, PROTO_F_ID, id) < 0 ||
-	               (uid >= 0 && !cJSON_AddNumberToObject(params, PROTO_F_UID, (double)uid)))) {
-		cJSON_Delete(params);
-		params = NULL;
-	}
-	rc = client_call(c, PROTO_M_EXPORT, params, NULL, NULL);
-out:
-	client_leave(c);
-	return rc;
-}
-
-GPB_EXPORT int gpb_unexport(gpb_client *c, const char *name)
-{
-	int rc;
-
-	rc = client_enter(c);
-	if (rc < 0)
-		return rc;
-	if (!name_valid(name))
-		rc = error_set(GPB_E_INVALID, "gpb_unexport: name must be 1-%d bytes",
-		               PROTO_MAX_NAME);
-	else
-		rc = client_call(c, PROTO_M_UNEXPORT, name_params(name), NULL, NULL);
-	client_leave(c);
-	return rc;
-}
-
-GPB_EXPORT int gpb_open_shared_from(gpb_client *c, int64_t owner, const char *name,
-                                    struct gpb_allocation *out)
-{
-	cJSON *params;
-	int rc;
-
-	rc = client_enter(c);
-	if (rc < 0)
-		return rc;
-	if (!out || !name_valid(name) || owner > (int64_t)UINT32_MAX - 1) {
-		rc = error_set(
-		    GPB_E_INVALID,
-		    "gpb_open_shared_from: needs a name of 1-%d bytes, out, and a uid or -1",
-		    PROTO_MAX_NAME);
-		goto out;
-	}
-	params = name_params(name);
-	/* Without an owner the daemon looks in this user's own names only. */
-	if (params && owner >= 0 &&
-	    !cJSON_AddNumberToObject(params, PROTO_F_OWNER, (double)owner)) {
-		cJSON_Delete(params);
-		params = NULL;
-	}
-	rc = memory_call(c, TRACK_ATTACH, PROTO_M_OPEN, params, out, NULL);
-out:
-	client_leave(c);
-	return rc;
-}
-
-GPB_EXPORT int gpb_open_shared(gpb_client *c, const char *name, struct gpb_allocation *out)
-{
-	return gpb_open_shared_from(c, -1, name, out);
 }
 
 int memory_request(gpb_client *c, const char *method, cJSON *params, char **result_json)
