@@ -218,6 +218,9 @@ if sys.argv[1] != "cubie":
         return register(instance, *a, **k)
     mm._ready, mm.register = spy_ready, spy_register
     kw = {"memory_manager": mm, "mem_proportion": float(sys.argv[2])}
+# Every step saved (sys.argv[3]): arrays large enough to chunk on a tiny cap.
+if len(sys.argv) > 3:
+    kw["save_every"] = 0.01
 res = solve_ivp(system, y0={"x": np.linspace(0.5, 2.0, n), "y": np.zeros(n)},
                 parameters={"k": np.linspace(0.1, 1.0, n)}, method="euler", duration=1.0,
                 dt=0.01, **kw)
@@ -264,3 +267,36 @@ def test_cubies_own_solver_through_the_facade(cubie_python, daemon, client, tmp_
         # ... and their arrays came with the daemon's allocation_ready events.
         assert got["events"] and all(c >= 1 for c in got["events"]), got["events"]
     assert not want["events"] and not want["registered"]  # cubie's own manager
+
+
+def test_cubies_own_solver_chunks_through_the_facade(cubie_python, tmp_path):
+    """A batch too large for its proportion: the daemon cuts it in chunks
+    along the run axis, cubie's solver runs them one by one (the solver's
+    own registration hears the chunking in an empty response, as cubie's
+    manager tells it) and the results are cubie's own, value for value."""
+    python, _ = cubie_python
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("cubie's numba_cuda_mlir cannot load beside the ASan runtime")
+    import gpubroker
+    from conftest import Daemon
+
+    env = child_env()
+    ref = subprocess.run([python, "-c", SOLVE, "cubie", "0", "saved"], env=env,
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr
+    want = json.loads(ref.stdout)
+    # 4 MiB devices: 0.3% of one is 12 KiB, the saved states 26 KiB.
+    d = Daemon(args=["--sim-memory", "4MiB"]).start()
+    try:
+        with gpubroker.Client(d.socket, "admin") as admin:
+            admin.set_mode("active")
+        r = subprocess.run([python, "-c", SOLVE, d.socket, "0.003", "saved"], env=env,
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+    finally:
+        d.stop()
+        d.cleanup()
+    assert got["shape"] == want["shape"] and got["shape"][0] == 101  # every step saved
+    assert got["events"] and max(got["events"]) >= 2, got["events"]  # chunked
+    assert got["state"] == want["state"]

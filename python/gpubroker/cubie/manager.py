@@ -232,6 +232,14 @@ class MemoryManager(*_BASES):
                 length = axis = max(length, runs)
             reg.ready_hook(ArrayResponse(arr=arrs, chunks=chunks, chunk_length=length,
                                          chunked_shapes=shapes, axis_length=axis))
+        # cubie 0.17: the owner's registrations with nothing in this batch
+        # (a solver, whose array managers queued the arrays) hear the
+        # chunking too, in an empty response: they run the kernel by it.
+        for reg in list(self.registry.values()):
+            if (reg is primary or reg.primary is primary) and id(reg) not in parts \
+                    and not reg.dead():
+                reg.ready_hook(ArrayResponse(arr={}, chunks=chunks, chunk_length=length0,
+                                             chunked_shapes={}, axis_length=axis0))
 
     def _invalidated(self):
         """The daemon released everything (invalidate_all, set_allocator):
