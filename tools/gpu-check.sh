@@ -85,7 +85,7 @@ case $bundle in /*) ;; *) bundle=$top/$bundle ;; esac
 B=$bundle
 BUILD=$B/build
 progs="vmm info alloc kill handles ctx order share label host invalidate evict async small pools
-	capacity legacy-ipc modes mig driver torch vmm-uid vmm-start fork fds errors lease"
+	capacity legacy-ipc modes mig driver torch vmm-uid vmm-start fork fds errors lease capture"
 # The programs about the daemon's per-allocation semantics: run with
 # GPUBROKER_LEASE=0, as tests/gpu/meson.build's per_alloc (which says why).
 per_alloc="alloc share vmm-uid"
