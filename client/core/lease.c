@@ -445,10 +445,19 @@ void lease_return_doomed(struct gpb_client *c)
 
 	for (;;) {
 		pthread_mutex_lock(&ls->lock);
-		l = ls->doomed;
+		/* The first that may go now: a lease's return waits for its
+		 * context (cuCtxSynchronize), which would break a capture in
+		 * progress there; such a lease waits on the list, looked at
+		 * again in LEASE_DEFERRED_POLL_MS (the service thread). */
+		struct lease **pp = &ls->doomed;
+		while (*pp && !lease_may_go(*pp))
+			pp = &(*pp)->next;
+		l = *pp;
 		if (l) {
-			ls->doomed = l->next;
+			*pp = l->next;
 			in_use = lease_instance_in_use(ls, l->inst->instance);
+		} else if (ls->doomed) {
+			ls->doomed_retry_at = lease_now_ms() + LEASE_DEFERRED_POLL_MS;
 		}
 		pthread_mutex_unlock(&ls->lock);
 		if (!l)

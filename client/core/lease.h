@@ -148,6 +148,9 @@ struct lease_state {
 	uint64_t salt;
 	struct idmap carves;  /* local id -> carve (daemon id, as a uintptr) */
 	struct lease *doomed; /* let go by the pool: to return (lease_return) */
+	/* lease_now_ms() before which the doomed leases are not looked at
+	 * again: none of them could go back (a capture in their context). */
+	uint64_t doomed_retry_at;
 	/* Returned for a recall inside another exchange: let go of here (its
 	 * mapping and slab hold) at the next lease_recall_settle, once that
 	 * exchange's reply, which may put an allocation in the same slab, has

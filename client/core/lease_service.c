@@ -125,7 +125,12 @@ static void *lease_service_main(void *arg)
 			scan = false;
 		}
 		wait = due == UINT64_MAX ? UINT64_MAX : due - now;
-		if (ls->doomed || readable) {
+		/* Doomed leases that could not go back (a capture): not before
+		 * their retry time, or this loop would spin on them. */
+		bool doomed = ls->doomed && now >= ls->doomed_retry_at;
+		if (ls->doomed && !doomed && ls->doomed_retry_at - now < wait)
+			wait = ls->doomed_retry_at - now;
+		if (doomed || readable) {
 			pthread_mutex_unlock(&ls->lock);
 			/* Client lock, then allocator lock (lease.h). */
 			if (pthread_mutex_trylock(&c->lock) == 0) {
