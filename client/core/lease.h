@@ -104,8 +104,8 @@ struct lease_deferred {
  * figures or the service thread look. */
 #define LEASE_BATCH 32
 struct lease_batch {
-	const void *domain; /* the context (the opener's fence_domain), or the map */
-	void *stream;
+	const void *domain;   /* the context (the opener's fence_domain), or the map */
+	void *stream;         /* NULL (the legacy stream) but for a free fenced at once */
 	struct slab_map *map; /* a reference: the fence is recorded through it */
 	uint32_t n;
 	uint64_t ids[LEASE_BATCH];
@@ -171,7 +171,6 @@ struct lease_state {
 	 * capture): they pass in no order with the ring's, so apart from it,
 	 * all looked at by each poll. */
 	struct lease_deferred *held;
-	uint32_t nheld;
 	struct lease_batch batch;
 	const struct slab_opener *hold_opener; /* of the slots' holds (the backend's) */
 	/* Counters (gpb_lease_stats-like figures for tests and the bench). */

@@ -123,7 +123,6 @@ static void held_push(struct lease_state *ls, const struct lease_deferred *e)
 	*d = *e;
 	d->next = ls->held;
 	ls->held = d;
-	ls->nheld++;
 	ls->held_frees += 1 + e->nmore;
 	lease_service_ring(ls, lease_now_ms() + LEASE_DEFERRED_POLL_MS);
 }
@@ -145,7 +144,6 @@ static void held_poll(struct lease_state *ls)
 			continue;
 		}
 		*pp = d->next;
-		ls->nheld--;
 		entry_release(ls, d);
 		d->opener->fence_free(d->fence);
 		free(d);
@@ -256,14 +254,13 @@ int lease_free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *ma
 		return 0;
 	}
 	pthread_mutex_lock(&ls->lock);
-	if (b->n && (b->domain != domain || b->stream != stream)) {
-		full = *b; /* another context or stream: fenced apart */
+	if (b->n && b->domain != domain) {
+		full = *b; /* another context: fenced apart */
 		b->n = 0;
 		b->map = NULL;
 	}
 	if (!b->n) {
 		b->domain = domain;
-		b->stream = stream;
 		b->map = map; /* the caller's reference */
 		map = NULL;
 	}
@@ -309,7 +306,6 @@ void lease_deferred_drop(struct lease_state *ls, bool driver)
 		entry_drop(d, driver);
 		free(d);
 	}
-	ls->nheld = 0;
 	if (ls->batch.map)
 		slab_cache_put(ls->batch.map);
 	ls->batch.map = NULL;

@@ -149,7 +149,7 @@ void lease_held_take(struct lease_state *ls, struct lease_slot *sl, uint64_t id)
 /* Allocator lock held: whether frees wait behind fences (or a batch). */
 static inline bool lease_deferred_any(const struct lease_state *ls)
 {
-	return ls->deferred_len || ls->nheld || ls->batch.n;
+	return ls->deferred_len || ls->held || ls->batch.n;
 }
 
 #endif
