@@ -31,7 +31,8 @@ DIFFERENT = {
     # device_memory_size() asks cuMemGetAddressRange, which answers the
     # driver's allocation: the broker's slab, larger than the array (as with
     # any pool of sub-allocations, RMM's included); the test memsets that
-    # size from the array's address, past the slab's end.
+    # size from the array's address, past the slab's end unless the block
+    # is the slab's first (so it passes now and then).
     "numba.cuda.tests.cudadrv.test_host_alloc.TestHostAlloc.test_host_alloc_pinned",
 }
 
@@ -61,8 +62,8 @@ def test_numba_cudas_own_modules_pass_through_the_plugin(fake_daemon):
                   and not any(ours.get(t, "") == "skip: " + s for s in EMM_SKIPS))
     assert not lost, "pass with Numba's manager, not through gpubroker.numba:\n%s\n%s" % (
         "\n".join("%s: %s" % (t, ours.get(t)) for t in lost), why[-6000:])
-    # The differences are still differences (else the list is stale).
-    for t in DIFFERENT:
-        assert theirs.get(t) == "pass" and ours.get(t) != "pass", (t, theirs.get(t), ours.get(t))
+    # The differences may pass through the plugin too: whether the slab's
+    # end lies within the array's reach depends on where the block is.
+    assert DIFFERENT <= passed, sorted(DIFFERENT - passed)
     print("numba-cuda's own modules: %d pass with Numba's manager, %d through the plugin"
           % (len(passed), sum(o == "pass" for o in ours.values())))
