@@ -41,7 +41,13 @@ def live(admin, mm):
     """The bytes of the plugin's live arrays: what the daemon charges its
     instance, less its leases (charged whole), plus what is in use inside
     them (the library's own figure), once the plugin's connection has done
-    what it freed (its frees are quiet: settle)."""
+    what it freed (its frees are quiet: settle). Numba queues the frees of
+    dropped arrays and flushes the queue when it likes (an earlier test's
+    array was still queued at one `before` and freed by the next `after`, on
+    an H200): collect and flush first, except under defer_cleanup, where
+    clear() keeps the queue."""
+    gc.collect()
+    cuda.current_context().deallocations.clear()
     settle(mm.client)
     return live_bytes(mm.client, mm.instance)
 
