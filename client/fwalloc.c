@@ -228,6 +228,17 @@ static void fw_device_uuid(int device, char *uuid, size_t len)
 #endif
 }
 
+/* The client, connected if need be, under fw->lock. */
+static int fw_connect(struct fwalloc *fw)
+{
+	if (fw->client)
+		return 0;
+	int rc = gpb_connect(NULL, fw->name[0] ? fw->name : fw->kind, &fw->client);
+	if (rc < 0)
+		fw->client = NULL;
+	return rc;
+}
+
 /* The client (connected if need be) and @device's instance (registered if
  * need be), under fw->lock. */
 static int fw_instance_of(struct fwalloc *fw, int device, uint64_t *out)
@@ -246,14 +257,13 @@ static int fw_instance_of(struct fwalloc *fw, int device, uint64_t *out)
 	rc = fw_proportion(fw, &opts.proportion);
 	if (rc < 0)
 		return rc;
-	if (!fw->client) {
-		rc = gpb_connect(NULL, fw->kind, &fw->client);
-		if (rc < 0) {
-			fw->client = NULL;
-			return rc;
-		}
-	}
-	snprintf(name, sizeof(name), "%s-%ld", fw->kind, (long)getpid());
+	rc = fw_connect(fw);
+	if (rc < 0)
+		return rc;
+	if (fw->name[0])
+		snprintf(name, sizeof(name), "%s", fw->name);
+	else
+		snprintf(name, sizeof(name), "%s-%ld", fw->kind, (long)getpid());
 	opts.name = fw_setting(fw, "NAME") ? fw_setting(fw, "NAME") : name;
 	opts.group = fw_setting(fw, "GROUP");
 	opts.device = device;
@@ -377,6 +387,34 @@ int fwalloc_mem_info(struct fwalloc *fw, int device, uint64_t *instance, struct 
 		*instance = inst;
 	fw_leave(fw, client, rc);
 	return rc;
+}
+
+int fwalloc_connect(struct fwalloc *fw)
+{
+	fw_watch_fork(fw);
+	pthread_mutex_lock(&fw->lock);
+	int rc = fw_connect(fw);
+	pthread_mutex_unlock(&fw->lock);
+	return rc;
+}
+
+bool fwalloc_find(struct fwalloc *fw, const void *ptr, void **base, uint64_t *size)
+{
+	uintptr_t p = (uintptr_t)ptr;
+	bool found = false;
+
+	pthread_mutex_lock(&fw->lock);
+	for (size_t i = 0; i < fw->cap && !found; i++) {
+		uintptr_t b = (uintptr_t)fw->ptrs[i].ptr;
+		/* A block of size 0 still answers for its own address. */
+		if (b && p >= b && (p == b || p - b < fw->ptrs[i].size)) {
+			*base = fw->ptrs[i].ptr;
+			*size = fw->ptrs[i].size;
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&fw->lock);
+	return found;
 }
 
 static int fw_device_check(const struct fwalloc *fw, int device)

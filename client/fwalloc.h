@@ -49,6 +49,9 @@ struct fwalloc {
 	const char *kind;     /* "torch": the client's name, the default instance name */
 	const char *prefix;   /* "GPUBROKER_TORCH_": the settings' variables */
 	const char *alloc_fn; /* "gpb_torch_alloc": what a bad free names */
+	/* The client's and the default instance's name when set before the
+	 * first call (the interposer: the program's), else kind and kind-PID. */
+	char name[64];
 	pthread_mutex_t lock;
 	pthread_rwlock_t users;
 	gpb_client *client;
@@ -82,6 +85,12 @@ int fwalloc_free(struct fwalloc *fw, void *ptr, void *stream, bool ordered);
 int fwalloc_stats(struct fwalloc *fw, int device, struct gpb_framework_stats *out);
 /* Sets @device's peak to what is allocated now. */
 int fwalloc_reset_peak(struct fwalloc *fw, int device);
+/* Connects if not connected (registers nothing): 0 or a GPB_E_* code. */
+int fwalloc_connect(struct fwalloc *fw);
+/* The block handed out that holds @ptr (its start or inside it): true with
+ * *base and *size set, false when none does. Walks every pointer: for
+ * queries, not for the allocation path. */
+bool fwalloc_find(struct fwalloc *fw, const void *ptr, void **base, uint64_t *size);
 /* @device's instance (registered if need be) and its figures. */
 int fwalloc_mem_info(struct fwalloc *fw, int device, uint64_t *instance, struct gpb_mem_info *out);
 

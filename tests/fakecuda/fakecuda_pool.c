@@ -103,6 +103,30 @@ FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
 	return cuMemFree(dptr);
 }
 
+/* The device's default pool: served as cuMemAlloc (the fake runs streams'
+ * work at once, so stream order is program order). */
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+	(void)stream;
+	return cuMemAlloc(dptr, size);
+}
+
+/* Rows of 512 bytes' multiples (the driver's pitch on current GPUs); an
+ * element of 4, 8 or 16 bytes, as the driver requires. */
+FAKE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                     unsigned int elem)
+{
+	if (!dptr || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t row = (width + 511) / 512 * 512;
+	if (height > SIZE_MAX / row)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = cuMemAlloc(dptr, row * height);
+	if (rc == CUDA_SUCCESS)
+		*pitch = row;
+	return rc;
+}
+
 FAKE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle, CUmemoryPool pool,
                                                       CUmemAllocationHandleType type,
                                                       unsigned long long flags)

@@ -94,6 +94,8 @@ static const struct fake_proc fake_procs[] = {
     P(cuMemGetInfo, 3020, cuMemGetInfo_v2),
     P(cuMemAlloc, 3020, cuMemAlloc_v2),
     P(cuMemFree, 3020, cuMemFree_v2),
+    P(cuMemAllocPitch, 3020, cuMemAllocPitch_v2),
+    PS(cuMemAllocAsync, 11020, cuMemAllocAsync),
     P(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2),
     P(cuMemAllocHost, 3020, cuMemAllocHost_v2),
     P(cuMemHostAlloc, 2020, cuMemHostAlloc),
