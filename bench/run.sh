@@ -37,6 +37,52 @@ load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
 GPB_DAEMON=$rel/daemon/gpubrokerd "$rel/bench/gpb-bench" >"$tmp"
 load_after=$(cut -d ' ' -f 1-3 /proc/loadavg)
 
+# P10 (issue 31): cuMemAlloc+cuMemFree through the interposer against the
+# lease path's gpb_alloc+gpb_free, the same 4 KiB, on a cuda-backend daemon:
+# the fake driver's (tests/fakecuda) unless GPB_BENCH_REAL_DRIVER=1 (a GPU).
+# Alternated, 5 runs of each; the medians' ratio (target at most 2).
+if [ -x "$build/bench/gpb-interposebench" ] && [ -x "$build/client/intercept/gpubroker-run" ]; then
+	ninja -C "$build" tests/fakecuda/libcuda.so.1 client/intercept/libgpubroker-intercept.so >/dev/null
+	p10=$(mktemp -d /tmp/gpb-p10-XXXXXX)
+	if [ "${GPB_BENCH_REAL_DRIVER:-0}" != 1 ]; then
+		export FAKECUDA_DIR="$p10"
+		export LD_LIBRARY_PATH="$build/tests/fakecuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+		driver="the fake driver (tests/fakecuda)"
+	else
+		driver="the real driver"
+	fi
+	"$build/daemon/gpubrokerd" --socket "$p10/s" --backend cuda --log-level warn &
+	p10pid=$!
+	i=0
+	while [ ! -S "$p10/s" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+	export GPUBROKER_RUN_LIBRARY="$build/client/intercept/libgpubroker-intercept.so"
+	lease="" via=""
+	for _ in 1 2 3 4 5; do
+		lease="$lease $(GPUBROKER_SOCKET=$p10/s "$build/bench/gpb-interposebench" lease 200000 | awk '{print $4}')"
+		via="$via $(GPUBROKER_SOCKET=$p10/s "$build/client/intercept/gpubroker-run" -- \
+			"$build/bench/gpb-interposebench" driver 200000 | awk '{print $4}')"
+	done
+	kill "$p10pid" && wait "$p10pid" || true
+	rm -rf "$p10"
+	median() { echo "$@" | tr ' ' '\n' | grep . | sort -g | sed -n 3p; }
+	ml=$(median $lease)
+	mv=$(median $via)
+	{
+		echo
+		echo "## P10: an unmodified program's cuMemAlloc+cuMemFree through the interposer"
+		echo
+		echo "4 KiB pairs, 200000 a run after 2000 to warm, 5 runs of each alternated, on $driver,"
+		echo "\`gpb-interposebench lease|driver 200000\` (the driver one under \`gpubroker-run\`)."
+		echo
+		echo "| path | ns per pair (median) | runs |"
+		echo "|---|---:|---|"
+		echo "| gpb_alloc + gpb_free (the lease path) | $ml |$lease |"
+		echo "| cuMemAlloc + cuMemFree under gpubroker-run | $mv |$via |"
+		echo
+		awk -v a="$mv" -v b="$ml" 'BEGIN { printf "interposer / lease path: **%.2f** (target <= 2)\n", a / b }'
+	} >>"$tmp"
+fi
+
 model=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 cpus=$(nproc)
 threads=$(lscpu | sed -n 's/^Thread(s) per core: *//p' | head -n 1)

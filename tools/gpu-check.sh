@@ -19,7 +19,7 @@
 #                      cuda transports
 #   bench-vmm/-ipc     bench-gpu on both transports (its tables go in the file)
 #   py-vmm-X, py-ipc-X the Python tests of tests/python/gpu (numba, cupy,
-#                      torch), with the bundle's numpy first on PYTHONPATH
+#                      torch, intercept: gpubroker-run), with the bundle's numpy first on PYTHONPATH
 #   xuid-vmm-X, xuid-ipc-X   the uid axis: every program with the daemon as
 #                      uid 65533 (GPB_DAEMON_UID), the test as root
 #   py-xuid-vmm-X, py-xuid-ipc-X   the Python tests on the uid axis
@@ -95,7 +95,7 @@ lease_env() { # PROGRAM: the GPUBROKER_LEASE setting it runs with
 	*) echo GPUBROKER_LEASE=1 ;;
 	esac
 }
-pytests="numba cupy torch"
+pytests="numba cupy torch intercept"
 
 wanted() { # NAME: whether --only's patterns (comma-separated) match it
 	local p pats
