@@ -174,6 +174,21 @@ def test_threads_and_fork(daemon, mode):
     assert harness.wait_until(lambda: device_used(daemon) == before, timeout=20)
 
 
+@pytest.mark.parametrize("kind", ["direct", "procaddr"])
+def test_memory_outside_the_policy(daemon, kind):
+    """cuMemCreate is refused (CUDA_ERROR_NOT_SUPPORTED, 801) with a line
+    naming the setting, and let through with it; a pool of the program's
+    own (cuMemAllocFromPoolAsync) is served by the broker."""
+    name = "create-" + kind
+    r = run(daemon, PROGRAMS[kind], "create", options=("--name", name))
+    assert r.returncode == 0 and "cuMemCreate 801" in r.stdout, r.stdout + r.stderr
+    assert r.stderr.count("cuMemCreate refused") == 1
+    r = run(daemon, PROGRAMS[kind], "create", options=("--name", name),
+            env={"GPUBROKER_RUN_UNCOUNTED": "allow"})
+    assert r.returncode == 0 and "cuMemCreate 0" in r.stdout, r.stdout + r.stderr
+    assert "refused" not in r.stderr
+
+
 def test_no_daemon_fails_clearly_unless_allowed(daemon, tmp_path):
     missing = str(tmp_path / "no.sock")
     cmd = [RUN, "--socket", missing, "--", PROGRAMS["direct"], "hold", str(MiB)]

@@ -17,6 +17,8 @@
  *                            to succeed
  *   intercept-X threads N    N threads allocating and freeing at once
  *   intercept-X fork         allocates, forks; the child allocates too
+ *   intercept-X create       prints cuMemCreate's answer; a block from a
+ *                            pool of its own (cuMemAllocFromPoolAsync)
  *   intercept-X over         allocates 1 MiB blocks until refused; prints
  *                            "refused after B bytes, total T"
  *   intercept-X bench N      N pairs of cuMemAlloc+cuMemFree of 4 KiB;
@@ -57,6 +59,9 @@ static struct {
 	CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
 	                      unsigned long long);
 	CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+	CUresult (*MemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
+	CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+	CUresult (*MemRelease)(CUmemGenericAllocationHandle);
 } cu;
 
 static int failures;
@@ -115,6 +120,9 @@ static void load(void)
 	G(PointerGetAttribute, "cuPointerGetAttribute");
 	G(MemCreate, "cuMemCreate");
 	G(IpcGetMemHandle, "cuIpcGetMemHandle");
+	G(MemPoolCreate, "cuMemPoolCreate");
+	G(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
+	G(MemRelease, "cuMemRelease");
 #undef G
 }
 #else
@@ -138,6 +146,9 @@ static void load(void)
 	cu.PointerGetAttribute = cuPointerGetAttribute;
 	cu.MemCreate = cuMemCreate;
 	cu.IpcGetMemHandle = cuIpcGetMemHandle;
+	cu.MemPoolCreate = cuMemPoolCreate;
+	cu.MemAllocFromPoolAsync = cuMemAllocFromPoolAsync;
+	cu.MemRelease = cuMemRelease;
 }
 #endif
 
@@ -227,6 +238,34 @@ static int basic(void)
 	OK(cu.MemFree(p));
 	OK(cu.MemGetInfo(&free_after, &total2));
 	CHECK(free_after == free_b, "free %zu after the frees, %zu before", free_after, free_b);
+	return failures;
+}
+
+/* cuMemCreate (prints its answer: refused unless allowed) and a block from
+ * a pool of the program's own (the broker's: its range is the block). */
+static int create(void)
+{
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+	                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	CUresult rc = cu.MemCreate(&h, 2 * MiB, &prop, 0);
+
+	printf("cuMemCreate %d\n", (int)rc);
+	if (rc == CUDA_SUCCESS)
+		OK(cu.MemRelease(h));
+
+	CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+	                        .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+	                        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	CUmemoryPool pool;
+	CUdeviceptr p, base;
+	size_t size;
+	OK(cu.MemPoolCreate(&pool, &props));
+	OK(cu.MemAllocFromPoolAsync(&p, 3000, pool, NULL));
+	roundtrip(p, 3000);
+	OK(cu.MemGetAddressRange(&base, &size, p));
+	CHECK(base == p && size == 3000, "pool block range %zu", size);
+	OK(cu.MemFreeAsync(p, NULL));
 	return failures;
 }
 
@@ -398,6 +437,8 @@ int main(int argc, char **argv)
 		rc = gone();
 	else if (strcmp(mode, "threads") == 0 && argc > 2)
 		rc = threads(atoi(argv[2]));
+	else if (strcmp(mode, "create") == 0)
+		rc = create();
 	else if (strcmp(mode, "fork") == 0)
 		rc = forked();
 	else if (strcmp(mode, "over") == 0)
@@ -405,7 +446,8 @@ int main(int argc, char **argv)
 	else if (strcmp(mode, "bench") == 0 && argc > 2)
 		rc = bench(atol(argv[2]));
 	else {
-		fprintf(stderr, "usage: %s basic|hold SIZE|gone|threads N|fork|over|bench N\n",
+		fprintf(stderr,
+		        "usage: %s basic|hold SIZE|gone|threads N|fork|create|over|bench N\n",
 		        argv[0]);
 		return 2;
 	}
