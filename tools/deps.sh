@@ -7,9 +7,10 @@
 # python3-venv and python3-numba: the frameworks suite (tests/frameworks:
 # a virtual environment from PyPI, and Debian's Numba 0.56) and
 # test_cubie_pypi.py (cubie from PyPI, tests/python/requirements-cubie.txt).
+# libncurses-dev: gpubrokerctl top's screen; tmux: its test (test_top.py).
 # slurm-wlm, munge and libslurm-dev: the SPANK plugin (slurm/) builds
 # against spank.h, and the slurm suite runs a private Slurm with them.
-GPB_PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev scdoc valgrind python3-pytest python3-pip python3-numpy python3-venv python3-numba slurm-wlm munge libslurm-dev"
+GPB_PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libuv1-dev libcjson-dev libcmocka-dev libsystemd-dev libncurses-dev tmux scdoc valgrind python3-pytest python3-pip python3-numpy python3-venv python3-numba slurm-wlm munge libslurm-dev"
 # Only for the libFuzzer build of tools/fuzz.sh (clang 14 and its libFuzzer).
 GPB_FUZZ_PACKAGES="clang libclang-rt-14-dev"
 

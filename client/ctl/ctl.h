@@ -7,10 +7,13 @@
 #ifndef GPB_CTL_H
 #define GPB_CTL_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
+
+#include "gpubroker.h"
 
 #include "ctl_error.h"
 #include "ctl_output.h"
@@ -68,6 +71,10 @@ int params_partition_name(const struct ctl_options *o, cJSON *params);
 int print_partition_token(const cJSON *result, const struct ctl_options *o, bool header);
 int print_partition_destroyed(const cJSON *result, const struct ctl_options *o, bool header);
 int print_partitions(const cJSON *result, const struct ctl_options *o, bool header);
+
+/* ctl_top.c: `top` on a terminal, until q or *stop (SIGINT). Returns an
+ * exit code. */
+int ctl_top(gpb_client *client, const struct ctl_options *o, volatile sig_atomic_t *stop);
 
 /* ctl_layout.c: `layout FILE`, which needs no daemon. Returns an exit code. */
 int ctl_layout(const struct ctl_options *o);

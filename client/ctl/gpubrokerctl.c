@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -634,6 +635,13 @@ int main(int argc, char **argv)
 	rc = gpb_connect(o.socket, "gpubrokerctl", &client);
 	if (rc < 0)
 		return ctl_fail(rc);
+	/* On a terminal, the full-screen view; on a pipe or a file, the
+	 * summary and the clients redrawn as before (a log of screens). */
+	if (top && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO)) {
+		rc = ctl_top(client, &o, &ctl_stop);
+		gpb_disconnect(client);
+		return rc;
+	}
 	for (bool first = true;; first = false) {
 		if (top) {
 			/* Home and clear: redraw in place like top(1). */
