@@ -733,3 +733,27 @@ int pool_check(const struct pool *pool, char *msg, unsigned msg_len)
 	      pool->frees);
 	return domain_check(pool, msg, msg_len);
 }
+
+void pool_walk(const struct pool *pool, void (*slab_fn)(void *arg, const struct pool_walk_slab *s),
+               void (*block_fn)(void *arg, uint64_t offset, uint64_t size,
+                                const struct pool_block *live),
+               void *arg)
+{
+	for (unsigned i = 0; i < sizeof(pool->buckets) / sizeof(pool->buckets[0]); i++) {
+		for (const struct pool_heap *h = pool->buckets[i]; h; h = h->hnext) {
+			for (const struct pool_slab *sl = h->slabs; sl; sl = sl->next) {
+				struct pool_walk_slab ws = {h->uid, h->domain, sl->size,
+				                            sl->dedicated};
+				slab_fn(arg, &ws);
+				uint64_t off = 0;
+				for (uint32_t bi = sl->first; bi != NIL;) {
+					const struct pool_block *b = blk_at(pool, bi);
+					block_fn(arg, off, block_size(b),
+					         block_is_free(b) ? NULL : b);
+					off += block_size(b);
+					bi = b->next_phys;
+				}
+			}
+		}
+	}
+}

@@ -224,4 +224,23 @@ void pool_available(const struct pool *pool, uint32_t uid, uint32_t domain, uint
  */
 int pool_check(const struct pool *pool, char *msg, unsigned msg_len);
 
+/* One slab as pool_walk() tells it. */
+struct pool_walk_slab {
+	uint32_t uid;
+	uint32_t domain;
+	uint64_t size;
+	bool dedicated;
+};
+
+/*
+ * Tells every slab (@slab_fn; heaps and slabs in no particular order) and,
+ * after each, its blocks in address order (@block_fn: offset and size, and
+ * the block for a live one, NULL for a free range): what a picture of the
+ * device's memory is made of (gpubrokerctl devices --map).
+ */
+void pool_walk(const struct pool *pool, void (*slab_fn)(void *arg, const struct pool_walk_slab *s),
+               void (*block_fn)(void *arg, uint64_t offset, uint64_t size,
+                                const struct pool_block *live),
+               void *arg);
+
 #endif

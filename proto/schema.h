@@ -174,6 +174,7 @@ const char *proto_code_name(int code);
 #define PROTO_M_LEASE_CARVE       "lease_carve"
 #define PROTO_M_RECALL_DONE       "recall_done"
 #define PROTO_M_TRIM              "trim"
+#define PROTO_M_DEVICE_MAP        "device_map"
 
 enum proto_op_flags {
 	PROTO_OPF_BEFORE_HELLO = 1u << 0, /* allowed before the handshake (hello only) */
@@ -227,7 +228,8 @@ enum proto_op_flags {
 	X(LEASE_RETURN, lease_return, 0)                                                           \
 	X(LEASE_CARVE, lease_carve, 0)                                                             \
 	X(RECALL_DONE, recall_done, 0)                                                             \
-	X(TRIM, trim, PROTO_OPF_ADMIN)
+	X(TRIM, trim, PROTO_OPF_ADMIN)                                                             \
+	X(DEVICE_MAP, device_map, PROTO_OPF_ADMIN)
 
 #define PROTO_OP_ENUM_(id, name, flags) PROTO_OP_##id,
 enum proto_op { PROTO_OPS(PROTO_OP_ENUM_) PROTO_OP_COUNT };
@@ -269,6 +271,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_AXIS_LENGTH        "axis_length"
 #define PROTO_F_BACKEND            "backend"
 #define PROTO_F_BACKEND_ERROR      "backend_error"
+#define PROTO_F_BLOCKS             "blocks"
 #define PROTO_F_BYTES              "bytes"
 #define PROTO_F_CAP                "cap"
 #define PROTO_F_CAPACITY           "capacity"
@@ -281,6 +284,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_COMPUTE_CAPABILITY "compute_capability"
 #define PROTO_F_CONNECTED_S        "connected_s"
 #define PROTO_F_DATA               "data"
+#define PROTO_F_DEDICATED          "dedicated"
 #define PROTO_F_DEVICE             "device"
 #define PROTO_F_DEVICE_FREE        "device_free"
 #define PROTO_F_DEVICE_UUID        "device_uuid"
@@ -385,6 +389,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_SLAB               "slab"
 #define PROTO_F_SLAB_SIZE          "slab_size"
 #define PROTO_F_SLABS              "slabs"
+#define PROTO_F_STATE              "state"
 #define PROTO_F_SUPPORTED          "supported"
 #define PROTO_F_TEXT               "text"
 #define PROTO_F_TOKEN              "token"
@@ -509,6 +514,7 @@ enum proto_presence {
 #define PROTO_MEM_INFO_PARAMS(X)                                                                   \
 	X(INSTANCE, instance, ID64, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_ID64)
 #define PROTO_STATS_PARAMS(X)       X(DEVICE, device, DEVICE, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_DEVICE)
+#define PROTO_DEVICE_MAP_PARAMS     PROTO_STATS_PARAMS
 #define PROTO_STATUS_PARAMS         PROTO_NO_PARAMS
 #define PROTO_CLIENTS_PARAMS        PROTO_NO_PARAMS
 #define PROTO_DEVICES_PARAMS        PROTO_NO_PARAMS
@@ -767,6 +773,10 @@ extern const unsigned proto_event_count;
 #define PROTO_V_TRANSPORT_IPC    "ipc"
 #define PROTO_V_TRANSPORT_MEMFD  "memfd"
 #define PROTO_V_SERVER           "gpubrokerd" /* hello "server" */
+#define PROTO_V_MAP_FREE         "free"       /* device_map's block "state" */
+#define PROTO_V_MAP_USED         "used"
+#define PROTO_V_MAP_LEASE        "lease"
+#define PROTO_V_MAP_HELD         "held"
 #define PROTO_V_GROUP_DEFAULT    "default"    /* the group of an instance that names none */
 #define PROTO_V_LIMIT_MAX_QUEUED "max_queued" /* -32006 "limit", as are hello's limits and: */
 #define PROTO_V_LIMIT_MAX_LEASES "max_leases"

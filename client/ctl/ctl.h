@@ -28,6 +28,7 @@ struct ctl_options {
 	const char *textfile;    /* metrics --textfile: write here atomically */
 	const char *uid;         /* partition-create --uid */
 	const char *size;        /* partition-create --size */
+	bool map;                /* devices --map */
 	const char *devices[64]; /* partition-create --device, each given */
 	int ndevices;
 	const char *command;
@@ -75,6 +76,13 @@ int print_partitions(const cJSON *result, const struct ctl_options *o, bool head
 /* ctl_top.c: `top` on a terminal, until q or *stop (SIGINT). Returns an
  * exit code. */
 int ctl_top(gpb_client *client, const struct ctl_options *o, volatile sig_atomic_t *stop);
+
+/* ctl_map.c: devices --map. */
+#define CTL_MAP_CELLS 64 /* cells a slab's row has */
+/* @ncells cells of a slab of @slab_size bytes whose ranges are @blocks (the
+ * daemon's device_map), into @cells (ncells + 1 bytes, terminated). */
+void ctl_map_cells(const cJSON *blocks, uint64_t slab_size, char *cells, int ncells);
+int print_device_map(const cJSON *result, const struct ctl_options *o, bool header);
 
 /* ctl_layout.c: `layout FILE`, which needs no daemon. Returns an exit code. */
 int ctl_layout(const struct ctl_options *o);

@@ -43,7 +43,8 @@ static void usage(FILE *out)
 	    "\n"
 	    "Commands:\n"
 	    "  status               daemon summary and one row per device\n"
-	    "  devices              devices with their memory\n"
+	    "  devices [--map]      devices with their memory; --map: each slab as a row\n"
+	    "                       of cells (admin; --device N: one device)\n"
 	    "  clients              connected clients\n"
 	    "  stats [--device N]   pool statistics (all devices, or device N) and recalls\n"
 	    "  instances            every instance: proportion, share, cap, used, group, mode,\n"
@@ -481,11 +482,17 @@ static bool ctl_sleep(double seconds)
 static int parse_options(int argc, char **argv, struct ctl_options *o)
 {
 	static const struct option longopts[] = {
-	    {"socket", required_argument, NULL, 's'},   {"output", required_argument, NULL, 'o'},
-	    {"no-header", no_argument, NULL, 'H'},      {"device", required_argument, NULL, 'd'},
-	    {"textfile", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},        {"uid", required_argument, NULL, 'u'},
-	    {"size", required_argument, NULL, 'S'},     {NULL, 0, NULL, 0},
+	    {"socket", required_argument, NULL, 's'},
+	    {"output", required_argument, NULL, 'o'},
+	    {"no-header", no_argument, NULL, 'H'},
+	    {"device", required_argument, NULL, 'd'},
+	    {"textfile", required_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"uid", required_argument, NULL, 'u'},
+	    {"size", required_argument, NULL, 'S'},
+	    {"map", no_argument, NULL, 'M'},
+	    {NULL, 0, NULL, 0},
 	};
 	char *end;
 	int c;
@@ -496,6 +503,9 @@ static int parse_options(int argc, char **argv, struct ctl_options *o)
 		switch (c) {
 		case 's':
 			o->socket = optarg;
+			break;
+		case 'M':
+			o->map = true;
 			break;
 		case 'o':
 			if (strcmp(optarg, "table") == 0)
@@ -597,6 +607,15 @@ int main(int argc, char **argv)
 	cmd = ctl_command_find(o.command);
 	if (!cmd)
 		return usage_error("unknown command '%s'", o.command);
+	/* devices --map: the device_map request (admin), drawn as rows of cells. */
+	static const struct ctl_command map_cmd = {.name = "devices",
+	                                           .method = PROTO_M_DEVICE_MAP,
+	                                           .params = params_device,
+	                                           .print = print_device_map};
+	if (o.map && strcmp(cmd->name, "devices") != 0)
+		return usage_error("--map only applies to devices, not %s", o.command);
+	if (o.map)
+		cmd = &map_cmd;
 	if (o.nargs > cmd->nargs + cmd->optional)
 		return usage_error("unexpected argument '%s'", o.args[cmd->nargs + cmd->optional]);
 	if (o.nargs < cmd->nargs)
@@ -604,9 +623,10 @@ int main(int argc, char **argv)
 		                   cmd->nargs > 1 ? "s" : "");
 	bool create = strcmp(cmd->name, "partition-create") == 0;
 	if (o.ndevices && strcmp(cmd->name, "stats") != 0 && strcmp(cmd->name, "set-limit") != 0 &&
-	    !create)
+	    !create && !o.map)
 		return usage_error(
-		    "--device only applies to stats, set-limit and partition-create, not %s",
+		    "--device only applies to stats, set-limit, partition-create and "
+		    "devices --map, not %s",
 		    o.command);
 	if (o.ndevices > 1 && !create)
 		return usage_error("--device once with %s", o.command);

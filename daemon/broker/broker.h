@@ -353,6 +353,30 @@ struct broker_device_stats {
 	uint64_t in_use;        /* what their clients last said they use of them */
 };
 void broker_device_stats(const struct broker *b, int device, struct broker_device_stats *out);
+/* A device's memory block by block (broker_map.c; `device_map`). */
+enum broker_map_state {
+	BROKER_MAP_FREE,  /* a free range of a slab */
+	BROKER_MAP_USED,  /* an allocation */
+	BROKER_MAP_LEASE, /* a lease: its client sub-allocates inside it */
+	BROKER_MAP_HELD,  /* fenced, or an orphan kept by attachments: in no table */
+};
+struct broker_map_slab {
+	uint32_t uid;          /* whose slab: a slab's bytes go to one user only */
+	const char *partition; /* the partition it belongs to, NULL outside */
+	uint64_t size;
+	bool dedicated; /* made for one large allocation */
+};
+struct broker_map_block {
+	uint64_t offset, size;
+	enum broker_map_state state;
+	uint64_t instance; /* used and lease: the owning instance; else 0 */
+};
+/* Calls @slab_fn for each slab of @device's current pool and @block_fn
+ * for each of its ranges after it, in address order, until one returns
+ * non-zero, which is returned; else 0, -ENODEV or -ENOMEM. */
+int broker_device_map(const struct broker *b, int device,
+                      int (*slab_fn)(void *arg, const struct broker_map_slab *s),
+                      int (*block_fn)(void *arg, const struct broker_map_block *blk), void *arg);
 /* Bytes uid's live allocations hold on device (its operator cap's figure). */
 uint64_t broker_uid_used(const struct broker *b, int device, uid_t uid);
 

@@ -374,3 +374,66 @@ int dispatch_metrics(struct dispatch_ctx *ctx, const struct proto_metrics_params
 	free(text);
 	return rc;
 }
+
+/* device_map: a device's slabs and their ranges, as broker_device_map()
+ * walks them. */
+struct map_out {
+	cJSON *slabs;  /* of the device */
+	cJSON *blocks; /* of the slab told last */
+};
+
+static int map_out_slab(void *arg, const struct broker_map_slab *s)
+{
+	struct map_out *m = arg;
+	cJSON *o = proto_array_add_object(m->slabs);
+
+	if (!o || proto_add_number(o, PROTO_F_UID, s->uid) ||
+	    !(s->partition ? cJSON_AddStringToObject(o, PROTO_F_PARTITION, s->partition)
+	                   : cJSON_AddNullToObject(o, PROTO_F_PARTITION)) ||
+	    proto_add_u64(o, PROTO_F_SIZE, s->size) ||
+	    !cJSON_AddBoolToObject(o, PROTO_F_DEDICATED, s->dedicated) ||
+	    !(m->blocks = cJSON_AddArrayToObject(o, PROTO_F_BLOCKS)))
+		return -ENOMEM;
+	return 0;
+}
+
+static int map_out_block(void *arg, const struct broker_map_block *blk)
+{
+	static const char *const states[] = {
+	    [BROKER_MAP_FREE] = PROTO_V_MAP_FREE,
+	    [BROKER_MAP_USED] = PROTO_V_MAP_USED,
+	    [BROKER_MAP_LEASE] = PROTO_V_MAP_LEASE,
+	    [BROKER_MAP_HELD] = PROTO_V_MAP_HELD,
+	};
+	struct map_out *m = arg;
+	cJSON *o = proto_array_add_object(m->blocks);
+
+	if (!o || proto_add_u64(o, PROTO_F_OFFSET, blk->offset) ||
+	    proto_add_u64(o, PROTO_F_SIZE, blk->size) ||
+	    !cJSON_AddStringToObject(o, PROTO_F_STATE, states[blk->state]) ||
+	    (blk->instance && proto_add_id64(o, PROTO_F_INSTANCE, blk->instance)))
+		return -ENOMEM;
+	return 0;
+}
+
+int dispatch_device_map(struct dispatch_ctx *ctx, const struct proto_device_map_params *p)
+{
+	int only = -1; /* every device */
+	if (p->has_device && dispatch_device(ctx, &p->device, &only) < 0)
+		return -ENODEV;
+	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
+	if (!devs)
+		return -ENOMEM;
+	for (int i = 0; i < broker_device_count(ctx->b); i++) {
+		if (only >= 0 && i != only)
+			continue;
+		cJSON *o = proto_array_add_object(devs);
+		struct map_out m = {.slabs = o ? cJSON_AddArrayToObject(o, PROTO_F_SLABS) : NULL};
+		if (!m.slabs || proto_add_number(o, PROTO_F_DEVICE, i))
+			return -ENOMEM;
+		int rc = broker_device_map(ctx->b, i, map_out_slab, map_out_block, &m);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
