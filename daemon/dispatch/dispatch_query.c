@@ -78,14 +78,25 @@ int dispatch_mem_info(struct dispatch_ctx *ctx, const struct proto_mem_info_para
 	return 0;
 }
 
+/* The result's "devices" array of a request whose optional "device" param
+ * picks one (*only; -1: every device). NULL with *rc set on a failure. */
+static cJSON *devices_result(struct dispatch_ctx *ctx, bool has_device,
+                             const struct proto_device *device, int *only, int *rc)
+{
+	*only = -1;
+	*rc = has_device && dispatch_device(ctx, device, only) < 0 ? -ENODEV : 0;
+	cJSON *devs = *rc ? NULL : result_array(ctx, PROTO_F_DEVICES);
+	if (!devs && !*rc)
+		*rc = -ENOMEM;
+	return devs;
+}
+
 int dispatch_stats(struct dispatch_ctx *ctx, const struct proto_stats_params *p)
 {
-	int only = -1; /* every device */
-	if (p->has_device && dispatch_device(ctx, &p->device, &only) < 0)
-		return -ENODEV;
-	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
+	int only, rc;
+	cJSON *devs = devices_result(ctx, p->has_device, &p->device, &only, &rc);
 	if (!devs)
-		return -ENOMEM;
+		return rc;
 	for (int i = 0; i < broker_device_count(ctx->b); i++) {
 		struct broker_device_stats ds;
 		const struct pool_stats *st = &ds.pool;
@@ -418,12 +429,10 @@ static int map_out_block(void *arg, const struct broker_map_block *blk)
 
 int dispatch_device_map(struct dispatch_ctx *ctx, const struct proto_device_map_params *p)
 {
-	int only = -1; /* every device */
-	if (p->has_device && dispatch_device(ctx, &p->device, &only) < 0)
-		return -ENODEV;
-	cJSON *devs = result_array(ctx, PROTO_F_DEVICES);
+	int only, rc;
+	cJSON *devs = devices_result(ctx, p->has_device, &p->device, &only, &rc);
 	if (!devs)
-		return -ENOMEM;
+		return rc;
 	for (int i = 0; i < broker_device_count(ctx->b); i++) {
 		if (only >= 0 && i != only)
 			continue;
@@ -431,7 +440,7 @@ int dispatch_device_map(struct dispatch_ctx *ctx, const struct proto_device_map_
 		struct map_out m = {.slabs = o ? cJSON_AddArrayToObject(o, PROTO_F_SLABS) : NULL};
 		if (!m.slabs || proto_add_number(o, PROTO_F_DEVICE, i))
 			return -ENOMEM;
-		int rc = broker_device_map(ctx->b, i, map_out_slab, map_out_block, &m);
+		rc = broker_device_map(ctx->b, i, map_out_slab, map_out_block, &m);
 		if (rc < 0)
 			return rc;
 	}
