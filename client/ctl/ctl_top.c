@@ -151,24 +151,28 @@ static int top_draw_clients(const struct top_state *st, int y, int last)
 	const struct top_snapshot *s = &st->snap[st->cur];
 
 	attron(A_BOLD);
-	mvprintw(y++, 0, "%7s %6s %-16s %4s %6s %10s %10s %10s %10s %7s %8s", "PID", "UID", "NAME",
-	         "INST", "PROP", "CAP", "USED", "LEASED", "IN_USE", "RECALLS", "AGE");
+	mvprintw(y++, 0, "%7s %6s %-16s %4s %6s %10s %10s %10s %10s %7s %4s %8s %8s", "PID", "UID",
+	         "NAME", "INST", "PROP", "CAP", "USED", "LEASED", "IN_USE", "RECALLS", "WAIT",
+	         "IDLE", "AGE");
 	attroff(A_BOLD);
 	for (size_t i = 0; i < s->nclients && y < last; i++) {
 		const struct top_client *c = &s->clients[i];
-		char cap[16], used[16], leased[16], in_use[16], prop[12], age[16];
+		char cap[16], used[16], leased[16], in_use[16], prop[12], age[16], idle[16];
 		top_size(c->cap, cap, sizeof(cap));
 		top_size(c->used, used, sizeof(used));
 		top_size(c->leased, leased, sizeof(leased));
 		top_size(c->in_use, in_use, sizeof(in_use));
 		ctl_format_duration(c->age_s, age, sizeof(age));
+		ctl_format_duration(c->idle_s, idle, sizeof(idle));
 		if (c->proportion >= 0)
 			snprintf(prop, sizeof(prop), "%.3g", c->proportion);
 		else
 			snprintf(prop, sizeof(prop), "%s", c->proportion == -1 ? "auto" : "-");
-		mvprintw(y++, 0, "%7ld %6ld %-16.16s %4llu %6s %10s %10s %10s %10s %7llu %8s",
+		mvprintw(y++, 0,
+		         "%7ld %6ld %-16.16s %4llu %6s %10s %10s %10s %10s %7llu %4llu %8s %8s",
 		         c->pid, c->uid, c->name, (unsigned long long)c->instances, prop, cap, used,
-		         leased, in_use, (unsigned long long)c->recalls_pending, age);
+		         leased, in_use, (unsigned long long)c->recalls_pending,
+		         (unsigned long long)c->waiting, idle, age);
 	}
 	if (s->others_clients && y < last) {
 		char used[16];

@@ -184,6 +184,8 @@ int top_snapshot_fill(struct top_snapshot *s, const cJSON *status, const cJSON *
 		tc->recalls_pending = top_u64(c, "recalls_pending");
 		tc->cap = top_u64(c, "cap");
 		tc->age_s = (uint64_t)top_long(c, "connected_s", 0);
+		tc->idle_s = (uint64_t)top_long(c, "idle_s", 0);
+		tc->waiting = (uint64_t)top_long(c, "waiting", 0);
 		tc->proportion = -2; /* until an instance says */
 	}
 	const cJSON *others = clients ? cJSON_GetObjectItemCaseSensitive(clients, "others") : NULL;

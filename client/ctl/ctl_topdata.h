@@ -52,6 +52,7 @@ struct top_client {
 	long pid, uid;
 	char name[TOP_NAME];
 	uint64_t instances, allocations, used, leased, in_use, recalls_pending, cap, age_s;
+	uint64_t waiting, idle_s; /* allocations waiting; seconds since its last request */
 	/* From the client's first instance (policy): "-" and -1 without one. */
 	char mode[12];
 	double proportion;

@@ -135,6 +135,7 @@ struct session {
 	               SO_PEERCRED and SO_PEERGROUPS): may use admin operations */
 	bool hello;
 	time_t connected;
+	time_t last_request; /* CLOCK_MONOTONIC seconds of its last request answered (dispatch) */
 	struct list instances;
 	unsigned instance_count;
 	struct list allocs;

@@ -623,6 +623,8 @@ void dispatch_reply_to(struct dispatch *d, struct session *s, struct dispatch_ct
 	if (ctx->fd_owned && ctx->fd >= 0 && !out->fd_owned)
 		close(ctx->fd);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (s) /* clients' idle_s */
+		s->last_request = t1.tv_sec;
 	/* A held request was counted when it came (deferred), as a wait is. */
 	if (ctx->retry)
 		return;

@@ -234,6 +234,8 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 	if (!arr)
 		return -ENOMEM;
 	time_t now = time(NULL);
+	struct timespec mono;
+	clock_gettime(CLOCK_MONOTONIC, &mono);
 	unsigned hidden = 0, hidden_instances = 0;
 	uint64_t hidden_allocs = 0, hidden_used = 0;
 	for (const struct session *s = broker_session_next(ctx->b, NULL); s;
@@ -267,6 +269,8 @@ int dispatch_clients(struct dispatch_ctx *ctx, const struct proto_clients_params
 		    proto_add_u64(o, PROTO_F_RECALLS_PENDING, recalls) ||
 		    proto_add_u64(o, PROTO_F_CAP, cap) ||
 		    proto_add_number(o, PROTO_F_CONNECTED_S, (double)(now - s->connected)) ||
+		    proto_add_number(o, PROTO_F_IDLE_S, (double)(mono.tv_sec - s->last_request)) ||
+		    proto_add_number(o, PROTO_F_WAITING, s->wait_count) ||
 		    (s->part && !cJSON_AddStringToObject(o, PROTO_F_PARTITION, s->part->name)))
 			return -ENOMEM;
 	}

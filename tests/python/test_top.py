@@ -133,6 +133,7 @@ def test_top_live_view(daemon, tmux, tmp_path):
             row = [ln for ln in s.splitlines() if name in ln][0]
             assert table_cell(table, name, "USED") in row, (row, table)
         assert s.index("c-one") < s.index("c-two")
+        assert re.search(r"RECALLS +WAIT +IDLE +AGE", s), s
         # A bar per device, as wide as the terminal, with its legend, and
         # the partition with its guarantee.
         bars = [ln for ln in s.splitlines() if ln.startswith("[") and ln.endswith("]")]
@@ -203,3 +204,45 @@ def test_top_as_another_user(daemon, client, tmux, tmp_path):
     finally:
         shutil.rmtree(top, ignore_errors=True)
         client.free(a)
+
+
+def test_clients_idle_and_waiting(daemon, monkeypatch):
+    """The two figures top shows beside the others: idle_s (since the
+    client's last request) and waiting (its allocations waiting for room),
+    as `clients` reports them."""
+    import threading
+
+    import gpubroker
+
+    def row():
+        return [c for c in ctl(daemon, "clients")["clients"] if c["name"] == "waiter"][0]
+
+    monkeypatch.setenv("GPUBROKER_LEASE", "0")
+    ctl(daemon, "set-mode", "active", json_out=False)
+    try:
+        with gpubroker.Client(daemon.socket, "waiter") as c:
+            inst = c.register("w", proportion=0.01)  # a cap of about 10 MiB
+            held = c.alloc(inst, 8 * MiB)
+            settle(c)
+            time.sleep(1.2)
+            assert row()["idle_s"] >= 1 and row()["waiting"] == 0
+            done = []
+
+            def wait():
+                try:
+                    c.alloc(inst, 8 * MiB, timeout=3)
+                except gpubroker.BrokerTimeoutError:
+                    done.append("timed out")
+
+            t = threading.Thread(target=wait)
+            t.start()
+            deadline = time.monotonic() + 10
+            while row()["waiting"] != 1:
+                assert time.monotonic() < deadline, row()
+                time.sleep(0.05)
+            assert row()["idle_s"] <= 1
+            t.join()
+            assert done == ["timed out"] and row()["waiting"] == 0
+            c.free(held)
+    finally:
+        ctl(daemon, "set-mode", "passive", json_out=False)
