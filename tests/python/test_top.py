@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import NOBODY, env_path, settle
+from conftest import NOBODY, daemon_env, env_path, settle
 
 MiB = 1 << 20
 
@@ -31,8 +31,11 @@ class Tmux:
         self.tmux("new-session", "-d", "-s", "t", "-x", "150", "-y", "50", "sh")
 
     def tmux(self, *args):
+        # The daemon's environment (no libasan preloaded into tmux and sh,
+        # which are not ours; gpubrokerctl under ASan with the daemon's
+        # full checks, leaks included: a leak fails its exit status).
         return subprocess.run(["tmux", "-L", self.sock, *args], check=True, capture_output=True,
-                              text=True, env=dict(os.environ, TERM="xterm")).stdout
+                              text=True, env=dict(daemon_env(), TERM="xterm")).stdout
 
     def send(self, *keys):
         self.tmux("send-keys", "-t", "t", *keys)
