@@ -28,6 +28,16 @@ static size_t fw_slot(const struct fwalloc *fw, const void *ptr)
 	return (size_t)(h ^ (h >> 29)) & (fw->cap - 1);
 }
 
+/* The slot of @ptr, or the empty slot where its probe ends (cap > 0). */
+static size_t fw_probe(const struct fwalloc *fw, const void *ptr)
+{
+	size_t i = fw_slot(fw, ptr);
+
+	while (fw->ptrs[i].ptr && fw->ptrs[i].ptr != ptr)
+		i = (i + 1) & (fw->cap - 1);
+	return i;
+}
+
 static int fw_grow(struct fwalloc *fw)
 {
 	size_t old_cap = fw->cap, cap = old_cap ? old_cap * 2 : 256;
@@ -75,9 +85,7 @@ static bool fw_forget(struct fwalloc *fw, void *ptr, uint64_t *id)
 {
 	if (!fw->cap)
 		return false;
-	size_t i = fw_slot(fw, ptr);
-	while (fw->ptrs[i].ptr && fw->ptrs[i].ptr != ptr)
-		i = (i + 1) & (fw->cap - 1);
+	size_t i = fw_probe(fw, ptr);
 	if (!fw->ptrs[i].ptr)
 		return false;
 	*id = fw->ptrs[i].id;
@@ -404,6 +412,15 @@ bool fwalloc_find(struct fwalloc *fw, const void *ptr, void **base, uint64_t *si
 	bool found = false;
 
 	pthread_mutex_lock(&fw->lock);
+	/* A block's start, the common query, is found where it was put. */
+	if (fw->cap) {
+		size_t i = fw_probe(fw, ptr);
+		if (fw->ptrs[i].ptr) {
+			*base = fw->ptrs[i].ptr;
+			*size = fw->ptrs[i].size;
+			found = true;
+		}
+	}
 	for (size_t i = 0; i < fw->cap && !found; i++) {
 		uintptr_t b = (uintptr_t)fw->ptrs[i].ptr;
 		/* A block of size 0 still answers for its own address. */

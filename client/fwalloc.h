@@ -88,8 +88,9 @@ int fwalloc_reset_peak(struct fwalloc *fw, int device);
 /* Connects if not connected (registers nothing): 0 or a GPB_E_* code. */
 int fwalloc_connect(struct fwalloc *fw);
 /* The block handed out that holds @ptr (its start or inside it): true with
- * *base and *size set, false when none does. Walks every pointer: for
- * queries, not for the allocation path. */
+ * *base and *size set, false when none does. A block's start is one
+ * lookup; a pointer inside a block walks every pointer (queries, not the
+ * allocation path). */
 bool fwalloc_find(struct fwalloc *fw, const void *ptr, void **base, uint64_t *size);
 /* @device's instance (registered if need be) and its figures. */
 int fwalloc_mem_info(struct fwalloc *fw, int device, uint64_t *instance, struct gpb_mem_info *out);
