@@ -165,6 +165,8 @@ int top_snapshot_fill(struct top_snapshot *s, const cJSON *status, const cJSON *
 	s->uptime_s = (uint64_t)top_long(status, "uptime_s", 0);
 	s->recalls_sent = top_u64(stats, "recalls_sent");
 	s->recalls_timed_out = top_u64(stats, "recalls_timed_out");
+	s->invalidations = top_u64(status, "invalidations");
+	s->evictions = top_u64(status, "evictions");
 	if (top_fill_devices(s, status, stats) < 0)
 		return -EINVAL;
 	cJSON_ArrayForEach(c, rows)
@@ -309,6 +311,16 @@ void top_events(const struct top_snapshot *old, const struct top_snapshot *cur,
 	if (cur->recalls_sent > old->recalls_sent) {
 		snprintf(line, sizeof(line), "%llu lease recall(s) sent",
 		         (unsigned long long)(cur->recalls_sent - old->recalls_sent));
+		emit(line, arg);
+	}
+	if (cur->invalidations > old->invalidations) {
+		snprintf(line, sizeof(line), "invalidate: every allocation released (%llu time(s))",
+		         (unsigned long long)(cur->invalidations - old->invalidations));
+		emit(line, arg);
+	}
+	if (cur->evictions > old->evictions) {
+		snprintf(line, sizeof(line), "%llu client(s) evicted by an operator",
+		         (unsigned long long)(cur->evictions - old->evictions));
 		emit(line, arg);
 	}
 	if (cur->recalls_timed_out > old->recalls_timed_out) {

@@ -68,7 +68,7 @@ struct top_partition {
 struct top_snapshot {
 	char mode[12];
 	long pid;
-	uint64_t uptime_s, recalls_sent, recalls_timed_out;
+	uint64_t uptime_s, recalls_sent, recalls_timed_out, invalidations, evictions;
 	size_t ndevices, nclients, ninstances, npartitions;
 	struct top_device devices[TOP_MAX_DEVICES];
 	struct top_client clients[TOP_MAX_CLIENTS];
@@ -105,7 +105,7 @@ void top_snapshot_sort(struct top_snapshot *s, enum top_sort sort);
 
 /* Calls @emit with one line for each event that happened between @old and
  * @cur: clients that came and left, cap and mode changes, recalls sent
- * and timed out, refusals. */
+ * and timed out, invalidations, evictions, refusals. */
 void top_events(const struct top_snapshot *old, const struct top_snapshot *cur,
                 void (*emit)(const char *line, void *arg), void *arg);
 

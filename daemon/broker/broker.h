@@ -314,6 +314,8 @@ struct broker_stats {
 	uint64_t reclaims;
 	/* Recall events sent; answered (recall_done) or timed out since. */
 	uint64_t recalls_sent, recalls_answered, recalls_timed_out;
+	/* invalidate_all requests carried out; sessions evicted. */
+	uint64_t invalidations, evictions;
 };
 
 /* What a client needs to use an allocation (or an attachment). */
@@ -705,7 +707,7 @@ const struct broker_queued *broker_queue_next(const struct broker_instance *inst
 void broker_session_hello(struct session *s, const char *client, bool keep_slabs);
 /* Marks s evicted by an administrator: when it closes, its slabs outlive it
  * as ghosts until its process exits (it may still have them mapped). */
-void broker_session_evict(struct session *s);
+void broker_session_evict(struct broker *b, struct session *s);
 /*
  * Releases every allocation and attachment of every session and every
  * queued request, and emits BROKER_EVENT_INVALIDATE for each session that

@@ -134,8 +134,10 @@ void broker_session_hello(struct session *s, const char *client, bool keep_slabs
 	s->hello = true;
 }
 
-void broker_session_evict(struct session *s)
+void broker_session_evict(struct broker *b, struct session *s)
 {
+	if (!s->evicted)
+		b->stats.evictions++;
 	s->evicted = true;
 }
 

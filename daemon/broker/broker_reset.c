@@ -147,6 +147,7 @@ static void broker_emit_invalidate(struct broker *b, const char *reason)
 void broker_invalidate_all(struct broker *b, uint64_t *allocs, uint64_t *attachments)
 {
 	broker_release_all(b, allocs, attachments);
+	b->stats.invalidations++;
 	broker_emit_invalidate(b, PROTO_V_REASON_INVALIDATE_ALL);
 	/* The memory is free: waiting allocations may fit now. */
 	broker_policy_changed(b);

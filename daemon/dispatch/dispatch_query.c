@@ -197,6 +197,8 @@ int dispatch_status(struct dispatch_ctx *ctx, const struct proto_status_params *
 	    proto_add_number(r, PROTO_F_ALLOCATIONS, (double)sum.allocations) ||
 	    proto_add_number(r, PROTO_F_EXPORTS, sum.exports) ||
 	    proto_add_number(r, PROTO_F_ORPHANS, (double)sum.orphans) ||
+	    proto_add_u64(r, PROTO_F_INVALIDATIONS, sum.stats.invalidations) ||
+	    proto_add_u64(r, PROTO_F_EVICTIONS, sum.stats.evictions) ||
 	    proto_add_number(r, PROTO_F_HOST_ALLOCATIONS, (double)sum.host_allocations) ||
 	    proto_add_u64(r, PROTO_F_HOST_USED, sum.host_used))
 		return -ENOMEM;
@@ -367,7 +369,7 @@ int dispatch_evict(struct dispatch_ctx *ctx, const struct proto_evict_params *p)
 			                        "evicted by an administrator");
 		dispatch_send_event(ctx->d, s, PROTO_EV_EVICTED, data);
 		/* Its process may still have its slabs mapped after the close. */
-		broker_session_evict(s);
+		broker_session_evict(ctx->b, s);
 		if (ctx->d->close)
 			ctx->d->close(ctx->d->send_ctx, s, "evicted by an administrator");
 		return dispatch_result(ctx) ? 0 : -ENOMEM;

@@ -98,13 +98,13 @@ static void test_sort(void **state)
 	free(s);
 }
 
-static char events[8][160];
+static char events[16][160];
 static int nevents;
 
 static void collect(const char *line, void *arg)
 {
 	(void)arg;
-	if (nevents < 8)
+	if (nevents < 16)
 		snprintf(events[nevents++], sizeof(events[0]), "%s", line);
 }
 
@@ -124,7 +124,9 @@ static void test_events(void **state)
 	fill(a, status_1g, stats_1g, clients_2, policy_2);
 	/* b: "small" left, "new" came, i2's cap changed, mode, 3 more recalls
 	 * and 2 more refusals. */
-	fill(b, "{\"mode\":\"passive\",\"devices\":[{\"device\":0,\"total\":\"1073741824\"}]}",
+	fill(b,
+	     "{\"mode\":\"passive\",\"invalidations\":\"1\",\"evictions\":\"2\",\"devices\":[{"
+	     "\"device\":0,\"total\":\"1073741824\"}]}",
 	     "{\"recalls_sent\":\"5\",\"devices\":[{\"device\":0,\"ooms\":\"3\"}]}",
 	     "{\"clients\":[{\"session\":\"b\",\"pid\":2,\"name\":\"big\"},{\"session\":\"c\","
 	     "\"pid\":3,\"uid\":1000,\"name\":\"new\"}]}",
@@ -138,7 +140,9 @@ static void test_events(void **state)
 	assert_true(saw("instance y (pid 2) cap 1024 MiB (was 0 MiB)"));
 	assert_true(saw("3 lease recall(s) sent"));
 	assert_true(saw("device 0: 2 allocation(s) refused"));
-	assert_int_equal(nevents, 6);
+	assert_true(saw("invalidate: every allocation released (1 time(s))"));
+	assert_true(saw("2 client(s) evicted by an operator"));
+	assert_int_equal(nevents, 8);
 	/* Nothing changed: nothing to tell. */
 	nevents = 0;
 	top_events(b, b, collect, NULL);

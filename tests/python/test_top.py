@@ -154,6 +154,9 @@ def test_top_live_view(daemon, tmux, tmp_path):
                    if c["name"] == "c-two"][0]
         ctl(daemon, "evict", session, json_out=False)
         tmux.wait_for(lambda s: "client c-two" in s and "left" in s, what="the eviction")
+        tmux.wait_for("1 client(s) evicted by an operator")
+        ctl(daemon, "invalidate", json_out=False)
+        tmux.wait_for("invalidate: every allocation released", what="the invalidate event")
 
         # Keys: sort, pause, one device after the other, quit.
         tmux.send("s")
