@@ -95,23 +95,29 @@ def table_cell(text, name, column):
     raise AssertionError("no row %s in:\n%s" % (name, text))
 
 
-def start_top(tmux, daemon, stamp, prefix=""):
-    """top in the tmux shell, the terminal's settings saved before and after."""
+def start_top(tmux, daemon, stamp, prefix="", alternate=True):
+    """top in the tmux shell, the terminal's settings saved before and after
+    (@alternate: the terminal has an alternate screen, which top takes)."""
     tmux.line("stty -g > %s.before; echo marker-$((6*7)); %s%s -s %s top; echo exit=$?; "
-              "stty -g > %s.after" % (stamp, prefix, env_path("GPUBROKERCTL"), daemon.socket,
-                                      stamp))
+              "stty -g > %s.after; echo saved-$((1+1))"
+              % (stamp, prefix, env_path("GPUBROKERCTL"), daemon.socket, stamp))
     tmux.wait_for("gpubroker top  q quit", what="top's screen")
-    assert tmux.alternate()
+    assert tmux.alternate() == alternate
 
 
-def check_restored(tmux, stamp):
-    s = tmux.wait_for("exit=0", what="top's exit status 0")
+def check_restored(tmux, stamp, alternate=True):
+    # The settings are saved after the exit status: wait for the line that
+    # says so (its command line reads saved-$((1+1))).
+    s = tmux.wait_for(lambda s: "exit=0" in s and "saved-2" in s,
+                      what="top's exit status 0, then the settings saved")
     assert not tmux.alternate()
+    with open(stamp + ".before") as a, open(stamp + ".after") as b:
+        assert a.read() == b.read()  # echo, canonical mode and the rest as before
+    if not alternate:  # a vt100 has no screen to go back to: top's stays
+        return
     # What the shell printed before top is back (the command line says
     # marker-$((6*7)), only its output says 42).
     assert "marker-42" in s and "gpubroker top  q quit" not in s
-    with open(stamp + ".before") as a, open(stamp + ".after") as b:
-        assert a.read() == b.read()  # echo, canonical mode and the rest as before
 
 
 def test_top_live_view(daemon, tmux, tmp_path):
@@ -180,10 +186,13 @@ def test_top_live_view(daemon, tmux, tmp_path):
 
 
 def test_top_ends_on_sigint(daemon, tmux, tmp_path):
+    """On a plain vt100 (no colour) too: the bars are characters."""
     stamp = str(tmp_path / "stty")
-    start_top(tmux, daemon, stamp)
+    start_top(tmux, daemon, stamp, prefix="TERM=vt100 ", alternate=False)
+    s = tmux.wait_for(lambda s: any(ln.startswith("[.") for ln in s.splitlines()), what="a bar")
+    assert "GPU 0" in s and "GPU 1" in s
     tmux.send("C-c")
-    check_restored(tmux, stamp)
+    check_restored(tmux, stamp, alternate=False)
 
 
 def test_top_as_another_user(daemon, client, tmux, tmp_path):
@@ -201,7 +210,7 @@ def test_top_as_another_user(daemon, client, tmux, tmp_path):
         stamp = str(tmp_path / "stty")  # written by the shell, root
         tmux.line("stty -g > %s.before; echo marker-$((6*7)); setpriv --reuid=%d --regid=%d "
                   "--clear-groups env LD_LIBRARY_PATH=%s %s/gpubrokerctl -s %s top; "
-                  "echo exit=$?; stty -g > %s.after"
+                  "echo exit=$?; stty -g > %s.after; echo saved-$((1+1))"
                   % (stamp, NOBODY, NOBODY, top, top, daemon.socket, stamp))
         s = tmux.wait_for("clients of other users", what="the others' line")
         assert "pytest" not in s and "(and 1 clients of other users, 8.0 MiB used)" in s
