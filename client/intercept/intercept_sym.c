@@ -250,7 +250,10 @@ static bool icpt_ours_calling(const void *addr)
 }
 
 /* RTLD_NEXT from @caller's object: the first object after it in load
- * order that defines @name itself. */
+ * order that defines @name itself. Each is looked up through a handle of
+ * its own (dlopen with RTLD_NOLOAD: a link map is not a handle glibc's
+ * dlsym can search), and the answer kept only if it lies in that object
+ * (a handle searches the object's dependencies too). */
 static void *icpt_next(const void *caller, const char *name)
 {
 	struct link_map *map = NULL;
@@ -259,13 +262,17 @@ static void *icpt_next(const void *caller, const char *name)
 	if (!dladdr1(caller, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
 		return NULL;
 	for (struct link_map *l = map->l_next; l; l = l->l_next) {
-		void *fn = icpt_real_dlsym(l, name);
+		if (!l->l_name || !l->l_name[0]) /* the vDSO: no file to name */
+			continue;
+		void *h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+		if (!h)
+			continue;
+		void *fn = icpt_real_dlsym(h, name);
 		Dl_info where;
-		if (fn && dladdr(fn, &where) && where.dli_fbase == (void *)l->l_addr)
-			return fn;
-		/* l_addr is the load bias: 0 for a non-PIE executable. */
-		if (fn && dladdr(fn, &where) && where.dli_fname && l->l_name &&
-		    strcmp(where.dli_fname, l->l_name) == 0)
+		bool here = fn && dladdr(fn, &where) && where.dli_fname &&
+		            strcmp(where.dli_fname, l->l_name) == 0;
+		dlclose(h);
+		if (here)
 			return fn;
 	}
 	return NULL;
@@ -288,9 +295,13 @@ ICPT_EXPORT void *dlsym(void *handle, const char *name)
 	const void *caller = __builtin_return_address(0);
 	void *fn;
 
-	if (handle == RTLD_NEXT)
+	if (handle == RTLD_NEXT) {
 		fn = icpt_next(caller, name);
-	else if (handle == RTLD_DEFAULT)
+		/* Not found: glibc's own lookup from here sets dlerror() to say
+		 * so (whatever it finds is before the caller: not the answer). */
+		if (!fn)
+			icpt_real_dlsym(RTLD_NEXT, name);
+	} else if (handle == RTLD_DEFAULT)
 		fn = icpt_default(caller, name);
 	else
 		fn = icpt_real_dlsym(handle, name);

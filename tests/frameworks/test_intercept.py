@@ -189,6 +189,15 @@ def test_memory_outside_the_policy(daemon, kind):
     assert "refused" not in r.stderr
 
 
+@pytest.mark.parametrize("kind", ["direct", "procaddr"])
+def test_dlsym_special_handles(daemon, kind):
+    """dlsym(RTLD_NEXT) and dlsym(RTLD_DEFAULT) from the program answer as
+    glibc does without the interposer (both are relative to their caller,
+    which the interposer stands between)."""
+    r = run(daemon, PROGRAMS[kind], "dl", options=("--proportion", "0.25"))
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
 def test_no_daemon_fails_clearly_unless_allowed(daemon, tmp_path):
     missing = str(tmp_path / "no.sock")
     cmd = [RUN, "--socket", missing, "--", PROGRAMS["direct"], "hold", str(MiB)]

@@ -19,6 +19,8 @@
  *   intercept-X fork         allocates, forks; the child allocates too
  *   intercept-X create       prints cuMemCreate's answer; a block from a
  *                            pool of its own (cuMemAllocFromPoolAsync)
+ *   intercept-X dl           dlsym's RTLD_NEXT and RTLD_DEFAULT as glibc
+ *                            answers them, with the interposer in between
  *   intercept-X over         allocates 1 MiB blocks until refused; prints
  *                            "refused after B bytes, total T"
  *   intercept-X bench N      N pairs of cuMemAlloc+cuMemFree of 4 KiB;
@@ -269,6 +271,35 @@ static int create(void)
 	return failures;
 }
 
+/* dlsym with the special handles answers as without the interposer:
+ * RTLD_NEXT from here is libc's malloc, a missing name is NULL with a
+ * reason; RTLD_DEFAULT finds the program's own symbols. */
+int intercept_prog_marker(void);
+int intercept_prog_marker(void)
+{
+	return 42;
+}
+
+static int dl(void)
+{
+	void *next = dlsym(RTLD_NEXT, "malloc"), *dflt = dlsym(RTLD_DEFAULT, "malloc");
+	CHECK(next && next == dflt, "RTLD_NEXT malloc %p, RTLD_DEFAULT %p", next, dflt);
+	dlerror();
+	CHECK(!dlsym(RTLD_NEXT, "gpb_no_such_symbol") && dlerror(), "a missing name: no reason");
+	int (*own)(void);
+	*(void **)&own = dlsym(RTLD_DEFAULT, "intercept_prog_marker");
+	CHECK(own && own() == 42, "the program's own symbol");
+	/* A driver entry point through RTLD_DEFAULT is the interposer's: it
+	 * answers the cap, not the device. */
+	CUresult (*info)(size_t *, size_t *);
+	size_t free_b, total, total2;
+	*(void **)&info = dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2");
+	CHECK(info && info(&free_b, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2 by RTLD_DEFAULT");
+	OK(cu.MemGetInfo(&free_b, &total2));
+	CHECK(total == total2, "RTLD_DEFAULT's cuMemGetInfo %zu, the program's %zu", total, total2);
+	return failures;
+}
+
 static int hold(size_t size)
 {
 	CUdeviceptr p;
@@ -439,6 +470,8 @@ int main(int argc, char **argv)
 		rc = threads(atoi(argv[2]));
 	else if (strcmp(mode, "create") == 0)
 		rc = create();
+	else if (strcmp(mode, "dl") == 0)
+		rc = dl();
 	else if (strcmp(mode, "fork") == 0)
 		rc = forked();
 	else if (strcmp(mode, "over") == 0)
@@ -447,7 +480,7 @@ int main(int argc, char **argv)
 		rc = bench(atol(argv[2]));
 	else {
 		fprintf(stderr,
-		        "usage: %s basic|hold SIZE|gone|threads N|fork|create|over|bench N\n",
+		        "usage: %s basic|hold SIZE|gone|threads N|fork|create|dl|over|bench N\n",
 		        argv[0]);
 		return 2;
 	}
