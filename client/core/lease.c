@@ -203,6 +203,7 @@ void lease_init(struct lease_state *ls)
 
 	memset(ls, 0, sizeof(*ls));
 	pthread_mutex_init(&ls->lock, NULL);
+	pthread_cond_init(&ls->pause_cond, NULL);
 	ls->wakefd = -1;
 	ls->wake_request = UINT64_MAX;
 	ls->wanted = ls->enabled = !(on && strcmp(on, "0") == 0);
@@ -229,6 +230,7 @@ void lease_finish(struct gpb_client *c)
 	inst_destroy_all(ls);
 	slots_free(ls, true);
 	idmap_finish(&ls->carves);
+	pthread_cond_destroy(&ls->pause_cond);
 	pthread_mutex_destroy(&ls->lock);
 }
 

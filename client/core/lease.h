@@ -159,6 +159,13 @@ struct lease_state {
 	/* The service thread: started with the first lease. */
 	pthread_t thread;
 	bool thread_on, stop;
+	/* fork: the thread parks at the top of its loop (paused, holding no
+	 * lock, in no allocator) while another thread forks (pause_req), and
+	 * the services with a thread are listed for that (svc_next;
+	 * lease_service.c). */
+	bool pause_req, paused;
+	pthread_cond_t pause_cond;
+	struct lease_state *svc_next;
 	/* gpb_free of a block that work may still be queued on (cuda): rather
 	 * than a cuCtxSynchronize per free, a fence recorded on the legacy
 	 * default stream, and the block served again only once that fence

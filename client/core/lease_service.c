@@ -99,6 +99,56 @@ static bool service_pump(gpb_client *c, bool readable)
 	return alive;
 }
 
+/*
+ * fork. A child inherits every lock as it was, the allocator's own (any
+ * malloc without fork handlers: ASan's, for one) included; a service
+ * thread caught inside malloc at the fork leaves the child's allocator
+ * locked for good (seen: a child hanging in calloc under ASan). So a fork
+ * first parks every service thread at the top of its loop, where it holds
+ * nothing and allocates nothing, and lets it go on after (the parent) or
+ * forgets it (the child: it has no such thread).
+ */
+static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct lease_state *svc_list;
+static pthread_once_t svc_once = PTHREAD_ONCE_INIT;
+
+static void svc_prepare(void)
+{
+	pthread_mutex_lock(&svc_lock);
+	for (struct lease_state *ls = svc_list; ls; ls = ls->svc_next) {
+		pthread_mutex_lock(&ls->lock);
+		ls->pause_req = true;
+		ring(ls->wakefd);
+		while (!ls->paused && !ls->stop)
+			pthread_cond_wait(&ls->pause_cond, &ls->lock);
+		pthread_mutex_unlock(&ls->lock);
+	}
+}
+
+static void svc_parent(void)
+{
+	for (struct lease_state *ls = svc_list; ls; ls = ls->svc_next) {
+		pthread_mutex_lock(&ls->lock);
+		ls->pause_req = false;
+		pthread_cond_broadcast(&ls->pause_cond);
+		pthread_mutex_unlock(&ls->lock);
+	}
+	pthread_mutex_unlock(&svc_lock);
+}
+
+static void svc_child(void)
+{
+	svc_list = NULL; /* the threads were the parent's */
+	pthread_mutex_unlock(&svc_lock);
+}
+
+static void svc_once_init(void)
+{
+	/* Registered after slab.c's (a client exists before its thread), so
+	 * run before it: no thread is parked holding what it takes. */
+	pthread_atfork(svc_prepare, svc_parent, svc_child);
+}
+
 static void *lease_service_main(void *arg)
 {
 	gpb_client *c = arg;
@@ -110,8 +160,18 @@ static void *lease_service_main(void *arg)
 
 	pthread_mutex_lock(&ls->lock);
 	while (!ls->stop) {
-		uint64_t now = lease_now_ms(), wait;
+		uint64_t now, wait;
 		bool skip_sock = false;
+
+		while (ls->pause_req && !ls->stop) { /* a fork (svc_prepare) */
+			ls->paused = true;
+			pthread_cond_broadcast(&ls->pause_cond);
+			pthread_cond_wait(&ls->pause_cond, &ls->lock);
+		}
+		ls->paused = false;
+		if (ls->stop)
+			break;
+		now = lease_now_ms();
 
 		/* Scanned when rung or due only, not for every read of the
 		 * socket: a scan flushes the instances' block caches. */
@@ -165,6 +225,8 @@ static void *lease_service_main(void *arg)
 		readable = n > 0 && watch && !skip_sock && pfd[1].revents;
 		pthread_mutex_lock(&ls->lock);
 	}
+	/* A fork waiting for this thread to park: it will not. */
+	pthread_cond_broadcast(&ls->pause_cond);
 	pthread_mutex_unlock(&ls->lock);
 	return NULL;
 }
@@ -187,8 +249,14 @@ void lease_service_start(struct gpb_client *c)
 	/* Signals are the application's threads' business. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	if (pthread_create(&ls->thread, NULL, lease_service_main, c) == 0)
+	pthread_once(&svc_once, svc_once_init);
+	pthread_mutex_lock(&svc_lock);
+	if (pthread_create(&ls->thread, NULL, lease_service_main, c) == 0) {
 		ls->thread_on = true;
+		ls->svc_next = svc_list;
+		svc_list = ls;
+	}
+	pthread_mutex_unlock(&svc_lock);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!ls->thread_on) {
 		pthread_mutex_lock(&ls->lock);
@@ -204,6 +272,14 @@ void lease_service_stop(struct gpb_client *c)
 
 	if (!ls->thread_on)
 		return;
+	pthread_mutex_lock(&svc_lock);
+	for (struct lease_state **p = &svc_list; *p; p = &(*p)->svc_next) {
+		if (*p == ls) {
+			*p = ls->svc_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&svc_lock);
 	pthread_mutex_lock(&ls->lock);
 	ls->stop = true;
 	ring(ls->wakefd);
