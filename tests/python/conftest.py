@@ -351,6 +351,16 @@ def pytest_runtest_makereport(item, call):
                         "every package the tests use" % call.excinfo.value)
 
 
+def pytest_sessionstart(session):
+    """The gpu suite (GPB_PYTEST_SKIP_EXIT) without a GPU: skipped (77) at
+    once, before its modules import Numba, CuPy or PyTorch (half a minute
+    each under valgrind, for a skip)."""
+    if os.environ.get("GPB_PYTEST_SKIP_EXIT"):
+        why = have_gpu()
+        if why:
+            pytest.exit("SKIP: " + why, returncode=77)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """With GPB_PYTEST_SKIP_EXIT set (the gpu suite), a run in which nothing
     passed and something was skipped exits 77, which meson counts as skipped."""
