@@ -69,7 +69,7 @@ static int top_refresh(struct top_state *st, gpb_client *client)
 	cJSON *stats = clients ? top_ask(client, PROTO_M_STATS, NULL, &ignored) : NULL;
 	cJSON *policy = clients ? top_ask(client, PROTO_M_POLICY, NULL, &ignored) : NULL;
 	cJSON *parts = clients ? top_ask(client, PROTO_M_PARTITIONS, NULL, &ignored) : NULL;
-	int next = st->have_prev || st->cur ? 1 - st->cur : 0;
+	int next = st->have_prev ? 1 - st->cur : 0; /* the slot not shown now */
 
 	if (clients &&
 	    top_snapshot_fill(&st->snap[next], status, stats, clients, policy, parts) < 0)
