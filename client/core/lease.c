@@ -91,12 +91,24 @@ static const struct pool_slab_ops inst_slab_ops = {
 
 /* ---- instances ------------------------------------------------------------ */
 
-static struct lease_inst *inst_find(struct lease_state *ls, uint64_t instance, void *stream)
+/* @instance's instance for @stream in arena @arena (its lock held). */
+static struct lease_inst *inst_find(struct lease_state *ls, uint64_t instance, void *stream,
+                                    unsigned arena)
 {
 	for (struct lease_inst *in = ls->insts; in; in = in->next)
-		if (in->instance == instance && in->stream == stream)
+		if (in->instance == instance && in->stream == stream && in->arena == arena)
 			return in;
 	return NULL;
+}
+
+unsigned lease_thread_arena(const struct lease_state *ls)
+{
+	static unsigned dealt;
+	static __thread unsigned mine; /* 0: not dealt yet; else arena + 1 */
+
+	if (!mine)
+		mine = __atomic_fetch_add(&dealt, 1, __ATOMIC_RELAXED) % LEASE_ARENAS_MAX + 1;
+	return (mine - 1) % ls->narenas;
 }
 
 uint64_t lease_instance_in_use(struct lease_state *ls, uint64_t instance)
@@ -109,9 +121,12 @@ uint64_t lease_instance_in_use(struct lease_state *ls, uint64_t instance)
 	return n;
 }
 
+/* The calling thread's instance of @instance for @stream, made if need be.
+ * Allocator lock held. */
 static struct lease_inst *inst_get(struct lease_state *ls, uint64_t instance, void *stream)
 {
-	struct lease_inst *in = inst_find(ls, instance, stream);
+	unsigned arena = lease_thread_arena(ls);
+	struct lease_inst *in = inst_find(ls, instance, stream, arena);
 	/* Slabs as large as a pool has: the pool's first ask always falls
 	 * to the tail-slab rule, which takes the ready lease's size. */
 	struct pool_config cfg = {
@@ -119,12 +134,14 @@ static struct lease_inst *inst_get(struct lease_state *ls, uint64_t instance, vo
 
 	if (in)
 		return in;
-	in = calloc(1, sizeof(*in));
+	in = aligned_alloc(64, sizeof(*in)); /* its cache lines apart (lease_internal.h) */
 	if (!in)
 		return NULL;
+	memset(in, 0, sizeof(*in));
 	in->ls = ls;
 	in->instance = instance;
 	in->stream = stream;
+	in->arena = arena;
 	in->pool = pool_create(&cfg, &inst_slab_ops, in);
 	if (!in->pool) {
 		free(in);
@@ -175,23 +192,29 @@ static void inst_destroy_all(struct lease_state *ls)
  * blocks are being forgotten); @driver: not in a forked child. */
 static void slots_drop_holds(struct lease_state *ls, bool driver)
 {
-	for (uint32_t i = 0; ls->hold_opener && i < ls->slot_count; i++) {
-		if (!ls->slots[i].hold)
-			continue;
-		if (driver)
-			ls->hold_opener->fence_free(ls->slots[i].hold);
-		else if (ls->hold_opener->fence_forget)
-			ls->hold_opener->fence_forget(ls->slots[i].hold);
-		ls->slots[i].hold = NULL;
+	for (unsigned a = 0; ls->hold_opener && a < ls->narenas; a++) {
+		struct lease_arena *ar = &ls->arenas[a];
+		for (uint32_t i = 0; i < ar->slot_count; i++) {
+			if (!ar->slots[i].hold)
+				continue;
+			if (driver)
+				ls->hold_opener->fence_free(ar->slots[i].hold);
+			else if (ls->hold_opener->fence_forget)
+				ls->hold_opener->fence_forget(ar->slots[i].hold);
+			ar->slots[i].hold = NULL;
+		}
 	}
 }
 
 static void slots_free(struct lease_state *ls, bool driver)
 {
 	slots_drop_holds(ls, driver);
-	free(ls->slots);
-	ls->slots = NULL;
-	ls->slot_count = ls->slot_cap = ls->slot_free = 0;
+	for (unsigned a = 0; a < ls->narenas; a++) {
+		struct lease_arena *ar = &ls->arenas[a];
+		free(ar->slots);
+		ar->slots = NULL;
+		ar->slot_count = ar->slot_cap = ar->slot_free = 0;
+	}
 }
 
 /* ---- life ----------------------------------------------------------------- */
@@ -201,8 +224,15 @@ void lease_init(struct lease_state *ls)
 	const char *on = getenv("GPUBROKER_LEASE"), *idle = getenv("GPUBROKER_LEASE_IDLE_MS");
 	const char *sync = getenv("GPUBROKER_FREE_SYNC");
 
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
 	memset(ls, 0, sizeof(*ls));
 	pthread_mutex_init(&ls->lock, NULL);
+	pthread_mutex_init(&ls->ring_lock, NULL);
+	/* An arena per CPU: more threads than CPUs do not run at once. */
+	ls->narenas = cpus < 1 ? 1 : cpus > LEASE_ARENAS_MAX ? LEASE_ARENAS_MAX : (unsigned)cpus;
+	for (unsigned a = 0; a < LEASE_ARENAS_MAX; a++)
+		pthread_mutex_init(&ls->arenas[a].lock, NULL);
 	pthread_cond_init(&ls->pause_cond, NULL);
 	ls->wakefd = -1;
 	ls->wake_request = UINT64_MAX;
@@ -231,6 +261,9 @@ void lease_finish(struct gpb_client *c)
 	slots_free(ls, true);
 	idmap_finish(&ls->carves);
 	pthread_cond_destroy(&ls->pause_cond);
+	for (unsigned a = 0; a < LEASE_ARENAS_MAX; a++)
+		pthread_mutex_destroy(&ls->arenas[a].lock);
+	pthread_mutex_destroy(&ls->ring_lock);
 	pthread_mutex_destroy(&ls->lock);
 }
 
@@ -250,16 +283,16 @@ void lease_conn_lost(struct gpb_client *c)
 {
 	if (c->lease.lost)
 		return;
-	pthread_mutex_lock(&c->lease.lock);
+	lease_lock(&c->lease);
 	c->lease.lost = true;
-	pthread_mutex_unlock(&c->lease.lock);
+	lease_unlock(&c->lease);
 }
 
 void lease_forget(struct gpb_client *c)
 {
 	struct lease_state *ls = &c->lease;
 
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	lease_deferred_drop(ls, true);
 	inst_destroy_all(ls);
 	/* Every slot goes free with the generation it had, so that the ids
@@ -268,17 +301,20 @@ void lease_forget(struct gpb_client *c)
 	 * afresh would give the next block the id of an old one, and a free
 	 * of that id would free the new block. */
 	slots_drop_holds(ls, true);
-	ls->slot_free = 0;
-	for (uint32_t i = ls->slot_count; i-- > 0;) {
-		ls->slots[i].b = NULL;
-		ls->slots[i].next_free = ls->slot_free;
-		ls->slot_free = i + 1;
+	for (unsigned a = 0; a < ls->narenas; a++) {
+		struct lease_arena *ar = &ls->arenas[a];
+		ar->slot_free = 0;
+		for (uint32_t i = ar->slot_count; i-- > 0;) {
+			ar->slots[i].b = NULL;
+			ar->slots[i].next_free = ar->slot_free;
+			ar->slot_free = i + 1;
+		}
 	}
 	/* A refusal of `lease` (allocator direct or async) held until now;
 	 * this event may be the allocator's change back to the pool: the
 	 * next gpb_alloc asks again (one refusal more at most). */
 	ls->enabled = ls->wanted;
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 }
 
 /* ---- blocks --------------------------------------------------------------- */
@@ -287,33 +323,34 @@ void lease_forget(struct gpb_client *c)
  * taken into it). 0 or -ENOMEM/-EINVAL. */
 /* Room for one more slot (before the pool is asked, so that a block is
  * never made without an id to give it): 0 or -ENOMEM. */
-static int slot_reserve(struct lease_state *ls)
+static int slot_reserve(struct lease_arena *ar)
 {
-	if (ls->slot_free || ls->slot_count < ls->slot_cap)
+	if (ar->slot_free || ar->slot_count < ar->slot_cap)
 		return 0;
-	uint32_t cap = ls->slot_cap ? ls->slot_cap * 2 : 64;
-	if (cap > LEASE_SLOT_MASK + 1u)
-		return -ENOMEM; /* 16 M live local blocks: the rest go per request */
-	struct lease_slot *n = realloc(ls->slots, cap * sizeof(*n));
+	uint32_t cap = ar->slot_cap ? ar->slot_cap * 2 : 64;
+	if (cap > LEASE_INDEX_MASK + 1u)
+		return -ENOMEM; /* 2 M live local blocks an arena: the rest go per request */
+	struct lease_slot *n = realloc(ar->slots, cap * sizeof(*n));
 	if (!n)
 		return -ENOMEM;
-	ls->slots = n;
-	ls->slot_cap = cap;
+	ar->slots = n;
+	ar->slot_cap = cap;
 	return 0;
 }
 
 /* The id of a new live block (slot_reserve() first). */
-static uint64_t slot_put(struct lease_state *ls, const struct lease_cached *got)
+static uint64_t slot_put(struct lease_state *ls, unsigned arena, const struct lease_cached *got)
 {
+	struct lease_arena *ar = &ls->arenas[arena];
 	uint32_t i;
-	if (ls->slot_free) {
-		i = ls->slot_free - 1;
-		ls->slot_free = ls->slots[i].next_free;
+	if (ar->slot_free) {
+		i = ar->slot_free - 1;
+		ar->slot_free = ar->slots[i].next_free;
 	} else {
-		i = ls->slot_count++;
-		ls->slots[i].gen = 0;
+		i = ar->slot_count++;
+		ar->slots[i].gen = 0;
 	}
-	struct lease_slot *sl = &ls->slots[i];
+	struct lease_slot *sl = &ar->slots[i];
 	sl->gen = (sl->gen + 1) & LEASE_SLOT_MASK;
 	sl->b = got->b;
 	sl->l = got->l;
@@ -321,15 +358,16 @@ static uint64_t slot_put(struct lease_state *ls, const struct lease_cached *got)
 	sl->offset = got->offset;
 	sl->carved = sl->freeing = false;
 	sl->hold = NULL;
-	uint64_t x = (uint64_t)sl->gen << LEASE_SLOT_BITS | i;
+	uint64_t x = (uint64_t)sl->gen << LEASE_SLOT_BITS | (uint64_t)arena << LEASE_INDEX_BITS | i;
 	return LEASE_ID_TAG << 48 | ((x ^ ls->salt) & ((1ull << 48) - 1));
 }
 
 /* A block of @size for @in, with its figures: a cached one of the same
  * rounded size and a fitting alignment, else the pool's (once more after
- * the cache went back to it, should it fragment the leases). Allocator
- * lock held. */
-static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment,
+ * the cache went back to it, should it fragment the leases). @all: the
+ * allocator's lock held (then the frees whose fences passed are room
+ * too), else @in's arena's alone. */
+static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment, bool all,
                       struct lease_cached *out)
 {
 	uint64_t rounded = (size + PROTO_GRANULE - 1) & ~(uint64_t)(PROTO_GRANULE - 1);
@@ -341,9 +379,10 @@ static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment,
 		}
 	}
 	int err = pool_alloc(in->pool, 0, size, alignment, &out->b);
-	if (err == -ENOMEM && (in->ncache || lease_deferred_any(in->ls))) {
+	if (err == -ENOMEM && (in->ncache || (all && lease_deferred_any(in->ls)))) {
 		/* Blocks whose frees' fences passed since are room too. */
-		lease_deferred_poll(in->ls);
+		if (all)
+			lease_deferred_poll(in->ls);
 		lease_inst_flush(in);
 		err = pool_alloc(in->pool, 0, size, alignment, &out->b);
 	}
@@ -359,14 +398,15 @@ static int inst_block(struct lease_inst *in, uint64_t size, uint64_t alignment,
 	return 0;
 }
 
+/* A block for @in: its arena's lock held, or (@all) the allocator's. */
 static int inst_take(struct lease_state *ls, struct lease_inst *in, uint64_t size,
-                     uint64_t alignment, struct gpb_allocation *out)
+                     uint64_t alignment, bool all, struct gpb_allocation *out)
 {
 	struct lease_cached got;
 
-	if (slot_reserve(ls) < 0)
+	if (slot_reserve(&ls->arenas[in->arena]) < 0)
 		return -ENOMEM;
-	int err = inst_block(in, size, alignment, &got);
+	int err = inst_block(in, size, alignment, all, &got);
 	if (err)
 		return err;
 	struct lease *l = got.l;
@@ -379,7 +419,7 @@ static int inst_take(struct lease_state *ls, struct lease_inst *in, uint64_t siz
 	}
 	l->live++;
 	in->in_use += got.size;
-	out->id = slot_put(ls, &got);
+	out->id = slot_put(ls, in->arena, &got);
 	out->ptr = l->base + got.offset;
 	out->size = got.size;
 	out->device = l->device;
@@ -397,83 +437,19 @@ int lease_alloc_local(struct gpb_client *c, uint64_t instance, uint64_t size, ui
 
 	if (!ls->enabled)
 		return 1;
-	pthread_mutex_lock(&ls->lock);
-	in = ls->lost ? NULL : inst_find(ls, instance, stream);
+	unsigned arena = lease_thread_arena(ls);
+	/* The thread's arena's lock alone: lost, local_max and the list of
+	 * instances change under the allocator's lock, every arena's. */
+	pthread_mutex_lock(&ls->arenas[arena].lock);
+	in = ls->lost ? NULL : inst_find(ls, instance, stream, arena);
 	if (in && in->count && size <= ls->local_max &&
-	    inst_take(ls, in, size, alignment, out) == 0)
+	    inst_take(ls, in, size, alignment, false, out) == 0)
 		rc = 0;
-	pthread_mutex_unlock(&ls->lock);
+	pthread_mutex_unlock(&ls->arenas[arena].lock);
 	return rc;
 }
 
 /* ---- leases: the round trips (client lock held, allocator lock not) ------- */
-
-/* Returns one lease the pool let go of: unmapped first where the backend
- * needs it (cuda), then lease_return, then the track forgets it. */
-static void lease_send_return(struct gpb_client *c, struct lease *l, uint64_t in_use)
-{
-	cJSON *params = cJSON_CreateObject();
-	struct proto_reply rep;
-	bool closed;
-	int rc;
-
-	/* Its own reference first: the track's last one closes the mapping
-	 * before the daemon hears (cuda). */
-	lease_map_put(l);
-	track_finish_work(&c->track, TRACK_ALLOC, l->id);
-	closed = track_release_early(&c->track, TRACK_ALLOC, l->id);
-	if (!params || proto_add_id64(params, PROTO_F_LEASE, l->id) < 0 ||
-	    proto_add_u64(params, PROTO_F_IN_USE, in_use) < 0) {
-		cJSON_Delete(params);
-		params = NULL;
-	}
-	rc = params ? client_conn_call(&c->conn, PROTO_M_LEASE_RETURN, params, &rep, NULL)
-	            : error_set(GPB_E_NOMEM, "out of memory");
-	if (rc == 0) {
-		proto_reply_finish(&rep);
-		track_release(&c->track, TRACK_ALLOC, l->id);
-	} else if (closed && !c->conn.dead) {
-		client_conn_fail(&c->conn, rc, "lease_return of %016" PRIx64 " failed: %s", l->id,
-		                 error_message());
-	}
-	free(l);
-}
-
-void lease_return_doomed(struct gpb_client *c)
-{
-	struct lease_state *ls = &c->lease;
-	struct lease *l;
-	uint64_t in_use = 0;
-
-	for (;;) {
-		pthread_mutex_lock(&ls->lock);
-		/* The first that may go now: a lease's return waits for its
-		 * context (cuCtxSynchronize), which would break a capture in
-		 * progress there; such a lease waits on the list, looked at
-		 * again in LEASE_DEFERRED_POLL_MS (the service thread). */
-		struct lease **pp = &ls->doomed;
-		while (*pp && !lease_may_go(*pp))
-			pp = &(*pp)->next;
-		l = *pp;
-		if (l) {
-			*pp = l->next;
-			in_use = lease_instance_in_use(ls, l->inst->instance);
-		} else if (ls->doomed) {
-			ls->doomed_retry_at = lease_now_ms() + LEASE_DEFERRED_POLL_MS;
-		}
-		pthread_mutex_unlock(&ls->lock);
-		if (!l)
-			break;
-		lease_send_return(c, l, in_use);
-		ls->leases_returned++;
-	}
-	/* A returned lease may have been the last hold on a slab the daemon
-	 * keeps for this connection: the track let go of its mapping, and the
-	 * daemon must hear so before the next lease, or it would grant one in
-	 * that slab without handing it over again. Sent as the per-allocation
-	 * path sends them after a free. */
-	client_send_released(c);
-}
 
 /* Asks for a lease of at least @need bytes for @instance's blocks on
  * @stream and files it ready. 0 or a GPB_E_* error. */
@@ -501,9 +477,9 @@ static int lease_request(struct gpb_client *c, uint64_t instance, void *stream, 
 		free(l);
 		return rc;
 	}
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	in_use = lease_instance_in_use(ls, instance);
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	params = cJSON_CreateObject();
 	if (params && (proto_add_id64(params, PROTO_F_INSTANCE, instance) < 0 ||
 	               proto_add_u64(params, PROTO_F_SIZE, need) < 0 ||
@@ -546,11 +522,11 @@ static int lease_request(struct gpb_client *c, uint64_t instance, void *stream, 
 		if (l->map)
 			slab_cache_ref(l->map);
 	}
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	/* Looked up again: an invalidate read with the reply forgot it. */
 	in = inst_get(ls, instance, stream);
 	if (!in) {
-		pthread_mutex_unlock(&ls->lock);
+		lease_unlock(ls);
 		lease_map_put(l);
 		client_call_id(c, PROTO_M_LEASE_RETURN, PROTO_F_LEASE, id);
 		track_release(&c->track, TRACK_ALLOC, id);
@@ -570,7 +546,7 @@ static int lease_request(struct gpb_client *c, uint64_t instance, void *stream, 
 	if (slab_size / 4 > ls->local_max)
 		ls->local_max = slab_size / 4;
 	ls->leases_taken++;
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	l = NULL;
 out:
 	free(l);
@@ -591,7 +567,7 @@ static int inst_renew(struct gpb_client *c, uint64_t instance)
 	struct lease_inst *in;
 	int rc = 0;
 
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	for (in = ls->insts; in && rc == 0; in = in->next) {
 		if (in->instance != instance)
 			continue;
@@ -609,107 +585,8 @@ static int inst_renew(struct gpb_client *c, uint64_t instance)
 			l->map = fresh;
 		}
 	}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	return rc;
-}
-
-uint64_t lease_idle_scan(struct lease_state *ls, uint64_t now_ms)
-{
-	uint64_t next = UINT64_MAX;
-
-	lease_deferred_poll(ls);
-	/* Frees still behind queued work: looked at again soon, so that
-	 * their leases can fall idle without a call of the application's. */
-	if (lease_deferred_any(ls))
-		next = LEASE_DEFERRED_POLL_MS;
-	for (struct lease_inst *in = ls->insts; in; in = in->next) {
-		struct lease *l, *nl;
-
-		lease_inst_flush(in); /* the cache's blocks would keep a lease in the pool */
-		for (l = in->leases; l; l = nl) {
-			nl = l->next; /* unpinning takes l off the list */
-			if (l->live || l->carves)
-				continue;
-			if (now_ms - l->idle_since >= ls->idle_ms && !lease_may_go(l)) {
-				if (LEASE_DEFERRED_POLL_MS < next) /* looked at again soon */
-					next = LEASE_DEFERRED_POLL_MS;
-			} else if (now_ms - l->idle_since >= ls->idle_ms) {
-				lease_let_go(in, l);
-				ls->idle_returns++;
-			} else if (l->idle_since + ls->idle_ms - now_ms < next) {
-				next = l->idle_since + ls->idle_ms - now_ms;
-			}
-		}
-	}
-	return next;
-}
-
-/* Allocator lock held: unpins every wholly free lease of @in, which the
- * pool then lets go (doomed). Returns how many. The caller polls the
- * deferred frees first, once for all the instances it looks at. */
-static unsigned inst_drop_free(struct lease_inst *in)
-{
-	struct lease *l, *next;
-	unsigned n = 0;
-
-	lease_inst_flush(in);
-	for (l = in->leases; l; l = next) {
-		next = l->next;
-		if (l->live || l->carves || !lease_may_go(l))
-			continue;
-		lease_let_go(in, l);
-		n++;
-	}
-	return n;
-}
-
-unsigned lease_release_free(struct gpb_client *c)
-{
-	struct lease_state *ls = &c->lease;
-	unsigned n = 0;
-
-	pthread_mutex_lock(&ls->lock);
-	lease_deferred_poll(ls);
-	for (struct lease_inst *in = ls->insts; in; in = in->next)
-		n += inst_drop_free(in);
-	pthread_mutex_unlock(&ls->lock);
-	lease_return_doomed(c);
-	return n;
-}
-
-void lease_release_instance(struct gpb_client *c, uint64_t instance)
-{
-	struct lease_state *ls = &c->lease;
-	struct lease_inst *in, **pp;
-	bool any = false;
-
-	pthread_mutex_lock(&ls->lock);
-	lease_deferred_poll(ls);
-	for (in = ls->insts; in; in = in->next)
-		if (in->instance == instance) {
-			inst_drop_free(in);
-			any = true;
-		}
-	pthread_mutex_unlock(&ls->lock);
-	if (!any)
-		return;
-	/* Sent before the caller's unregister, on the same connection: the
-	 * daemon has them back when it looks at the instance. */
-	lease_return_doomed(c);
-	pthread_mutex_lock(&ls->lock);
-	/* Those with nothing left (no live block, no lease): forgotten, so
-	 * that an instance id the daemon gives again starts afresh. */
-	for (pp = &ls->insts; (in = *pp);) {
-		if (in->instance == instance && !in->leases && !in->in_use) {
-			*pp = in->next;
-			pool_destroy(in->pool);
-			free(in->quarantine);
-			free(in);
-		} else {
-			pp = &in->next;
-		}
-	}
-	pthread_mutex_unlock(&ls->lock);
 }
 
 int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t alignment,
@@ -732,10 +609,10 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 		return 1;
 	need = (size + PROTO_GRANULE - 1) / PROTO_GRANULE * PROTO_GRANULE;
 	for (int tries = 0; tries < 4; tries++) {
-		pthread_mutex_lock(&ls->lock);
+		lease_lock(ls);
 		in = inst_get(ls, instance, stream);
 		if (!in) {
-			pthread_mutex_unlock(&ls->lock);
+			lease_unlock(ls);
 			return error_set(GPB_E_NOMEM, "out of memory");
 		}
 		/* Above a quarter of a slab: a daemon allocation (local_max).
@@ -743,11 +620,11 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 		if (!ls->local_max)
 			ls->local_max = c->limits.slab_size / 4;
 		if (ls->local_max && size > ls->local_max) {
-			pthread_mutex_unlock(&ls->lock);
+			lease_unlock(ls);
 			return 1;
 		}
-		rc = inst_take(ls, in, size, alignment, out);
-		pthread_mutex_unlock(&ls->lock);
+		rc = inst_take(ls, in, size, alignment, true, out);
+		lease_unlock(ls);
 		lease_return_doomed(c);
 		if (rc == 0)
 			return 0;
@@ -790,11 +667,11 @@ int lease_alloc(struct gpb_client *c, uint64_t instance, uint64_t size, uint64_t
 			 * per-allocation path would have freed already. */
 			unsigned n = 0;
 			dropped = true;
-			pthread_mutex_lock(&ls->lock);
+			lease_lock(ls);
 			lease_deferred_poll(ls);
 			for (struct lease_inst *i = ls->insts; i; i = i->next)
-				n += inst_drop_free(i);
-			pthread_mutex_unlock(&ls->lock);
+				n += lease_inst_drop_free(i);
+			lease_unlock(ls);
 			if (n) {
 				lease_return_doomed(c);
 				error_clear();
@@ -820,7 +697,7 @@ void lease_figures(struct gpb_client *c, uint64_t instance, uint64_t *leased, ui
 	struct lease_state *ls = &c->lease;
 
 	*leased = *in_use = *leases = 0;
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	lease_deferred_poll(ls); /* what the GPU is done with is not in use */
 	for (struct lease_inst *in = ls->insts; in; in = in->next)
 		if (!instance || in->instance == instance) {
@@ -828,5 +705,5 @@ void lease_figures(struct gpb_client *c, uint64_t instance, uint64_t *leased, ui
 			*in_use += in->in_use;
 			*leases += in->count;
 		}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 }

@@ -20,11 +20,16 @@
  * carve's id. A lease with a carve cannot be returned until the carve is
  * freed (with the block).
  *
- * Locks. Two: the client's (client.h: one exchange at a time on the
- * socket) and this allocator's (struct lease_state.lock: the pools, the
- * leases and the id map). The order is always client, then allocator;
- * never the other way round. A local alloc or free takes the allocator's
- * lock alone (no exchange); growing takes the client's lock for the
+ * Locks. The client's (client.h: one exchange at a time on the socket)
+ * and this allocator's. The order is always client, then allocator; never
+ * the other way round. The allocator's lock is split by thread (issue 29:
+ * one lock made two threads slower than one): each thread allocates in an
+ * arena of its own (one per CPU, at most LEASE_ARENAS_MAX), whose
+ * instances (one per instance and stream) and block ids only it serves, so
+ * that a local alloc, or a free with nothing to wait for, takes only the
+ * lock of the block's arena. Everything else (growing, returns, recalls,
+ * fences, figures) takes "the allocator's lock": lease_state.lock, then
+ * every arena's (lease_lock). Growing takes the client's lock for the
  * round trip and the allocator's only before and after it, never across
  * it, so other threads keep allocating from the leases meanwhile. The
  * service thread (lease_service.c) takes the client's lock with trylock
@@ -59,7 +64,11 @@
 #define LEASE_IDLE_DEFAULT 2000      /* ms, GPUBROKER_LEASE_IDLE_MS */
 #define LEASE_GRANULARITY  (2ull << 20)
 #define LEASE_SLOT_BITS    24 /* a local id: tag, generation, slot (24 bits each) */
-#define LEASE_CACHE        8  /* freed blocks an instance keeps for reuse as they are */
+/* A slot's top bits name its arena (lease.h, Locks), the rest its index there. */
+#define LEASE_ARENA_BITS 3
+#define LEASE_ARENAS_MAX (1u << LEASE_ARENA_BITS)
+#define LEASE_INDEX_BITS (LEASE_SLOT_BITS - LEASE_ARENA_BITS)
+#define LEASE_CACHE      8 /* freed blocks an instance keeps for reuse as they are */
 /* How soon the service thread looks again at frees behind queued work. */
 #define LEASE_DEFERRED_POLL_MS 100
 /* Frees behind fences past which a free looks at the oldest (a query). */
@@ -111,8 +120,28 @@ struct lease_batch {
 	uint64_t ids[LEASE_BATCH];
 };
 
+/* One arena (Locks, above): the ids of the blocks its threads allocated,
+ * guarded by its lock; its instances are those whose arena is its index. */
+struct lease_arena {
+	pthread_mutex_t lock;
+	/* Local id -> block: a table indexed by the id's low bits (not a
+	 * hash: alloc and free stay a handful of instructions, P8a), the id
+	 * XORed with this client's salt, so that an id of another process's
+	 * client names no block here but by a 1 in 2^24 chance. */
+	struct lease_slot *slots;
+	uint32_t slot_count, slot_cap, slot_free;
+	uint64_t stream_frees; /* frees served again at once on their stream */
+} __attribute__((aligned(64)));
+
 struct lease_state {
-	pthread_mutex_t lock; /* the allocator's lock (above: after the client's) */
+	/* The allocator's lock, with every arena's (lease_lock); alone, the
+	 * service thread's state (pause_req, stop, doomed). */
+	pthread_mutex_t lock;
+	/* Guards wakefd, wake_at and wake_request: a free that empties a
+	 * lease rings under its arena's lock alone. Taken last. */
+	pthread_mutex_t ring_lock;
+	struct lease_arena arenas[LEASE_ARENAS_MAX];
+	unsigned narenas;
 	/* The service thread's doorbell (an eventfd, -1 until it starts),
 	 * and when it wakes by itself next (lease_now_ms(); UINT64_MAX: not
 	 * before it is rung): a free that empties a lease rings only when
@@ -138,13 +167,9 @@ struct lease_state {
 	 * per-allocation path charges, so a cap or a partition would refuse
 	 * what that path grants. */
 	uint64_t local_max;
+	/* Every arena's instances: changed under the allocator's lock only,
+	 * so an arena's lock alone may walk it. */
 	struct lease_inst *insts;
-	/* Local id -> block: a table indexed by the id's low bits (not a
-	 * hash: alloc and free stay a handful of instructions, P8a), the id
-	 * XORed with this client's salt, so that an id of another process's
-	 * client names no block here but by a 1 in 2^24 chance. */
-	struct lease_slot *slots;
-	uint32_t slot_count, slot_cap, slot_free;
 	uint64_t salt;
 	struct idmap carves;  /* local id -> carve (daemon id, as a uintptr) */
 	struct lease *doomed; /* let go by the pool: to return (lease_return) */
@@ -178,11 +203,13 @@ struct lease_state {
 	 * capture): they pass in no order with the ring's, so apart from it,
 	 * all looked at by each poll. */
 	struct lease_deferred *held;
+	/* Written under lock alone (a gpb_free adds to it), read under the
+	 * allocator's (which takes lock first). */
 	struct lease_batch batch;
 	const struct slab_opener *hold_opener; /* of the slots' holds (the backend's) */
 	/* Counters (gpb_lease_stats-like figures for tests and the bench). */
 	uint64_t leases_taken, leases_returned, idle_returns, recall_returns;
-	uint64_t deferred_frees, stream_frees, held_frees;
+	uint64_t deferred_frees, held_frees;
 };
 
 struct gpb_client;

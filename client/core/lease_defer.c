@@ -174,10 +174,10 @@ static void fenced(struct lease_state *ls, struct lease_deferred *e, int rc)
 		return;
 	}
 	if (e->fence) { /* no room to queue it: waited for here */
-		pthread_mutex_unlock(&ls->lock);
+		lease_unlock(ls);
 		e->opener->fence_wait(e->fence);
 		e->opener->fence_free(e->fence);
-		pthread_mutex_lock(&ls->lock);
+		lease_lock(ls);
 	}
 	entry_release(ls, e);
 }
@@ -199,10 +199,10 @@ static void batch_fence(struct lease_state *ls, struct lease_batch *b, struct le
 	if (*rc < 0) {
 		error_clear(); /* the frees succeed: they wait instead */
 		if (locked)
-			pthread_mutex_unlock(&ls->lock);
+			lease_unlock(ls);
 		lease_map_finish(b->map);
 		if (locked)
-			pthread_mutex_lock(&ls->lock);
+			lease_lock(ls);
 		e->fence = NULL;
 		*rc = 0;
 	} else {
@@ -247,12 +247,13 @@ int lease_free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *ma
 		int rc;
 
 		batch_fence(ls, &one, &e, &rc, false);
-		pthread_mutex_lock(&ls->lock);
+		lease_lock(ls);
 		ls->deferred_frees++;
 		fenced(ls, &e, rc);
-		pthread_mutex_unlock(&ls->lock);
+		lease_unlock(ls);
 		return 0;
 	}
+	/* The batch is the state's: its lock alone (lease_internal.h). */
 	pthread_mutex_lock(&ls->lock);
 	if (b->n && b->domain != domain) {
 		full = *b; /* another context: fenced apart */
@@ -271,8 +272,8 @@ int lease_free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *ma
 		b->map = NULL;
 	}
 	ls->deferred_frees++;
-	lease_service_ring(ls, lease_now_ms() + LEASE_DEFERRED_POLL_MS);
 	pthread_mutex_unlock(&ls->lock);
+	lease_service_ring(ls, lease_now_ms() + LEASE_DEFERRED_POLL_MS);
 	if (map)
 		slab_cache_put(map);
 	if (!full.n)
@@ -281,9 +282,9 @@ int lease_free_deferred(struct lease_state *ls, uint64_t id, struct slab_map *ma
 	struct lease_deferred e;
 	int rc;
 	batch_fence(ls, &full, &e, &rc, false);
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	fenced(ls, &e, rc);
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	return 0;
 }
 

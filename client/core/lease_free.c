@@ -33,12 +33,14 @@ static void lease_quarantine(struct lease_inst *in, struct pool_block *b)
 	in->quarantine[in->nquarantine++] = b;
 }
 
-/* Allocator lock held: frees the block of slot @sl (into its instance's
- * cache while that has room: the next alloc of its size takes it back). */
+/* Frees the block of slot @sl (into its instance's cache while that has
+ * room: the next alloc of its size takes it back). The allocator's lock
+ * held, or the slot's arena's for a block with no hold. */
 void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved)
 {
 	struct lease *l = sl->l;
 	struct lease_inst *in = l->inst;
+	struct lease_arena *ar = &ls->arenas[in->arena];
 	struct lease_cached freed = {sl->b, l, sl->size, sl->offset};
 
 	/* Held for a graph and freed another way (a carve's free): let go. */
@@ -47,8 +49,8 @@ void lease_block_free(struct lease_state *ls, struct lease_slot *sl, bool carved
 	sl->hold = NULL;
 	sl->b = NULL;
 	sl->carved = sl->freeing = false;
-	sl->next_free = ls->slot_free;
-	ls->slot_free = (uint32_t)(sl - ls->slots) + 1;
+	sl->next_free = ar->slot_free;
+	ar->slot_free = (uint32_t)(sl - ar->slots) + 1;
 	in->in_use -= freed.size;
 	if (!carved) {
 		if (in->ncache < LEASE_CACHE)
@@ -85,14 +87,16 @@ static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uin
 	int rc = 1;
 
 	lease_map_finish(map);
-	pthread_mutex_lock(&ls->lock);
-	/* Looked up again: another thread may have freed it meanwhile. */
+	struct lease_arena *ar = lease_id_arena(ls, id);
+	pthread_mutex_lock(&ar->lock);
+	/* Looked up again: another thread may have freed it meanwhile (no
+	 * hold: a block a graph holds never comes this way). */
 	sl = lease_slot_get(ls, id);
-	if (sl && !sl->carved && !sl->freeing) {
+	if (sl && !sl->carved && !sl->freeing && !sl->hold) {
 		lease_block_free(ls, sl, false);
 		rc = 0;
 	}
-	pthread_mutex_unlock(&ls->lock);
+	pthread_mutex_unlock(&ar->lock);
 	return rc;
 }
 
@@ -105,16 +109,26 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 	bool deferred = false;
 	int rc = 1;
 
-	if (!lease_id_local(id))
+	struct lease_arena *ar = lease_id_arena(ls, id);
+	if (!ar)
 		return 1;
-	pthread_mutex_lock(&ls->lock);
+	/* Its arena's lock alone: the slot is all it looks at, but for a
+	 * block a graph holds (lease_held_take: the allocator's lock). */
+	pthread_mutex_lock(&ar->lock);
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->carved && !sl->freeing && sl->hold) {
-		lease_held_take(ls, sl, id); /* a graph's: behind its fence */
-		rc = 0;
+		pthread_mutex_unlock(&ar->lock);
+		lease_lock(ls);
+		sl = lease_slot_get(ls, id);
+		if (sl && !sl->carved && !sl->freeing && sl->hold) {
+			lease_held_take(ls, sl, id); /* a graph's: behind its fence */
+			rc = 0;
+		}
+		lease_unlock(ls);
+		return rc;
 	} else if (sl && !sl->carved && !sl->freeing) {
 		map = block_work(sl);
-		if (!map) { /* nothing queued to wait for: freed at once */
+		if (!map) { /* nothing queued to wait for (sim): freed at once */
 			lease_block_free(ls, sl, false);
 			rc = 0;
 		} else if (map->opener->fence &&
@@ -130,7 +144,7 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 			stream = lease_stream_of(sl->l->inst->stream);
 		}
 	}
-	pthread_mutex_unlock(&ls->lock);
+	pthread_mutex_unlock(&ar->lock);
 	if (deferred)
 		return lease_free_deferred(ls, id, map, stream);
 	return map ? free_after_work(ls, id, map) : rc;
@@ -146,7 +160,7 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 
 	if (!lease_id_local(id))
 		return 1;
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	sl = lease_slot_get(ls, id);
 	if (sl && sl->freeing)
 		sl = NULL; /* gpb_free_async has it */
@@ -154,7 +168,7 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 		carve = (uintptr_t)idmap_get(&ls->carves, id);
 		map = block_work(sl);
 	}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	if (!sl)
 		return 1;
 	if (carve) {
@@ -167,7 +181,7 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 		if (rc < 0)
 			return rc;
 	}
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	sl = lease_slot_get(ls, id);
 	bool was_carved = sl && carve && sl->carved;
 	if (was_carved) {
@@ -176,7 +190,7 @@ int lease_free_carved(struct gpb_client *c, uint64_t id)
 	}
 	if (sl)
 		lease_block_free(ls, sl, was_carved);
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	return 0;
 }
 
@@ -196,11 +210,23 @@ int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream)
 	if (key != LEASE_STREAM_LEGACY && opener && opener->capturing &&
 	    opener->capturing(NULL, stream))
 		return 1;
-	pthread_mutex_lock(&ls->lock);
+	/* Its arena's lock alone, unless a graph holds it (lease_held_take
+	 * needs the allocator's). */
+	struct lease_arena *ar = lease_id_arena(ls, id);
+	if (!ar)
+		return 1;
+	pthread_mutex_lock(&ar->lock);
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->freeing && !sl->carved && sl->hold) {
-		lease_held_take(ls, sl, id);
-		rc = 0;
+		pthread_mutex_unlock(&ar->lock);
+		lease_lock(ls);
+		sl = lease_slot_get(ls, id);
+		if (sl && !sl->freeing && !sl->carved && sl->hold) {
+			lease_held_take(ls, sl, id);
+			rc = 0;
+		}
+		lease_unlock(ls);
+		return rc;
 	} else if (sl && !sl->freeing && !sl->carved && sl->l->inst->stream &&
 	           sl->l->inst->stream == key &&
 	           !(key == LEASE_STREAM_LEGACY && sl->l->map && sl->l->map->opener->capturing &&
@@ -210,10 +236,10 @@ int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream)
 		 * (The legacy stream's capture check needs the context: made
 		 * under the lock, on this rare path only.) */
 		lease_block_free(ls, sl, false);
-		ls->stream_frees++;
+		ar->stream_frees++;
 		rc = 0;
 	}
-	pthread_mutex_unlock(&ls->lock);
+	pthread_mutex_unlock(&ar->lock);
 	return rc;
 }
 
@@ -229,20 +255,20 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 		return 1;
 	/* A block of @stream's own leases went by lease_free_stream already
 	 * (gpb_free_async, before the client's lock). */
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	sl = lease_slot_get(ls, id);
 	if (sl && sl->freeing)
 		sl = NULL;
 	if (sl && sl->hold && !sl->carved) {
 		lease_held_take(ls, sl, id); /* a graph's: behind its fence */
-		pthread_mutex_unlock(&ls->lock);
+		lease_unlock(ls);
 		return 0;
 	}
 	if (sl && sl->l->map && sl->l->map->opener->fence) {
 		map = sl->l->map;
 		slab_cache_ref(map);
 	}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	if (!sl)
 		return 1;
 	if (map) {
@@ -253,11 +279,11 @@ int lease_free_async(struct gpb_client *c, uint64_t id, void *stream, void **fen
 		rc = 0; /* a capture's fence too: the pending queue is polled whole */
 	}
 	if (*fence) {
-		pthread_mutex_lock(&ls->lock);
+		lease_lock(ls);
 		sl = lease_slot_get(ls, id);
 		if (sl && !sl->freeing)
 			sl->freeing = true; /* freed by lease_release_pending */
-		pthread_mutex_unlock(&ls->lock);
+		lease_unlock(ls);
 		if (sl)
 			return 0;
 		map->opener->fence_wait(*fence); /* freed meanwhile: nothing to wait for */
@@ -276,7 +302,7 @@ void lease_release_pending(struct gpb_client *c, uint64_t id)
 	struct lease_slot *sl;
 	bool carved = false;
 
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	sl = lease_slot_get(ls, id);
 	if (sl && sl->freeing) {
 		sl->freeing = false;
@@ -284,7 +310,7 @@ void lease_release_pending(struct gpb_client *c, uint64_t id)
 		if (!carved)
 			lease_block_free(ls, sl, false);
 	}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	if (carved)
 		lease_free_carved(c, id);
 }
@@ -302,13 +328,13 @@ void lease_capture_hold(struct gpb_client *c, uint64_t id, void *stream)
 	if (!lease_id_local(id) || lease_stream_key(stream) == LEASE_STREAM_LEGACY || !opener ||
 	    !opener->capturing || !opener->capturing(NULL, stream))
 		return;
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->hold && sl->l->map) {
 		map = sl->l->map;
 		slab_cache_ref(map);
 	}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	if (!map)
 		return;
 	/* Not a capture's fence (the capture ended meanwhile): nothing held. */
@@ -322,14 +348,14 @@ void lease_capture_hold(struct gpb_client *c, uint64_t id, void *stream)
 	slab_cache_put(map);
 	if (!hold)
 		return;
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->hold && !sl->freeing) {
 		sl->hold = hold;
 		ls->hold_opener = opener;
 		hold = NULL;
 	}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	if (hold)
 		opener->fence_free(hold);
 }
@@ -353,7 +379,7 @@ int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id)
 
 	if (!lease_id_local(id))
 		return 1;
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	struct lease_slot *sl = lease_slot_get(ls, id);
 	if (sl) {
 		carve = sl->carved ? (uintptr_t)idmap_get(&ls->carves, id) : 0;
@@ -361,7 +387,7 @@ int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id)
 		off = sl->offset;
 		size = sl->size;
 	}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	if (!sl)
 		return 1;
 	if (carve) {
@@ -378,7 +404,7 @@ int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id)
 	rc = client_call(c, PROTO_M_LEASE_CARVE, params, carve_parse, &carve);
 	if (rc < 0)
 		return rc;
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	/* Looked up again: an invalidate read with the reply forgot it. */
 	sl = lease_slot_get(ls, id);
 	if (!sl) {
@@ -390,7 +416,7 @@ int lease_carve(struct gpb_client *c, uint64_t id, uint64_t *daemon_id)
 	} else {
 		rc = error_set(GPB_E_NOMEM, "out of memory");
 	}
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	if (rc < 0) {
 		client_call_id(c, PROTO_M_FREE, PROTO_F_ID, carve);
 		return rc;

@@ -46,10 +46,15 @@ struct lease_inst {
 	struct lease_state *ls;
 	uint64_t instance;
 	void *stream;
+	unsigned arena; /* the arena whose threads it serves (lease.h, Locks) */
 	struct pool *pool;
 	struct lease *leases; /* in the pool or ready */
 	unsigned count;
-	uint64_t leased, in_use;
+	uint64_t leased;
+	/* What its arena's allocs and frees write, a cache line apart from
+	 * what every thread reads walking the list (inst_find): shared, that
+	 * line made two threads' allocations wait on each other. */
+	uint64_t in_use __attribute__((aligned(64)));
 	/* Blocks freed lately, still the pool's (not in use, not in in_use):
 	 * an alloc of the same rounded size takes one back without the pool.
 	 * Flushed to the pool before leases are judged free. Their figures are
@@ -83,17 +88,58 @@ static inline void lease_unquarantine(struct lease_inst *in, const struct lease 
 	}
 }
 
-#define LEASE_SLOT_MASK ((1u << LEASE_SLOT_BITS) - 1)
+#define LEASE_SLOT_MASK  ((1u << LEASE_SLOT_BITS) - 1)
+#define LEASE_INDEX_MASK ((1u << LEASE_INDEX_BITS) - 1)
+
+/* The allocator's lock: the state's, then every arena's (lease.h). */
+static inline void lease_lock_arenas(struct lease_state *ls)
+{
+	for (unsigned a = 0; a < ls->narenas; a++)
+		pthread_mutex_lock(&ls->arenas[a].lock);
+}
+
+static inline void lease_unlock_arenas(struct lease_state *ls)
+{
+	for (unsigned a = ls->narenas; a-- > 0;)
+		pthread_mutex_unlock(&ls->arenas[a].lock);
+}
+
+static inline void lease_lock(struct lease_state *ls)
+{
+	pthread_mutex_lock(&ls->lock);
+	lease_lock_arenas(ls);
+}
+
+static inline void lease_unlock(struct lease_state *ls)
+{
+	lease_unlock_arenas(ls);
+	pthread_mutex_unlock(&ls->lock);
+}
+
+/* The calling thread's arena: threads are dealt out in turn, so that as
+ * many threads as arenas never share one. */
+unsigned lease_thread_arena(const struct lease_state *ls);
+
+/* The arena of local id @id (its lock guards the id's slot), or NULL for
+ * an id that names none. No lock needed: the arenas are fixed. */
+static inline struct lease_arena *lease_id_arena(struct lease_state *ls, uint64_t id)
+{
+	uint64_t x = (id ^ ls->salt) & ((1ull << 48) - 1);
+	uint32_t a = (uint32_t)((x & LEASE_SLOT_MASK) >> LEASE_INDEX_BITS);
+	return lease_id_local(id) && a < ls->narenas ? &ls->arenas[a] : NULL;
+}
 
 /* The slot of live block @id, or NULL (not local, freed, a stale id or
- * another client's). Allocator lock held. */
+ * another client's). Its arena's lock held (lease_id_arena), or the
+ * allocator's. */
 static inline struct lease_slot *lease_slot_get(struct lease_state *ls, uint64_t id)
 {
 	uint64_t x = (id ^ ls->salt) & ((1ull << 48) - 1);
-	uint32_t i = (uint32_t)(x & LEASE_SLOT_MASK);
-	if (!lease_id_local(id) || i >= ls->slot_count)
+	uint32_t i = (uint32_t)(x & LEASE_INDEX_MASK);
+	struct lease_arena *ar = lease_id_arena(ls, id);
+	if (!ar || i >= ar->slot_count)
 		return NULL;
-	struct lease_slot *sl = &ls->slots[i];
+	struct lease_slot *sl = &ar->slots[i];
 	return sl->b && sl->gen == ((x >> LEASE_SLOT_BITS) & LEASE_SLOT_MASK) ? sl : NULL;
 }
 
@@ -118,6 +164,12 @@ static inline bool lease_may_go(const struct lease *l)
  * list, unpinned from the pool (its quarantined blocks back first) or, a
  * ready one never taken in, as the pool would have let it go. */
 void lease_let_go(struct lease_inst *in, struct lease *l);
+
+/* Allocator lock held: unpins every wholly free lease of @in, which the
+ * pool then lets go (doomed). Returns how many. The caller polls the
+ * deferred frees first, once for all the instances it looks at
+ * (lease_return.c). */
+unsigned lease_inst_drop_free(struct lease_inst *in);
 
 /* Allocator lock held: what the library uses of @instance's leases, every
  * stream's (what lease and lease_return tell the daemon). */

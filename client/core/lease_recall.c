@@ -44,7 +44,7 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 	struct lease_inst *in;
 	uint64_t returned = 0, in_use = 0;
 
-	pthread_mutex_lock(&ls->lock);
+	lease_lock(ls);
 	/* Frees whose fences passed would keep a lease in the pool. */
 	if (!ls->lost)
 		lease_deferred_poll(ls);
@@ -70,7 +70,7 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 		}
 	}
 	in_use = ls->lost ? 0 : lease_instance_in_use(ls, instance);
-	pthread_mutex_unlock(&ls->lock);
+	lease_unlock(ls);
 	/* Inside another exchange the reply still to come may put an
 	 * allocation in the slab of a lease returned now (the daemon sent it
 	 * before it read the return): the slab must still be mapped then, so
@@ -81,13 +81,13 @@ uint64_t lease_recall(struct gpb_client *c, uint64_t instance, uint64_t bytes)
 	 * recall is answered with what went back: nothing). */
 	bool defer = c->conn.in_exchange;
 	if (defer && !slab_keep_max()) {
-		pthread_mutex_lock(&ls->lock);
+		lease_lock(ls);
 		for (l = back; l; l = next) {
 			next = l->next;
 			l->next = ls->doomed; /* returned with the next doomed ones */
 			ls->doomed = l;
 		}
-		pthread_mutex_unlock(&ls->lock);
+		lease_unlock(ls);
 		return 0;
 	}
 	for (l = back; l; l = next) {

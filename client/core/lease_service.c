@@ -28,6 +28,7 @@
  * refused there and its state dropped without a join (lease_abandon).
  */
 #include "lease.h"
+#include "lease_internal.h"
 #include "client.h"
 
 #include <limits.h>
@@ -63,14 +64,16 @@ static void ring(int fd)
 
 void lease_service_ring(struct lease_state *ls, uint64_t due)
 {
-	if (ls->wakefd < 0 || due >= ls->wake_at)
-		return;
-	/* Once for this time: the thread sets its next wake-up as it goes
-	 * back to sleep; meanwhile only an earlier one rings again. */
-	ls->wake_at = due;
-	if (due < ls->wake_request)
-		ls->wake_request = due;
-	ring(ls->wakefd);
+	pthread_mutex_lock(&ls->ring_lock);
+	if (ls->wakefd >= 0 && due < ls->wake_at) {
+		/* Once for this time: the thread sets its next wake-up as it
+		 * goes back to sleep; meanwhile only an earlier one rings. */
+		ls->wake_at = due;
+		if (due < ls->wake_request)
+			ls->wake_request = due;
+		ring(ls->wakefd);
+	}
+	pthread_mutex_unlock(&ls->ring_lock);
 }
 
 /*
@@ -176,11 +179,15 @@ static void *lease_service_main(void *arg)
 		/* Scanned when rung or due only, not for every read of the
 		 * socket: a scan flushes the instances' block caches. */
 		/* A ring: the time it asked for, if earlier. */
+		pthread_mutex_lock(&ls->ring_lock);
 		if (ls->wake_request < due)
 			due = ls->wake_request;
 		ls->wake_request = UINT64_MAX;
+		pthread_mutex_unlock(&ls->ring_lock);
 		if (scan || now >= due) {
+			lease_lock_arenas(ls); /* the allocator's lock, whole */
 			wait = lease_idle_scan(ls, now);
+			lease_unlock_arenas(ls);
 			due = wait == UINT64_MAX ? UINT64_MAX : now + wait;
 			scan = false;
 		}
@@ -213,7 +220,9 @@ static void *lease_service_main(void *arg)
 		}
 		if (ls->stop)
 			break;
+		pthread_mutex_lock(&ls->ring_lock);
 		ls->wake_at = due;
+		pthread_mutex_unlock(&ls->ring_lock);
 		pthread_mutex_unlock(&ls->lock);
 		int n = poll(pfd, watch && !skip_sock ? 2 : 1, wait > INT_MAX ? -1 : (int)wait);
 		if (n > 0 && pfd[0].revents) {
@@ -242,10 +251,10 @@ void lease_service_start(struct gpb_client *c)
 	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fd < 0)
 		return; /* no thread: leases go back when a call finds them due */
-	pthread_mutex_lock(&ls->lock);
+	pthread_mutex_lock(&ls->ring_lock);
 	ls->wakefd = fd;
 	ls->wake_at = 0;
-	pthread_mutex_unlock(&ls->lock);
+	pthread_mutex_unlock(&ls->ring_lock);
 	/* Signals are the application's threads' business. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -259,9 +268,9 @@ void lease_service_start(struct gpb_client *c)
 	pthread_mutex_unlock(&svc_lock);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!ls->thread_on) {
-		pthread_mutex_lock(&ls->lock);
+		pthread_mutex_lock(&ls->ring_lock);
 		ls->wakefd = -1;
-		pthread_mutex_unlock(&ls->lock);
+		pthread_mutex_unlock(&ls->ring_lock);
 		close(fd);
 	}
 }
