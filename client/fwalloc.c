@@ -7,6 +7,7 @@
 #include "fwalloc.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,111 +21,155 @@
 
 /* ---- the pointers handed out ---------------------------------------------- */
 
-static size_t fw_slot(const struct fwalloc *fw, const void *ptr)
+static size_t fw_slot(const struct fwalloc_shard *sh, const void *ptr)
 {
 	uintptr_t h = (uintptr_t)ptr >> 8; /* allocations are 256-byte aligned */
 
 	h *= 0x9e3779b97f4a7c15ull;
-	return (size_t)(h ^ (h >> 29)) & (fw->cap - 1);
+	return (size_t)(h ^ (h >> 29)) & (sh->cap - 1);
 }
 
 /* The slot of @ptr, or the empty slot where its probe ends (cap > 0). */
-static size_t fw_probe(const struct fwalloc *fw, const void *ptr)
+static size_t fw_probe(const struct fwalloc_shard *sh, const void *ptr)
 {
-	size_t i = fw_slot(fw, ptr);
+	size_t i = fw_slot(sh, ptr);
 
-	while (fw->ptrs[i].ptr && fw->ptrs[i].ptr != ptr)
-		i = (i + 1) & (fw->cap - 1);
+	while (sh->ptrs[i].ptr && sh->ptrs[i].ptr != ptr)
+		i = (i + 1) & (sh->cap - 1);
 	return i;
 }
 
-static int fw_grow(struct fwalloc *fw)
+static int fw_grow(struct fwalloc *fw, struct fwalloc_shard *sh)
 {
-	size_t old_cap = fw->cap, cap = old_cap ? old_cap * 2 : 256;
-	struct fwalloc_ptr *old = fw->ptrs, *fresh = calloc(cap, sizeof(*fresh));
+	size_t old_cap = sh->cap, cap = old_cap ? old_cap * 2 : 256;
+	struct fwalloc_ptr *old = sh->ptrs, *fresh = calloc(cap, sizeof(*fresh));
 
 	if (!fresh)
 		return error_set(GPB_E_NOMEM, "gpb_%s: out of memory", fw->kind);
-	fw->ptrs = fresh;
-	fw->cap = cap;
+	sh->ptrs = fresh;
+	sh->cap = cap;
 	for (size_t i = 0; i < old_cap; i++) {
 		if (!old[i].ptr)
 			continue;
-		size_t j = fw_slot(fw, old[i].ptr);
-		while (fw->ptrs[j].ptr)
+		size_t j = fw_slot(sh, old[i].ptr);
+		while (sh->ptrs[j].ptr)
 			j = (j + 1) & (cap - 1);
-		fw->ptrs[j] = old[i];
+		sh->ptrs[j] = old[i];
 	}
 	free(old);
 	return 0;
 }
 
-static int fw_remember(struct fwalloc *fw, void *ptr, uint64_t id, uint64_t size, int device)
+/* The calling thread's table: threads are dealt out in turn. */
+static struct fwalloc_shard *fw_my_shard(struct fwalloc *fw)
 {
-	if ((fw->count + 1) * 2 > fw->cap) {
-		int rc = fw_grow(fw);
-		if (rc < 0)
-			return rc;
-	}
-	size_t i = fw_slot(fw, ptr);
-	while (fw->ptrs[i].ptr)
-		i = (i + 1) & (fw->cap - 1);
-	fw->ptrs[i] = (struct fwalloc_ptr){ptr, id, size, device};
-	fw->count++;
-	struct fwalloc_figures *f = &fw->figures[device];
-	f->allocated += size;
-	f->live++;
-	f->allocs++;
-	if (f->allocated > f->peak)
-		f->peak = f->allocated;
-	return 0;
+	static unsigned dealt;
+	static __thread unsigned mine; /* 0: not dealt yet; else shard + 1 */
+
+	if (!mine)
+		mine = __atomic_fetch_add(&dealt, 1, __ATOMIC_RELAXED) % FWALLOC_SHARDS + 1;
+	return &fw->shards[mine - 1];
 }
 
-/* Removes @ptr; its allocation id in *id. false when unknown. */
-static bool fw_forget(struct fwalloc *fw, void *ptr, uint64_t *id)
+/* Files @ptr in the calling thread's table. */
+static int fw_remember(struct fwalloc *fw, void *ptr, uint64_t id, uint64_t size, int device)
 {
-	if (!fw->cap)
+	struct fwalloc_shard *sh = fw_my_shard(fw);
+	int rc = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	if ((sh->count + 1) * 2 > sh->cap)
+		rc = fw_grow(fw, sh);
+	if (rc == 0) {
+		size_t i = fw_slot(sh, ptr);
+		while (sh->ptrs[i].ptr)
+			i = (i + 1) & (sh->cap - 1);
+		sh->ptrs[i] = (struct fwalloc_ptr){ptr, id, size, device};
+		sh->count++;
+		struct fwalloc_figures *f = &sh->figures[device];
+		f->allocated += size;
+		f->live++;
+		f->allocs++;
+		if (f->allocated > f->peak)
+			f->peak = f->allocated;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return rc;
+}
+
+/* Removes @ptr from @sh (its lock held); its allocation id in *id. false
+ * when @sh has none. */
+static bool fw_forget_in(struct fwalloc_shard *sh, void *ptr, uint64_t *id)
+{
+	if (!sh->cap)
 		return false;
-	size_t i = fw_probe(fw, ptr);
-	if (!fw->ptrs[i].ptr)
+	size_t i = fw_probe(sh, ptr);
+	if (!sh->ptrs[i].ptr)
 		return false;
-	*id = fw->ptrs[i].id;
-	struct fwalloc_figures *f = &fw->figures[fw->ptrs[i].device];
-	f->allocated -= fw->ptrs[i].size;
+	*id = sh->ptrs[i].id;
+	struct fwalloc_figures *f = &sh->figures[sh->ptrs[i].device];
+	f->allocated -= sh->ptrs[i].size;
 	f->live--;
 	f->frees++;
-	fw->ptrs[i].ptr = NULL;
-	fw->count--;
+	sh->ptrs[i].ptr = NULL;
+	sh->count--;
 	/* Backward-shift deletion: re-place the rest of the cluster, so that
 	 * probing never stops at the hole. */
-	for (size_t j = (i + 1) & (fw->cap - 1); fw->ptrs[j].ptr; j = (j + 1) & (fw->cap - 1)) {
-		struct fwalloc_ptr e = fw->ptrs[j];
-		fw->ptrs[j].ptr = NULL;
-		size_t k = fw_slot(fw, e.ptr);
-		while (fw->ptrs[k].ptr)
-			k = (k + 1) & (fw->cap - 1);
-		fw->ptrs[k] = e;
+	for (size_t j = (i + 1) & (sh->cap - 1); sh->ptrs[j].ptr; j = (j + 1) & (sh->cap - 1)) {
+		struct fwalloc_ptr e = sh->ptrs[j];
+		sh->ptrs[j].ptr = NULL;
+		size_t k = fw_slot(sh, e.ptr);
+		while (sh->ptrs[k].ptr)
+			k = (k + 1) & (sh->cap - 1);
+		sh->ptrs[k] = e;
 	}
 	return true;
 }
 
+/* Removes @ptr: looked for in the calling thread's table first (a thread
+ * mostly frees what it allocated), then in the others. false when unknown. */
+static bool fw_forget(struct fwalloc *fw, void *ptr, uint64_t *id)
+{
+	struct fwalloc_shard *mine = fw_my_shard(fw);
+	bool found;
+
+	pthread_mutex_lock(&mine->lock);
+	found = fw_forget_in(mine, ptr, id);
+	pthread_mutex_unlock(&mine->lock);
+	for (unsigned k = 0; k < FWALLOC_SHARDS && !found; k++) {
+		struct fwalloc_shard *sh = &fw->shards[k];
+		if (sh == mine)
+			continue;
+		pthread_mutex_lock(&sh->lock);
+		found = fw_forget_in(sh, ptr, id);
+		pthread_mutex_unlock(&sh->lock);
+	}
+	return found;
+}
+
 /* Forgets the client and the pointers, without a word to the daemon: after
- * a fork (the connection is the parent's) or once the daemon is gone. */
+ * a fork (the connection is the parent's) or once the daemon is gone. No
+ * call in progress (users' writer, or the forked child). */
 static void fw_forget_all(struct fwalloc *fw)
 {
 	fw->client = NULL;
 	memset(fw->instance, 0, sizeof(fw->instance));
-	/* The blocks went with the client; the totals stay the process's. */
-	for (int d = 0; d < FWALLOC_MAX_DEVICES; d++)
-		fw->figures[d].allocated = fw->figures[d].live = 0;
-	free(fw->ptrs);
-	fw->ptrs = NULL;
-	fw->cap = fw->count = 0;
+	for (unsigned k = 0; k < FWALLOC_SHARDS; k++) {
+		struct fwalloc_shard *sh = &fw->shards[k];
+		pthread_mutex_lock(&sh->lock);
+		/* The blocks went with the client; the totals stay the process's. */
+		for (int d = 0; d < FWALLOC_MAX_DEVICES; d++)
+			sh->figures[d].allocated = sh->figures[d].live = 0;
+		free(sh->ptrs);
+		sh->ptrs = NULL;
+		sh->cap = sh->count = 0;
+		pthread_mutex_unlock(&sh->lock);
+	}
 }
 
 /* ---- fork ---------------------------------------------------------------- */
 
-#define FW_MAX 4 /* the frameworks served: torch, cupy */
+#define FW_MAX 4 /* the frameworks served: torch, cupy, the interposer */
 
 static pthread_mutex_t fw_all_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fwalloc *fw_all[FW_MAX];
@@ -133,14 +178,26 @@ static unsigned fw_nall;
 static void fw_atfork_prepare(void)
 {
 	pthread_mutex_lock(&fw_all_lock);
-	for (unsigned i = 0; i < fw_nall; i++)
+	for (unsigned i = 0; i < fw_nall; i++) {
+		pthread_mutex_lock(&fw_all[i]->writer_lock);
 		pthread_mutex_lock(&fw_all[i]->lock);
+		for (unsigned k = 0; k < FWALLOC_SHARDS; k++)
+			pthread_mutex_lock(&fw_all[i]->shards[k].lock);
+	}
+}
+
+static void fw_unlock_all(struct fwalloc *fw)
+{
+	for (unsigned k = FWALLOC_SHARDS; k-- > 0;)
+		pthread_mutex_unlock(&fw->shards[k].lock);
+	pthread_mutex_unlock(&fw->lock);
+	pthread_mutex_unlock(&fw->writer_lock);
 }
 
 static void fw_atfork_parent(void)
 {
 	for (unsigned i = fw_nall; i-- > 0;)
-		pthread_mutex_unlock(&fw_all[i]->lock);
+		fw_unlock_all(fw_all[i]);
 	pthread_mutex_unlock(&fw_all_lock);
 }
 
@@ -148,13 +205,30 @@ static void fw_atfork_child(void)
 {
 	/* The parent's connection and mappings are not the child's to use or
 	 * close; the child connects afresh if it allocates. Threads of the
-	 * parent may have held users: not the child's. */
+	 * parent may have been in read sections: not the child's. */
 	for (unsigned i = fw_nall; i-- > 0;) {
-		fw_forget_all(fw_all[i]);
-		pthread_rwlock_init(&fw_all[i]->users, NULL);
-		pthread_mutex_unlock(&fw_all[i]->lock);
+		struct fwalloc *fw = fw_all[i];
+		for (struct fwalloc_reader *r = fw->readers; r; r = r->next)
+			r->depth = 0;
+		fw->writer = false;
+		fw_unlock_all(fw);
+		fw_forget_all(fw);
 	}
 	pthread_mutex_unlock(&fw_all_lock);
+}
+
+/* ---- users: a reader flag per thread ------------------------------------- */
+
+static pthread_key_t fw_thread_key;
+static __thread struct fwalloc_reader *fw_readers_mine[FW_MAX];
+
+/* A thread's end: its readers are free for the next thread. */
+static void fw_thread_exit(void *unused)
+{
+	(void)unused;
+	for (unsigned i = 0; i < FW_MAX; i++)
+		if (fw_readers_mine[i])
+			__atomic_store_n(&fw_readers_mine[i]->taken, false, __ATOMIC_RELEASE);
 }
 
 static pthread_once_t fw_fork_once = PTHREAD_ONCE_INIT;
@@ -162,9 +236,10 @@ static pthread_once_t fw_fork_once = PTHREAD_ONCE_INIT;
 static void fw_install_atfork(void)
 {
 	pthread_atfork(fw_atfork_prepare, fw_atfork_parent, fw_atfork_child);
+	pthread_key_create(&fw_thread_key, fw_thread_exit);
 }
 
-/* Lists @fw for the fork handlers, once; neither of its locks held (the
+/* Lists @fw for the fork handlers, once; none of its locks held (the
  * handlers take fw_all_lock first). */
 static void fw_watch_fork(struct fwalloc *fw)
 {
@@ -173,10 +248,86 @@ static void fw_watch_fork(struct fwalloc *fw)
 	pthread_once(&fw_fork_once, fw_install_atfork);
 	pthread_mutex_lock(&fw_all_lock);
 	if (!fw->forked_handler && fw_nall < FW_MAX) {
+		fw->index = fw_nall;
 		fw_all[fw_nall++] = fw;
 		__atomic_store_n(&fw->forked_handler, true, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&fw_all_lock);
+}
+
+/* The calling thread's reader of @fw (one a gone thread left, or a new
+ * one), or NULL out of memory. */
+static struct fwalloc_reader *fw_reader(struct fwalloc *fw)
+{
+	struct fwalloc_reader *r;
+
+	fw_watch_fork(fw);
+	if (fw->index < FW_MAX && (r = fw_readers_mine[fw->index]))
+		return r;
+	pthread_mutex_lock(&fw->lock);
+	for (r = fw->readers; r; r = r->next)
+		if (!__atomic_load_n(&r->taken, __ATOMIC_ACQUIRE))
+			break;
+	if (!r && (r = aligned_alloc(64, sizeof(*r)))) {
+		*r = (struct fwalloc_reader){.next = fw->readers};
+		__atomic_store_n(&fw->readers, r, __ATOMIC_RELEASE);
+	}
+	if (r)
+		r->taken = true;
+	pthread_mutex_unlock(&fw->lock);
+	if (r && fw->index < FW_MAX) {
+		fw_readers_mine[fw->index] = r;
+		pthread_setspecific(fw_thread_key, fw); /* non-NULL: fw_thread_exit runs */
+	}
+	return r;
+}
+
+/* Enters a read section of users (nests): the client is not replaced
+ * until it leaves. The flag is set before the writer's is looked at, and
+ * the writer sets its own before it looks at the flags (both sequentially
+ * consistent), so that one of the two always sees the other. */
+static int fw_read_lock(struct fwalloc *fw, struct fwalloc_reader **out)
+{
+	struct fwalloc_reader *r = fw_reader(fw);
+
+	*out = r;
+	if (!r)
+		return error_set(GPB_E_NOMEM, "gpb_%s: out of memory", fw->kind);
+	if (r->depth) {
+		__atomic_store_n(&r->depth, r->depth + 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	for (;;) {
+		__atomic_store_n(&r->depth, 1, __ATOMIC_SEQ_CST);
+		if (!__atomic_load_n(&fw->writer, __ATOMIC_SEQ_CST))
+			return 0;
+		__atomic_store_n(&r->depth, 0, __ATOMIC_SEQ_CST);
+		pthread_mutex_lock(&fw->writer_lock); /* until the writer is done */
+		pthread_mutex_unlock(&fw->writer_lock);
+	}
+}
+
+static void fw_read_unlock(struct fwalloc_reader *r)
+{
+	if (r)
+		__atomic_store_n(&r->depth, r->depth - 1, __ATOMIC_RELEASE);
+}
+
+/* users' writer: waits until no thread is in a read section. */
+static void fw_write_lock(struct fwalloc *fw)
+{
+	pthread_mutex_lock(&fw->writer_lock);
+	__atomic_store_n(&fw->writer, true, __ATOMIC_SEQ_CST);
+	for (struct fwalloc_reader *r = __atomic_load_n(&fw->readers, __ATOMIC_ACQUIRE); r;
+	     r = r->next)
+		while (__atomic_load_n(&r->depth, __ATOMIC_SEQ_CST))
+			sched_yield();
+}
+
+static void fw_write_unlock(struct fwalloc *fw)
+{
+	__atomic_store_n(&fw->writer, false, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&fw->writer_lock);
 }
 
 /* ---- instances ------------------------------------------------------------ */
@@ -241,9 +392,10 @@ static int fw_connect(struct fwalloc *fw)
 {
 	if (fw->client)
 		return 0;
-	int rc = gpb_connect(NULL, fw->name[0] ? fw->name : fw->kind, &fw->client);
-	if (rc < 0)
-		fw->client = NULL;
+	gpb_client *client;
+	int rc = gpb_connect(NULL, fw->name[0] ? fw->name : fw->kind, &client);
+	if (rc == 0) /* read with no lock by the calls (fw_enter) */
+		__atomic_store_n(&fw->client, client, __ATOMIC_RELEASE);
 	return rc;
 }
 
@@ -280,39 +432,48 @@ static int fw_instance_of(struct fwalloc *fw, int device, uint64_t *out)
 		opts.device = 0;
 		opts.device_uuid = uuid;
 	}
-	rc = gpb_register(fw->client, &opts, &fw->instance[device]);
+	uint64_t inst;
+	rc = gpb_register(fw->client, &opts, &inst);
 	if (rc < 0)
 		return rc;
-	*out = fw->instance[device];
+	/* Read with no lock by the calls (fw_enter). */
+	__atomic_store_n(&fw->instance[device], inst, __ATOMIC_RELEASE);
+	*out = inst;
 	return 0;
 }
 
-/* After a call on @client (users read-held, lock not): a client the daemon
- * dropped is replaced next time (its memory went with it). Leaves users
- * unlocked. */
-static void fw_leave(struct fwalloc *fw, gpb_client *client, int rc)
+/* After a call on @client (in a read section of users, lock not held): a
+ * client the daemon dropped is replaced next time (its memory went with
+ * it). Leaves the read section. */
+static void fw_leave(struct fwalloc *fw, struct fwalloc_reader *r, gpb_client *client, int rc)
 {
-	pthread_rwlock_unlock(&fw->users);
+	fw_read_unlock(r);
 	if (rc != GPB_E_DAEMON_GONE || !client)
 		return;
 	char msg[256];
 	snprintf(msg, sizeof(msg), "%s", error_message());
-	pthread_rwlock_wrlock(&fw->users);
+	fw_write_lock(fw);
 	pthread_mutex_lock(&fw->lock);
 	if (fw->client == client) { /* not replaced by another thread meanwhile */
 		gpb_disconnect(fw->client);
 		fw_forget_all(fw);
 	}
 	pthread_mutex_unlock(&fw->lock);
-	pthread_rwlock_unlock(&fw->users);
+	fw_write_unlock(fw);
 	error_set(rc, "%s", msg); /* gpb_disconnect may have cleared it */
 }
 
-/* users read-held: the client and @device's instance (connected and
- * registered if need be, under lock). */
+/* In a read section of users: the client and @device's instance. Once
+ * both are set, no lock (they change only under users' writer); else
+ * connected and registered under lock. */
 static int fw_enter(struct fwalloc *fw, int device, gpb_client **client, uint64_t *inst)
 {
-	fw_watch_fork(fw);
+	if (device >= 0 && device < FWALLOC_MAX_DEVICES) {
+		*client = __atomic_load_n(&fw->client, __ATOMIC_ACQUIRE);
+		*inst = __atomic_load_n(&fw->instance[device], __ATOMIC_ACQUIRE);
+		if (*client && *inst)
+			return 0;
+	}
 	pthread_mutex_lock(&fw->lock);
 	int rc = fw_instance_of(fw, device, inst);
 	*client = fw->client;
@@ -325,20 +486,22 @@ static int fw_enter(struct fwalloc *fw, int device, gpb_client **client, uint64_
 int fwalloc_alloc(struct fwalloc *fw, size_t size, int device, void *stream, bool ordered,
                   void **out)
 {
+	struct fwalloc_reader *r;
 	struct gpb_allocation a;
-	gpb_client *client;
+	gpb_client *client = NULL;
 	uint64_t inst;
 	int rc;
 
-	pthread_rwlock_rdlock(&fw->users);
+	*out = NULL;
+	rc = fw_read_lock(fw, &r);
+	if (rc < 0)
+		return rc;
 	rc = fw_enter(fw, device, &client, &inst);
 	if (rc == 0)
 		rc = ordered ? gpb_alloc_async(client, inst, size, 0, stream, &a)
 		             : gpb_alloc(client, inst, size, 0, &a);
 	if (rc == 0) {
-		pthread_mutex_lock(&fw->lock);
 		rc = fw_remember(fw, a.ptr, a.id, size, device);
-		pthread_mutex_unlock(&fw->lock);
 		if (rc < 0) {
 			char msg[256];
 			snprintf(msg, sizeof(msg), "%s", error_message());
@@ -347,27 +510,29 @@ int fwalloc_alloc(struct fwalloc *fw, size_t size, int device, void *stream, boo
 		}
 	}
 	if (rc < 0 && device >= 0 && device < FWALLOC_MAX_DEVICES) {
-		pthread_mutex_lock(&fw->lock);
-		fw->figures[device].refused++;
-		pthread_mutex_unlock(&fw->lock);
+		struct fwalloc_shard *sh = fw_my_shard(fw);
+		pthread_mutex_lock(&sh->lock);
+		sh->figures[device].refused++;
+		pthread_mutex_unlock(&sh->lock);
 	}
-	fw_leave(fw, client, rc);
-	*out = rc < 0 ? NULL : a.ptr;
+	fw_leave(fw, r, client, rc);
+	if (rc == 0)
+		*out = a.ptr;
 	return rc;
 }
 
 int fwalloc_free(struct fwalloc *fw, void *ptr, void *stream, bool ordered)
 {
+	struct fwalloc_reader *r;
 	gpb_client *client;
 	uint64_t id;
 	bool known;
-	int rc = 0;
+	int rc = fw_read_lock(fw, &r);
 
-	pthread_rwlock_rdlock(&fw->users);
-	pthread_mutex_lock(&fw->lock);
-	client = fw->client;
+	if (rc < 0)
+		return rc;
+	client = __atomic_load_n(&fw->client, __ATOMIC_ACQUIRE);
 	known = client && fw_forget(fw, ptr, &id);
-	pthread_mutex_unlock(&fw->lock);
 	if (!known)
 		rc = error_set(GPB_E_NOT_FOUND, "gpb_%s free: %p is not from %s", fw->kind, ptr,
 		               fw->alloc_fn);
@@ -377,23 +542,25 @@ int fwalloc_free(struct fwalloc *fw, void *ptr, void *stream, bool ordered)
 		rc = gpb_free(client, id);
 	if (known && ordered && rc == GPB_E_BACKEND) /* no event on @stream */
 		rc = gpb_free(client, id);
-	fw_leave(fw, client, rc);
+	fw_leave(fw, r, client, rc);
 	return rc;
 }
 
 int fwalloc_mem_info(struct fwalloc *fw, int device, uint64_t *instance, struct gpb_mem_info *out)
 {
-	gpb_client *client;
+	struct fwalloc_reader *r;
+	gpb_client *client = NULL;
 	uint64_t inst;
-	int rc;
+	int rc = fw_read_lock(fw, &r);
 
-	pthread_rwlock_rdlock(&fw->users);
+	if (rc < 0)
+		return rc;
 	rc = fw_enter(fw, device, &client, &inst);
 	if (rc == 0 && out)
 		rc = gpb_mem_info(client, inst, out);
 	if (rc == 0 && instance)
 		*instance = inst;
-	fw_leave(fw, client, rc);
+	fw_leave(fw, r, client, rc);
 	return rc;
 }
 
@@ -411,26 +578,34 @@ bool fwalloc_find(struct fwalloc *fw, const void *ptr, void **base, uint64_t *si
 	uintptr_t p = (uintptr_t)ptr;
 	bool found = false;
 
-	pthread_mutex_lock(&fw->lock);
 	/* A block's start, the common query, is found where it was put. */
-	if (fw->cap) {
-		size_t i = fw_probe(fw, ptr);
-		if (fw->ptrs[i].ptr) {
-			*base = fw->ptrs[i].ptr;
-			*size = fw->ptrs[i].size;
-			found = true;
+	for (unsigned k = 0; k < FWALLOC_SHARDS && !found; k++) {
+		struct fwalloc_shard *sh = &fw->shards[k];
+		pthread_mutex_lock(&sh->lock);
+		if (sh->cap) {
+			size_t i = fw_probe(sh, ptr);
+			if (sh->ptrs[i].ptr) {
+				*base = sh->ptrs[i].ptr;
+				*size = sh->ptrs[i].size;
+				found = true;
+			}
 		}
+		pthread_mutex_unlock(&sh->lock);
 	}
-	for (size_t i = 0; i < fw->cap && !found; i++) {
-		uintptr_t b = (uintptr_t)fw->ptrs[i].ptr;
-		/* A block of size 0 still answers for its own address. */
-		if (b && p >= b && (p == b || p - b < fw->ptrs[i].size)) {
-			*base = fw->ptrs[i].ptr;
-			*size = fw->ptrs[i].size;
-			found = true;
+	for (unsigned k = 0; k < FWALLOC_SHARDS && !found; k++) {
+		struct fwalloc_shard *sh = &fw->shards[k];
+		pthread_mutex_lock(&sh->lock);
+		for (size_t i = 0; i < sh->cap && !found; i++) {
+			uintptr_t b = (uintptr_t)sh->ptrs[i].ptr;
+			/* A block of size 0 still answers for its own address. */
+			if (b && p >= b && (p == b || p - b < sh->ptrs[i].size)) {
+				*base = sh->ptrs[i].ptr;
+				*size = sh->ptrs[i].size;
+				found = true;
+			}
 		}
+		pthread_mutex_unlock(&sh->lock);
 	}
-	pthread_mutex_unlock(&fw->lock);
 	return found;
 }
 
@@ -444,6 +619,7 @@ static int fw_device_check(const struct fwalloc *fw, int device)
 
 int fwalloc_stats(struct fwalloc *fw, int device, struct gpb_framework_stats *out)
 {
+	struct fwalloc_reader *r;
 	struct gpb_mem_info mi;
 	gpb_client *client;
 	uint64_t inst;
@@ -453,24 +629,30 @@ int fwalloc_stats(struct fwalloc *fw, int device, struct gpb_framework_stats *ou
 		return rc;
 	if (!out)
 		return error_set(GPB_E_INVALID, "gpb_%s_stats: out is NULL", fw->kind);
-	pthread_rwlock_rdlock(&fw->users);
-	pthread_mutex_lock(&fw->lock);
-	const struct fwalloc_figures *f = &fw->figures[device];
-	*out = (struct gpb_framework_stats){.allocated = f->allocated,
-	                                    .peak = f->peak,
-	                                    .live = f->live,
-	                                    .allocs = f->allocs,
-	                                    .frees = f->frees,
-	                                    .refused = f->refused};
-	client = fw->client;
-	inst = fw->instance[device];
-	pthread_mutex_unlock(&fw->lock);
+	rc = fw_read_lock(fw, &r);
+	if (rc < 0)
+		return rc;
+	*out = (struct gpb_framework_stats){0};
+	for (unsigned k = 0; k < FWALLOC_SHARDS; k++) {
+		struct fwalloc_shard *sh = &fw->shards[k];
+		pthread_mutex_lock(&sh->lock);
+		const struct fwalloc_figures *f = &sh->figures[device];
+		out->allocated += f->allocated;
+		out->peak += f->peak;
+		out->live += f->live;
+		out->allocs += f->allocs;
+		out->frees += f->frees;
+		out->refused += f->refused;
+		pthread_mutex_unlock(&sh->lock);
+	}
+	client = __atomic_load_n(&fw->client, __ATOMIC_ACQUIRE);
+	inst = __atomic_load_n(&fw->instance[device], __ATOMIC_ACQUIRE);
 	if (client && inst) {
 		rc = gpb_mem_info(client, inst, &mi);
 		if (rc == 0)
 			out->reserved = mi.used;
 	}
-	fw_leave(fw, client, rc);
+	fw_leave(fw, r, client, rc);
 	return rc;
 }
 
@@ -480,8 +662,11 @@ int fwalloc_reset_peak(struct fwalloc *fw, int device)
 
 	if (rc < 0)
 		return rc;
-	pthread_mutex_lock(&fw->lock);
-	fw->figures[device].peak = fw->figures[device].allocated;
-	pthread_mutex_unlock(&fw->lock);
+	for (unsigned k = 0; k < FWALLOC_SHARDS; k++) {
+		struct fwalloc_shard *sh = &fw->shards[k];
+		pthread_mutex_lock(&sh->lock);
+		sh->figures[device].peak = sh->figures[device].allocated;
+		pthread_mutex_unlock(&sh->lock);
+	}
 	return 0;
 }

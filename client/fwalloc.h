@@ -11,12 +11,18 @@
  * $<prefix>PROPORTION (in (0, 1]; unset: the auto pool) and stream group
  * $<prefix>GROUP, and the pointers handed out.
  *
- * Locks: a mutex (lock) guards all of it, held across connecting and
- * registering (two threads must not register one device twice) but not
- * across the allocations and frees, which the library serves from many
- * threads at once. Those hold a read lock on users for the client they
- * use; replacing a client the daemon dropped takes it for writing, so that
- * no call is using the old one. Order: users, then lock.
+ * Locks: a mutex (lock) guards the client and instances, held across
+ * connecting and registering (two threads must not register one device
+ * twice) but not across the allocations and frees, which the library
+ * serves from many threads at once (its arenas, lease.h). Those are in a
+ * read section of "users" for the client they use; replacing a client the
+ * daemon dropped is its writer, which waits until no call uses the old
+ * one. users is a lock of a reader flag per thread (fwalloc.c): a shared
+ * read lock is a cache line every call writes, which made two threads
+ * slower than one (issue 29). The pointers handed out are kept in
+ * FWALLOC_SHARDS tables, each with its own mutex and figures: a thread
+ * puts its allocations in its own and looks there first when it frees.
+ * Order: users, then lock, then a shard's lock.
  *
  * fork: the child forgets the parent's client and pointers (not its own)
  * and connects afresh if it allocates.
@@ -45,6 +51,25 @@ struct fwalloc_figures {
 	uint64_t allocated, peak, live, allocs, frees, refused;
 };
 
+#define FWALLOC_SHARDS 8 /* pointer tables (the threads are dealt out over them) */
+
+/* One table of the pointers handed out, with the figures of its blocks. */
+struct fwalloc_shard {
+	pthread_mutex_t lock;
+	/* Open addressing, linear probing, power-of-two size, at most half full. */
+	struct fwalloc_ptr *ptrs;
+	size_t cap, count;
+	struct fwalloc_figures figures[FWALLOC_MAX_DEVICES];
+} __attribute__((aligned(64)));
+
+/* One thread's side of users: how deep it is in read sections (written
+ * by its thread, read by a writer), and whether a live thread has it. */
+struct fwalloc_reader {
+	unsigned depth;
+	bool taken;
+	struct fwalloc_reader *next;
+} __attribute__((aligned(64)));
+
 struct fwalloc {
 	const char *kind;     /* "torch": the client's name, the default instance name */
 	const char *prefix;   /* "GPUBROKER_TORCH_": the settings' variables */
@@ -53,20 +78,25 @@ struct fwalloc {
 	 * first call (the interposer: the program's), else kind and kind-PID. */
 	char name[64];
 	pthread_mutex_t lock;
-	pthread_rwlock_t users;
+	/* users' writer side: held by the writer, which sets writer. */
+	pthread_mutex_t writer_lock;
+	bool writer;
+	struct fwalloc_reader *readers; /* every thread's that called (never shrinks) */
+	unsigned index;                 /* in the fork list: the thread's reader slot */
+	/* Set under lock, read in a read section of users with no lock. */
 	gpb_client *client;
 	uint64_t instance[FWALLOC_MAX_DEVICES]; /* 0: not registered yet */
-	/* Open addressing, linear probing, power-of-two size, at most half full. */
-	struct fwalloc_ptr *ptrs;
-	size_t cap, count;
-	struct fwalloc_figures figures[FWALLOC_MAX_DEVICES]; /* under lock */
-	bool forked_handler;                                 /* its atfork handlers are installed */
+	struct fwalloc_shard shards[FWALLOC_SHARDS];
+	bool forked_handler; /* listed for the fork handlers (index set) */
 };
 
 #define FWALLOC_INIT(kind_, prefix_, alloc_fn_)                                                    \
 	{                                                                                          \
 		.kind = (kind_), .prefix = (prefix_), .alloc_fn = (alloc_fn_),                     \
-		.lock = PTHREAD_MUTEX_INITIALIZER, .users = PTHREAD_RWLOCK_INITIALIZER             \
+		.lock = PTHREAD_MUTEX_INITIALIZER, .writer_lock = PTHREAD_MUTEX_INITIALIZER,       \
+		.shards = {                                                                        \
+			[0 ... FWALLOC_SHARDS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}           \
+		}                                                                                  \
 	}
 
 /*
@@ -81,7 +111,9 @@ int fwalloc_alloc(struct fwalloc *fw, size_t size, int device, void *stream, boo
 int fwalloc_free(struct fwalloc *fw, void *ptr, void *stream, bool ordered);
 /* @device's figures (gpb_torch_stats): the blocks handed out, counted
  * here, and what the daemon charges the instance (0 before its first
- * allocation: nothing is registered for a look). */
+ * allocation: nothing is registered for a look). The peak is the sum of
+ * each table's: exact while one thread allocates, never below the true
+ * peak when several do (a global peak would be a line every call writes). */
 int fwalloc_stats(struct fwalloc *fw, int device, struct gpb_framework_stats *out);
 /* Sets @device's peak to what is allocated now. */
 int fwalloc_reset_peak(struct fwalloc *fw, int device);

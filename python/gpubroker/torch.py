@@ -173,7 +173,9 @@ def memory_allocated(device=None):
 
 def max_memory_allocated(device=None):
     """The most bytes allocated on @device since the start or the last
-    reset_peak_memory_stats()."""
+    reset_peak_memory_stats(): exact while one thread allocates; with
+    several, the sum of each thread's share's peak (never below the true
+    peak: gpb_torch_stats(3))."""
     return _stats(device).peak
 
 
