@@ -12,7 +12,8 @@ static pthread_mutex_t cuda_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cuda_ctx *cuda_ctxs;
 
 /*
- * The check behind cuda_ctx_alive(), lock held. A primary context that is
+ * The check behind cuda_ctx_alive() (no lock needed: its fields are fixed
+ * but dead, which only turns true). A primary context that is
  * not active was reset (our retain would keep it otherwise); one that is
  * active again, or an own context, must still have the id it had: a new
  * context behind the same handle is not the one the mappings were made in.
@@ -25,22 +26,33 @@ static bool cuda_ctx_check(const struct cuda_api *api, struct cuda_ctx *c)
 	unsigned flags = 0;
 	int active = 1;
 	CUcontext popped;
+	bool dead = false;
 
-	if (c->dead)
+	if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE))
 		return false;
 	if (c->primary && api->DevicePrimaryCtxGetState &&
 	    (api->DevicePrimaryCtxGetState(c->dev, &flags, &active) != CUDA_SUCCESS || !active))
-		c->dead = true;
+		dead = true;
 	else if (api->CtxGetId && c->id &&
 	         (api->CtxGetId(c->ctx, &id) != CUDA_SUCCESS || id != c->id))
-		c->dead = true;
+		dead = true;
 	else if (!api->CtxGetId && !c->primary) {
 		if (api->CtxPushCurrent(c->ctx) != CUDA_SUCCESS)
-			c->dead = true;
+			dead = true;
 		else
 			api->CtxPopCurrent(&popped);
 	}
-	return !c->dead;
+	if (dead)
+		__atomic_store_n(&c->dead, true, __ATOMIC_RELEASE);
+	return !dead;
+}
+
+bool cuda_ctx_alive(const struct cuda_api *api, struct cuda_ctx *c)
+{
+	/* No lock: the record's fields are fixed but dead, which only turns
+	 * true, and the caller's reference keeps it. Every local allocation
+	 * asks (slab_cache_dead): a lock here made threads wait on each other. */
+	return cuda_ctx_check(api, c);
 }
 
 void cuda_ctx_forget_all(void)
@@ -58,14 +70,6 @@ void cuda_ctx_forget(struct cuda_ctx *c)
 	pthread_mutex_unlock(&cuda_ctx_lock);
 	if (last)
 		free(c);
-}
-
-bool cuda_ctx_alive(const struct cuda_api *api, struct cuda_ctx *c)
-{
-	pthread_mutex_lock(&cuda_ctx_lock);
-	bool alive = cuda_ctx_check(api, c);
-	pthread_mutex_unlock(&cuda_ctx_lock);
-	return alive;
 }
 
 /*

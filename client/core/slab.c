@@ -143,13 +143,19 @@ const struct slab_opener *slab_opener_find(const char *backend)
 	return NULL;
 }
 
-/* Whether @m died with its context, asking the opener unless known. Lock
- * held. */
+/* Whether @m died with its context, asking the opener unless known. No
+ * lock needed (the caller holds a reference, or slab_lock for the list):
+ * dead only ever turns true, and the opener's question is thread-safe.
+ * Every local allocation on the cuda path asks it (slab_cache_dead), so a
+ * process-wide lock here made threads wait on each other. */
 static bool slab_map_dead(struct slab_map *m)
 {
-	if (!m->dead && m->opener->alive && !m->opener->alive(m->priv))
-		m->dead = true;
-	return m->dead;
+	if (__atomic_load_n(&m->dead, __ATOMIC_ACQUIRE))
+		return true;
+	if (!m->opener->alive || m->opener->alive(m->priv))
+		return false;
+	__atomic_store_n(&m->dead, true, __ATOMIC_RELEASE);
+	return true;
 }
 
 /* The live mapping of @handle: a dead one is never handed out. */
@@ -269,10 +275,7 @@ void slab_cache_ref(struct slab_map *map)
 
 bool slab_cache_dead(struct slab_map *map)
 {
-	pthread_mutex_lock(&slab_lock);
-	bool dead = slab_map_dead(map);
-	pthread_mutex_unlock(&slab_lock);
-	return dead;
+	return slab_map_dead(map);
 }
 
 int slab_cache_renew(struct slab_map *map, struct slab_map **out)
