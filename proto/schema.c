@@ -144,6 +144,7 @@ const char *const proto_fields[] = {
     PROTO_F_ORPHANED,
     PROTO_F_ORPHANS,
     PROTO_F_OTHERS,
+    PROTO_F_OWN,
     PROTO_F_OWNER,
     PROTO_F_PARAMS,
     PROTO_F_PARTITION,

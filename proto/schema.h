@@ -354,6 +354,7 @@ int proto_op_lookup(const char *name);
 #define PROTO_F_ORPHANED           "orphaned"
 #define PROTO_F_ORPHANS            "orphans"
 #define PROTO_F_OTHERS             "others"
+#define PROTO_F_OWN                "own"
 #define PROTO_F_OWNER              "owner"
 #define PROTO_F_PARAMS             "params"
 #define PROTO_F_PARTITION          "partition"
@@ -560,7 +561,11 @@ enum proto_presence {
 	X(AXIS, axis, INT, PROTO_OPTIONAL, 0, PROTO_MAX_DIMS - 1, "a dimension of the shape")      \
 	X(UNCHUNKABLE, unchunkable, BOOL, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_BOOL)                 \
 	X(TYPE, type, MEMORY, PROTO_OPTIONAL, 0, 0, PROTO_MEMORY_EXPECTED)
-#define PROTO_ALLOCATE_QUEUE_PARAMS PROTO_INSTANCE_PARAMS
+/* own: only @instance's own queue (cubie 0.17's rule: the triggering
+ * owner's requests; the others' stay queued until their owner triggers). */
+#define PROTO_ALLOCATE_QUEUE_PARAMS(X)                                                             \
+	X(INSTANCE, instance, ID64, PROTO_REQUIRED, 0, 0, PROTO_EXPECT_ID64)                       \
+	X(OWN, own, BOOL, PROTO_OPTIONAL, 0, 0, PROTO_EXPECT_BOOL)
 #define PROTO_CHUNK_PARAMETERS_PARAMS(X)                                                           \
 	X(REQUESTS, requests, QUEUE, PROTO_REQUIRED, 1, PROTO_MAX_REQUESTS,                        \
 	  "an array of 1-" PROTO_STR(PROTO_MAX_REQUESTS) " request objects")                       \

@@ -274,7 +274,8 @@ int dispatch_chunk_parameters(struct dispatch_ctx *ctx,
 	return 0;
 }
 
-/* Everything a group has queued, flattened, with the instance of each. */
+/* Everything a group has queued (own: the member's own queue alone),
+ * flattened, with the instance of each. */
 struct batch {
 	struct broker_instance **owner;
 	const struct broker_queued **req;
@@ -291,7 +292,8 @@ static void batch_free(struct batch *bt)
 	free(bt->ids);
 }
 
-static int batch_collect(struct broker *b, const struct policy_instance *member, struct batch *bt)
+static int batch_collect(struct broker *b, const struct policy_instance *member, bool own,
+                         struct batch *bt)
 {
 	const struct list *pos;
 	size_t n = 0;
@@ -302,7 +304,7 @@ static int batch_collect(struct broker *b, const struct policy_instance *member,
 	list_for_each(pos, &p->instances) {
 		const struct policy_instance *pi =
 		    list_entry(pos, const struct policy_instance, link);
-		if (policy_in_group(pi, member->space, member->group))
+		if (policy_in_group(pi, member->space, member->group) && (!own || pi == member))
 			n += list_entry(pi, const struct broker_instance, pol)->queued_count;
 	}
 	if (!n)
@@ -318,7 +320,7 @@ static int batch_collect(struct broker *b, const struct policy_instance *member,
 	list_for_each(pos, &p->instances) {
 		struct policy_instance *pi = list_entry(pos, struct policy_instance, link);
 		struct broker_instance *inst = list_entry(pi, struct broker_instance, pol);
-		if (!policy_in_group(pi, member->space, member->group))
+		if (!policy_in_group(pi, member->space, member->group) || (own && pi != member))
 			continue;
 		for (const struct broker_queued *q = broker_queue_next(inst, NULL); q;
 		     q = broker_queue_next(inst, q)) {
@@ -571,12 +573,19 @@ int dispatch_allocate_queue(struct dispatch_ctx *ctx, const struct proto_allocat
 		return 0;
 	/* The group of the instance's user: stream groups are per user. */
 	const char *group = inst->pol.group;
-	rc = batch_collect(ctx->b, &inst->pol, &bt);
+	/* own: the instance's queue alone, chunked in the group's memory
+	 * all the same (cubie 0.17: another owner's requests, maybe half
+	 * queued, wait for their owner). */
+	bool own = p->has_own && p->own;
+	rc = batch_collect(ctx->b, &inst->pol, own, &bt);
 	if (rc < 0)
 		return rc;
 	if (!bt.n) {
-		proto_error_set(&ctx->err, PROTO_E_PARAMS,
-		                "invalid params: nothing is queued in group %s", group);
+		proto_error_set(
+		    &ctx->err, PROTO_E_PARAMS,
+		    own ? "invalid params: nothing is queued on the instance in group %s"
+		        : "invalid params: nothing is queued in group %s",
+		    group);
 		snprintf(ctx->err.field, sizeof(ctx->err.field), PROTO_F_INSTANCE);
 		return -EINVAL;
 	}

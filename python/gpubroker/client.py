@@ -511,11 +511,16 @@ class Client:
         r, warned = self._warned(S.M_GROUP_INFO, {S.F_GROUP: group})
         return int(r[S.F_AVAILABLE]), warned
 
-    def allocate_queue_warned(self, instance):
+    def allocate_queue_warned(self, instance, own=False):
         """allocate_queue() that returns the daemon's warnings (the request
         exceeds the available memory more than 20 times) instead of the
-        Chunking: [str]. Nothing queued in the group is InvalidError."""
-        return self._warned(S.M_ALLOCATE_QUEUE, {S.F_INSTANCE: "%016x" % instance})[1]
+        Chunking: [str]. @own: only @instance's own queue (cubie 0.17's
+        rule), chunked in its group's memory. Nothing queued (in the group,
+        or on the instance with @own) is InvalidError."""
+        params = {S.F_INSTANCE: "%016x" % instance}
+        if own:
+            params[S.F_OWN] = True
+        return self._warned(S.M_ALLOCATE_QUEUE, params)[1]
 
     def chunk_parameters_warned(self, requests, group, axis_length=0):
         """chunk_parameters() of @requests (a list of ArrayRequest) for

@@ -93,6 +93,33 @@ def test_queue_allocate_claim_and_free_label(client, other):
         client.allocate_queue(a)  # nothing queued any more
 
 
+def test_allocate_queue_own(client, other):
+    """"own": true allocates the instance's own queue alone (cubie 0.17's
+    rule), chunked in the group's memory; another member's requests, here
+    another process's, stay queued until it allocates them itself."""
+    a = client.register("a", group="owners")
+    b = other.register("b", group="owners")
+    assert other.queue_request(b, "half", shape=(1000,), dtype="f8") == 1
+    with pytest.raises(gpubroker.InvalidError) as e:
+        client.allocate_queue_warned(a, own=True)  # nothing of a's queued
+    assert "nothing is queued on the instance" in str(e.value)
+    assert client.queue_request(a, "mine", shape=(1000,), dtype="f8") == 1
+    assert client.allocate_queue_warned(a, own=True) == []
+    ev = client.wait_event("allocation_ready")
+    assert int(ev.data["instance"], 16) == a
+    assert set(client.claim_ready(ev)) == {"mine"}
+    # b's request is still queued: b's own call allocates it, and only it.
+    assert other.queue_request(b, "rest", shape=(1000,), dtype="f8") == 2
+    ch = other.allocate_queue(b)
+    assert ch.chunks == 1
+    theirs = other.claim_ready(other.wait_event("allocation_ready"))
+    assert set(theirs) == {"half", "rest"}
+    with pytest.raises(gpubroker.InvalidError):
+        client.allocate_queue(a)  # nothing left in the group
+    with pytest.raises(gpubroker.InvalidError):  # own must be a boolean
+        client.request("allocate_queue", {"instance": "%016x" % a, "own": "yes"})
+
+
 def test_queue_request_rejects_bad_shapes(client):
     inst = client.register("q")
     with pytest.raises(gpubroker.InvalidError):

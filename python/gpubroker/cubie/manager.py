@@ -516,8 +516,15 @@ class MemoryManager(*_BASES):
         with self._lock:
             self._enter()
             reg = self._reg(triggering_instance)
+            # An owner's registrations (cubie 0.17; they share its broker
+            # instance): its requests alone, as cubie 0.17 does; another
+            # owner's, perhaps half queued by another process, would be
+            # cut off from the rest of its batch and chunked apart. Without
+            # owners, the seed's rule: the whole group.
+            own = reg.primary is not None or any(
+                r.primary is reg for r in self.registry.values())
             try:
-                warned = self.client.allocate_queue_warned(reg.ident)
+                warned = self.client.allocate_queue_warned(reg.ident, own=own)
             except errors.InvalidError:
                 # Its code for nothing queued in the group (invalid_params;
                 # gpb_allocate_queue's GPB_E_INVALID): the instance is one
