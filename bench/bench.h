@@ -188,6 +188,7 @@ struct bench_p8 {
 	/* P8b-torch (issue 29): gpb_torch_alloc/free p50 (ns per pair, the
 	 * P8a pattern), and @threads threads' pairs per second over one's. */
 	double torch_p50, torch_scale;
+	double lease_scale; /* the lease allocator alone: threads' pairs over one thread's */
 };
 
 /* Every lease figure against the daemon at socket (quick: fewer pairs;

@@ -4,7 +4,10 @@ release, gpb_cupy_free, by address: no Python of ours per allocation),
 against the in-run floor, what any allocator costs CuPy: building its
 UnownedMemory and MemoryPointer around a fixed pointer and letting them go.
 The Python bridge (gpubroker.cupy.malloc: UnownedMemory around a
-gpubroker.Allocation) is measured too. Target: C bridge / floor <= 1.5.
+gpubroker.Allocation) is measured too, and CuPy's C allocator path around C
+functions that do nothing (bench/cupy_noop.c, built as
+build/bench/libgpb-bench-noop.so): what that path costs CuPy with no
+allocator behind it. Target: C bridge / floor <= 1.5.
 
     build/tests/frameworks/venv/bin/python bench/cupy_bridge.py [RESULTS.md]
 
@@ -17,6 +20,7 @@ kinds; each round times 20000 alloc+free of 64 KiB; the medians are
 compared. Prints a table, and writes it to RESULTS.md when given.
 """
 
+import ctypes
 import datetime
 import importlib.util
 import os
@@ -71,6 +75,9 @@ def main():
         py = gcp.BrokerAllocator(name="bench-cupy-py")
         keep = mem.CFunctionAllocatorMemory(SIZE, 0, malloc_fn, free_fn, 0)
         ptr = keep.ptr
+        noop = ctypes.CDLL(os.path.join(BUILD, "bench", "libgpb-bench-noop.so"))
+        noop_malloc = ctypes.cast(noop.gpb_bench_noop_malloc, ctypes.c_void_p).value
+        noop_free = ctypes.cast(noop.gpb_bench_noop_free, ctypes.c_void_p).value
 
         def floor():
             for _ in range(N):
@@ -84,12 +91,18 @@ def main():
                 p = mem.MemoryPointer(m, 0)
                 del p, m
 
+        def c_noop():
+            for _ in range(N):
+                m = mem.CFunctionAllocatorMemory(SIZE, 0, noop_malloc, noop_free, 0)
+                p = mem.MemoryPointer(m, 0)
+                del p, m
+
         def py_bridge():
             for _ in range(N):
                 p = py(SIZE)
                 del p
 
-        kinds = {"floor": floor, "c": c_bridge, "python": py_bridge}
+        kinds = {"floor": floor, "c": c_bridge, "noop": c_noop, "python": py_bridge}
         for fn in kinds.values():  # warm: leases, caches
             fn()
         times = {k: [] for k in kinds}
@@ -112,6 +125,9 @@ def main():
         "+ MemoryPointer, gpb_cupy_malloc/free) | %.0f ns | floor: UnownedMemory + "
         "MemoryPointer around a fixed pointer %.0f ns | %.2f× | ≤ 1.5× | %s |"
         % (med["c"], med["floor"], ratio, verdict),
+        "| | CuPy's C allocator path around functions that do nothing (bench/cupy_noop.c): "
+        "CuPy's own cost of that path | %.0f ns | floor %.0f ns | %.2f× | — | |"
+        % (med["noop"], med["floor"], med["noop"] / med["floor"]),
         "| | the same through the Python bridge (gpubroker.cupy.malloc) | %.0f ns | floor %.0f ns "
         "| %.2f× | — | |" % (med["python"], med["floor"], med["python"] / med["floor"]),
     ]

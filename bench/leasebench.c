@@ -372,21 +372,51 @@ static void idle_after_burst(const char *socket, gpb_client *q, unsigned n, unsi
 
 /* ---- P8b-torch (issue 29) ---------------------------------------------------- */
 
-/* PyTorch's entry points as PyTorch calls them (sim: no stream), the P8a
- * pattern: 64 live blocks, @pairs pairs to warm, then (once every thread
- * is at @start, where given) @pairs pairs timed: each pair's time (ns) in
- * @t where given, their total in the result. The entry points connect
- * through $GPUBROKER_SOCKET. */
-static double torch_pairs(unsigned pairs, unsigned seed, pthread_barrier_t *start, double *t)
+/* How a thread's pairs are made: PyTorch's entry points as PyTorch calls
+ * them (c NULL; sim: no stream; they connect through $GPUBROKER_SOCKET),
+ * or gpb_alloc_async and gpb_free_async on the legacy stream of client c's
+ * instance (the lease allocator alone, shared by the threads). */
+struct pair_way {
+	gpb_client *c;
+	uint64_t instance;
+};
+
+static void way_alloc(const struct pair_way *w, uint64_t size, void **ptr, uint64_t *id)
+{
+	struct gpb_allocation a;
+
+	if (!w->c) {
+		if (!(*ptr = gpb_torch_alloc((ssize_t)size, 0, NULL)))
+			bench_die("gpb_torch_alloc: %s", gpb_last_error());
+		return;
+	}
+	if (gpb_alloc_async(w->c, w->instance, size, 0, NULL, &a) < 0)
+		bench_die("gpb_alloc_async: %s", gpb_last_error());
+	*ptr = a.ptr;
+	*id = a.id;
+}
+
+static void way_free(const struct pair_way *w, void *ptr, uint64_t size, uint64_t id)
+{
+	if (!w->c)
+		gpb_torch_free(ptr, (ssize_t)size, 0, NULL);
+	else if (gpb_free_async(w->c, id, NULL) < 0)
+		bench_die("gpb_free_async: %s", gpb_last_error());
+}
+
+/* The P8a pattern made @w's way: 64 live blocks, @pairs pairs to warm,
+ * then (once every thread is at @start, where given) @pairs pairs timed:
+ * each pair's time (ns) in @t where given, their total in the result. */
+static double way_pairs(const struct pair_way *w, unsigned pairs, unsigned seed,
+                        pthread_barrier_t *start, double *t)
 {
 	void *live[P8A_LIVE];
-	uint64_t sizes[P8A_LIVE], t0 = 0;
+	uint64_t sizes[P8A_LIVE], ids[P8A_LIVE] = {0}, t0 = 0;
 	struct bench_rng rng = {.s = seed};
 
 	for (unsigned i = 0; i < P8A_LIVE; i++) {
 		sizes[i] = bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX);
-		if (!(live[i] = gpb_torch_alloc((ssize_t)sizes[i], 0, NULL)))
-			bench_die("gpb_torch_alloc: %s", gpb_last_error());
+		way_alloc(w, sizes[i], &live[i], &ids[i]);
 	}
 	for (unsigned i = 0; i < 2 * pairs; i++) {
 		if (i == pairs) {
@@ -397,9 +427,8 @@ static double torch_pairs(unsigned pairs, unsigned seed, pthread_barrier_t *star
 		unsigned k = (unsigned)bench_rng_below(&rng, P8A_LIVE);
 		uint64_t size = bench_rng_loguniform(&rng, P8A_MIN, P8A_MAX);
 		uint64_t a = t ? bench_now_ns() : 0;
-		gpb_torch_free(live[k], (ssize_t)sizes[k], 0, NULL);
-		if (!(live[k] = gpb_torch_alloc((ssize_t)size, 0, NULL)))
-			bench_die("gpb_torch_alloc: %s", gpb_last_error());
+		way_free(w, live[k], sizes[k], ids[k]);
+		way_alloc(w, size, &live[k], &ids[k]);
 		sizes[k] = size;
 		if (t && i >= pairs)
 			t[i - pairs] = (double)(bench_now_ns() - a);
@@ -408,40 +437,44 @@ static double torch_pairs(unsigned pairs, unsigned seed, pthread_barrier_t *star
 	if (start) /* no thread's frees below in another's timed pairs */
 		pthread_barrier_wait(start);
 	for (unsigned i = 0; i < P8A_LIVE; i++)
-		gpb_torch_free(live[i], (ssize_t)sizes[i], 0, NULL);
+		way_free(w, live[i], sizes[i], ids[i]);
 	return ns;
 }
 
-struct torch_worker {
+struct pair_worker {
 	pthread_t th;
+	const struct pair_way *way;
 	unsigned pairs, seed;
 	pthread_barrier_t *start;
 	double ns;
 };
 
-static void *torch_thread(void *p)
+static void *pair_thread(void *p)
 {
-	struct torch_worker *w = p;
-	w->ns = torch_pairs(w->pairs, w->seed, w->start, NULL);
+	struct pair_worker *w = p;
+	w->ns = way_pairs(w->way, w->pairs, w->seed, w->start, NULL);
 	return NULL;
 }
 
-/* Pairs per second of @threads threads at once, over one thread's alone,
- * each thread timed from a common start: the median of 3 rounds. */
-static double torch_scaling(unsigned threads, unsigned pairs)
+/* Pairs per second of @threads threads at once, @w's way, over one
+ * thread's alone, each thread timed from a common start: the median of 3
+ * rounds. */
+static double way_scaling(const struct pair_way *way, unsigned threads, unsigned pairs)
 {
-	struct torch_worker w[P8_THREADS];
+	struct pair_worker w[P8_THREADS];
 	double ratio[3];
 	pthread_barrier_t start;
 
 	for (unsigned round = 0; round < 3; round++) {
-		double one = torch_pairs(pairs, 99 + round, NULL, NULL), slowest = 0;
+		double one = way_pairs(way, pairs, 99 + round, NULL, NULL), slowest = 0;
 
 		pthread_barrier_init(&start, NULL, threads);
 		for (unsigned i = 0; i < threads; i++) {
-			w[i] = (struct torch_worker){
-			    .pairs = pairs, .seed = 100 + 10 * round + i, .start = &start};
-			if (pthread_create(&w[i].th, NULL, torch_thread, &w[i]) != 0)
+			w[i] = (struct pair_worker){.way = way,
+			                            .pairs = pairs,
+			                            .seed = 100 + 10 * round + i,
+			                            .start = &start};
+			if (pthread_create(&w[i].th, NULL, pair_thread, &w[i]) != 0)
 				bench_die("pthread_create");
 		}
 		for (unsigned i = 0; i < threads; i++) {
@@ -455,16 +488,30 @@ static double torch_scaling(unsigned threads, unsigned pairs)
 	return bench_median(ratio, 3);
 }
 
+/* The lease allocator alone from threads (gpb_alloc_async/gpb_free_async
+ * on one client): what the torch figure's scaling stands on. */
+static double lease_scaling(const char *socket, unsigned threads, unsigned pairs)
+{
+	struct bench_lib l;
+
+	lib_connect(&l, socket, true);
+	struct pair_way way = {.c = l.c, .instance = l.instance};
+	double scale = way_scaling(&way, threads, pairs);
+	bench_lib_close(&l);
+	return scale;
+}
+
 static void torch_figures(const char *socket, unsigned pairs, struct bench_p8 *out)
 {
 	double *t = bench_xmalloc(pairs * sizeof(*t));
 
 	setenv("GPUBROKER_SOCKET", socket, 1);
 	setenv("GPUBROKER_TORCH_NAME", "gpb-bench-torch", 1);
-	torch_pairs(pairs, 29, NULL, t);
+	const struct pair_way torch = {0};
+	way_pairs(&torch, pairs, 29, NULL, t);
 	out->torch_p50 = bench_quantile(t, pairs, 0.5);
 	free(t);
-	out->torch_scale = torch_scaling(out->threads, pairs);
+	out->torch_scale = way_scaling(&torch, out->threads, pairs);
 }
 
 void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
@@ -483,6 +530,7 @@ void bench_p8(const char *socket, bool quick, bool slow, struct bench_p8 *out)
 		out->msgs[p] = msgs_pattern(socket, q, (enum bench_open_pattern)p, pairs);
 	out->threads = (unsigned)(cpus < P8_THREADS ? (cpus < 1 ? 1 : cpus) : P8_THREADS);
 	out->msgs_threads = msgs_threads(socket, q, out->threads, pairs);
+	out->lease_scale = lease_scaling(socket, out->threads, pairs);
 	msgs_steps(socket, q, &out->step_msgs, &out->step_opens);
 	idle_after_burst(socket, q, 512, 8, false, slow, &out->idle_held, &out->idle_in_use);
 	idle_after_burst(socket, q, 512, 0, true, slow, &out->adv_held, &out->adv_in_use);

@@ -484,6 +484,9 @@ static void p8_rows(const struct bench_p8 *p)
 	printf("| P8b-torch | %u threads' pairs per second over one thread's, per thread | %.2f× "
 	       "| — | %.2f× | ≥ 0.7× | %s |\n",
 	       p->threads, p->torch_scale, sc, verdict(sc >= P8B_SCALE_TARGET));
+	printf("| | the same from gpb_alloc_async+gpb_free_async on one client (the lease "
+	       "allocator alone), per thread | %.2f× | — | %.2f× | — | |\n",
+	       p->lease_scale, p->lease_scale / p->threads);
 }
 
 static void p9_rows(const struct bench_p9 *p)
