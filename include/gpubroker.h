@@ -961,14 +961,14 @@ int gpb_torch_mem_info(int device, uint64_t *instance, struct gpb_mem_info *out)
  * What a framework allocator (gpb_torch_*) handed out on one CUDA ordinal,
  * in the terms of PyTorch's memory_stats() (which a pluggable allocator
  * cannot give: torch.cuda.memory_allocated() and its kin raise).
+ *
+ * @peak is exact while one thread allocates; with several, it is the sum
+ * of each thread's share's peak (threads keep their figures apart so as not
+ * to wait on each other), which is never below the true peak.
  */
 struct gpb_framework_stats {
 	uint64_t allocated; /**< bytes in live blocks (memory_allocated) */
-	/** most bytes allocated since the start or gpb_torch_reset_peak(): exact
-	 * while one thread allocates; with several, the sum of each thread's
-	 * share's peak (threads keep their figures apart so as not to wait on
-	 * each other), which is never below the true peak */
-	uint64_t peak;
+	uint64_t peak;      /**< most bytes allocated since the start or gpb_torch_reset_peak() */
 	uint64_t reserved;  /**< bytes the daemon charges the instance (memory_reserved) */
 	uint64_t live;      /**< live blocks */
 	uint64_t allocs;    /**< allocations since the process started */
