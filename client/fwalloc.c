@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "thread.h"
 
 #if GPB_HAVE_CUDA_H
 #include "cudaapi.h"
@@ -63,12 +64,7 @@ static int fw_grow(struct fwalloc *fw, struct fwalloc_shard *sh)
 /* The calling thread's table: threads are dealt out in turn. */
 static struct fwalloc_shard *fw_my_shard(struct fwalloc *fw)
 {
-	static unsigned dealt;
-	static __thread unsigned mine; /* 0: not dealt yet; else shard + 1 */
-
-	if (!mine)
-		mine = __atomic_fetch_add(&dealt, 1, __ATOMIC_RELAXED) % FWALLOC_SHARDS + 1;
-	return &fw->shards[mine - 1];
+	return &fw->shards[thread_number() % FWALLOC_SHARDS];
 }
 
 /* Files @ptr in the calling thread's table. */
@@ -268,7 +264,7 @@ static struct fwalloc_reader *fw_reader(struct fwalloc *fw)
 	for (r = fw->readers; r; r = r->next)
 		if (!__atomic_load_n(&r->taken, __ATOMIC_ACQUIRE))
 			break;
-	if (!r && (r = aligned_alloc(64, sizeof(*r)))) {
+	if (!r && (r = aligned_alloc(_Alignof(struct fwalloc_reader), sizeof(*r)))) {
 		*r = (struct fwalloc_reader){.next = fw->readers};
 		__atomic_store_n(&fw->readers, r, __ATOMIC_RELEASE);
 	}

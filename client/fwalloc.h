@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "gpubroker.h"
+#include "thread.h"
 
 #define FWALLOC_MAX_DEVICES 64 /* CUDA ordinals served (more than any node has) */
 
@@ -60,7 +61,7 @@ struct fwalloc_shard {
 	struct fwalloc_ptr *ptrs;
 	size_t cap, count;
 	struct fwalloc_figures figures[FWALLOC_MAX_DEVICES];
-} __attribute__((aligned(64)));
+} __attribute__((aligned(THREAD_APART)));
 
 /* One thread's side of users: how deep it is in read sections (written
  * by its thread, read by a writer), and whether a live thread has it. */
@@ -68,7 +69,7 @@ struct fwalloc_reader {
 	unsigned depth;
 	bool taken;
 	struct fwalloc_reader *next;
-} __attribute__((aligned(64)));
+} __attribute__((aligned(THREAD_APART)));
 
 struct fwalloc {
 	const char *kind;     /* "torch": the client's name, the default instance name */

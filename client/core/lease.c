@@ -101,16 +101,6 @@ static struct lease_inst *inst_find(struct lease_state *ls, uint64_t instance, v
 	return NULL;
 }
 
-unsigned lease_thread_arena(const struct lease_state *ls)
-{
-	static unsigned dealt;
-	static __thread unsigned mine; /* 0: not dealt yet; else arena + 1 */
-
-	if (!mine)
-		mine = __atomic_fetch_add(&dealt, 1, __ATOMIC_RELAXED) % LEASE_ARENAS_MAX + 1;
-	return (mine - 1) % ls->narenas;
-}
-
 uint64_t lease_instance_in_use(struct lease_state *ls, uint64_t instance)
 {
 	uint64_t n = 0;
@@ -134,7 +124,7 @@ static struct lease_inst *inst_get(struct lease_state *ls, uint64_t instance, vo
 
 	if (in)
 		return in;
-	in = aligned_alloc(64, sizeof(*in)); /* its cache lines apart (lease_internal.h) */
+	in = aligned_alloc(_Alignof(struct lease_inst), sizeof(*in)); /* lease_internal.h */
 	if (!in)
 		return NULL;
 	memset(in, 0, sizeof(*in));

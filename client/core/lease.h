@@ -59,6 +59,7 @@
 
 #include "gpubroker.h"
 #include "idmap.h"
+#include "thread.h"
 
 #define LEASE_ID_TAG       0x10caull /* the top 16 bits of a local block's id */
 #define LEASE_IDLE_DEFAULT 2000      /* ms, GPUBROKER_LEASE_IDLE_MS */
@@ -130,8 +131,7 @@ struct lease_arena {
 	 * client names no block here but by a 1 in 2^24 chance. */
 	struct lease_slot *slots;
 	uint32_t slot_count, slot_cap, slot_free;
-	uint64_t stream_frees; /* frees served again at once on their stream */
-} __attribute__((aligned(64)));
+} __attribute__((aligned(THREAD_APART)));
 
 struct lease_state {
 	/* The allocator's lock, with every arena's (lease_lock); alone, the

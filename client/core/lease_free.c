@@ -100,6 +100,24 @@ static __attribute__((noinline)) int free_after_work(struct lease_state *ls, uin
 	return rc;
 }
 
+/* A free of @id, which a graph held when its arena's lock (now dropped)
+ * was: behind the graph's fence (lease_held_take), which needs the
+ * allocator's lock. 0, or 1 when another free took it meanwhile. */
+static int free_held(struct lease_state *ls, uint64_t id)
+{
+	struct lease_slot *sl;
+	int rc = 1;
+
+	lease_lock(ls);
+	sl = lease_slot_get(ls, id);
+	if (sl && !sl->carved && !sl->freeing && sl->hold) {
+		lease_held_take(ls, sl, id);
+		rc = 0;
+	}
+	lease_unlock(ls);
+	return rc;
+}
+
 int lease_free_local(struct gpb_client *c, uint64_t id)
 {
 	struct lease_state *ls = &c->lease;
@@ -118,14 +136,7 @@ int lease_free_local(struct gpb_client *c, uint64_t id)
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->carved && !sl->freeing && sl->hold) {
 		pthread_mutex_unlock(&ar->lock);
-		lease_lock(ls);
-		sl = lease_slot_get(ls, id);
-		if (sl && !sl->carved && !sl->freeing && sl->hold) {
-			lease_held_take(ls, sl, id); /* a graph's: behind its fence */
-			rc = 0;
-		}
-		lease_unlock(ls);
-		return rc;
+		return free_held(ls, id);
 	} else if (sl && !sl->carved && !sl->freeing) {
 		map = block_work(sl);
 		if (!map) { /* nothing queued to wait for (sim): freed at once */
@@ -219,14 +230,7 @@ int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream)
 	sl = lease_slot_get(ls, id);
 	if (sl && !sl->freeing && !sl->carved && sl->hold) {
 		pthread_mutex_unlock(&ar->lock);
-		lease_lock(ls);
-		sl = lease_slot_get(ls, id);
-		if (sl && !sl->freeing && !sl->carved && sl->hold) {
-			lease_held_take(ls, sl, id);
-			rc = 0;
-		}
-		lease_unlock(ls);
-		return rc;
+		return free_held(ls, id);
 	} else if (sl && !sl->freeing && !sl->carved && sl->l->inst->stream &&
 	           sl->l->inst->stream == key &&
 	           !(key == LEASE_STREAM_LEGACY && sl->l->map && sl->l->map->opener->capturing &&
@@ -236,7 +240,6 @@ int lease_free_stream(struct gpb_client *c, uint64_t id, void *stream)
 		 * (The legacy stream's capture check needs the context: made
 		 * under the lock, on this rare path only.) */
 		lease_block_free(ls, sl, false);
-		ar->stream_frees++;
 		rc = 0;
 	}
 	pthread_mutex_unlock(&ar->lock);

@@ -8,6 +8,7 @@
 #include "lease.h"
 #include "pool.h"
 #include "slab.h"
+#include "thread.h"
 
 struct lease {
 	struct lease *next; /* the instance's leases, or the doomed list */
@@ -51,10 +52,10 @@ struct lease_inst {
 	struct lease *leases; /* in the pool or ready */
 	unsigned count;
 	uint64_t leased;
-	/* What its arena's allocs and frees write, a cache line apart from
-	 * what every thread reads walking the list (inst_find): shared, that
-	 * line made two threads' allocations wait on each other. */
-	uint64_t in_use __attribute__((aligned(64)));
+	/* What its arena's allocs and frees write, THREAD_APART from what
+	 * every thread reads walking the list (inst_find): shared, those
+	 * lines made two threads' allocations wait on each other. */
+	uint64_t in_use __attribute__((aligned(THREAD_APART)));
 	/* Blocks freed lately, still the pool's (not in use, not in in_use):
 	 * an alloc of the same rounded size takes one back without the pool.
 	 * Flushed to the pool before leases are judged free. Their figures are
@@ -118,7 +119,10 @@ static inline void lease_unlock(struct lease_state *ls)
 
 /* The calling thread's arena: threads are dealt out in turn, so that as
  * many threads as arenas never share one. */
-unsigned lease_thread_arena(const struct lease_state *ls);
+static inline unsigned lease_thread_arena(const struct lease_state *ls)
+{
+	return thread_number() % ls->narenas;
+}
 
 /* The arena of local id @id (its lock guards the id's slot), or NULL for
  * an id that names none. No lock needed: the arenas are fixed. */
